@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * Provenance features: the one contract between the collector (which writes
+ * these maps) and the scheduler (which reads them to decide queues).
+ *
+ * The collector pins both maps under CUSTOS_PIN_DIR. The scheduler reuses the
+ * pinned maps when they exist; without a collector it runs on zeroed features.
+ * These are the "provenance features" of Aegis (seed 000, Table 4):
+ * nr_event, nr_drop, latency (consumer lag) and availability.
+ *
+ * Included by BPF C (vmlinux.h already provides __u32/__u64) and by the Rust
+ * side through bindgen; keep it free of kernel-only types.
+ */
+#ifndef CUSTOS_PROVENANCE_FEATURES_H
+#define CUSTOS_PROVENANCE_FEATURES_H
+
+#define CUSTOS_PIN_DIR                "/sys/fs/bpf/custos"
+#define CUSTOS_TASK_FEATURES_MAP      "task_features"   /* CUSTOS_PIN_DIR "/" name */
+#define CUSTOS_GLOBAL_FEATURES_MAP    "global_features"
+
+/* A task-feature entry per thread; LRU so a fork storm cannot fill it. */
+#define CUSTOS_MAX_TRACKED_TASKS      65536
+/* Pids whose threads are "the consumer" (never throttled, never traced). */
+#define CUSTOS_MAX_CONSUMERS          8
+
+/*
+ * Rates are exponentially weighted per window: when a window of
+ * CUSTOS_RATE_WINDOW_NS closes, rate = rate - rate/2^SHIFT + count/2^SHIFT,
+ * so old behaviour fades in a few windows and one burst cannot dominate.
+ * Rates are in events per window.
+ */
+#define CUSTOS_RATE_WINDOW_NS         (100ULL * 1000 * 1000)
+#define CUSTOS_RATE_EWMA_SHIFT        2
+
+/* Rings whose free space is published, in this order. */
+enum custos_ring {
+	CUSTOS_RING_CRITICAL  = 0, /* reserved path: exec, clone, creds, ... */
+	CUSTOS_RING_EVENTS    = 1, /* best-effort fixed-size records */
+	CUSTOS_RING_ATTRS     = 2, /* variable-length attributes (paths, argv) */
+	CUSTOS_NR_RINGS       = 3,
+};
+
+/* Value of the task_features map (LRU hash, key: __u32 tid). */
+struct custos_task_features {
+	__u64 events_total;      /* events produced by this thread, ever */
+	__u64 drops_total;       /* of those, dropped before reaching a ring */
+	__u64 event_rate;        /* nr_event: EWMA of events per window */
+	__u64 drop_rate;         /* nr_drop: EWMA of drops per window */
+	__u64 window_start_ns;   /* start of the open window (bpf_ktime_get_ns) */
+	__u32 window_events;     /* events in the open window */
+	__u32 window_drops;      /* drops in the open window */
+};
+
+/* Value of the global_features map (array, one entry, key 0). */
+struct custos_global_features {
+	__u64 ring_size[CUSTOS_NR_RINGS];       /* bytes */
+	__u64 ring_free_bytes[CUSTOS_NR_RINGS]; /* availability, sampled at submit */
+	__u64 produced;          /* events produced (sum of per-CPU sequences) */
+	__u64 consumed;          /* events the consumer has read (written by user space) */
+	__u64 consumer_lag;      /* latency: produced - consumed, in events */
+	__u64 updated_ns;        /* when user space last refreshed produced/consumed */
+	__u32 consumer_pids[CUSTOS_MAX_CONSUMERS]; /* tgids; 0 = unused slot */
+	__u32 nr_consumers;
+	__u32 collector_running; /* 1 while a collector is attached */
+};
+
+#endif /* CUSTOS_PROVENANCE_FEATURES_H */

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs everything Custos needs on a fresh Debian machine, once.
+# Debian packages system-wide; Python tools into .tools/venv; cargo tools into
+# .tools/cargo. A second run checks and returns without reinstalling.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+TOOLS=$ROOT/.tools
+
+APT_PACKAGES=(
+  clang-19 llvm-19 lld-19 libelf-dev zlib1g-dev pkg-config make
+  qemu-system-x86 libcap-ng-dev libseccomp-dev busybox-static
+  python3-venv graphviz bpftool stress-ng
+)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "deps: installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# virtme-ng drives QEMU and shares the host root into the guest.
+VNG_VERSION=1.42
+if ! "$TOOLS/venv/bin/vng" --version 2>/dev/null | grep -q "$VNG_VERSION"; then
+  echo "deps: installing virtme-ng $VNG_VERSION into .tools/venv"
+  python3 -m venv "$TOOLS/venv"
+  "$TOOLS/venv/bin/pip" install -q --disable-pip-version-check "virtme-ng==$VNG_VERSION"
+fi
+
+# virtiofsd serves the host root to the guest (the VM kernel has no 9p).
+VIRTIOFSD_VERSION=1.14.0
+if ! "$TOOLS/cargo/bin/virtiofsd" --version 2>/dev/null | grep -q "${VIRTIOFSD_VERSION}"; then
+  echo "deps: building virtiofsd $VIRTIOFSD_VERSION into .tools/cargo (a few minutes, once)"
+  cargo install -q --locked --root "$TOOLS/cargo" virtiofsd --version "$VIRTIOFSD_VERSION"
+fi
+echo "deps: ok"
