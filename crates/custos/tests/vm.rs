@@ -93,3 +93,22 @@ fn a_run_past_its_timeout_is_killed_with_qemu() {
     let left = Command::new("pgrep").args(["-f", &tag]).output().unwrap();
     assert!(left.stdout.is_empty(), "QEMU left running: {}", text(&left.stdout));
 }
+
+#[test]
+fn no_kernel_anywhere_is_one_clear_error() {
+    let empty = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_custos"))
+            .args(args)
+            .env("CUSTOS_CACHE_DIR", empty.path())
+            .env("CUSTOS_SHARED_KERNELS", empty.path().join("none"))
+            .output()
+            .unwrap()
+    };
+    for args in [&["vm", "kernel", "--offline"][..], &["vm", "run", "--", "true"][..]] {
+        let out = run(args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = text(&out.stderr);
+        assert!(err.contains("no sched_ext-capable kernel found") && err.contains("run `custos vm kernel`"), "{err}");
+    }
+}
