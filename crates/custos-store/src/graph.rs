@@ -51,8 +51,8 @@ struct Proc {
     euid: Option<u32>,
     name: String,
     fds: HashMap<i32, ObjKey>,
-    /// Causes already linked to the current version (avoids duplicate edges).
-    #[serde(skip)]
+    /// Causes already linked to the current version (avoids duplicate edges;
+    /// persisted so a resumed ingest builds exactly the same graph).
     causes: HashSet<i64>,
 }
 

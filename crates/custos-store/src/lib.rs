@@ -19,4 +19,6 @@ pub mod synth;
 pub mod timefmt;
 
 pub use archive::Recorder;
+/// The SQLite binding the store is built on, for callers that open the file themselves.
+pub use rusqlite;
 pub use ingest::{Ack, IngestOptions, IngestSummary, Ingestor};

@@ -164,6 +164,9 @@ impl Window {
     }
 }
 
+/// Node id → value with the cheap hasher.
+pub type NodeMap<V> = HashMap<i64, V, std::hash::BuildHasherDefault<NodeHasher>>;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Direction {
     /// Follow edges effect → cause.
@@ -286,14 +289,14 @@ pub fn traverse(
     dir: Direction,
     max_depth: Option<u32>,
     window: Window,
-) -> Result<(HashMap<i64, u32>, Vec<EdgeInfo>)> {
+) -> Result<(NodeMap<u32>, Vec<EdgeInfo>)> {
     let sql = match dir {
         Direction::Ancestors => "SELECT cause, kind, event_id, time_ns, boot FROM edges WHERE effect = ?1",
         Direction::Descendants => "SELECT effect, kind, event_id, time_ns, boot FROM edges WHERE cause = ?1",
     };
     let _tx = ReadTx::begin(conn)?;
     let mut st = conn.prepare_cached(sql)?;
-    let mut depth: HashMap<i64, u32> = roots.iter().map(|r| (*r, 0)).collect();
+    let mut depth: NodeMap<u32> = roots.iter().map(|r| (*r, 0)).collect();
     let mut queue: VecDeque<i64> = roots.iter().copied().collect();
     let mut edges = Vec::new();
     while let Some(n) = queue.pop_front() {
@@ -344,7 +347,7 @@ fn losses_for(conn: &Connection, boots: &HashSet<i64>, span: Option<(i64, i64)>)
     Ok(all.into_iter().filter(|l| boots.contains(&l.boot)).collect())
 }
 
-fn finish(conn: &Connection, query: String, start: Vec<i64>, depth: HashMap<i64, u32>, edges: Vec<EdgeInfo>, rows: Vec<TouchRow>, path: Option<String>) -> Result<Answer> {
+fn finish(conn: &Connection, query: String, start: Vec<i64>, depth: NodeMap<u32>, edges: Vec<EdgeInfo>, rows: Vec<TouchRow>, path: Option<String>) -> Result<Answer> {
     let mut nodes = Vec::with_capacity(depth.len());
     for (id, d) in &depth {
         let mut n = node_info(conn, *id)?.with_context(|| format!("node {id} referenced by an edge is missing"))?;
@@ -378,7 +381,7 @@ pub fn path(conn: &Connection, a: &str, b: &str) -> Result<Answer> {
     let to = resolve(conn, b, false)?;
     for (src, dst, label) in [(&from, &to, format!("{a} depends on {b}")), (&to, &from, format!("{b} depends on {a}"))] {
         if let Some(edges) = shortest(conn, src, dst)? {
-            let mut depth = HashMap::new();
+            let mut depth = NodeMap::default();
             for (i, e) in edges.iter().enumerate() {
                 depth.entry(e.effect).or_insert(i as u32);
                 depth.entry(e.cause).or_insert(i as u32 + 1);
@@ -390,7 +393,7 @@ pub fn path(conn: &Connection, a: &str, b: &str) -> Result<Answer> {
             return finish(conn, format!("path {a} {b}"), start, depth, edges, vec![], Some(label));
         }
     }
-    let mut depth = HashMap::new();
+    let mut depth = NodeMap::default();
     depth.insert(from[from.len() - 1], 0);
     depth.insert(to[to.len() - 1], 0);
     finish(conn, format!("path {a} {b}"), vec![], depth, vec![], vec![], Some("no causal path".into()))
@@ -458,7 +461,7 @@ fn touch_answer(conn: &Connection, query: String, start: Vec<i64>, edges: Vec<Ed
         })
         .collect();
     rows.sort_by_key(|r| (r.time_ns, r.event_id));
-    let mut depth: HashMap<i64, u32> = start.iter().map(|s| (*s, 0)).collect();
+    let mut depth: NodeMap<u32> = start.iter().map(|s| (*s, 0)).collect();
     for e in &edges {
         depth.entry(e.effect).or_insert(1);
         depth.entry(e.cause).or_insert(1);
