@@ -50,6 +50,10 @@ struct Proc {
     frozen: bool,
     euid: Option<u32>,
     name: String,
+    /// The first node of this pid's lineage when it was first seen without a
+    /// fork (0: it came from a fork we saw).
+    #[serde(default)]
+    root: i64,
     fds: HashMap<i32, ObjKey>,
     /// Causes already linked to the current version (avoids duplicate edges;
     /// persisted so a resumed ingest builds exactly the same graph).
@@ -239,7 +243,7 @@ impl Graph {
         let node = self.new_node(db, NodeKind::Process, boot, &name, 1, Some((ev.pid, None)), ev, Some(attrs))?;
         self.procs.insert(
             (boot, ev.pid),
-            Proc { node, exec: node, version: 1, frozen: false, euid: None, name, fds: HashMap::new(), causes: HashSet::new() },
+            Proc { node, exec: node, version: 1, frozen: false, euid: None, name, root: node, fds: HashMap::new(), causes: HashSet::new() },
         );
         self.dirty_procs.insert((boot, ev.pid));
         if let Some(uid) = ev.euid.or(ev.uid) {
@@ -350,19 +354,28 @@ impl Graph {
             if p.starts_with("pipe:[") {
                 return Ok(Some(ObjKey::new(NodeKind::Pipe, boot, p.as_str())));
             }
-            if !p.starts_with("socket:[") && !p.starts_with("anon_inode:") {
+            if !p.starts_with("socket:[") && !p.starts_with("anon_inode:") && p != "/" {
                 return Ok(Some(ObjKey::new(NodeKind::File, 0, p.as_str())));
             }
         }
         if let Some(a) = &ev.addr {
             return Ok(Some(ObjKey::new(NodeKind::Socket, 0, a.as_str())));
         }
-        if let Some(fd) = fd {
-            if self.cached_proc(db, boot, ev.pid)? {
-                if let Some(k) = self.procs[&(boot, ev.pid)].fds.get(&fd) {
-                    return Ok(Some(k.clone()));
-                }
-            }
+        let from_table = match fd {
+            Some(fd) if self.cached_proc(db, boot, ev.pid)? => self.procs[&(boot, ev.pid)].fds.get(&fd).cloned(),
+            _ => None,
+        };
+        // A connected socket's peer (from connect/accept) names it best; else
+        // the event's own inode beats our possibly stale fd table.
+        match from_table {
+            Some(k) if k.kind == NodeKind::Socket as i64 => return Ok(Some(k)),
+            _ => {}
+        }
+        if let Some(key) = Self::anonymous(boot, ev) {
+            return Ok(Some(key));
+        }
+        if let Some(k) = from_table {
+            return Ok(Some(k));
         }
         if let Some(p) = &ev.path {
             if p.starts_with("socket:[") {
@@ -371,6 +384,20 @@ impl Graph {
             }
         }
         Ok(None)
+    }
+
+    /// A read/write cannot target a directory, so a path of "/" (what d_path
+    /// gives for pipefs/sockfs/anon inodes) or no path with a known inode
+    /// means an anonymous kernel object: a pipe, or an eventfd and the like.
+    /// Sockets with a known peer were matched by `addr` before this.
+    fn anonymous(boot: i64, ev: &Event) -> Option<ObjKey> {
+        let anon = ev.path.as_deref().is_none_or(|p| p == "/" || p.starts_with("anon_inode:") || p.starts_with("socket:["));
+        match (anon, ev.dev, ev.inode) {
+            (true, Some(dev), Some(ino)) if ev.addr.is_none() => {
+                Some(ObjKey::new(NodeKind::Pipe, boot, format!("anon:[{dev}:{ino}]")))
+            }
+            _ => None,
+        }
     }
 
     fn bind_fd(&mut self, db: &Connection, boot: i64, ev: &Event, fd: i32, key: ObjKey) -> Result<()> {
@@ -440,11 +467,22 @@ impl Graph {
                 let is_dup = call != "fcntl" || matches!(ev.arg_i64("cmd"), Some(0) | Some(1030));
                 let old = Self::fd_arg(ev, &["oldfd", "fd"]);
                 let new = Self::fd_arg(ev, &["newfd"]).or_else(|| ev.ret.filter(|r| *r >= 0).map(|r| r as i32)).or(ev.fd);
+                let real_path = ev.path.as_deref().filter(|p| p.starts_with('/') && *p != "/");
                 match (is_dup, old, new) {
-                    (true, Some(old), Some(new)) if self.cached_proc(db, boot, ev.pid)? => {
-                        if let Some(k) = self.procs[&(boot, ev.pid)].fds.get(&old).cloned() {
-                            self.proc_mut(boot, ev.pid).fds.insert(new, k);
-                        }
+                    // The collector names the duplicated file: trust it over our table.
+                    (true, _, Some(new)) if real_path.is_some() => {
+                        let key = ObjKey::new(NodeKind::File, 0, real_path.unwrap_or_default());
+                        self.bind_fd(db, boot, ev, new, key)?
+                    }
+                    (true, Some(old), Some(new)) => {
+                        self.proc_node(db, boot, ev)?;
+                        let known = self.procs[&(boot, ev.pid)].fds.get(&old).cloned();
+                        let p = self.proc_mut(boot, ev.pid);
+                        match known {
+                            Some(k) => p.fds.insert(new, k),
+                            // Unknown source: whatever `new` named before is gone.
+                            None => p.fds.remove(&new),
+                        };
                     }
                     _ => self.stats.no_graph_effect += 1,
                 }
@@ -478,6 +516,7 @@ impl Graph {
                 let mut bare = ev.clone();
                 bare.path = None;
                 bare.addr = None;
+                bare.inode = None;
                 let src = self.io_object(db, boot, &bare, fd_in)?;
                 let dst = self.io_object(db, boot, &bare, fd_out)?;
                 match (src, dst) {
@@ -534,6 +573,29 @@ impl Graph {
 
     fn fork(&mut self, db: &Connection, boot: i64, ev: &Event, child: u32) -> Result<()> {
         let parent = self.proc_node(db, boot, ev)?;
+        if self.cached_proc(db, boot, child)? {
+            // The child ran (even exec'd) before the parent's clone returned and
+            // was recorded: link its first node to the parent instead of
+            // starting over. Safe for acyclicity: nothing the parent did before
+            // this clone can depend on the new child.
+            let (fds, euid) = {
+                let p = self.proc_mut(boot, ev.pid);
+                p.frozen = true;
+                (p.fds.clone(), p.euid)
+            };
+            let c = self.proc_mut(boot, child);
+            let root = c.root;
+            for (fd, key) in fds {
+                c.fds.entry(fd).or_insert(key);
+            }
+            if c.euid.is_none() {
+                c.euid = euid;
+            }
+            if root != 0 {
+                self.edge(db, root, parent, EdgeKind::WasInformedBy, boot, ev)?;
+            }
+            return Ok(());
+        }
         let (name, fds, euid) = {
             let p = self.proc_mut(boot, ev.pid);
             p.frozen = true;
@@ -544,7 +606,7 @@ impl Graph {
         self.edge(db, node, parent, EdgeKind::WasInformedBy, boot, ev)?;
         let mut causes = HashSet::new();
         causes.insert(parent);
-        self.procs.insert((boot, child), Proc { node, exec: node, version: 1, frozen: false, euid, name, fds, causes });
+        self.procs.insert((boot, child), Proc { node, exec: node, version: 1, frozen: false, euid, name, root: 0, fds, causes });
         self.dirty_procs.insert((boot, child));
         Ok(())
     }

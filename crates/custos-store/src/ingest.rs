@@ -81,9 +81,19 @@ pub struct Ingestor {
     batch_lines: usize,
     next_chunk: i64,
     line_no: u64,
+    /// The batch's events, applied in time order at commit (see `apply_pending`).
+    pending: Vec<Pending>,
     summary: IngestSummary,
     started: Instant,
     _lock: File,
+}
+
+struct Pending {
+    time_ns: u64,
+    line_no: u64,
+    boot: i64,
+    event: Box<crate::record::Event>,
+    line: String,
 }
 
 /// Boot identity used when the stream names none (see docs/event-schema.md, `boot_id`).
@@ -123,6 +133,7 @@ impl Ingestor {
             batch_lines: 0,
             next_chunk,
             line_no: 0,
+            pending: Vec::new(),
             summary: IngestSummary::default(),
             started: Instant::now(),
             _lock: lock,
@@ -178,20 +189,7 @@ impl Ingestor {
             Err(msg) => self.reject(line, &msg)?,
             Ok(Record::Event(ev)) => {
                 let boot = self.boot(ev.boot_id.as_deref())?;
-                let slot = self.batch_slots;
-                let fresh = self
-                    .conn
-                    .prepare_cached("INSERT OR IGNORE INTO events(boot, event_id, time_ns, chunk, slot) VALUES(?1,?2,?3,?4,?5)")?
-                    .execute(params![boot, ev.id as i64, ev.time_ns as i64, self.next_chunk, slot])?;
-                if fresh == 1 {
-                    self.keep_raw(line);
-                    self.summary.events_new += 1;
-                    self.graph
-                        .apply(&self.conn, boot, &ev)
-                        .with_context(|| format!("line {}: applying event {} to the graph", self.line_no, ev.id))?;
-                } else {
-                    self.summary.events_duplicate += 1;
-                }
+                self.pending.push(Pending { time_ns: ev.time_ns, line_no: self.line_no, boot, event: ev, line: line.to_string() });
             }
             Ok(Record::Loss(l)) => {
                 let boot = self.boot(l.boot_id.as_deref())?;
@@ -286,12 +284,43 @@ impl Ingestor {
         if result.is_err() {
             let _ = self.conn.execute_batch("ROLLBACK");
             self.in_tx = false;
+            self.pending.clear();
+            self.batch_raw.clear();
+            self.batch_slots = 0;
+            self.batch_lines = 0;
             self.graph.reset_cache(&self.conn)?;
         }
         result.map(Some)
     }
 
+    /// The collector's rings deliver events per ring and per CPU, so the stream
+    /// is only roughly in time order (a read can arrive before the write that
+    /// fed it). Each batch's events are applied sorted by time (ties keep
+    /// stream order); de-duplication happens here, at insert.
+    fn apply_pending(&mut self) -> Result<()> {
+        let mut pending = std::mem::take(&mut self.pending);
+        pending.sort_by_key(|p| (p.time_ns, p.line_no));
+        for p in pending {
+            let slot = self.batch_slots;
+            let fresh = self
+                .conn
+                .prepare_cached("INSERT OR IGNORE INTO events(boot, event_id, time_ns, chunk, slot) VALUES(?1,?2,?3,?4,?5)")?
+                .execute(params![p.boot, p.event.id as i64, p.time_ns as i64, self.next_chunk, slot])?;
+            if fresh == 1 {
+                self.keep_raw(&p.line);
+                self.summary.events_new += 1;
+                self.graph
+                    .apply(&self.conn, p.boot, &p.event)
+                    .with_context(|| format!("line {}: applying event {} to the graph", p.line_no, p.event.id))?;
+            } else {
+                self.summary.events_duplicate += 1;
+            }
+        }
+        Ok(())
+    }
+
     fn commit_inner(&mut self) -> Result<Ack> {
+        self.apply_pending()?;
         if self.batch_slots > 0 {
             let blob = zstd::bulk::compress(&self.batch_raw, 3).context("compressing raw lines")?;
             self.conn

@@ -410,3 +410,36 @@ fn dot_and_prov_json() {
     assert!(used["prov:activity"].as_str().unwrap().starts_with("custos:n") && used["prov:time"].is_string());
     assert_eq!(prov["custos:completeness"]["complete"], false);
 }
+
+#[test]
+fn out_of_order_delivery_is_applied_in_time_order() {
+    // As the real collector delivers: per ring and per CPU, so a child's exec can
+    // precede the parent's clone record (clone returns in the parent after the
+    // child ran), and a reader's record can precede the writer's.
+    let (_d, p) = db();
+    let mut s = Stream::new();
+    let line = |id: u64, t: u64, pid: u32, syscall: &str, extra: Value| {
+        let mut v = json!({"type":"event","id":id,"cpu":0,"seq":id,"time_ns":T0 + t * SEC,"pid":pid,"tid":pid,"uid":0,"euid":0,
+            "comm":"x","syscall":syscall});
+        for (k, x) in extra.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        v.to_string()
+    };
+    s.lines.push(line(1, 1, 10, "write", json!({"ret": 5, "path": "/seed"})));
+    s.lines.push(line(4, 4, 11, "execve", json!({"ret": 0, "path": "/usr/bin/reader", "argv": ["reader"]})));
+    s.lines.push(line(6, 6, 11, "read", json!({"ret": 5, "path": "/shared"}))); // delivered before the write it read
+    s.lines.push(line(3, 5, 10, "clone", json!({"ret": 11, "child_pid": 11}))); // the parent's clone returns late
+    s.lines.push(line(5, 5, 12, "write", json!({"ret": 5, "path": "/shared"})));
+    s.lines.push(line(7, 7, 11, "write", json!({"ret": 5, "path": "/result"})));
+    s.ingest(&p);
+    let conn = crate::schema::open_ro(&p).unwrap();
+    let a = ancestry(&conn, "/result", Direction::Ancestors, None, Window::default()).unwrap();
+    let l = labels(&a);
+    assert!(l.contains(&"/shared v1".to_string()), "the read saw the write's version: {l:?}");
+    assert!(a.nodes.iter().any(|n| n.pid == Some(12)), "the writer is an ancestor: {l:?}");
+    assert!(a.nodes.iter().any(|n| n.pid == Some(10)), "the late clone still links the child to its parent: {l:?}");
+    assert!(!l.contains(&"/seed v1".to_string()), "the parent's earlier write is not an input: {l:?}");
+    let execs: Vec<&NodeInfo> = a.nodes.iter().filter(|n| n.pid == Some(11) && n.name == "/usr/bin/reader").collect();
+    assert_eq!(execs.len(), 1, "the exec is not replaced by the late clone: {l:?}");
+}

@@ -30,7 +30,10 @@ struct Line {
     fd: Option<i32>,
     child_pid: Option<u32>,
     count: Option<u64>,
-    incomplete: Option<bool>,
+    // A flag on events, a counter on stats lines: accept both.
+    incomplete: Option<Value>,
+    dev: Option<u64>,
+    inode: Option<u64>,
     first_seq: Option<u64>,
     last_seq: Option<u64>,
     category: Option<String>,
@@ -61,6 +64,9 @@ pub struct Event {
     pub fd: Option<i32>,
     pub child_pid: Option<u32>,
     pub incomplete: bool,
+    /// Device and inode of the event's file, when the collector resolved them.
+    pub dev: Option<u64>,
+    pub inode: Option<u64>,
 }
 
 impl Event {
@@ -129,7 +135,9 @@ pub fn parse_line(text: &str) -> Result<Record, String> {
                 addr: l.addr.filter(|a| !a.is_empty()),
                 fd: l.fd,
                 child_pid: l.child_pid,
-                incomplete: l.incomplete.unwrap_or(false),
+                incomplete: l.incomplete.as_ref().and_then(Value::as_bool).unwrap_or(false),
+                dev: l.dev,
+                inode: l.inode,
             })))
         }
         "loss" => {
@@ -189,5 +197,7 @@ mod tests {
         assert!(parse_line(r#"{"id":1}"#).unwrap_err().contains("type"));
         assert!(parse_line(r#"{"type":"loss","cpu":0,"start_ns":9,"end_ns":2,"count":1}"#).is_err());
         assert!(matches!(parse_line(r#"{"type":"future","x":1}"#).unwrap(), Record::Other(_)));
+        // The collector's stats lines count `incomplete` events.
+        assert!(matches!(parse_line(r#"{"type":"stats","time_ns":5,"incomplete":0,"count":3}"#).unwrap(), Record::Stats { .. }));
     }
 }
