@@ -142,6 +142,7 @@ impl Graph {
         Ok(())
     }
 
+    #[allow(clippy::too_many_arguments)] // one column each; a struct would only rename them
     fn new_node(
         &mut self,
         db: &Connection,
@@ -425,10 +426,10 @@ impl Graph {
             }
             "execve" | "execveat" => self.exec(db, boot, ev)?,
             "exit" | "exit_group" => {
-                if call == "exit_group" || ev.tid == ev.pid {
-                    if self.procs.remove(&(boot, ev.pid)).is_some() || !self.all_cached {
-                        self.dirty_procs.insert((boot, ev.pid));
-                    }
+                if (call == "exit_group" || ev.tid == ev.pid)
+                    && (self.procs.remove(&(boot, ev.pid)).is_some() || !self.all_cached)
+                {
+                    self.dirty_procs.insert((boot, ev.pid));
                 }
             }
             "open" | "openat" | "openat2" | "creat" | "lsm:file_open" => match (&ev.path, returned_fd) {

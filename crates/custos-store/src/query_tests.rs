@@ -22,7 +22,7 @@ impl Stream {
     }
     fn ev(&mut self, pid: u32, comm: &str, syscall: &str, extra: Value) -> u64 {
         self.seq += 1;
-        let cpu = (self.seq % 2) as u64;
+        let cpu = self.seq % 2;
         let mut v = json!({"type":"event","id": (cpu << 48) | self.seq, "cpu": cpu, "seq": self.seq, "time_ns": self.t(),
             "pid": pid, "tid": pid, "ppid": 1, "uid": 1000, "gid": 1000, "euid": 1000, "egid": 1000,
             "comm": comm, "syscall": syscall, "category": "file"});

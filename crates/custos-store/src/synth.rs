@@ -118,15 +118,15 @@ impl<W: Write> Gen<W> {
         let seq = self.seq[cpu as usize];
         let id = (cpu << 48) | seq;
         self.line.clear();
-        let _ = write!(
+        let _ = writeln!(
             self.line,
-            "{{\"type\":\"event\",\"id\":{id},\"cpu\":{cpu},\"seq\":{seq},\"time_ns\":{},\"pid\":{pid},\"tid\":{pid},\"ppid\":{ppid},\"uid\":1000,\"gid\":1000,\"euid\":1000,\"egid\":1000,\"comm\":\"{comm}\",\"syscall\":\"{syscall}\",\"category\":\"{category}\",\"critical\":false{extra}}}\n",
+            "{{\"type\":\"event\",\"id\":{id},\"cpu\":{cpu},\"seq\":{seq},\"time_ns\":{},\"pid\":{pid},\"tid\":{pid},\"ppid\":{ppid},\"uid\":1000,\"gid\":1000,\"euid\":1000,\"egid\":1000,\"comm\":\"{comm}\",\"syscall\":\"{syscall}\",\"category\":\"{category}\",\"critical\":false{extra}}}",
             self.time_ns
         );
         self.out.write_all(self.line.as_bytes())?;
         self.report.events += 1;
         self.report.lines += 1;
-        if self.loss_every > 0 && self.report.events % self.loss_every == 0 {
+        if self.loss_every > 0 && self.report.events.is_multiple_of(self.loss_every) {
             // A burst the consumer could not keep up with: a seq gap on one CPU.
             let cpu = self.rng.next_u64() % CPUS;
             let count = self.rng.range(10, 5_000);
@@ -189,7 +189,7 @@ impl<W: Write> Gen<W> {
         for _ in 0..k {
             let h = self.rng.next_u64() % headers;
             // A few system headers are shared by every project; the rest are the project's own.
-            let path = if h % 10 == 0 { format!("/usr/include/h{h}.h") } else { format!("/build/p{project}/include/h{h}.h") };
+            let path = if h.is_multiple_of(10) { format!("/usr/include/h{h}.h") } else { format!("/build/p{project}/include/h{h}.h") };
             self.read_path(c2, c, "cc1", 5, &path)?;
         }
         self.open(c2, c, "cc1", 4, &tmp, 0o1101)?;
@@ -274,7 +274,7 @@ pub fn generate<W: Write>(cfg: &SynthConfig, out: W, mut progress: impl FnMut(u6
         done += size;
         project += 1;
     }
-    g.report.link_outputs.sort_by(|a, b| b.1.cmp(&a.1));
+    g.report.link_outputs.sort_by_key(|l| std::cmp::Reverse(l.1));
     g.out.flush()?;
     progress(g.report.events);
     Ok(g.report)

@@ -34,6 +34,9 @@ struct Args {
     /// Reuse an existing events.jsonl and database from --work (only re-measure queries).
     #[arg(long)]
     queries_only: bool,
+    /// Reuse the events.jsonl in --work (same seed and scale) but ingest it again.
+    #[arg(long)]
+    reuse_stream: bool,
 }
 
 /// Counts bytes written (for the gzip size without storing the .gz).
@@ -90,12 +93,15 @@ fn main() -> Result<()> {
     let cfg = if args.scale >= 1.0 { SynthConfig::lpm(args.seed) } else { SynthConfig::scaled(args.seed, args.scale) };
     let meta_path = args.work.join("generated.json");
 
-    let (report_links, report_chains, events, lines, gzip_bytes, jsonl_bytes, gen_s) = if args.queries_only {
+    let (report_links, report_chains, events, lines, gzip_bytes, jsonl_bytes, gen_s) = if args.queries_only || args.reuse_stream {
         let m: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&meta_path).context("--queries-only needs a previous run")?)?;
         let links: Vec<(String, u64)> = serde_json::from_value(m["link_outputs"].clone())?;
         let chains: Vec<String> = serde_json::from_value(m["chain_outputs"].clone())?;
-        (links, chains, m["events"].as_u64().unwrap_or(0), m["lines"].as_u64().unwrap_or(0), m["gzip_bytes"].as_u64().unwrap_or(0), m["jsonl_bytes"].as_u64().unwrap_or(0), 0.0)
+        (links, chains, m["events"].as_u64().unwrap_or(0), m["lines"].as_u64().unwrap_or(0), m["gzip_bytes"].as_u64().unwrap_or(0), m["jsonl_bytes"].as_u64().unwrap_or(0), m["generate_seconds"].as_f64().unwrap_or(f64::NAN))
     } else {
+        if args.scale >= 1.0 && args.work.join("generated.json").exists() {
+            eprintln!("store-bench: note: --reuse-stream would skip regenerating {}", jsonl.display());
+        }
         eprintln!("store-bench: generating ~{} events (seed {}) into {}", cfg.units * 19, args.seed, jsonl.display());
         let t = Instant::now();
         let file = BufWriter::with_capacity(4 << 20, std::fs::File::create(&jsonl)?);
@@ -119,7 +125,7 @@ fn main() -> Result<()> {
             &meta_path,
             serde_json::to_string_pretty(&json!({
                 "events": report.events, "lines": report.lines, "gzip_bytes": gzip_bytes, "jsonl_bytes": jsonl_bytes,
-                "link_outputs": report.link_outputs, "chain_outputs": report.chain_outputs,
+                "link_outputs": report.link_outputs, "chain_outputs": report.chain_outputs, "generate_seconds": gen_s,
             }))?,
         )?;
         (report.link_outputs, report.chain_outputs, report.events, report.lines, gzip_bytes, jsonl_bytes, gen_s)
