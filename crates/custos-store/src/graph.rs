@@ -15,6 +15,38 @@ use rusqlite::{params, Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 
+/// Bytes per entry in `causes.list`: cause node (i64), edge kind (u8), event
+/// id (i64), time (i64), boot (u32); little-endian.
+pub const CAUSE_ENTRY: usize = 29;
+
+/// One decoded `causes.list` entry.
+#[derive(Clone, Copy, Debug)]
+pub struct CauseEntry {
+    pub cause: i64,
+    pub kind: u8,
+    pub event_id: i64,
+    pub time_ns: i64,
+    pub boot: i64,
+}
+
+pub fn decode_causes(list: &[u8]) -> impl Iterator<Item = CauseEntry> + '_ {
+    list.chunks_exact(CAUSE_ENTRY).map(|c| CauseEntry {
+        cause: i64::from_le_bytes(c[0..8].try_into().unwrap()),
+        kind: c[8],
+        event_id: i64::from_le_bytes(c[9..17].try_into().unwrap()),
+        time_ns: i64::from_le_bytes(c[17..25].try_into().unwrap()),
+        boot: u32::from_le_bytes(c[25..29].try_into().unwrap()) as i64,
+    })
+}
+
+fn encode_cause(out: &mut Vec<u8>, cause: i64, kind: EdgeKind, ev: &Event, boot: i64) {
+    out.extend_from_slice(&cause.to_le_bytes());
+    out.push(kind as u8);
+    out.extend_from_slice(&(ev.id as i64).to_le_bytes());
+    out.extend_from_slice(&(ev.time_ns as i64).to_le_bytes());
+    out.extend_from_slice(&(boot as u32).to_le_bytes());
+}
+
 /// Clean cached heads are dropped when the cache grows past this; they are in the `heads` table.
 const HEAD_CACHE_MAX: usize = 4_000_000;
 
@@ -79,6 +111,10 @@ pub struct Graph {
     dirty_heads: HashSet<ObjKey>,
     /// True while every persisted head/proc is also cached, so a cache miss needs no lookup.
     all_cached: bool,
+    /// Nodes from this id on were created in the open batch.
+    batch_first_node: i64,
+    /// Cause entries added in the open batch, by effect.
+    pending_causes: HashMap<i64, Vec<u8>>,
     pub stats: GraphStats,
 }
 
@@ -104,12 +140,28 @@ impl Graph {
             dirty_procs: HashSet::new(),
             dirty_heads: HashSet::new(),
             all_cached: heads == 0 && procs == 0,
+            batch_first_node: next_node,
+            pending_causes: HashMap::new(),
             stats: GraphStats::default(),
         })
     }
 
     /// Writes dirty builder state; call inside the batch transaction before commit.
     pub fn flush(&mut self, db: &Connection) -> Result<()> {
+        // Every node gets its causes row (empty for none) in the batch that made it.
+        let mut put = db.prepare_cached("INSERT INTO causes(node, list) VALUES(?1, ?2)")?;
+        for node in self.batch_first_node..self.next_node {
+            let list = self.pending_causes.remove(&node).unwrap_or_default();
+            put.execute(params![node, list])?;
+        }
+        self.batch_first_node = self.next_node;
+        let mut get = db.prepare_cached("SELECT list FROM causes WHERE node = ?1")?;
+        let mut set = db.prepare_cached("UPDATE causes SET list = ?2 WHERE node = ?1")?;
+        for (node, add) in self.pending_causes.drain() {
+            let mut list: Vec<u8> = get.query_row([node], |r| r.get(0)).optional()?.unwrap_or_default();
+            list.extend_from_slice(&add);
+            set.execute(params![node, list])?;
+        }
         let mut put_head = db.prepare_cached(
             "INSERT OR REPLACE INTO heads(kind, scope, name, node, version, frozen, generator, deleted) VALUES(?1,?2,?3,?4,?5,?6,?7,?8)",
         )?;
@@ -176,6 +228,9 @@ impl Graph {
             )?
             .execute(params![effect, cause, kind as i64, ev.id as i64, ev.time_ns as i64, boot])
             .context("inserting an edge")?;
+        if n == 1 {
+            encode_cause(self.pending_causes.entry(effect).or_default(), cause, kind, ev, boot);
+        }
         self.stats.edges += n as u64;
         Ok(())
     }

@@ -152,6 +152,44 @@ impl Drop for ReadTx<'_> {
     }
 }
 
+/// Reads a node's cause list through SQLite's incremental-blob API: one
+/// integer-keyed seek per node, no statement to step (see docs/store.md).
+pub struct CauseReader<'c> {
+    conn: &'c Connection,
+    blob: Option<rusqlite::blob::Blob<'c>>,
+    pub buf: Vec<u8>,
+}
+
+impl<'c> CauseReader<'c> {
+    pub fn new(conn: &'c Connection) -> Self {
+        Self { conn, blob: None, buf: Vec::with_capacity(1024) }
+    }
+
+    /// Loads `node`'s entries into `self.buf` (empty if it has none).
+    pub fn load(&mut self, node: i64) -> Result<()> {
+        let ok = match self.blob.as_mut() {
+            Some(b) => b.reopen(node).is_ok(),
+            None => match self.conn.blob_open(rusqlite::MAIN_DB, "causes", "list", node, true) {
+                Ok(b) => {
+                    self.blob = Some(b);
+                    true
+                }
+                Err(_) => false,
+            },
+        };
+        self.buf.clear();
+        if !ok {
+            // A failed reopen aborts the handle; start a fresh one next time.
+            self.blob = None;
+            return Ok(());
+        }
+        let b = self.blob.as_ref().expect("opened above");
+        self.buf.resize(b.len(), 0);
+        b.read_at_exact(&mut self.buf, 0).context("reading a cause list")?;
+        Ok(())
+    }
+}
+
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Window {
     pub since: Option<i64>,
@@ -290,15 +328,33 @@ pub fn traverse(
     max_depth: Option<u32>,
     window: Window,
 ) -> Result<(NodeMap<u32>, Vec<EdgeInfo>)> {
-    let sql = match dir {
-        Direction::Ancestors => "SELECT cause, kind, event_id, time_ns, boot FROM edges WHERE effect = ?1",
-        Direction::Descendants => "SELECT effect, kind, event_id, time_ns, boot FROM edges WHERE cause = ?1",
-    };
     let _tx = ReadTx::begin(conn)?;
-    let mut st = conn.prepare_cached(sql)?;
     let mut depth: NodeMap<u32> = roots.iter().map(|r| (*r, 0)).collect();
     let mut queue: VecDeque<i64> = roots.iter().copied().collect();
     let mut edges = Vec::new();
+    if dir == Direction::Ancestors {
+        let mut reader = CauseReader::new(conn);
+        while let Some(n) = queue.pop_front() {
+            let d = depth[&n];
+            if max_depth.is_some_and(|m| d >= m) {
+                continue;
+            }
+            reader.load(n)?;
+            for c in crate::graph::decode_causes(&reader.buf) {
+                if !window.admits(c.time_ns) {
+                    continue;
+                }
+                let kind = EdgeKind::from_i64(c.kind as i64).context("unknown edge kind in store")?;
+                edges.push(EdgeInfo { effect: n, cause: c.cause, kind, event_id: c.event_id, time_ns: c.time_ns, boot: c.boot });
+                if let std::collections::hash_map::Entry::Vacant(v) = depth.entry(c.cause) {
+                    v.insert(d + 1);
+                    queue.push_back(c.cause);
+                }
+            }
+        }
+        return Ok((depth, edges));
+    }
+    let mut st = conn.prepare_cached("SELECT effect, kind, event_id, time_ns, boot FROM edges WHERE cause = ?1")?;
     while let Some(n) = queue.pop_front() {
         let d = depth[&n];
         if max_depth.is_some_and(|m| d >= m) {
@@ -312,10 +368,7 @@ pub fn traverse(
                 continue;
             }
             let kind = EdgeKind::from_i64(r.get(1)?).context("unknown edge kind in store")?;
-            let (effect, cause) = match dir {
-                Direction::Ancestors => (n, other),
-                Direction::Descendants => (other, n),
-            };
+            let (effect, cause) = (other, n);
             edges.push(EdgeInfo { effect, cause, kind, event_id: r.get(2)?, time_ns: t, boot: r.get(4)? });
             if let std::collections::hash_map::Entry::Vacant(v) = depth.entry(other) {
                 v.insert(d + 1);
@@ -512,7 +565,32 @@ impl std::hash::Hasher for NodeHasher {
 pub type NodeSet = HashSet<i64, std::hash::BuildHasherDefault<NodeHasher>>;
 
 /// The ancestor set only (no edges, no depths): the benchmark's "ancestry query".
+/// Same walk as [`traverse`], without building the answer.
 pub fn ancestor_ids(conn: &Connection, root: i64) -> Result<NodeSet> {
+    let _tx = ReadTx::begin(conn)?;
+    let mut reader = CauseReader::new(conn);
+    let mut seen = NodeSet::default();
+    seen.insert(root);
+    let mut stack = vec![root];
+    while let Some(n) = stack.pop() {
+        reader.load(n)?;
+        for c in crate::graph::decode_causes(&reader.buf) {
+            if seen.insert(c.cause) {
+                stack.push(c.cause);
+            }
+        }
+    }
+    seen.remove(&root);
+    Ok(seen)
+}
+
+#[cfg(test)]
+#[path = "query_tests.rs"]
+mod tests;
+
+/// The ancestor set through the edge table (one prepared point query per node),
+/// kept for the benchmark's design comparison with the cause-list walk.
+pub fn ancestor_ids_by_edge_table(conn: &Connection, root: i64) -> Result<NodeSet> {
     let _tx = ReadTx::begin(conn)?;
     let mut st = conn.prepare_cached("SELECT cause FROM edges WHERE effect = ?1")?;
     let mut seen = NodeSet::default();
@@ -531,7 +609,3 @@ pub fn ancestor_ids(conn: &Connection, root: i64) -> Result<NodeSet> {
     seen.remove(&root);
     Ok(seen)
 }
-
-#[cfg(test)]
-#[path = "query_tests.rs"]
-mod tests;

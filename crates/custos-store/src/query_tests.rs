@@ -443,3 +443,48 @@ fn out_of_order_delivery_is_applied_in_time_order() {
     let execs: Vec<&NodeInfo> = a.nodes.iter().filter(|n| n.pid == Some(11) && n.name == "/usr/bin/reader").collect();
     assert_eq!(execs.len(), 1, "the exec is not replaced by the late clone: {l:?}");
 }
+
+/// The ancestry index (cause lists) must hold exactly the edge table's rows.
+fn assert_cause_lists_match_edges(conn: &Connection) {
+    let nodes: Vec<i64> = conn.prepare("SELECT node FROM nodes").unwrap().query_map([], |r| r.get(0)).unwrap().map(|r| r.unwrap()).collect();
+    let rows: i64 = conn.query_row("SELECT COUNT(*) FROM causes", [], |r| r.get(0)).unwrap();
+    assert_eq!(rows as usize, nodes.len(), "one cause list per node");
+    for n in nodes {
+        let list: Vec<u8> = conn.query_row("SELECT list FROM causes WHERE node = ?1", [n], |r| r.get(0)).unwrap();
+        let mut from_list: Vec<(i64, i64, i64, i64)> =
+            crate::graph::decode_causes(&list).map(|c| (c.cause, c.kind as i64, c.event_id, c.time_ns)).collect();
+        let mut from_edges: Vec<(i64, i64, i64, i64)> = conn
+            .prepare("SELECT cause, kind, event_id, time_ns FROM edges WHERE effect = ?1")
+            .unwrap()
+            .query_map([n], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+            .unwrap()
+            .map(|r| r.unwrap())
+            .collect();
+        from_list.sort();
+        from_edges.sort();
+        assert_eq!(from_list, from_edges, "node {n}");
+        let by_list = ancestor_ids(conn, n).unwrap();
+        let by_table = ancestor_ids_by_edge_table(conn, n).unwrap();
+        assert_eq!(by_list, by_table, "ancestors of {n}");
+    }
+}
+
+#[test]
+fn ancestry_index_matches_the_edge_table() {
+    // Batches of 7 lines: long-lived processes gain causes across batches (the append path).
+    for s in [build_stream(), {
+        let mut s = Stream::new();
+        for i in 0..40 {
+            s.read(20, &format!("/in/{i}"));
+            if i % 5 == 0 {
+                s.write(20, "/out");
+            }
+        }
+        s
+    }] {
+        let (_d, p) = db();
+        s.ingest(&p);
+        let conn = crate::schema::open_ro(&p).unwrap();
+        assert_cause_lists_match_edges(&conn);
+    }
+}

@@ -118,6 +118,10 @@ CREATE TABLE IF NOT EXISTS edges(
     boot INTEGER NOT NULL,
     PRIMARY KEY(effect, cause, kind, event_id)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS edges_by_cause ON edges(cause, effect, kind, time_ns);
+-- The ancestry index: every node's outgoing edges (its causes) packed in one
+-- blob (see graph::CAUSE_ENTRY), one row per node keyed by node id, so a walk
+-- step is one integer-keyed seek read through the incremental-blob API.
+CREATE TABLE IF NOT EXISTS causes(node INTEGER PRIMARY KEY, list BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS losses(
     boot INTEGER NOT NULL,
     cpu INTEGER NOT NULL,

@@ -95,7 +95,13 @@ fn kill_9_mid_ingest_keeps_every_acknowledged_batch() {
     ingest_ok(&clean, &input);
     let (a, b) = (Connection::open(&db).unwrap(), Connection::open(&clean).unwrap());
     assert_eq!(a.query_row("PRAGMA integrity_check", [], |r| r.get::<_, String>(0)).unwrap(), "ok");
-    for sql in ["SELECT COUNT(*) FROM events", "SELECT COUNT(*) FROM nodes", "SELECT COUNT(*) FROM edges", "SELECT COUNT(*) FROM losses"] {
+    for sql in [
+        "SELECT COUNT(*) FROM events",
+        "SELECT COUNT(*) FROM nodes",
+        "SELECT COUNT(*) FROM edges",
+        "SELECT COUNT(*) FROM losses",
+        "SELECT SUM(length(list)) FROM causes",
+    ] {
         assert_eq!(count(&a, sql), count(&b, sql), "{sql}");
     }
     assert_eq!(count(&a, "SELECT COUNT(*) FROM events"), total);

@@ -34,6 +34,9 @@ struct Args {
     /// Reuse an existing events.jsonl and database from --work (only re-measure queries).
     #[arg(long)]
     queries_only: bool,
+    /// Only repeat the worst-case ancestry this many times (for profiling), then exit.
+    #[arg(long, hide = true)]
+    profile_node: Option<i64>,
     /// Reuse the events.jsonl in --work (same seed and scale) but ingest it again.
     #[arg(long)]
     reuse_stream: bool,
@@ -92,6 +95,20 @@ fn main() -> Result<()> {
     let db = args.work.join("store.db");
     let cfg = if args.scale >= 1.0 { SynthConfig::lpm(args.seed) } else { SynthConfig::scaled(args.seed, args.scale) };
     let meta_path = args.work.join("generated.json");
+    if let Some(node) = args.profile_node {
+        let conn = custos_store::schema::open_ro(&db)?;
+        for _ in 0..5 {
+            let t = Instant::now();
+            let n = query::ancestor_ids(&conn, node)?.len();
+            eprintln!("store-bench: {n} ancestors in {:.2} ms", ms(t.elapsed()));
+        }
+        let t = Instant::now();
+        for _ in 0..100 {
+            query::ancestor_ids(&conn, node)?;
+        }
+        eprintln!("store-bench: mean {:.2} ms", ms(t.elapsed()) / 100.0);
+        return Ok(());
+    }
 
     let (report_links, report_chains, events, lines, gzip_bytes, jsonl_bytes, gen_s) = if args.queries_only || args.reuse_stream {
         let m: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&meta_path).context("--queries-only needs a previous run")?)?;
@@ -222,6 +239,14 @@ fn main() -> Result<()> {
     }
     let worst_full = median(&mut full);
 
+    let mut by_table = Vec::new();
+    for _ in 0..11 {
+        let t = Instant::now();
+        let s = query::ancestor_ids_by_edge_table(&conn, worst_node)?;
+        by_table.push(ms(t.elapsed()));
+        assert_eq!(s.len(), worst.1, "edge table and cause lists agree");
+    }
+    let worst_table = median(&mut by_table);
     let mut cte = Vec::new();
     for _ in 0..5 {
         let t = Instant::now();
@@ -230,7 +255,7 @@ fn main() -> Result<()> {
         assert_eq!(c as usize, worst.1, "CTE and BFS agree");
     }
     let worst_cte = median(&mut cte);
-    eprintln!("store-bench: worst ancestry: cold {worst_cold:.2} ms, warm {worst_warm:.2} ms, warm with edges {worst_edges:.2} ms, with node details {worst_full:.2} ms, recursive CTE {worst_cte:.2} ms");
+    eprintln!("store-bench: worst ancestry: cold {worst_cold:.2} ms, warm {worst_warm:.2} ms, warm with edges {worst_edges:.2} ms, with node details {worst_full:.2} ms, edge-table BFS {worst_table:.2} ms, recursive CTE {worst_cte:.2} ms");
 
     // Deepest chain: a different shape (long and thin).
     let mut chain_ms = f64::NAN;
@@ -295,6 +320,7 @@ fn main() -> Result<()> {
         "ancestry_worst_ms_with_node_details": worst_full,
         "ancestry_worst_ms_with_edges": worst_edges,
         "ancestry_worst_ms_recursive_cte": worst_cte,
+        "ancestry_worst_ms_edge_table_bfs": worst_table,
         "ancestry_median_ms": med_warm,
         "ancestry_median_ms_cold": med_cold,
         "ancestry_median_ancestors": med_size,
