@@ -41,6 +41,8 @@ fn short_time(ns: i64) -> String {
 /// The human-readable answer.
 pub fn text(a: &Answer) -> String {
     let mut out = String::new();
+    let by_id: std::collections::HashMap<i64, &NodeInfo> = a.nodes.iter().map(|n| (n.node, n)).collect();
+    let node = |id: i64| by_id.get(&id).copied();
     for l in &a.losses {
         let _ = writeln!(out, "WARNING: {}", l.message());
     }
@@ -52,8 +54,8 @@ pub fn text(a: &Answer) -> String {
             .rows
             .iter()
             .map(|r| {
-                let p = a.node(r.process).map(NodeInfo::label).unwrap_or_default();
-                let o = a.node(r.object).map(|n| format!("{} {}", n.kind, n.label())).unwrap_or_default();
+                let p = node(r.process).map(NodeInfo::label).unwrap_or_default();
+                let o = node(r.object).map(|n| format!("{} {}", n.kind, n.label())).unwrap_or_default();
                 vec![short_time(r.time_ns), r.action.to_string(), p, o, format!("{:#x}", r.event_id)]
             })
             .collect();
@@ -64,7 +66,7 @@ pub fn text(a: &Answer) -> String {
         for e in &a.edges {
             // The edge that first reached a node (the BFS tree edge) explains why it is listed.
             let (from, to) = if a.query.starts_with("descendants") { (e.cause, e.effect) } else { (e.effect, e.cause) };
-            let (df, dt) = (a.node(from).and_then(|n| n.depth), a.node(to).and_then(|n| n.depth));
+            let (df, dt) = (node(from).and_then(|n| n.depth), node(to).and_then(|n| n.depth));
             if matches!((df, dt), (Some(x), Some(y)) if y == x + 1) {
                 via.entry(to).or_insert(e);
             }
