@@ -15,12 +15,21 @@ enum Command {
     /// Boot a sched_ext-capable kernel in a VM and run a command inside it.
     #[command(subcommand)]
     Vm(custos_vm::cli::VmCommand),
+    /// Ingest the collector's JSON Lines into the provenance store.
+    Ingest(custos_store::cli::IngestArgs),
+    /// Ask the provenance store: ancestors, descendants, path, touched-by, who-touched.
+    Query(custos_store::cli::QueryArgs),
+    /// Draw a query's answer as DOT/SVG or export it as W3C PROV-JSON.
+    Graph(custos_store::cli::GraphArgs),
 }
 
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Vm(cmd) => custos_vm::cli::run(cmd),
+        Command::Ingest(args) => custos_store::cli::ingest(args),
+        Command::Query(args) => custos_store::cli::query(args),
+        Command::Graph(args) => custos_store::cli::graph(args),
     };
     match result {
         Ok(code) => std::process::exit(code),
