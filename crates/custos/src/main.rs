@@ -15,12 +15,15 @@ enum Command {
     /// Boot a sched_ext-capable kernel in a VM and run a command inside it.
     #[command(subcommand)]
     Vm(custos_vm::cli::VmCommand),
+    /// Record provenance events (eBPF) as JSON Lines; every loss is counted and reported.
+    Collect(custos_collector::cli::CollectArgs),
 }
 
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Vm(cmd) => custos_vm::cli::run(cmd),
+        Command::Collect(args) => custos_collector::cli::run(args),
     };
     match result {
         Ok(code) => std::process::exit(code),
