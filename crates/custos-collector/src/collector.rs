@@ -147,6 +147,9 @@ pub fn collect<W: Write>(opts: &Options, out: W, stop: &AtomicBool, on_ready: im
         bail!("custos collect must run as root (it loads BPF programs and pins maps under {PIN_DIR})");
     }
     let available: Vec<&Syscall> = syscalls::select(opts.syscalls.as_deref())?;
+    check_ring_kb("critical", opts.critical_ring_kb)?;
+    check_ring_kb("events", opts.events_ring_kb)?;
+    check_ring_kb("attrs", opts.attrs_ring_kb)?;
     features::prepare_pin_dir()?;
 
     // BPF-LSM: used where the kernel allows it; one notice where it does not.
@@ -248,7 +251,14 @@ fn drain<W: Write>(
     let mut builder = RingBufferBuilder::new();
     let (c1, c2, c3) = (consumer.clone(), consumer.clone(), consumer.clone());
     builder
-        .add(&skel.maps.ring_critical, move |d| c1.borrow_mut().on_metadata(d))?
+        .add(&skel.maps.ring_critical, move |d| {
+            let mut c = c1.borrow_mut();
+            if d.len() == std::mem::size_of::<crate::bpf_skel::types::custos_event>() {
+                c.on_metadata(d)
+            } else {
+                c.on_attrs(d)
+            }
+        })?
         .add(&skel.maps.ring_events, move |d| c2.borrow_mut().on_metadata(d))?
         .add(&skel.maps.ring_attrs, move |d| c3.borrow_mut().on_attrs(d))?;
     let rings = builder.build().context("setting up the ring buffer consumer")?;

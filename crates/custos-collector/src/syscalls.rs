@@ -80,6 +80,7 @@ pub enum Arg {
     Prot,
 }
 
+#[derive(Debug)]
 pub struct Syscall {
     pub name: &'static str,
     pub nr: u32,

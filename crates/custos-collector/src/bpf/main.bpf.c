@@ -489,6 +489,7 @@ __noinline int submit(struct custos_event *ev, struct attr_buf *b, int critical)
 	__u32 zero = 0, len;
 	__u64 now = bpf_ktime_get_ns(), seq;
 	int dropped = 0;
+	long err;
 
 	if (!ev)
 		return 0;
@@ -518,7 +519,17 @@ __noinline int submit(struct custos_event *ev, struct attr_buf *b, int critical)
 		len = b->hdr.len;
 		if (len > CUSTOS_ATTR_DATA_MAX)
 			len = CUSTOS_ATTR_DATA_MAX;
-		if (bpf_ringbuf_output(&ring_attrs, b, sizeof(b->hdr) + len, 0)) {
+		/* A critical event's attributes (exec path and argv, the file
+		 * opened for writing) share its reserved ring; there a record's
+		 * size tells the halves apart, so an attribute record is never
+		 * exactly the size of a metadata record. */
+		if (sizeof(b->hdr) + len == sizeof(struct custos_event))
+			len++;
+		if (critical)
+			err = bpf_ringbuf_output(&ring_critical, b, sizeof(b->hdr) + len, 0);
+		else
+			err = bpf_ringbuf_output(&ring_attrs, b, sizeof(b->hdr) + len, 0);
+		if (err) {
 			__sync_fetch_and_add(&cs->drops[CUSTOS_DROP_ATTRS], 1);
 			ev->flags |= CUSTOS_EV_ATTRS_LOST;
 		} else {
