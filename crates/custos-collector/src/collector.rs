@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, RingBufferBuilder};
+use libbpf_rs::{AsRawLibbpf, Link, MapCore, MapFlags, OpenObject, RingBufferBuilder};
 use serde::Serialize;
 
 use crate::bpf_skel::types::{custos_cpu_state, custos_syscall_spec};
@@ -73,6 +73,10 @@ pub struct Summary {
     pub lsm_active: bool,
     pub syscalls_attached: usize,
     pub invariant_holds: bool,
+    /// Program runs the kernel skipped because the program was already
+    /// running on that CPU (bpf_prog_info.recursion_misses): events never
+    /// numbered, so outside produced/dropped, but counted and reported.
+    pub missed_reentrant: u64,
 }
 
 /// Whether the kernel runs the BPF LSM at all (CONFIG_BPF_LSM and "bpf" in lsm=).
@@ -267,32 +271,64 @@ fn drain<W: Write>(
     let started = Instant::now();
     let mut metrics = Metrics::new(nr_cpus);
     let mut last_stats = Instant::now();
-    // A record numbered before snapshot k is committed within microseconds;
-    // two full drains later, a number still missing was refused by its ring.
-    let mut snapshots: VecDeque<Vec<u64>> = VecDeque::new();
+    let mut last_tick = Instant::now();
+    // Rings are drained in bounded rounds, critical first, so the features
+    // and loss records stay current while a flood keeps the rings busy.
+    let rb = rings.as_libbpf_object().as_ptr();
+    // SAFETY: indices 0..3 are the three rings added above.
+    let ring_ptrs: Vec<*mut libbpf_rs::libbpf_sys::ring> =
+        (0..3).map(|i| unsafe { libbpf_rs::libbpf_sys::ring_buffer__ring(rb, i) }).collect();
+    let epoll_fd = rings.epoll_fd();
+    // A number is settled (delivered or lost) once the rings were seen empty
+    // a full poll interval after the number was handed out: records are
+    // committed microseconds after their number is taken.
+    let mut snapshots: VecDeque<(Instant, Vec<u64>)> = VecDeque::new();
+    let mut last_empty: Option<Instant> = None;
     loop {
         let stopping = stop.load(Ordering::Relaxed);
-        if let Err(e) = rings.poll(opts.poll_interval) {
-            if e.kind() != libbpf_rs::ErrorKind::Interrupted {
-                return Err(e).context("polling the rings");
+        let round_start = Instant::now();
+        let mut consumed = 0i64;
+        for &r in &ring_ptrs {
+            // SAFETY: r is a ring of the live ring buffer `rings`.
+            let n = unsafe { libbpf_rs::libbpf_sys::ring__consume_n(r, 4096) };
+            if n < 0 {
+                return Err(std::io::Error::from_raw_os_error(-n)).context("consuming the rings");
+            }
+            consumed += n as i64;
+        }
+        if consumed == 0 {
+            last_empty = Some(round_start);
+            let wait = opts.poll_interval.saturating_sub(last_tick.elapsed());
+            if !stopping && !wait.is_zero() {
+                let mut ev = libc::epoll_event { events: 0, u64: 0 };
+                // SAFETY: epoll_wait on libbpf's epoll fd into one local event.
+                unsafe { libc::epoll_wait(epoll_fd, &mut ev, 1, wait.as_millis().max(1) as i32) };
             }
         }
+        if !stopping && last_tick.elapsed() < opts.poll_interval {
+            continue;
+        }
+        last_tick = Instant::now();
         let states = read_cpu_states(skel)?;
-        let seqs: Vec<u64> = states.iter().map(|s| s.seq).collect();
         let drops: Vec<[u64; 2]> = states.iter().map(|s| [s.drops[DROP_CRITICAL], s.drops[DROP_EVENTS]]).collect();
-        snapshots.push_back(seqs);
-        if snapshots.len() > 2 {
-            let settled = snapshots.pop_front().unwrap();
+        snapshots.push_back((Instant::now(), states.iter().map(|s| s.seq).collect()));
+        while let (Some((taken, _)), Some(empty)) = (snapshots.front(), last_empty) {
+            if *taken + opts.poll_interval > empty {
+                break;
+            }
+            let (_, settled) = snapshots.pop_front().unwrap();
             consumer.borrow_mut().settle_gaps(&settled, &drops)?;
         }
         let produced: u64 = states.iter().map(|s| s.seq).sum();
-        let delivered = consumer.borrow().counters.delivered;
-        features::publish(&skel.maps.global_features, produced, delivered, true, monotonic_ns())?;
+        let dropped: u64 = drops.iter().map(|d| d[0] + d[1]).sum();
+        let consumed = consumer.borrow().counters.delivered + dropped;
+        features::publish(&skel.maps.global_features, produced, consumed, true, monotonic_ns())?;
         if let Some(every) = opts.stats_interval {
             if last_stats.elapsed() >= every {
                 last_stats = Instant::now();
                 let g = global_snapshot(skel);
                 metrics.update(&states, &consumer.borrow().counters, g.as_ref(), started.elapsed());
+                metrics.missed_reentrant = recursion_misses(skel);
                 eprintln!("custos collect: {}", metrics.line());
                 let mut c = consumer.borrow_mut();
                 let wall = c.wall_ns(monotonic_ns());
@@ -324,6 +360,7 @@ fn drain<W: Write>(
     let counters = consumer.borrow().counters.clone();
     let dropped = dropped_critical + dropped_events;
     let invariant_holds = produced == counters.delivered + dropped && counters.lost_in_gaps == dropped && counters.late == 0;
+    let missed_reentrant = recursion_misses(skel);
     let summary = Summary {
         produced,
         delivered: counters.delivered,
@@ -336,9 +373,11 @@ fn drain<W: Write>(
         lsm_active,
         syscalls_attached,
         invariant_holds,
+        missed_reentrant,
     };
     let g = global_snapshot(skel);
     metrics.update(&states, &summary.consumer, g.as_ref(), started.elapsed());
+    metrics.missed_reentrant = summary.missed_reentrant;
     let mut c = consumer.borrow_mut();
     let wall = c.wall_ns(monotonic_ns());
     let mut record = serde_json::to_value(metrics.stats_record(wall, true))?;
@@ -349,6 +388,28 @@ fn drain<W: Write>(
     drop(c);
     drop(rings);
     Ok(summary)
+}
+
+fn recursion_misses(skel: &MainSkel) -> u64 {
+    // SAFETY: bpf_program__fd only reads the program; -1 when not loaded.
+    let fd = |p: &libbpf_rs::ProgramMut| unsafe { libbpf_rs::libbpf_sys::bpf_program__fd(p.as_libbpf_object().as_ptr()) };
+    let progs = [
+        fd(&skel.progs.custos_sys_enter),
+        fd(&skel.progs.custos_sys_exit),
+        fd(&skel.progs.custos_bprm_check),
+        fd(&skel.progs.custos_file_open),
+    ];
+    progs
+        .iter()
+        .filter(|fd| **fd >= 0)
+        .map(|&fd| {
+            let mut info = libbpf_rs::libbpf_sys::bpf_prog_info::default();
+            let mut len = std::mem::size_of_val(&info) as u32;
+            // SAFETY: the kernel fills at most `len` bytes of `info`.
+            let rc = unsafe { libbpf_rs::libbpf_sys::bpf_prog_get_info_by_fd(fd, &mut info, &mut len) };
+            if rc == 0 { info.recursion_misses } else { 0 }
+        })
+        .sum()
 }
 
 fn global_snapshot(skel: &MainSkel) -> Option<crate::bpf_skel::types::custos_global_features> {

@@ -10,6 +10,10 @@ use anyhow::{bail, Context, Result};
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 
 use crate::bpf_skel::types::custos_global_features;
+
+/// `struct custos_global_features` / `struct custos_task_features` of
+/// include/custos/provenance_features.h, as the skeleton's BTF lays them out.
+pub use crate::bpf_skel::types::{custos_global_features as GlobalFeatures, custos_task_features as TaskFeatures};
 use crate::intf::*;
 
 const BPF_FS_MAGIC: i64 = 0xcafe4a11;
@@ -45,7 +49,6 @@ pub fn prepare_pin_dir() -> Result<()> {
             bail!("{root} is not a BPF file system and mounting one failed ({err}); mount it with `mount -t bpf bpf {root}`");
         }
     }
-    fs::create_dir_all(PIN_DIR).with_context(|| format!("creating {PIN_DIR}"))?;
     let global = global_features_path();
     if global.exists() {
         match running_collector(&global) {
@@ -60,7 +63,7 @@ pub fn prepare_pin_dir() -> Result<()> {
     } else if task_features_path().exists() {
         remove_pins();
     }
-    Ok(())
+    fs::create_dir_all(PIN_DIR).with_context(|| format!("creating {PIN_DIR}"))
 }
 
 /// The pid of the collector that pinned these maps, if it is still alive.
@@ -88,6 +91,12 @@ pub fn global_bytes(g: &custos_global_features) -> &[u8] {
     unsafe {
         std::slice::from_raw_parts((g as *const custos_global_features).cast(), std::mem::size_of_val(g))
     }
+}
+
+pub fn read_task(raw: &[u8]) -> Option<TaskFeatures> {
+    (raw.len() >= std::mem::size_of::<TaskFeatures>())
+        // SAFETY: the value is a custos_task_features (size checked).
+        .then(|| unsafe { std::ptr::read_unaligned(raw.as_ptr().cast()) })
 }
 
 pub fn remove_pins() {

@@ -31,6 +31,8 @@ pub struct Metrics {
     /// Events produced but not yet consumed (consumer lag).
     pub consumer_lag: u64,
     pub uptime_s: f64,
+    /// Program runs the kernel skipped as re-entrant (never numbered).
+    pub missed_reentrant: u64,
     #[serde(skip)]
     last_delivered: u64,
     #[serde(skip)]
