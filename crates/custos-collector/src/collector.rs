@@ -298,7 +298,9 @@ fn drain<W: Write>(
         }
         if consumed == 0 {
             last_empty = Some(round_start);
-            let wait = opts.poll_interval.saturating_sub(last_tick.elapsed());
+            // Rings wake us only when filling up (see wakeup_policy in the
+            // BPF program): a short sleep bounds the latency of a trickle.
+            let wait = opts.poll_interval.saturating_sub(last_tick.elapsed()).min(Duration::from_millis(10));
             if !stopping && !wait.is_zero() {
                 let mut ev = libc::epoll_event { events: 0, u64: 0 };
                 // SAFETY: epoll_wait on libbpf's epoll fd into one local event.

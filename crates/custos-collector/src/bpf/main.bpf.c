@@ -63,18 +63,19 @@ struct {
 	__type(value, struct custos_cpu_state);
 } cpu_state SEC(".maps");
 
-/* Arguments saved at entry until the syscall returns. LRU: a thread killed
- * inside a syscall never reaches its exit tracepoint. */
+/* Arguments saved at entry until the syscall returns, in the task itself:
+ * no hashing, and freed with the task (a thread killed inside a syscall
+ * never reaches its exit tracepoint). */
 struct inflight {
 	__u64 args[6];
 	__u32 nr;
-	__u32 pad;
+	__u32 active;
 };
 
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u32);
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
 	__type(value, struct inflight);
 } inflight SEC(".maps");
 
@@ -458,23 +459,43 @@ static __always_inline void sample_availability(struct custos_cpu_state *cs)
 		size - bpf_ringbuf_query(&ring_attrs, BPF_RB_AVAIL_DATA);
 }
 
+/* Direct loads through the BTF-typed current task: the verifier turns them
+ * into fault-safe loads, far cheaper than one probe-read helper call each. */
 static __always_inline void fill_task(struct custos_event *e)
 {
-	struct task_struct *t = (void *)bpf_get_current_task();
+	struct task_struct *t = bpf_get_current_task_btf();
+	const struct cred *cred = t->cred;
+	struct nsproxy *ns = t->nsproxy;
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	const struct cred *cred = BPF_CORE_READ(t, cred);
 
 	e->pid = pid_tgid >> 32;
 	e->tid = (__u32)pid_tgid;
-	e->ppid = BPF_CORE_READ(t, real_parent, tgid);
-	e->uid = BPF_CORE_READ(cred, uid.val);
-	e->gid = BPF_CORE_READ(cred, gid.val);
-	e->euid = BPF_CORE_READ(cred, euid.val);
-	e->egid = BPF_CORE_READ(cred, egid.val);
-	e->mnt_ns = BPF_CORE_READ(t, nsproxy, mnt_ns, ns.inum);
-	e->pid_ns = BPF_CORE_READ(t, nsproxy, pid_ns_for_children, ns.inum);
+	e->ppid = t->real_parent->tgid;
+	if (cred) {
+		e->uid = cred->uid.val;
+		e->gid = cred->gid.val;
+		e->euid = cred->euid.val;
+		e->egid = cred->egid.val;
+	}
+	if (ns) {
+		e->mnt_ns = ns->mnt_ns->ns.inum;
+		e->pid_ns = ns->pid_ns_for_children->ns.inum;
+	}
 	e->cgroup_id = bpf_get_current_cgroup_id();
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
+}
+
+/*
+ * Waking the consumer for every record costs more than the record itself
+ * (an irq_work and a context switch per event). The consumer polls every few
+ * milliseconds anyway, so a ring only wakes it once it is 1/16 full.
+ */
+static __always_inline __u64 wakeup_policy(void *ring)
+{
+	return bpf_ringbuf_query(ring, BPF_RB_AVAIL_DATA) >
+			       (bpf_ringbuf_query(ring, BPF_RB_RING_SIZE) >> 4) ?
+		       BPF_RB_FORCE_WAKEUP :
+		       BPF_RB_NO_WAKEUP;
 }
 
 /*
@@ -526,9 +547,11 @@ __noinline int submit(struct custos_event *ev, struct attr_buf *b, int critical)
 		if (sizeof(b->hdr) + len == sizeof(struct custos_event))
 			len++;
 		if (critical)
-			err = bpf_ringbuf_output(&ring_critical, b, sizeof(b->hdr) + len, 0);
+			err = bpf_ringbuf_output(&ring_critical, b, sizeof(b->hdr) + len,
+						 BPF_RB_NO_WAKEUP);
 		else
-			err = bpf_ringbuf_output(&ring_attrs, b, sizeof(b->hdr) + len, 0);
+			err = bpf_ringbuf_output(&ring_attrs, b, sizeof(b->hdr) + len,
+						 wakeup_policy(&ring_attrs));
 		if (err) {
 			__sync_fetch_and_add(&cs->drops[CUSTOS_DROP_ATTRS], 1);
 			ev->flags |= CUSTOS_EV_ATTRS_LOST;
@@ -537,7 +560,8 @@ __noinline int submit(struct custos_event *ev, struct attr_buf *b, int critical)
 		}
 	}
 	__builtin_memcpy(slot, ev, sizeof(*slot));
-	bpf_ringbuf_submit(slot, 0);
+	bpf_ringbuf_submit(slot, critical ? wakeup_policy(&ring_critical) :
+					    wakeup_policy(&ring_events));
 out:
 	account_task(ev->tid, now, dropped);
 	sample_availability(cs);
@@ -704,13 +728,30 @@ send:
  * untraced syscalls the program call, but each of the ~100 pairs costs an
  * RCU-tasks grace period to detach, serialised: seconds at every stop.)
  */
+/* The entry could not be parked (no memory for the task's storage): the
+ * event is lost, so it is numbered and counted like a refused record. */
+static __always_inline void account_unparked(int critical)
+{
+	struct custos_cpu_state *cs;
+	__u32 zero = 0;
+
+	cs = bpf_map_lookup_elem(&cpu_state, &zero);
+	if (!cs)
+		return;
+	__sync_fetch_and_add(&cs->seq, 1);
+	if (critical)
+		__sync_fetch_and_add(&cs->drops[CUSTOS_DROP_CRITICAL], 1);
+	else
+		__sync_fetch_and_add(&cs->drops[CUSTOS_DROP_EVENTS], 1);
+}
+
 SEC("tp_btf/sys_enter")
 int BPF_PROG(custos_sys_enter, struct pt_regs *regs, long id)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	__u32 tgid = pid_tgid >> 32, tid = (__u32)pid_tgid, key;
+	__u32 tgid = pid_tgid >> 32, key, exec_key;
 	struct custos_syscall_spec *spec;
-	struct inflight in = {};
+	struct inflight *in, now = {};
 	struct attr_buf *b;
 	__u32 off = 0;
 
@@ -720,31 +761,38 @@ int BPF_PROG(custos_sys_enter, struct pt_regs *regs, long id)
 	spec = bpf_map_lookup_elem(&syscall_specs, &key);
 	if (!spec || !spec->traced || in_compat_syscall())
 		return 0;
-	in.args[0] = regs->di;
-	in.args[1] = regs->si;
-	in.args[2] = regs->dx;
-	in.args[3] = regs->r10;
-	in.args[4] = regs->r8;
-	in.args[5] = regs->r9;
+	now.args[0] = regs->di;
+	now.args[1] = regs->si;
+	now.args[2] = regs->dx;
+	now.args[3] = regs->r10;
+	now.args[4] = regs->r8;
+	now.args[5] = regs->r9;
 	if ((spec->flags & CUSTOS_SPEC_PROT_EXEC) &&
-	    !(arg_at(in.args, spec->prot_arg) & PROT_EXEC_VAL))
+	    !(arg_at(now.args, spec->prot_arg) & PROT_EXEC_VAL))
 		return 0;
 	if (spec->flags & CUSTOS_SPEC_NO_EXIT)
-		return emit_syscall(key, spec, in.args, 0, 0, 0);
-	in.nr = key;
+		return emit_syscall(key, spec, now.args, 0, 0, 0);
+	in = bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0,
+				  BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!in) {
+		account_unparked(spec->critical);
+		return 0;
+	}
+	now.nr = key;
+	now.active = 1;
+	*in = now;
 	/* exec by a non-leader thread returns under the leader's tid. */
 	if (spec->flags & CUSTOS_SPEC_EXEC) {
-		tid = tgid | EXEC_KEY_BIT;
+		exec_key = tgid | EXEC_KEY_BIT;
 		b = scratch_attrs();
 		if (b) {
-			off = put_path_args(b, off, spec, in.args, 0);
+			off = put_path_args(b, off, spec, now.args, 0);
 			if (spec->argv_arg >= 0)
-				off = put_argv(b, off, arg_at(in.args, spec->argv_arg));
+				off = put_argv(b, off, arg_at(now.args, spec->argv_arg));
 			b->hdr.len = off;
-			bpf_map_update_elem(&exec_attrs, &tid, b, BPF_ANY);
+			bpf_map_update_elem(&exec_attrs, &exec_key, b, BPF_ANY);
 		}
 	}
-	bpf_map_update_elem(&inflight, &tid, &in, BPF_ANY);
 	return 0;
 }
 
@@ -752,7 +800,7 @@ SEC("tp_btf/sys_exit")
 int BPF_PROG(custos_sys_exit, struct pt_regs *regs, long ret)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	__u32 tgid = pid_tgid >> 32, key = (__u32)pid_tgid, nr;
+	__u32 tgid = pid_tgid >> 32, nr;
 	struct custos_syscall_spec *spec;
 	struct inflight *in, saved;
 	long id = regs->orig_ax;
@@ -763,15 +811,13 @@ int BPF_PROG(custos_sys_exit, struct pt_regs *regs, long ret)
 	spec = bpf_map_lookup_elem(&syscall_specs, &nr);
 	if (!spec || !spec->traced)
 		return 0;
-	if (spec->flags & CUSTOS_SPEC_EXEC)
-		key = tgid | EXEC_KEY_BIT;
-	in = bpf_map_lookup_elem(&inflight, &key);
+	in = bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0, 0);
 	/* A fork child returning from clone has no entry: its parent reports. */
-	if (!in || in->nr != nr)
+	if (!in || !in->active || in->nr != nr)
 		return 0;
+	in->active = 0;
 	saved = *in;
-	bpf_map_delete_elem(&inflight, &key);
-	return emit_syscall(nr, spec, saved.args, ret, 1, key);
+	return emit_syscall(nr, spec, saved.args, ret, 1, tgid | EXEC_KEY_BIT);
 }
 
 /* ---- BPF-LSM hooks: intent before the fact (only where the kernel allows) ---- */
@@ -780,7 +826,7 @@ SEC("lsm/bprm_check_security")
 int BPF_PROG(custos_bprm_check, struct linux_binprm *bprm)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	__u32 tgid = pid_tgid >> 32, key = tgid | EXEC_KEY_BIT, nr;
+	__u32 tgid = pid_tgid >> 32, nr;
 	struct custos_syscall_spec *spec;
 	struct custos_event *e;
 	struct inflight *in;
@@ -796,8 +842,8 @@ int BPF_PROG(custos_bprm_check, struct linux_binprm *bprm)
 	e->flags |= CUSTOS_EV_NO_RET;
 	off = put_file_path(b, off, CUSTOS_ATTR_FILE_PATH, BPF_CORE_READ(bprm, file));
 	/* The caller's argv is still mapped here: the old image is replaced later. */
-	in = bpf_map_lookup_elem(&inflight, &key);
-	if (in) {
+	in = bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0, 0);
+	if (in && in->active) {
 		nr = in->nr;
 		spec = bpf_map_lookup_elem(&syscall_specs, &nr);
 		if (spec && spec->argv_arg >= 0)
