@@ -194,7 +194,7 @@ def global_features():
     return json.loads(out.stdout)[0]["formatted"]["value"]
 
 
-def drain_rate(custos, loadgen, work, backlog_seconds=3.0):
+def drain_rate(custos, loadgen, work, backlog_seconds=6.0):
     """Consumer capacity: the collector is stopped (SIGSTOP) while producers
     fill a large ring, then resumed; the rate at which one consumer drains
     the backlog, and its CPU use meanwhile. Nothing can drop: the ring holds

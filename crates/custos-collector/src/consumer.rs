@@ -6,12 +6,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 
 use anyhow::{Context, Result};
-use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
 
 use crate::bpf_skel::types::custos_event;
 use crate::intf::*;
-use crate::syscalls::{self, Arg, Syscall};
+use crate::syscalls::{self, Arg};
 
 /// Counters the consumer keeps; the kernel side keeps produced and dropped.
 #[derive(Debug, Default, Clone, Serialize)]
@@ -98,6 +97,7 @@ pub struct Consumer<W: Write> {
     file_paths: HashMap<(u32, u64), String>,
     pub counters: ConsumerCounters,
     write_error: Option<std::io::Error>,
+    line: Vec<u8>,
 }
 
 fn realtime_offset_ns() -> u64 {
@@ -128,6 +128,7 @@ impl<W: Write> Consumer<W> {
             file_paths: HashMap::new(),
             counters: ConsumerCounters::default(),
             write_error: None,
+            line: Vec::with_capacity(1024),
         }
     }
 
@@ -285,17 +286,21 @@ impl<W: Write> Consumer<W> {
         if incomplete {
             self.counters.incomplete += 1;
         }
-        let out = self.render(ev, attrs, incomplete);
-        if let Err(e) = serde_json::to_writer(&mut self.out, &out).and_then(|_| {
-            self.out.write_all(b"\n").map_err(serde_json::Error::io)
-        }) {
+        let mut line = std::mem::take(&mut self.line);
+        line.clear();
+        self.render(ev, attrs, incomplete, &mut line);
+        line.push(b'\n');
+        if let Err(e) = self.out.write_all(&line) {
             if self.write_error.is_none() {
-                self.write_error = Some(std::io::Error::other(e));
+                self.write_error = Some(e);
             }
         }
+        self.line = line;
     }
 
-    fn render(&mut self, ev: &custos_event, a: Attrs, incomplete: bool) -> EventOut {
+    /// Writes one `event` line. Hand-rolled rather than serde-derived: this
+    /// runs once per event and is most of the consumer's cost.
+    fn render(&mut self, ev: &custos_event, a: Attrs, incomplete: bool, out: &mut Vec<u8>) {
         let sc = syscalls::by_nr(ev.nr as u32);
         let (name, category) = match (ev.nr, sc) {
             (HOOK_BPRM_CHECK, _) => ("lsm:bprm_check_security", "process"),
@@ -304,99 +309,206 @@ impl<W: Write> Consumer<W> {
             (_, None) => ("unknown", "unknown"),
         };
         let has_ret = ev.flags & EV_NO_RET == 0;
-        let mut args = Vec::new();
-        let mut fd = None;
-        if let Some(s) = sc {
-            decode_args(s, ev, &mut args, &mut fd);
-            if s.returns_fd() && has_ret && ev.ret >= 0 {
-                fd = Some(ev.ret as i32);
-            }
-        } else if ev.nr == HOOK_FILE_OPEN {
-            args.push(("flags", ArgVal::U(ev.open_flags as u64)));
-        }
         let file = (ev.flags & EV_HAS_FILE != 0).then_some((ev.dev, ev.ino));
-
-        // The path: the resolved file when the kernel walked it, else the
-        // string as passed, anchored at the directory it was relative to.
         let mut path = a.file_path.clone().or_else(|| join_base(a.path.as_deref(), a.path_base.as_deref()));
-        if let (Some(key), Some(p)) = (file, a.file_path.as_ref()) {
+        if let (Some(key), Some(p)) = (file, a.file_path) {
             if self.file_paths.len() > 1 << 20 {
                 self.file_paths.clear();
             }
-            self.file_paths.insert(key, p.clone());
+            self.file_paths.insert(key, p);
         } else if path.is_none() {
             if let Some(key) = file {
                 path = self.file_paths.get(&key).cloned();
             }
         }
-        let path2 = join_base(a.path2.as_deref(), a.path2_base.as_deref());
-        let child_pid = sc.filter(|s| s.creates_task() && has_ret && ev.ret > 0).map(|_| ev.ret as u32);
         let comm_len = ev.comm.iter().position(|&c| c == 0).unwrap_or(ev.comm.len());
-        let comm: Vec<u8> = ev.comm[..comm_len].iter().map(|&c| c as u8).collect();
+        // SAFETY: i8 and u8 have the same layout.
+        let comm: &[u8] = unsafe { std::slice::from_raw_parts(ev.comm.as_ptr().cast(), comm_len) };
 
-        EventOut {
-            ty: "event",
-            id: ev.id,
-            cpu: (ev.id >> ID_CPU_SHIFT) as u32,
-            seq: ev.id & ((1u64 << ID_CPU_SHIFT) - 1),
-            time_ns: self.wall_ns(ev.ktime_ns),
-            pid: ev.pid,
-            tid: ev.tid,
-            ppid: ev.ppid,
-            uid: ev.uid,
-            gid: ev.gid,
-            euid: ev.euid,
-            egid: ev.egid,
-            comm: String::from_utf8_lossy(&comm).into_owned(),
-            syscall: name,
-            category,
-            critical: ev.flags & EV_CRITICAL != 0,
-            ret: has_ret.then_some(ev.ret),
-            args: ArgsOut(args),
-            path,
-            path2,
-            argv: a.argv,
-            addr: a.addr,
-            fd,
-            child_pid,
-            mnt_ns: ev.mnt_ns,
-            pid_ns: ev.pid_ns,
-            cgroup_id: ev.cgroup_id,
-            dev: file.map(|f| f.0),
-            inode: file.map(|f| f.1),
-            first: (ev.flags & EV_FIRST != 0).then_some(true),
-            incomplete: incomplete.then_some(true),
-            truncated: a.truncated,
+        let mut j = JsonObj::new(out);
+        j.raw("type", b"\"event\"");
+        j.u64("id", ev.id);
+        j.u64("cpu", ev.id >> ID_CPU_SHIFT);
+        j.u64("seq", ev.id & ((1u64 << ID_CPU_SHIFT) - 1));
+        j.u64("time_ns", self.wall_ns(ev.ktime_ns));
+        j.u64("pid", ev.pid as u64);
+        j.u64("tid", ev.tid as u64);
+        j.u64("ppid", ev.ppid as u64);
+        j.u64("uid", ev.uid as u64);
+        j.u64("gid", ev.gid as u64);
+        j.u64("euid", ev.euid as u64);
+        j.u64("egid", ev.egid as u64);
+        j.str("comm", comm);
+        j.str("syscall", name.as_bytes());
+        j.str("category", category.as_bytes());
+        j.raw("critical", if ev.flags & EV_CRITICAL != 0 { b"true" } else { b"false" });
+        if has_ret {
+            j.i64("ret", ev.ret);
+        }
+        let mut fd = None;
+        j.key("args");
+        let mut args = JsonObj::new(j.buf());
+        if let Some(s) = sc {
+            for (i, arg) in s.args.iter().enumerate() {
+                let v = ev.args[i];
+                match *arg {
+                    Arg::Int(n) => args.i64(n, v as i32 as i64),
+                    Arg::Long(n) => args.i64(n, v as i64),
+                    Arg::Uint(n) => args.u64(n, v),
+                    Arg::Fd => {
+                        args.i64("fd", v as i32 as i64);
+                        fd = Some(v as i32 as i64);
+                    }
+                    Arg::DirFd => args.i64("dirfd", v as i32 as i64),
+                    Arg::DirFd2 => args.i64("dirfd2", v as i32 as i64),
+                    Arg::OpenFlags => args.u64("flags", v as u32 as u64),
+                    Arg::Prot => args.u64("prot", v),
+                    Arg::AddrLen => args.u64("addrlen", v as u32 as u64),
+                    Arg::Skip | Arg::Path | Arg::Path2 | Arg::Argv | Arg::Addr | Arg::AddrLenPtr => {}
+                }
+            }
+            if s.flags & SPEC_OPEN_HOW != 0 {
+                args.u64("flags", ev.open_flags as u64);
+            }
+            if s.returns_fd() && has_ret && ev.ret >= 0 {
+                fd = Some(ev.ret);
+            }
+        } else if ev.nr == HOOK_FILE_OPEN {
+            args.u64("flags", ev.open_flags as u64);
+        }
+        args.end();
+        if let Some(p) = &path {
+            j.str("path", p.as_bytes());
+        }
+        if let Some(p) = join_base(a.path2.as_deref(), a.path2_base.as_deref()) {
+            j.str("path2", p.as_bytes());
+        }
+        if let Some(argv) = &a.argv {
+            j.key("argv");
+            let b = j.buf();
+            b.push(b'[');
+            for (i, arg) in argv.iter().enumerate() {
+                if i > 0 {
+                    b.push(b',');
+                }
+                push_json_str(b, arg.as_bytes());
+            }
+            b.push(b']');
+        }
+        if let Some(addr) = &a.addr {
+            j.str("addr", addr.as_bytes());
+        }
+        if let Some(fd) = fd {
+            j.i64("fd", fd);
+        }
+        if sc.is_some_and(|s| s.creates_task()) && has_ret && ev.ret > 0 {
+            j.i64("child_pid", ev.ret);
+        }
+        j.u64("mnt_ns", ev.mnt_ns as u64);
+        j.u64("pid_ns", ev.pid_ns as u64);
+        j.u64("cgroup_id", ev.cgroup_id);
+        if let Some((dev, ino)) = file {
+            j.u64("dev", dev as u64);
+            j.u64("inode", ino);
+        }
+        if ev.flags & EV_FIRST != 0 {
+            j.raw("first", b"true");
+        }
+        if incomplete {
+            j.raw("incomplete", b"true");
+        }
+        if !a.truncated.is_empty() {
+            j.key("truncated");
+            let b = j.buf();
+            b.push(b'[');
+            for (i, t) in a.truncated.iter().enumerate() {
+                if i > 0 {
+                    b.push(b',');
+                }
+                push_json_str(b, t.as_bytes());
+            }
+            b.push(b']');
+        }
+        j.end();
+    }
+}
+
+/// A JSON object written field by field into a byte buffer.
+struct JsonObj<'a> {
+    out: &'a mut Vec<u8>,
+    first: bool,
+}
+
+impl<'a> JsonObj<'a> {
+    fn new(out: &'a mut Vec<u8>) -> Self {
+        out.push(b'{');
+        JsonObj { out, first: true }
+    }
+
+    fn key(&mut self, k: &str) {
+        if !self.first {
+            self.out.push(b',');
+        }
+        self.first = false;
+        self.out.push(b'"');
+        self.out.extend_from_slice(k.as_bytes());
+        self.out.extend_from_slice(b"\":");
+    }
+
+    fn buf(&mut self) -> &mut Vec<u8> {
+        self.out
+    }
+
+    fn raw(&mut self, k: &str, v: &[u8]) {
+        self.key(k);
+        self.out.extend_from_slice(v);
+    }
+
+    fn u64(&mut self, k: &str, v: u64) {
+        self.key(k);
+        self.out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
+    }
+
+    fn i64(&mut self, k: &str, v: i64) {
+        self.key(k);
+        self.out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
+    }
+
+    fn str(&mut self, k: &str, v: &[u8]) {
+        self.key(k);
+        push_json_str(self.out, v);
+    }
+
+    fn end(self) {
+        self.out.push(b'}');
+    }
+}
+
+/// A JSON string from bytes that should be UTF-8 (invalid sequences become U+FFFD).
+fn push_json_str(out: &mut Vec<u8>, v: &[u8]) {
+    let text = String::from_utf8_lossy(v);
+    out.push(b'"');
+    for &b in text.as_bytes() {
+        match b {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            0..=0x1f => {
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                out.extend_from_slice(b"\\u00");
+                out.push(HEX[(b >> 4) as usize]);
+                out.push(HEX[(b & 15) as usize]);
+            }
+            _ => out.push(b),
         }
     }
+    out.push(b'"');
 }
 
 fn self_wall_now(offset: u64) -> u64 {
     monotonic_ns() + offset
-}
-
-fn decode_args(s: &Syscall, ev: &custos_event, args: &mut Vec<(&'static str, ArgVal)>, fd: &mut Option<i32>) {
-    for (i, a) in s.args.iter().enumerate() {
-        let v = ev.args[i];
-        match *a {
-            Arg::Int(n) => args.push((n, ArgVal::I(v as i32 as i64))),
-            Arg::Long(n) => args.push((n, ArgVal::I(v as i64))),
-            Arg::Uint(n) => args.push((n, ArgVal::U(v))),
-            Arg::Fd => {
-                args.push(("fd", ArgVal::I(v as i32 as i64)));
-                *fd = Some(v as i32);
-            }
-            Arg::DirFd => args.push(("dirfd", ArgVal::I(v as i32 as i64))),
-            Arg::DirFd2 => args.push(("dirfd2", ArgVal::I(v as i32 as i64))),
-            Arg::OpenFlags => args.push(("flags", ArgVal::U(v as u32 as u64))),
-            Arg::Prot => args.push(("prot", ArgVal::U(v))),
-            Arg::AddrLen => args.push(("addrlen", ArgVal::U(v as u32 as u64))),
-            Arg::Skip | Arg::Path | Arg::Path2 | Arg::Argv | Arg::Addr | Arg::AddrLenPtr => {}
-        }
-    }
-    if s.flags & SPEC_OPEN_HOW != 0 {
-        args.push(("flags", ArgVal::U(ev.open_flags as u64)));
-    }
 }
 
 /// Leaf-first NUL-separated components -> "/a/b/c".
@@ -514,76 +626,6 @@ fn decode_sockaddr(d: &[u8]) -> Option<String> {
     }
 }
 
-#[derive(Clone, Copy)]
-enum ArgVal {
-    I(i64),
-    U(u64),
-}
-
-struct ArgsOut(Vec<(&'static str, ArgVal)>);
-
-impl Serialize for ArgsOut {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = s.serialize_map(Some(self.0.len()))?;
-        for (k, v) in &self.0 {
-            match v {
-                ArgVal::I(i) => m.serialize_entry(k, i)?,
-                ArgVal::U(u) => m.serialize_entry(k, u)?,
-            }
-        }
-        m.end()
-    }
-}
-
-#[derive(Serialize)]
-struct EventOut {
-    #[serde(rename = "type")]
-    ty: &'static str,
-    id: u64,
-    cpu: u32,
-    seq: u64,
-    time_ns: u64,
-    pid: u32,
-    tid: u32,
-    ppid: u32,
-    uid: u32,
-    gid: u32,
-    euid: u32,
-    egid: u32,
-    comm: String,
-    syscall: &'static str,
-    category: &'static str,
-    critical: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    ret: Option<i64>,
-    args: ArgsOut,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    path: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    path2: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    argv: Option<Vec<String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    addr: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    fd: Option<i32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    child_pid: Option<u32>,
-    mnt_ns: u32,
-    pid_ns: u32,
-    cgroup_id: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    dev: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    inode: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    first: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    incomplete: Option<bool>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    truncated: Vec<&'static str>,
-}
-
 #[derive(Serialize)]
 struct LossOut {
     #[serde(rename = "type")]
@@ -630,6 +672,14 @@ mod tests {
         assert_eq!(components_to_path(b""), "/");
         assert_eq!(join_base(Some("x/y"), Some("/tmp")), Some("/tmp/x/y".into()));
         assert_eq!(join_base(Some("/abs"), Some("/tmp")), Some("/abs".into()));
+    }
+
+    #[test]
+    fn json_strings_are_escaped() {
+        let mut b = Vec::new();
+        push_json_str(&mut b, b"a\"b\\c\n\x01\xff");
+        let v: String = serde_json::from_slice(&b).unwrap();
+        assert_eq!(v, "a\"b\\c\n\u{1}\u{fffd}");
     }
 
     #[test]
