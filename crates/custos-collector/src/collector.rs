@@ -105,10 +105,26 @@ fn check_ring_kb(name: &str, kb: u32) -> Result<u32> {
     Ok(bytes as u32)
 }
 
+/// Which BPF-LSM hooks to load: each only when the syscalls it stands
+/// beside are selected.
+#[derive(Clone, Copy)]
+struct Hooks {
+    bprm_check: bool,
+    file_open: bool,
+}
+
+impl Hooks {
+    const NONE: Hooks = Hooks { bprm_check: false, file_open: false };
+
+    fn any(self) -> bool {
+        self.bprm_check || self.file_open
+    }
+}
+
 fn open_and_load<'obj>(
     storage: &'obj mut MaybeUninit<OpenObject>,
     opts: &Options,
-    with_lsm: bool,
+    hooks: Hooks,
 ) -> Result<MainSkel<'obj>> {
     let mut open = MainSkelBuilder::default().open(storage).context("opening the BPF object")?;
     open.maps.ring_critical.set_max_entries(check_ring_kb("critical", opts.critical_ring_kb)?)?;
@@ -117,8 +133,8 @@ fn open_and_load<'obj>(
     let rodata = open.maps.rodata_data.as_deref_mut().context("BPF object has no .rodata")?;
     rodata.collector_tgid = std::process::id();
     rodata.availability_sample_every = 64;
-    open.progs.custos_bprm_check.set_autoload(with_lsm);
-    open.progs.custos_file_open.set_autoload(with_lsm);
+    open.progs.custos_bprm_check.set_autoload(hooks.bprm_check);
+    open.progs.custos_file_open.set_autoload(hooks.file_open);
     open.load().context("loading the BPF programs into the kernel")
 }
 
@@ -157,36 +173,45 @@ pub fn collect<W: Write>(opts: &Options, out: W, stop: &AtomicBool, on_ready: im
     features::prepare_pin_dir()?;
 
     // BPF-LSM: used where the kernel allows it; one notice where it does not.
+    let selected = |names: &[&str]| available.iter().any(|s| names.contains(&s.name));
+    let hooks = Hooks {
+        bprm_check: selected(&["execve", "execveat"]),
+        file_open: selected(&["open", "openat", "openat2", "creat", "open_by_handle_at"]),
+    };
     let mut storage = MaybeUninit::uninit();
     let mut fallback_storage = MaybeUninit::uninit();
-    let lsm_wanted = opts.lsm != LsmMode::Off;
+    let lsm_wanted = opts.lsm != LsmMode::Off && hooks.any();
     let lsm_ok = if lsm_wanted { bpf_lsm_enabled() } else { Err("disabled by --lsm off".into()) };
-    let (skel, lsm_active) = match lsm_ok {
+    let (skel, hooks) = match lsm_ok {
         Ok(()) => {
             let quiet = libbpf_rs::set_print(None);
-            let attempt = open_and_load(&mut storage, opts, true);
+            let attempt = open_and_load(&mut storage, opts, hooks);
             libbpf_rs::set_print(quiet);
             match attempt {
-                Ok(skel) => (skel, true),
+                Ok(skel) => (skel, hooks),
                 Err(e) => {
                     if opts.lsm == LsmMode::Require {
                         return Err(e.context("--lsm require: the BPF-LSM hooks did not load"));
                     }
                     eprintln!("custos collect: notice: BPF-LSM hooks refused by this kernel ({:#}); exec and open are traced by tracepoints only", e);
-                    (open_and_load(&mut fallback_storage, opts, false)?, false)
+                    (open_and_load(&mut fallback_storage, opts, Hooks::NONE)?, Hooks::NONE)
                 }
             }
         }
         Err(why) => {
             if opts.lsm == LsmMode::Require {
+                if !hooks.any() {
+                    bail!("--lsm require: no selected syscall has a hook (they stand beside execve/execveat and the open family)");
+                }
                 bail!("--lsm require: BPF-LSM is not available: {why}");
             }
             if lsm_wanted {
                 eprintln!("custos collect: notice: BPF-LSM hooks unavailable ({why}); exec and open are traced by tracepoints only");
             }
-            (open_and_load(&mut storage, opts, false)?, false)
+            (open_and_load(&mut storage, opts, Hooks::NONE)?, Hooks::NONE)
         }
     };
+    let lsm_active = hooks.any();
 
     for s in &available {
         skel.maps
@@ -198,8 +223,10 @@ pub fn collect<W: Write>(opts: &Options, out: W, stop: &AtomicBool, on_ready: im
     let mut links: Vec<Link> = Vec::with_capacity(4);
     links.push(skel.progs.custos_sys_enter.attach().context("attaching to raw_syscalls:sys_enter (tp_btf)")?);
     links.push(skel.progs.custos_sys_exit.attach().context("attaching to raw_syscalls:sys_exit (tp_btf)")?);
-    if lsm_active {
+    if hooks.bprm_check {
         links.push(skel.progs.custos_bprm_check.attach_lsm().context("attaching lsm/bprm_check_security")?);
+    }
+    if hooks.file_open {
         links.push(skel.progs.custos_file_open.attach_lsm().context("attaching lsm/file_open")?);
     }
 

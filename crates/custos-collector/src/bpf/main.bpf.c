@@ -31,7 +31,6 @@ const volatile __u32 availability_sample_every = 64;
 #define O_TRUNC_VAL     01000
 #define WRITE_INTENT(f) (((f) & O_ACCMODE_VAL) || ((f) & (O_CREAT_VAL | O_TRUNC_VAL)))
 #define ATTR_MASK       (CUSTOS_ATTR_DATA_MAX - 1)
-#define EXEC_KEY_BIT    0x80000000u
 
 /* Sizes are set by user space before load (--*-ring-kb). */
 struct {
@@ -91,11 +90,14 @@ struct attr_buf {
 };
 
 /* exec's arguments live in the old image, gone once exec succeeds: they are
- * captured at entry and parked here until the exit tracepoint. */
+ * captured at entry and parked here, by tgid (a non-leader thread's exec
+ * returns under the leader's tid), until the exit tracepoint. LRU: an exec
+ * killed half-way never returns, and its entry must not pin a slot forever.
+ * (Task storage would be the natural home, but 7.x kernels refuse to
+ * allocate a 16 KiB element from a tracing program.) */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1024);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 256);
 	__type(key, __u32);
 	__type(value, struct attr_buf);
 } exec_attrs SEC(".maps");
@@ -627,7 +629,7 @@ static __always_inline __u32 put_path_args(struct attr_buf *b, __u32 off,
 
 /* Emits one syscall: entry args, and the return value unless NO_RET. */
 static __always_inline int emit_syscall(__u32 nr, const struct custos_syscall_spec *spec,
-					const __u64 *args, __s64 ret, int has_ret, __u32 exec_key)
+					const __u64 *args, __s64 ret, int has_ret)
 {
 	struct task_struct *t = (void *)bpf_get_current_task();
 	struct custos_event *e = new_event(nr);
@@ -648,7 +650,9 @@ static __always_inline int emit_syscall(__u32 nr, const struct custos_syscall_sp
 		e->flags |= CUSTOS_EV_NO_RET;
 
 	if (spec->flags & CUSTOS_SPEC_EXEC) {
-		b = bpf_map_lookup_elem(&exec_attrs, &exec_key);
+		__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+
+		b = bpf_map_lookup_elem(&exec_attrs, &tgid);
 		if (b) {
 			off = b->hdr.len;
 			if (ret == 0)
@@ -656,9 +660,9 @@ static __always_inline int emit_syscall(__u32 nr, const struct custos_syscall_sp
 						    BPF_CORE_READ(t, mm, exe_file));
 			b->hdr.len = off;
 			submit(e, b, 1);
-			bpf_map_delete_elem(&exec_attrs, &exec_key);
+			bpf_map_delete_elem(&exec_attrs, &tgid);
 		} else {
-			/* Parking failed (map full): deliver without attributes. */
+			/* Parking failed or was evicted: deliver without attributes. */
 			e->flags |= CUSTOS_EV_ATTRS_LOST;
 			submit(e, NULL, 1);
 		}
@@ -749,7 +753,8 @@ SEC("tp_btf/sys_enter")
 int BPF_PROG(custos_sys_enter, struct pt_regs *regs, long id)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	__u32 tgid = pid_tgid >> 32, key, exec_key;
+	__u32 tgid = pid_tgid >> 32, key;
+	struct task_struct *task = bpf_get_current_task_btf();
 	struct custos_syscall_spec *spec;
 	struct inflight *in, now = {};
 	struct attr_buf *b;
@@ -771,9 +776,8 @@ int BPF_PROG(custos_sys_enter, struct pt_regs *regs, long id)
 	    !(arg_at(now.args, spec->prot_arg) & PROT_EXEC_VAL))
 		return 0;
 	if (spec->flags & CUSTOS_SPEC_NO_EXIT)
-		return emit_syscall(key, spec, now.args, 0, 0, 0);
-	in = bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0,
-				  BPF_LOCAL_STORAGE_GET_F_CREATE);
+		return emit_syscall(key, spec, now.args, 0, 0);
+	in = bpf_task_storage_get(&inflight, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!in) {
 		account_unparked(spec->critical);
 		return 0;
@@ -781,16 +785,14 @@ int BPF_PROG(custos_sys_enter, struct pt_regs *regs, long id)
 	now.nr = key;
 	now.active = 1;
 	*in = now;
-	/* exec by a non-leader thread returns under the leader's tid. */
 	if (spec->flags & CUSTOS_SPEC_EXEC) {
-		exec_key = tgid | EXEC_KEY_BIT;
 		b = scratch_attrs();
 		if (b) {
 			off = put_path_args(b, off, spec, now.args, 0);
 			if (spec->argv_arg >= 0)
 				off = put_argv(b, off, arg_at(now.args, spec->argv_arg));
 			b->hdr.len = off;
-			bpf_map_update_elem(&exec_attrs, &exec_key, b, BPF_ANY);
+			bpf_map_update_elem(&exec_attrs, &tgid, b, BPF_ANY);
 		}
 	}
 	return 0;
@@ -817,7 +819,7 @@ int BPF_PROG(custos_sys_exit, struct pt_regs *regs, long ret)
 		return 0;
 	in->active = 0;
 	saved = *in;
-	return emit_syscall(nr, spec, saved.args, ret, 1, tgid | EXEC_KEY_BIT);
+	return emit_syscall(nr, spec, saved.args, ret, 1);
 }
 
 /* ---- BPF-LSM hooks: intent before the fact (only where the kernel allows) ---- */
