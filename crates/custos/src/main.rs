@@ -15,6 +15,8 @@ enum Command {
     /// Boot a sched_ext-capable kernel in a VM and run a command inside it.
     #[command(subcommand)]
     Vm(custos_vm::cli::VmCommand),
+    /// Record provenance events (eBPF) as JSON Lines; every loss is counted and reported.
+    Collect(custos_collector::cli::CollectArgs),
     /// Ingest the collector's JSON Lines into the provenance store.
     Ingest(custos_store::cli::IngestArgs),
     /// Ask the provenance store: ancestors, descendants, path, touched-by, who-touched.
@@ -27,6 +29,7 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Vm(cmd) => custos_vm::cli::run(cmd),
+        Command::Collect(args) => custos_collector::cli::run(args),
         Command::Ingest(args) => custos_store::cli::ingest(args),
         Command::Query(args) => custos_store::cli::query(args),
         Command::Graph(args) => custos_store::cli::graph(args),
