@@ -259,6 +259,13 @@ fn spawn_reader(mut input: Box<dyn BufRead + Send>, name: String) -> mpsc::Recei
 
 pub fn ingest(args: IngestArgs) -> Result<i32> {
     let inputs = if args.inputs.is_empty() { vec![PathBuf::from("-")] } else { args.inputs.clone() };
+    // Ctrl-C / SIGTERM on a live stream: commit what was read, then stop.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        ctrlc::set_handler(move || stop.store(true, std::sync::atomic::Ordering::SeqCst))
+            .context("installing the Ctrl-C handler")?;
+    }
     if args.archive.is_some() && inputs.len() > 1 {
         bail!("--archive records one stream; give one input per run");
     }
@@ -288,8 +295,13 @@ pub fn ingest(args: IngestArgs) -> Result<i32> {
         };
         let started = Instant::now();
         let mut last_progress = Instant::now();
+        let mut interrupted = false;
         loop {
-            match rx.recv_timeout(Duration::from_millis(args.batch_interval_ms.max(1))) {
+            if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                interrupted = true;
+                break;
+            }
+            match rx.recv_timeout(Duration::from_millis(args.batch_interval_ms.clamp(1, 200))) {
                 Ok(Msg::Line(l)) => ack(ing.push_bytes(&l).with_context(|| format!("{name}: ingesting"))?),
                 Ok(Msg::Failed(e)) => {
                     // Keep what was read: commit it, then report the read error.
@@ -314,6 +326,9 @@ pub fn ingest(args: IngestArgs) -> Result<i32> {
         }
         let (s, last) = ing.finish()?;
         ack(last);
+        if interrupted {
+            eprintln!("custos ingest: {name}: interrupted; everything read so far is committed (line {})", s.lines);
+        }
         eprintln!(
             "custos ingest: {name}: {} lines in {:.1}s: {} new events, {} already stored, {} loss records ({} events lost), {} malformed lines skipped{}, {} nodes and {} edges added{}",
             s.lines,
@@ -332,6 +347,9 @@ pub fn ingest(args: IngestArgs) -> Result<i32> {
                 String::new()
             }
         );
+        if interrupted {
+            return Ok(130);
+        }
     }
     Ok(0)
 }

@@ -195,3 +195,34 @@ fn query_graph_and_archive_through_the_cli() {
     let missing = custos().args(["query", "--db", "/nonexistent/x.db", "ancestors", "/a"]).output().unwrap();
     assert!(String::from_utf8_lossy(&missing.stderr).contains("does not exist"));
 }
+
+#[test]
+fn sigterm_on_a_live_stream_commits_what_was_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("live.db");
+    let mut child = custos()
+        .args(["ingest", "--batch", "1000000", "--batch-interval-ms", "60000", "--db"])
+        .arg(&db)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, r#"{{"type":"boot","boot_id":"live"}}"#).unwrap();
+    for i in 1..=50 {
+        writeln!(stdin, r#"{{"type":"event","id":{i},"time_ns":{i},"pid":7,"syscall":"write","ret":1,"path":"/log"}}"#).unwrap();
+    }
+    stdin.flush().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // The stream stays open (a collector still running); the batch is neither full nor due.
+    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(err.contains("interrupted"), "{err}");
+    drop(stdin);
+    let conn = Connection::open(&db).unwrap();
+    assert_eq!(count(&conn, "SELECT COUNT(*) FROM events"), 50);
+}
