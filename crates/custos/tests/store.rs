@@ -39,16 +39,23 @@ fn ingest_ok(db: &Path, input: &Path) -> String {
 #[test]
 fn kill_9_mid_ingest_keeps_every_acknowledged_batch() {
     let dir = tempfile::tempdir().unwrap();
-    let (input, lines) = synthetic(dir.path(), 0.005);
+    let (input, lines) = synthetic(dir.path(), 0.003);
     let db = dir.path().join("crash.db");
+    // Fed through stdin by a thread, so the kill always lands mid-stream: the
+    // pipe holds 64 KiB and the input is megabytes.
     let mut child = custos()
         .args(["ingest", "--batch", "1000", "--db"])
         .arg(&db)
-        .arg(&input)
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let bytes = std::fs::read(&input).unwrap();
+    let feeder = std::thread::spawn(move || {
+        let _ = stdin.write_all(&bytes); // fails with EPIPE once the process is killed
+    });
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
     let mut acked = 0u64;
     let mut acks = 0;
@@ -63,6 +70,7 @@ fn kill_9_mid_ingest_keeps_every_acknowledged_batch() {
     }
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
+    feeder.join().unwrap();
     // Acks printed between our last read and the kill were acknowledged too.
     for l in stdout.lines().map_while(Result::ok) {
         if let Some(v) = l.split_whitespace().find_map(|w| w.strip_prefix("lines_through=")) {
