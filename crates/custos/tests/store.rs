@@ -156,6 +156,14 @@ fn query_graph_and_archive_through_the_cli() {
     child.stdin.take().unwrap().write_all(&std::fs::read(&input).unwrap()).unwrap();
     assert!(child.wait_with_output().unwrap().status.success());
     assert!(std::fs::metadata(&archive).unwrap().len() * 5 < std::fs::metadata(&input).unwrap().len());
+    // Archive-only mode touches no database and gives the same stream back.
+    let only = dir.path().join("only.jsonl.gz");
+    let out = custos().args(["ingest", "--db"]).arg(dir.path().join("never.db")).arg("--archive-only").arg("--archive").arg(&only).arg(&input).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!dir.path().join("never.db").exists());
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut custos_store::archive::open_input(&only).unwrap(), &mut text).unwrap();
+    assert_eq!(text.as_bytes(), &std::fs::read(&input).unwrap()[..]);
     // Re-ingesting the archive adds nothing.
     let err = ingest_ok(&db, &archive);
     assert!(err.contains(" 0 new events"), "{err}");
