@@ -235,6 +235,31 @@ def overload(custos, loadgen, work):
     return res
 
 
+def write_svg(results, path):
+    """Bar chart of the added cost per traced syscall, one bar per tracer."""
+    d = results["details"]
+    bars = [("custos (100 syscalls)", results["added_ns_per_syscall"]),
+            ("custos (openat+close)", d["custos_same_syscalls_added_ns_per_syscall"]),
+            ("bpftrace (printing)", results["bpftrace_added_ns_per_syscall"]),
+            ("auditd (rule)", results["auditd_added_ns_per_syscall"])]
+    top = max(v for _, v in bars) or 1
+    w, left, bar_h, gap = 720, 190, 26, 12
+    h = 70 + len(bars) * (bar_h + gap)
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="13">',
+           f'<text x="10" y="22" font-size="15" font-weight="bold">Added time per traced syscall (openat+close loop), ns</text>',
+           f'<text x="10" y="42" fill="#555">baseline {d["baseline_ns_per_openat_close"]:.0f} ns per openat+close; '
+           f'{d["machine"]["cpus"]} CPUs, kernel {d["machine"]["kernel"]}; medians of interleaved rounds</text>']
+    for i, (name, v) in enumerate(bars):
+        y = 60 + i * (bar_h + gap)
+        bw = max(1.0, (w - left - 90) * max(v, 0) / top)
+        color = "#2b6cb0" if name.startswith("custos") else "#a0aec0"
+        out.append(f'<text x="10" y="{y + 18}">{name}</text>')
+        out.append(f'<rect x="{left}" y="{y}" width="{bw:.1f}" height="{bar_h}" fill="{color}"/>')
+        out.append(f'<text x="{left + bw + 6:.1f}" y="{y + 18}">{v:,.0f}</text>')
+    out.append("</svg>")
+    path.write_text("\n".join(out) + "\n")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
@@ -291,6 +316,7 @@ def main():
         },
     }
     args.out.write_text(json.dumps(results, indent=2) + "\n")
+    write_svg(results, args.out.with_name("overhead.svg"))
     print(json.dumps({k: v for k, v in results.items() if k != "details"}, indent=2))
 
 

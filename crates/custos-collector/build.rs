@@ -2,11 +2,11 @@
 //! vmlinux.h comes from the build machine's kernel BTF (`bpftool btf dump`);
 //! CO-RE relocations make the object load on other kernels too.
 //! CUSTOS_VMLINUX_H=path uses a given vmlinux.h instead; BPF_CLANG picks clang.
-use std::{env, fs, path::PathBuf, process::Command};
+use std::{env, fs, path::{Path, PathBuf}, process::Command};
 
 use libbpf_cargo::SkeletonBuilder;
 
-fn vmlinux_h(out: &PathBuf) -> PathBuf {
+fn vmlinux_h(out: &Path) -> PathBuf {
     let dir = out.join("vmlinux");
     fs::create_dir_all(&dir).expect("create vmlinux dir");
     let dst = dir.join("vmlinux.h");

@@ -266,17 +266,14 @@ __noinline __u32 put_argv(struct attr_buf *b, __u32 off, __u64 uargv)
 	return off + 4 + len;
 }
 
-static __always_inline struct mount *real_mount(struct vfsmount *m)
-{
-	return (void *)m - bpf_core_field_offset(struct mount, mnt);
-}
-
 /* Walks dentry -> root, crossing mounts, writing names leaf first. */
 __noinline __u32 put_dentry_path(struct attr_buf *b, __u32 off, __u32 kind,
 				 __u64 kdentry, __u64 kvfsmnt)
 {
-	struct dentry *dentry = (struct dentry *)kdentry;
-	struct vfsmount *vfsmnt = (struct vfsmount *)kvfsmnt;
+	/* Cast to BTF-typed pointers: the walk then uses plain (fault-safe)
+	 * loads instead of a probe-read helper call per field. */
+	struct dentry *dentry = bpf_core_cast((void *)kdentry, struct dentry);
+	struct vfsmount *vfsmnt = bpf_core_cast((void *)kvfsmnt, struct vfsmount);
 	struct mount *mnt, *mnt_parent;
 	struct dentry *parent, *mnt_root;
 	const unsigned char *name;
@@ -284,24 +281,24 @@ __noinline __u32 put_dentry_path(struct attr_buf *b, __u32 off, __u32 kind,
 	long n;
 	int i;
 
-	if (!b || !dentry || !vfsmnt)
+	if (!b || !kdentry || !kvfsmnt)
 		return off;
 	if (off > CUSTOS_ATTR_DATA_MAX - 4 - CUSTOS_DENTRY_PATH_CAP)
 		return put_cut(b, off, kind);
 	start = off & ATTR_MASK;
 	b->data[(start + 1) & ATTR_MASK] = 0;
 	b->cursor = 0;
-	mnt = real_mount(vfsmnt);
+	mnt = bpf_core_cast((void *)kvfsmnt - bpf_core_field_offset(struct mount, mnt), struct mount);
 	for (i = 0; i < CUSTOS_PATH_DEPTH; i++) {
-		mnt_root = BPF_CORE_READ(vfsmnt, mnt_root);
-		parent = BPF_CORE_READ(dentry, d_parent);
+		mnt_root = vfsmnt->mnt_root;
+		parent = dentry->d_parent;
 		if (dentry == mnt_root || dentry == parent) {
-			mnt_parent = BPF_CORE_READ(mnt, mnt_parent);
+			mnt_parent = mnt->mnt_parent;
 			if (dentry != mnt_root || mnt == mnt_parent)
 				break; /* the root, or a pseudo file system */
-			dentry = BPF_CORE_READ(mnt, mnt_mountpoint);
+			dentry = mnt->mnt_mountpoint;
 			mnt = mnt_parent;
-			vfsmnt = (void *)mnt + bpf_core_field_offset(struct mount, mnt);
+			vfsmnt = &mnt->mnt;
 			continue;
 		}
 		len = b->cursor & (CUSTOS_DENTRY_PATH_CAP * 2 - 1);
@@ -309,7 +306,7 @@ __noinline __u32 put_dentry_path(struct attr_buf *b, __u32 off, __u32 kind,
 			b->data[(start + 1) & ATTR_MASK] = CUSTOS_ATTR_TRUNCATED;
 			break;
 		}
-		name = BPF_CORE_READ(dentry, d_name.name);
+		name = dentry->d_name.name;
 		n = bpf_probe_read_kernel_str(&b->data[(start + 4 + len) & ATTR_MASK],
 					      CUSTOS_NAME_CAP, name);
 		if (n <= 1)
