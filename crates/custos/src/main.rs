@@ -15,12 +15,15 @@ enum Command {
     /// Boot a sched_ext-capable kernel in a VM and run a command inside it.
     #[command(subcommand)]
     Vm(custos_vm::cli::VmCommand),
+    /// Run the sched_ext scheduler that keeps provenance consumers fed.
+    Sched(custos_sched::cli::SchedArgs),
 }
 
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Vm(cmd) => custos_vm::cli::run(cmd),
+        Command::Sched(args) => custos_sched::cli::run(args),
     };
     match result {
         Ok(code) => std::process::exit(code),
