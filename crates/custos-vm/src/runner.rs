@@ -1,0 +1,414 @@
+//! Runs one command in a VM and brings back its exit code, stdout and stderr.
+//!
+//! The sched_ext kernel has no 9p, no overlayfs and no virtio-console, so:
+//! the host root is shared read-only over virtiofs (virtme-ng does that), the
+//! guest gets tmpfs where it must write (`/tmp`, `/boot`), and everything that
+//! comes back travels through a shared control directory on the host — the
+//! command's stdout/stderr files, a `started` marker and its exit code — never
+//! through the console.
+
+use crate::kernel::Kernel;
+use crate::tools;
+use anyhow::{bail, Context, Result};
+use std::fmt;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// Kernel command-line options every guest gets. Emulated CPUs run unevenly,
+/// which trips the RCU stall detector, and sched_ext treats an RCU stall as
+/// fatal for the BPF scheduler; the scheduler's own watchdog stays in force.
+pub const GUEST_CMDLINE: &str = "rcupdate.rcu_cpu_stall_timeout=300";
+
+/// Whether to use hardware virtualisation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum KvmMode {
+    /// KVM when it works on this host (tried once, verdict remembered), else emulation.
+    Auto,
+    /// KVM or fail.
+    On,
+    /// Software emulation only.
+    Off,
+}
+
+/// What to boot and how.
+#[derive(Debug, Clone)]
+pub struct VmSpec {
+    pub kernel: Kernel,
+    pub cpus: u32,
+    /// QEMU memory size, e.g. "2G".
+    pub memory: String,
+    /// Host directories writable from the guest at the same path.
+    pub shares: Vec<PathBuf>,
+    /// Whole-run limit; past it QEMU is killed and the run fails.
+    pub timeout: Duration,
+    pub kvm: KvmMode,
+    /// No progress lines on stderr.
+    pub quiet: bool,
+    /// Extra environment for the command (PATH is the host's already).
+    pub env: Vec<(String, String)>,
+    /// Working directory in the guest (default: the caller's).
+    pub cwd: Option<PathBuf>,
+    /// Extra kernel command-line options.
+    pub append: Vec<String>,
+}
+
+impl VmSpec {
+    pub fn new(kernel: Kernel) -> VmSpec {
+        VmSpec {
+            kernel,
+            cpus: 2,
+            memory: "2G".into(),
+            shares: Vec::new(),
+            timeout: Duration::from_secs(900),
+            kvm: KvmMode::Auto,
+            quiet: true,
+            env: Vec::new(),
+            cwd: None,
+            append: Vec::new(),
+        }
+    }
+}
+
+/// Where the command's output goes while it runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Streams {
+    /// Collected into [`VmOutput`] when the run ends.
+    Capture,
+    /// Copied to this process's stdout/stderr as it arrives.
+    Forward,
+}
+
+/// What came back from the guest.
+#[derive(Debug)]
+pub struct VmOutput {
+    pub code: i32,
+    /// Empty with [`Streams::Forward`].
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    /// From QEMU start to the command's start.
+    pub boot_time: Duration,
+    pub used_kvm: bool,
+}
+
+/// Why a run produced no exit code.
+#[derive(Debug)]
+pub enum VmError {
+    /// The run hit its timeout; QEMU was killed.
+    Timeout { after: Duration, booted: bool, log_tail: String },
+    /// The guest ended without running the command to completion.
+    GuestFailed { reason: String, log_tail: String },
+    /// Ctrl-C; QEMU was killed.
+    Interrupted,
+}
+
+impl fmt::Display for VmError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            VmError::Timeout { after, booted, log_tail } => {
+                let stage = if *booted {
+                    "the command was still running"
+                } else {
+                    "the guest had not booted: is the kernel bootable? `custos vm kernel` provisions a known-good one"
+                };
+                write!(f, "VM timed out after {} s ({stage}); QEMU killed", after.as_secs())?;
+                if !log_tail.is_empty() {
+                    write!(f, "\nlast lines of the VM log:\n{log_tail}")?;
+                }
+                Ok(())
+            }
+            VmError::GuestFailed { reason, log_tail } => {
+                write!(f, "{reason}")?;
+                if !log_tail.is_empty() {
+                    write!(f, "\nlast lines of the VM log:\n{log_tail}")?;
+                }
+                Ok(())
+            }
+            VmError::Interrupted => write!(f, "interrupted; QEMU killed"),
+        }
+    }
+}
+
+impl std::error::Error for VmError {}
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_interrupt(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+/// Makes Ctrl-C (and SIGTERM) end a running VM instead of orphaning QEMU,
+/// which runs in its own process group and would not see the signal.
+pub fn handle_interrupts() {
+    let handler = on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t;
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        libc::signal(libc::SIGINT, handler);
+        libc::signal(libc::SIGTERM, handler);
+    }
+}
+
+/// Quotes a string for POSIX sh.
+pub fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// The script the guest runs: prepare a writable /tmp and /boot without
+/// losing shares under /tmp, mark the start, run the command, leave its
+/// exit code. Setup failures are reported apart from the command's stderr.
+fn guest_script(ctl: &Path, spec: &VmSpec, command: &[String], path_env: &str) -> String {
+    let q = |p: &Path| sh_quote(&p.to_string_lossy());
+    let mut shares: Vec<String> = spec.shares.iter().map(|p| q(p)).collect();
+    shares.push(q(ctl));
+    let shares = shares.join(" ");
+    let cwd = spec.cwd.clone().or_else(|| std::env::current_dir().ok()).unwrap_or_else(|| PathBuf::from("/"));
+    let mut env = vec![("PATH".to_string(), path_env.to_string()), ("HOME".to_string(), "/root".to_string())];
+    for var in ["RUST_BACKTRACE", "RUST_LOG", "TERM"] {
+        if let Ok(v) = std::env::var(var) {
+            env.push((var.to_string(), v));
+        }
+    }
+    env.extend(spec.env.iter().cloned());
+    let exports: String = env.iter().map(|(k, v)| format!("export {k}={}\n", sh_quote(v))).collect();
+    let argv: Vec<String> = command.iter().map(|a| sh_quote(a)).collect();
+    format!(
+        r#"#!/bin/sh
+# Written by custos vm.
+ctl={ctl}
+(
+  set -e
+  # Shares under /tmp would vanish under a new tmpfs there: park them in /run and bring them back.
+  i=0
+  for d in {shares}; do
+    case "$d" in /tmp/*) mkdir -p /run/custos-keep/$i; mount --bind "$d" /run/custos-keep/$i;; esac
+    i=$((i+1))
+  done
+  if ! (: > /tmp/.custos-probe) 2>/dev/null; then mount -t tmpfs -o mode=1777 tmpfs /tmp; fi
+  i=0
+  for d in {shares}; do
+    case "$d" in /tmp/*) mkdir -p "$d"; mount --bind /run/custos-keep/$i "$d";; esac
+    i=$((i+1))
+  done
+  # libbpf reads Kconfig values from here.
+  mount -t tmpfs -o mode=755 tmpfs /boot
+  cp {config} "/boot/config-$(uname -r)"
+  mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
+) > "$ctl/setup.log" 2>&1 || {{ touch "$ctl/setup-failed"; exit 1; }}
+cat /proc/uptime > "$ctl/started"
+cd {cwd} 2>/dev/null || cd /
+{exports}{argv} < /dev/null > "$ctl/stdout" 2> "$ctl/stderr"
+echo $? > "$ctl/rc.partial" && mv "$ctl/rc.partial" "$ctl/rc"
+"#,
+        ctl = q(ctl),
+        config = q(&spec.kernel.config),
+        cwd = q(&cwd),
+        argv = argv.join(" "),
+    )
+}
+
+/// Follows a file that the guest appends to, copying new bytes out.
+struct Tail {
+    path: PathBuf,
+    offset: u64,
+}
+
+impl Tail {
+    fn pump(&mut self, out: &mut dyn Write) -> std::io::Result<()> {
+        let Ok(mut f) = std::fs::File::open(&self.path) else { return Ok(()) };
+        f.seek(SeekFrom::Start(self.offset))?;
+        let mut buf = Vec::new();
+        f.read_to_end(&mut buf)?;
+        if !buf.is_empty() {
+            self.offset += buf.len() as u64;
+            out.write_all(&buf)?;
+            out.flush()?;
+        }
+        Ok(())
+    }
+}
+
+fn log_tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// Remembers that KVM failed on this host so later runs skip the attempt.
+fn kvm_verdict_path() -> PathBuf {
+    crate::kernel::cache_dir().with_file_name("kvm-unusable")
+}
+
+fn host_key() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string()
+}
+
+fn kvm_worth_trying(mode: KvmMode) -> bool {
+    match mode {
+        KvmMode::Off => false,
+        KvmMode::On => true,
+        KvmMode::Auto => {
+            let openable = std::fs::OpenOptions::new().read(true).write(true).open("/dev/kvm").is_ok();
+            let known_bad = std::fs::read_to_string(kvm_verdict_path()).is_ok_and(|v| v.lines().next() == Some(host_key().as_str()));
+            openable && !known_bad
+        }
+    }
+}
+
+/// Runs `command` in a VM booted from `spec`.
+pub fn run(spec: &VmSpec, command: &[String], streams: Streams) -> Result<VmOutput> {
+    if command.is_empty() {
+        bail!("no command given to run in the VM");
+    }
+    for share in &spec.shares {
+        if !share.is_absolute() || !share.is_dir() {
+            bail!("--share {} must be an existing directory given by absolute path", share.display());
+        }
+    }
+    let tools = tools::locate()?;
+    let ctl = tempfile::Builder::new().prefix("custos-vm-").tempdir().context("cannot create the VM control directory")?;
+    let path_env = tools.path_env.to_string_lossy().into_owned();
+    std::fs::write(ctl.path().join("guest.sh"), guest_script(ctl.path(), spec, command, &path_env))?;
+
+    let use_kvm = kvm_worth_trying(spec.kvm);
+    match boot(spec, &tools, ctl.path(), streams, use_kvm) {
+        Err(e) if use_kvm && spec.kvm == KvmMode::Auto && kvm_failure(&e) => {
+            let why = match e.downcast_ref::<VmError>() {
+                Some(VmError::GuestFailed { log_tail, .. }) => log_tail.lines().find(|l| l.to_lowercase().contains("kvm")).unwrap_or("").to_string(),
+                _ => String::new(),
+            };
+            if !spec.quiet {
+                eprintln!("custos vm: KVM is not usable on this host ({why}); using emulation from now on");
+            }
+            let verdict = kvm_verdict_path();
+            if let Some(dir) = verdict.parent() {
+                let _ = std::fs::create_dir_all(dir);
+            }
+            let _ = std::fs::write(verdict, format!("{}\n{why}\n", host_key()));
+            for f in ["started", "stdout", "stderr", "rc", "setup.log", "setup-failed", "vng.log"] {
+                let _ = std::fs::remove_file(ctl.path().join(f));
+            }
+            boot(spec, &tools, ctl.path(), streams, false)
+        }
+        other => other,
+    }
+}
+
+/// A KVM attempt that died before the guest started, blaming KVM.
+fn kvm_failure(e: &anyhow::Error) -> bool {
+    matches!(e.downcast_ref::<VmError>(), Some(VmError::GuestFailed { log_tail, .. }) if log_tail.to_lowercase().contains("kvm"))
+}
+
+fn boot(spec: &VmSpec, tools: &tools::Tools, ctl: &Path, streams: Streams, kvm: bool) -> Result<VmOutput> {
+    let mut append = vec![GUEST_CMDLINE.to_string()];
+    append.extend(spec.append.iter().cloned());
+    let mut cmd = Command::new(&tools.vng);
+    cmd.arg("--run").arg(&spec.kernel.vmlinuz);
+    if !kvm {
+        cmd.arg("--disable-kvm");
+    }
+    cmd.args(["--cpus", &spec.cpus.to_string(), "--memory", &spec.memory, "--user", "root"]);
+    cmd.arg("--rwdir").arg(ctl);
+    for share in &spec.shares {
+        cmd.arg("--rwdir").arg(share);
+    }
+    cmd.arg("--append").arg(append.join(" "));
+    cmd.arg("--").arg(format!("sh {}", sh_quote(&ctl.join("guest.sh").to_string_lossy())));
+    let log = std::fs::File::create(ctl.join("vng.log"))?;
+    cmd.env("PATH", &tools.path_env)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .process_group(0); // so a timeout can kill QEMU and virtiofsd with it
+
+    if !spec.quiet {
+        let accel = if kvm { "KVM" } else { "QEMU emulation" };
+        eprintln!(
+            "custos vm: booting {} ({}, {accel}, {} CPUs, {})…",
+            spec.kernel.release,
+            spec.kernel.origin,
+            spec.cpus,
+            spec.memory
+        );
+    }
+    let start = Instant::now();
+    let mut child = cmd.spawn().with_context(|| format!("cannot start {}", tools.vng.display()))?;
+    let pgid = child.id() as i32;
+    let kill = || {
+        // SAFETY: plain kill(2) on the process group we created.
+        unsafe { libc::kill(-pgid, libc::SIGKILL) };
+    };
+
+    let mut out = Tail { path: ctl.join("stdout"), offset: 0 };
+    let mut err = Tail { path: ctl.join("stderr"), offset: 0 };
+    let mut boot_time = None;
+    let mut last_note = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if boot_time.is_none() && ctl.join("started").exists() {
+            boot_time = Some(start.elapsed());
+            if !spec.quiet {
+                eprintln!("custos vm: command started after {:.1} s", start.elapsed().as_secs_f64());
+            }
+        }
+        if boot_time.is_none() && !spec.quiet && last_note.elapsed() >= Duration::from_secs(5) {
+            eprintln!("custos vm: still booting ({} s)…", start.elapsed().as_secs());
+            last_note = Instant::now();
+        }
+        if streams == Streams::Forward {
+            out.pump(&mut std::io::stdout())?;
+            err.pump(&mut std::io::stderr())?;
+        }
+        if INTERRUPTED.load(Ordering::SeqCst) {
+            kill();
+            let _ = child.wait();
+            return Err(VmError::Interrupted.into());
+        }
+        if start.elapsed() >= spec.timeout {
+            kill();
+            let _ = child.wait();
+            return Err(VmError::Timeout { after: spec.timeout, booted: boot_time.is_some(), log_tail: log_tail(&ctl.join("vng.log"), 15) }.into());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // vng is gone; make sure nothing it started lingers.
+    kill();
+
+    let rc = std::fs::read_to_string(ctl.join("rc")).ok().and_then(|s| s.trim().parse::<i32>().ok());
+    let Some(code) = rc else {
+        let reason = if ctl.join("setup-failed").exists() {
+            format!("guest setup failed before the command ran:\n{}", log_tail(&ctl.join("setup.log"), 20))
+        } else if boot_time.is_some() {
+            format!("the guest stopped before the command finished (vng exited with {status})")
+        } else {
+            format!("the guest never started the command (vng exited with {status}); is the kernel bootable? `custos vm kernel` provisions a known-good one")
+        };
+        return Err(VmError::GuestFailed { reason, log_tail: log_tail(&ctl.join("vng.log"), 15) }.into());
+    };
+    let (stdout, stderr) = match streams {
+        Streams::Forward => {
+            out.pump(&mut std::io::stdout())?;
+            err.pump(&mut std::io::stderr())?;
+            (Vec::new(), Vec::new())
+        }
+        Streams::Capture => (std::fs::read(ctl.join("stdout")).unwrap_or_default(), std::fs::read(ctl.join("stderr")).unwrap_or_default()),
+    };
+    Ok(VmOutput { code, stdout, stderr, boot_time: boot_time.unwrap_or_default(), used_kvm: kvm })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting_survives_quotes_and_spaces() {
+        assert_eq!(sh_quote("a b"), "'a b'");
+        assert_eq!(sh_quote("it's"), r"'it'\''s'");
+        let out = Command::new("sh").arg("-c").arg(format!("printf %s {}", sh_quote("x'y \"$HOME\" `z`"))).output().unwrap();
+        assert_eq!(out.stdout, b"x'y \"$HOME\" `z`");
+    }
+}

@@ -1,0 +1,114 @@
+//! The VM runner, driven through the real `custos` binary and a real VM.
+//! These boot QEMU (software emulation on CI hosts), so each test is one or
+//! two boots of about ten seconds.
+
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+fn custos(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_custos")).args(args).output().expect("run custos")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn guest_runs_the_provisioned_sched_ext_kernel() {
+    // The kernel `vm run` boots by default is the one `vm kernel` settles on.
+    let chosen = custos(&["vm", "kernel", "--offline"]);
+    assert!(chosen.status.success(), "{}", text(&chosen.stderr));
+    let release = text(&chosen.stdout).trim().to_string();
+    assert!(!release.is_empty());
+
+    let out = custos(&["vm", "run", "-q", "--", "sh", "-c", "test -e /sys/kernel/sched_ext/state && cat /sys/kernel/sched_ext/state && uname -r && test -s /boot/config-$(uname -r) && touch /tmp/writable && echo ok"]);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), format!("disabled\n{release}\nok\n"));
+}
+
+#[test]
+fn exit_codes_stdout_stderr_and_shared_files_come_back_exactly() {
+    let share = tempfile::tempdir().unwrap();
+    let file = share.path().join("from-guest.txt");
+    let script = format!("printf 'line one\\nline two\\n'; echo 'a stderr line' >&2; echo written > {}; exit 3", file.display());
+    let out = custos(&["vm", "run", "-q", "--share", share.path().to_str().unwrap(), "--", "sh", "-c", &script]);
+    assert_eq!(out.status.code(), Some(3), "stderr: {}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "line one\nline two\n");
+    assert_eq!(text(&out.stderr), "a stderr line\n");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "written\n");
+
+    // Exit 0, and the progress lines that a person sees without -q.
+    let out = custos(&["vm", "run", "--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(err.contains("custos vm: booting") && err.contains("command started after"), "{err}");
+}
+
+#[test]
+fn missing_and_corrupt_kernels_fail_fast_with_the_fix() {
+    let out = custos(&["vm", "run", "--kernel", "/nonexistent/vmlinuz", "--", "true"]);
+    assert_ne!(out.status.code(), Some(0));
+    let err = text(&out.stderr);
+    assert!(err.contains("does not exist") && err.contains("custos vm kernel"), "{err}");
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("vmlinuz"), vec![0x5au8; 4096]).unwrap();
+    let out = custos(&["vm", "run", "--kernel", dir.path().join("vmlinuz").to_str().unwrap(), "--", "true"]);
+    assert_ne!(out.status.code(), Some(0));
+    let err = text(&out.stderr);
+    assert!(err.contains("bzImage") && err.contains("custos vm kernel"), "{err}");
+}
+
+#[test]
+fn a_truncated_kernel_never_hangs() {
+    // A valid boot header but most of the image cut off: QEMU starts, the
+    // guest never runs the command, and the runner says so within its timeout.
+    let chosen = custos(&["vm", "kernel", "--offline", "--list"]);
+    let line = text(&chosen.stdout).lines().find(|l| l.starts_with('*')).expect("a selected kernel").to_string();
+    let vmlinuz = line.rsplit('\t').next().unwrap().to_string();
+    let image = std::fs::read(&vmlinuz).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("vmlinuz"), &image[..image.len() / 3]).unwrap();
+    std::fs::copy(std::path::Path::new(&vmlinuz).with_file_name("config"), dir.path().join("config")).unwrap();
+
+    let start = Instant::now();
+    let out = custos(&["vm", "run", "--timeout", "60", "--kernel", dir.path().to_str().unwrap(), "--", "true"]);
+    assert!(start.elapsed() < Duration::from_secs(90), "took {:?}", start.elapsed());
+    let code = out.status.code();
+    assert!(code == Some(124) || code == Some(125), "code {code:?}");
+    let err = text(&out.stderr);
+    assert!(err.contains("custos vm kernel"), "{err}");
+}
+
+#[test]
+fn a_run_past_its_timeout_is_killed_with_qemu() {
+    let tag = format!("custos.test={}", std::process::id());
+    let start = Instant::now();
+    let out = custos(&["vm", "run", "--timeout", "40", "--append", &tag, "--", "sleep", "600"]);
+    assert_eq!(out.status.code(), Some(124), "stderr: {}", text(&out.stderr));
+    assert!(start.elapsed() < Duration::from_secs(70));
+    let err = text(&out.stderr);
+    assert!(err.contains("timed out after 40 s") && err.contains("QEMU killed"), "{err}");
+    // QEMU, whose command line carries the tag, is gone.
+    let left = Command::new("pgrep").args(["-f", &tag]).output().unwrap();
+    assert!(left.stdout.is_empty(), "QEMU left running: {}", text(&left.stdout));
+}
+
+#[test]
+fn no_kernel_anywhere_is_one_clear_error() {
+    let empty = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_custos"))
+            .args(args)
+            .env("CUSTOS_CACHE_DIR", empty.path())
+            .env("CUSTOS_SHARED_KERNELS", empty.path().join("none"))
+            .output()
+            .unwrap()
+    };
+    for args in [&["vm", "kernel", "--offline"][..], &["vm", "run", "--", "true"][..]] {
+        let out = run(args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = text(&out.stderr);
+        assert!(err.contains("no sched_ext-capable kernel found") && err.contains("run `custos vm kernel`"), "{err}");
+    }
+}
