@@ -43,6 +43,12 @@ pub struct SchedArgs {
     #[arg(long)]
     pub work_conserving: bool,
 
+    /// No task waits longer than this (ms): a queue whose oldest task waited
+    /// this long is consumed first, so extreme waiting times can never trip
+    /// the sched_ext watchdog (30 s). 0 disables the guard.
+    #[arg(long, default_value_t = 2000)]
+    pub starvation_guard_ms: u64,
+
     /// Budgeted queue that the static policy parks pressured producers in
     /// (default: the last, most budgeted one).
     #[arg(long)]
@@ -175,8 +181,9 @@ pub fn run(args: SchedArgs) -> Result<i32> {
         return Ok(0);
     }
 
-    crate::scheduler::check_kernel()?;
+    // Options first: a typo is reported the same on every kernel.
     let config = crate::scheduler::Config::from_args(&args)?;
+    crate::scheduler::check_kernel()?;
     if let Some(secs) = args.stats {
         start_monitor(secs, shutdown.clone())?;
     }

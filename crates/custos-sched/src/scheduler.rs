@@ -56,6 +56,7 @@ pub fn check_kernel() -> Result<()> {
 #[derive(Debug, Clone)]
 pub struct Config {
     pub slice_ns: u64,
+    pub starvation_guard_ns: u64,
     pub waiting_time_ns: Vec<u64>,
     pub budget_queue: u32,
     pub event_rate_high: u8,
@@ -79,6 +80,13 @@ impl Config {
             )?,
         };
         let nr_queues = waiting_time_ns.len() as u32;
+        if args.starvation_guard_ms >= 25_000 {
+            bail!(
+                "--starvation-guard-ms must stay below the 30 s sched_ext watchdog with a margin \
+                 (at most 25000, got {})",
+                args.starvation_guard_ms
+            );
+        }
         let budget_queue = args.budget_queue.unwrap_or(nr_queues);
         if budget_queue == 0 || budget_queue > nr_queues {
             bail!("--budget-queue must be a budgeted queue, 1..={nr_queues} (got {budget_queue})");
@@ -121,6 +129,7 @@ impl Config {
         }
         Ok(Self {
             slice_ns: args.slice_us * 1000,
+            starvation_guard_ns: args.starvation_guard_ms * 1_000_000,
             waiting_time_ns,
             budget_queue,
             event_rate_high: norm_log2(args.event_rate_high),
@@ -134,6 +143,14 @@ impl Config {
     pub fn nr_queues(&self) -> u32 {
         self.waiting_time_ns.len() as u32
     }
+
+    /// Eq. 3: worst-case wait of the last queue, s · N · t̂_N / t̂_2, with N
+    /// counting the primary queue and t̂_2 the first budgeted queue's time.
+    pub fn eq3_bound_ns(&self) -> f64 {
+        let first = *self.waiting_time_ns.first().unwrap_or(&1) as f64;
+        let last = *self.waiting_time_ns.last().unwrap_or(&1) as f64;
+        self.slice_ns as f64 * (self.nr_queues() + 1) as f64 * last / first
+    }
 }
 
 struct Scheduler<'a> {
@@ -146,6 +163,24 @@ struct Scheduler<'a> {
     consumers: BTreeSet<u32>,
     collector_features: bool,
     last_audit_error: Option<String>,
+}
+
+/// Makes the consumers map equal to --consumer-pid plus the live --consumer
+/// names, given what it held (`known`); returns what it holds now.
+fn register_consumers(skel: &BpfSkel<'_>, args: &SchedArgs, known: &BTreeSet<u32>) -> Result<BTreeSet<u32>> {
+    let mut want = pressure::pids_by_name(&args.consumers)?;
+    want.extend(args.consumer_pids.iter().copied());
+    for gone in known.difference(&want) {
+        let _ = skel.maps.consumers.delete(&gone.to_ne_bytes());
+    }
+    for new in want.difference(known) {
+        skel.maps
+            .consumers
+            .update(&new.to_ne_bytes(), &1u32.to_ne_bytes(), MapFlags::ANY)
+            .with_context(|| format!("cannot register consumer pid {new}"))?;
+        info!("consumer pid {new} protected (always primary)");
+    }
+    Ok(want)
 }
 
 fn collector_pins(pin_dir: &Path) -> Option<(PathBuf, PathBuf)> {
@@ -178,6 +213,7 @@ impl<'a> Scheduler<'a> {
 
         let rodata = skel.maps.rodata_data.as_mut().context("BPF object has no rodata")?;
         rodata.slice_ns = config.slice_ns;
+        rodata.starvation_guard_ns = config.starvation_guard_ns;
         rodata.nr_queues = config.nr_queues();
         for (i, w) in config.waiting_time_ns.iter().enumerate() {
             rodata.waiting_time_ns[i + 1] = *w;
@@ -230,6 +266,9 @@ impl<'a> Scheduler<'a> {
                 .with_context(|| format!("cannot force pid {pid} into queue {q}"))?;
         }
 
+        // Consumers are known before the first decision, so none is ever budgeted.
+        let consumers = register_consumers(&skel, args, &BTreeSet::new())?;
+
         let struct_ops = Some(scx_ops_attach!(skel, custos_ops).context("cannot attach the BPF scheduler")?);
         info!(
             "custos scheduler attached: slice {} us, waiting times {:?} ns, policy budget queue {}{}",
@@ -238,6 +277,16 @@ impl<'a> Scheduler<'a> {
             config.budget_queue,
             if args.work_conserving { ", work-conserving" } else { "" }
         );
+
+        let bound = config.eq3_bound_ns();
+        if config.starvation_guard_ns > 0 && bound > config.starvation_guard_ns as f64 {
+            info!(
+                "Eq. 3 allows the last queue to wait up to {:.1} s when every queue is saturated; \
+                 the starvation guard caps waits at {} ms",
+                bound / 1e9,
+                config.starvation_guard_ns / 1_000_000
+            );
+        }
 
         let stats_server = match StatsServer::new(crate::stats::server_data())
             .set_sched_path(crate::stats::STATS_SCHED_PATH)
@@ -250,37 +299,21 @@ impl<'a> Scheduler<'a> {
             }
         };
 
-        let mut sched = Self {
+        Ok(Self {
             skel,
             struct_ops,
             config,
             args,
             stats_server,
             attached_at: Instant::now(),
-            consumers: BTreeSet::new(),
+            consumers,
             collector_features,
             last_audit_error: None,
-        };
-        sched.refresh_consumers()?;
-        Ok(sched)
+        })
     }
 
-    /// Keeps the consumers map equal to --consumer-pid plus live --consumer names.
     fn refresh_consumers(&mut self) -> Result<()> {
-        let mut want = pressure::pids_by_name(&self.args.consumers)?;
-        want.extend(self.args.consumer_pids.iter().copied());
-        for gone in self.consumers.difference(&want) {
-            let _ = self.skel.maps.consumers.delete(&gone.to_ne_bytes());
-        }
-        for new in want.difference(&self.consumers) {
-            self.skel
-                .maps
-                .consumers
-                .update(&new.to_ne_bytes(), &1u32.to_ne_bytes(), MapFlags::ANY)
-                .with_context(|| format!("cannot register consumer pid {new}"))?;
-            info!("consumer pid {new} protected (always primary)");
-        }
-        self.consumers = want;
+        self.consumers = register_consumers(&self.skel, self.args, &self.consumers)?;
         Ok(())
     }
 
@@ -335,9 +368,11 @@ impl<'a> Scheduler<'a> {
                     sum.wait_max_ns[q] = sum.wait_max_ns[q].max(s.wait_max_ns[q]);
                     sum.hungry_picks[q] += s.hungry_picks[q];
                     sum.policy_decisions[q] += s.policy_decisions[q];
+                    sum.starvation_guard_picks[q] += s.starvation_guard_picks[q];
                 }
                 sum.to_budgeted += s.to_budgeted;
                 sum.to_primary += s.to_primary;
+                sum.consumer_decisions += s.consumer_decisions;
                 sum.direct_dispatches += s.direct_dispatches;
                 sum.pinned_enqueues += s.pinned_enqueues;
                 sum.keep_running += s.keep_running;
@@ -345,6 +380,7 @@ impl<'a> Scheduler<'a> {
                 sum.idle_kicks += s.idle_kicks;
                 sum.feature_ns += s.feature_ns;
                 sum.feature_updates += s.feature_updates;
+                sum.feature_outliers += s.feature_outliers;
             }
         }
         let queues = (0..=self.config.nr_queues() as usize)
@@ -355,6 +391,7 @@ impl<'a> Scheduler<'a> {
                     waiting_time_ns: if q == 0 { 0 } else { self.config.waiting_time_ns[q - 1] },
                     dispatches: sum.dispatches[q],
                     hungry_factor_picks: sum.hungry_picks[q],
+                    starvation_guard_picks: sum.starvation_guard_picks[q],
                     policy_decisions: sum.policy_decisions[q],
                     wait_total_ns: sum.wait_ns[q],
                     wait_avg_us: if runs > 0 { sum.wait_ns[q] as f64 / runs as f64 / 1000.0 } else { 0.0 },
@@ -384,13 +421,16 @@ impl<'a> Scheduler<'a> {
             queues,
             policy_to_budgeted: sum.to_budgeted,
             policy_to_primary: sum.to_primary,
+            consumer_decisions: sum.consumer_decisions,
             direct_dispatches: sum.direct_dispatches,
             pinned_enqueues: sum.pinned_enqueues,
             keep_running: sum.keep_running,
             budget_timer_fires: sum.budget_timer_fires,
             idle_kicks: sum.idle_kicks,
+            starvation_guard_picks: sum.starvation_guard_picks.iter().sum(),
             feature_updates: sum.feature_updates,
             feature_ns: sum.feature_ns,
+            feature_outliers: sum.feature_outliers,
             nr_cpus,
             nr_consumers: self.consumers.len() as u64 + collector_consumers,
             collector_features: self.collector_features as u64,

@@ -24,6 +24,8 @@ pub struct QueueMetrics {
     pub dispatches: u64,
     #[stat(desc = "Dispatches where this queue won the hungry-factor argmax (Eq. 2)")]
     pub hungry_factor_picks: u64,
+    #[stat(desc = "Dispatches forced by the starvation guard")]
+    pub starvation_guard_picks: u64,
     #[stat(desc = "Policy decisions that put a task in this queue")]
     pub policy_decisions: u64,
     #[stat(desc = "Mean time from enqueue to running, in us")]
@@ -46,6 +48,8 @@ pub struct Metrics {
     pub policy_to_budgeted: u64,
     #[stat(desc = "Tasks the policy moved from a budgeted queue back to primary")]
     pub policy_to_primary: u64,
+    #[stat(desc = "Policy decisions for consumers (always primary)")]
+    pub consumer_decisions: u64,
     #[stat(desc = "Wakeups sent straight to an idle CPU")]
     pub direct_dispatches: u64,
     #[stat(desc = "Enqueues of one-CPU tasks onto their CPU's queues")]
@@ -56,8 +60,12 @@ pub struct Metrics {
     pub budget_timer_fires: u64,
     #[stat(desc = "Idle CPUs kicked on enqueue")]
     pub idle_kicks: u64,
+    #[stat(desc = "Queues consumed because a task waited past the starvation guard")]
+    pub starvation_guard_picks: u64,
     #[stat(desc = "Feature-maintenance calls")]
     pub feature_updates: u64,
+    #[stat(desc = "Feature updates over 100 us (CPU taken away mid-update), left out of feature_ns")]
+    pub feature_outliers: u64,
     #[stat(desc = "Time spent maintaining features, in ns")]
     pub feature_ns: u64,
     #[stat(desc = "CPUs the scheduler runs on")]
@@ -78,7 +86,7 @@ impl Metrics {
     pub fn format<W: Write>(&self, w: &mut W) -> Result<()> {
         writeln!(
             w,
-            "[custos] policy: ->budget {} ->primary {} | direct {} pinned {} keep {} timer {} | \
+            "[custos] policy: ->budget {} ->primary {} | direct {} pinned {} keep {} timer {} guard {} | \
              features {:.0} ns/call {:.3}% cpu | consumers {} collector {} avail {}",
             self.policy_to_budgeted,
             self.policy_to_primary,
@@ -86,6 +94,7 @@ impl Metrics {
             self.pinned_enqueues,
             self.keep_running,
             self.budget_timer_fires,
+            self.starvation_guard_picks,
             self.feature_ns_per_update,
             self.feature_cpu_pct,
             self.nr_consumers,
@@ -121,6 +130,7 @@ impl Metrics {
                     waiting_time_ns: c.waiting_time_ns,
                     dispatches,
                     hungry_factor_picks: c.hungry_factor_picks.saturating_sub(p.hungry_factor_picks),
+                    starvation_guard_picks: c.starvation_guard_picks.saturating_sub(p.starvation_guard_picks),
                     policy_decisions: c.policy_decisions.saturating_sub(p.policy_decisions),
                     wait_total_ns,
                     wait_avg_us: c.wait_avg_us_since(&p),
@@ -136,13 +146,16 @@ impl Metrics {
             queues,
             policy_to_budgeted: self.policy_to_budgeted.saturating_sub(prev.policy_to_budgeted),
             policy_to_primary: self.policy_to_primary.saturating_sub(prev.policy_to_primary),
+            consumer_decisions: self.consumer_decisions.saturating_sub(prev.consumer_decisions),
             direct_dispatches: self.direct_dispatches.saturating_sub(prev.direct_dispatches),
             pinned_enqueues: self.pinned_enqueues.saturating_sub(prev.pinned_enqueues),
             keep_running: self.keep_running.saturating_sub(prev.keep_running),
             budget_timer_fires: self.budget_timer_fires.saturating_sub(prev.budget_timer_fires),
             idle_kicks: self.idle_kicks.saturating_sub(prev.idle_kicks),
+            starvation_guard_picks: self.starvation_guard_picks.saturating_sub(prev.starvation_guard_picks),
             feature_updates,
             feature_ns,
+            feature_outliers: self.feature_outliers.saturating_sub(prev.feature_outliers),
             ..self.clone()
         };
         d.derive_feature_cost();

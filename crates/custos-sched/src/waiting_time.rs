@@ -80,7 +80,7 @@ mod tests {
         assert!(w.windows(2).all(|p| p[0] < p[1]), "{w:?}");
         assert!(*w.last().unwrap() < 500_000);
         // 5e5^(0.5/3), 5e5^(1.5/3), 5e5^(2.5/3)
-        assert_eq!(w, vec![9, 707, 55_701]);
+        assert_eq!(w, vec![9, 707, 56_123]);
         // geometric: constant ratio
         let r1 = w[2] as f64 / w[1] as f64;
         let r0 = 707.0 / 8.9;

@@ -70,13 +70,16 @@ struct custos_sched_stats {
 	u64 policy_decisions[CUSTOS_MAX_QUEUES]; /* policy answers per queue */
 	u64 to_budgeted;			 /* policy moved a task primary -> budgeted */
 	u64 to_primary;				 /* policy moved a task budgeted -> primary */
+	u64 consumer_decisions;			 /* policy decisions for consumer tasks */
 	u64 direct_dispatches;			 /* to an idle CPU, bypassing the queues */
 	u64 pinned_enqueues;			 /* one-CPU tasks put on per-CPU queues */
 	u64 keep_running;			 /* slice refilled for the running task */
 	u64 budget_timer_fires;			 /* idle CPU woken when a queue became eligible */
 	u64 idle_kicks;				 /* idle CPUs kicked on enqueue */
+	u64 starvation_guard_picks[CUSTOS_MAX_QUEUES]; /* q consumed because its head waited too long */
 	u64 feature_ns;				 /* time spent maintaining features */
 	u64 feature_updates;			 /* feature-maintenance calls measured */
+	u64 feature_outliers;			 /* calls over 100 us (CPU taken away), not in feature_ns */
 };
 
 #endif /* CUSTOS_SCHED_INTF_H */

@@ -63,6 +63,15 @@ const volatile u8 event_rate_high = 22;	/* log2 scale: ~1000 events/window */
 const volatile u8 availability_low = 32;	/* 25% of the ring free */
 const volatile u8 availability_high = 64;	/* 50% of the ring free */
 
+/*
+ * No task may wait longer than this (ns): a queue whose oldest task waited
+ * this long is consumed first. Eq. 3 bounds waits only for sane waiting
+ * times; with extreme ones (Table 7 E6: t_N / t_2 = 7e5) a saturated system
+ * would hold budgeted or primary tasks past the sched_ext watchdog, which
+ * ejects the scheduler. 0 disables the guard.
+ */
+const volatile u64 starvation_guard_ns = 2000ULL * NSEC_PER_MSEC;
+
 /* Debug: the forced_comm / forced_pid maps override the policy. */
 const volatile bool queue_forcing;
 
@@ -357,6 +366,8 @@ static u32 decide_queue(const struct task_struct *p, struct task_ctx *tctx)
 		if (q > nr_queues)
 			q = nr_queues;
 		if (st) {
+			if (in.is_consumer)
+				st->consumer_decisions++;
 			if (q != CUSTOS_PRIMARY_QUEUE && !tctx->budgeted)
 				st->to_budgeted++;
 			else if (q == CUSTOS_PRIMARY_QUEUE && tctx->budgeted)
@@ -393,6 +404,58 @@ static bool consume_queue(u32 q, s32 cpu, struct cpu_ctx *cctx)
 	return scx_bpf_dsq_move_to_local(pinned_dsq(cpu, q), 0);
 }
 
+/* How long the head of @dsq has been waiting, 0 if empty. */
+static u64 head_wait(u64 dsq, u64 now)
+{
+	struct task_struct *p;
+	struct task_ctx *tctx;
+	u64 at = 0;
+
+	bpf_rcu_read_lock();
+	p = __COMPAT_scx_bpf_dsq_peek(dsq);
+	if (p) {
+		tctx = bpf_task_storage_get(&task_ctx_stor, p, 0, 0);
+		if (tctx)
+			at = tctx->enqueued_at;
+	}
+	bpf_rcu_read_unlock();
+	return at && now > at ? now - at : 0;
+}
+
+/* The starvation guard: consume the copy holding the longest-waiting head. */
+static bool consume_starving(s32 cpu, u64 now, struct custos_sched_stats *st)
+{
+	u64 oldest = 0, dsq = 0, w;
+	u32 q, oldest_q = 0;
+
+	bpf_for(q, 0, nr_queues + 1) {
+		if (q >= CUSTOS_MAX_QUEUES)
+			break;
+		w = head_wait(q, now);
+		if (w > oldest) {
+			oldest = w;
+			dsq = q;
+			oldest_q = q;
+		}
+		w = head_wait(pinned_dsq(cpu, q), now);
+		if (w > oldest) {
+			oldest = w;
+			dsq = pinned_dsq(cpu, q);
+			oldest_q = q;
+		}
+	}
+	if (oldest < starvation_guard_ns || !scx_bpf_dsq_move_to_local(dsq, 0))
+		return false;
+	oldest_q &= CUSTOS_MAX_QUEUES - 1;
+	if (oldest_q != CUSTOS_PRIMARY_QUEUE)
+		last_consumed_ns[oldest_q] = now;
+	if (st) {
+		st->dispatches[oldest_q]++;
+		st->starvation_guard_picks[oldest_q]++;
+	}
+	return true;
+}
+
 static void arm_budget_timer(s32 cpu, u64 delay_ns)
 {
 	struct budget_timer *bt;
@@ -413,14 +476,26 @@ static int budget_timer_fn(void *map, u32 *key, struct budget_timer *bt)
 	return 0;
 }
 
+/*
+ * A sample this long means the CPU was taken away mid-update (an emulated
+ * vCPU descheduled by the host); it is counted apart so it cannot swamp the
+ * mean cost.
+ */
+#define FEATURE_COST_OUTLIER_NS	(100ULL * 1000)
+
 static __always_inline void feature_cost(u64 start)
 {
 	struct custos_sched_stats *st = cpu_stats();
+	u64 ns = bpf_ktime_get_ns() - start;
 
-	if (st) {
-		st->feature_ns += bpf_ktime_get_ns() - start;
-		st->feature_updates++;
+	if (!st)
+		return;
+	if (ns > FEATURE_COST_OUTLIER_NS) {
+		st->feature_outliers++;
+		return;
 	}
+	st->feature_ns += ns;
+	st->feature_updates++;
 }
 
 /* sched_ext callbacks, in the order the kernel calls them */
@@ -493,6 +568,9 @@ void BPF_STRUCT_OPS(custos_dispatch, s32 cpu, struct task_struct *prev)
 
 	if (prev_queued)
 		prev_ctx = task_ctx(prev);
+
+	if (starvation_guard_ns && consume_starving(cpu, now, st))
+		return;
 
 	/*
 	 * Eq. 2: the hungriest eligible non-empty budgeted queue. If its tasks
