@@ -23,6 +23,8 @@ enum Command {
     Query(custos_store::cli::QueryArgs),
     /// Draw a query's answer as DOT/SVG or export it as W3C PROV-JSON.
     Graph(custos_store::cli::GraphArgs),
+    /// Run the sched_ext scheduler that keeps provenance consumers fed.
+    Sched(custos_sched::cli::SchedArgs),
 }
 
 fn main() {
@@ -33,6 +35,7 @@ fn main() {
         Command::Ingest(args) => custos_store::cli::ingest(args),
         Command::Query(args) => custos_store::cli::query(args),
         Command::Graph(args) => custos_store::cli::graph(args),
+        Command::Sched(args) => custos_sched::cli::run(args),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -1,0 +1,13 @@
+// SPDX-License-Identifier: GPL-2.0-only
+// Compiles the BPF scheduler and generates Rust bindings for its contract header.
+fn main() {
+    // BPF_CLANG comes from .cargo/config.toml (clang-19 on Debian).
+    println!("cargo:rerun-if-changed=../../include/custos/provenance_features.h");
+    scx_cargo::BpfBuilder::new()
+        .unwrap()
+        .add_include_path("../../include")
+        .enable_intf("src/bpf/intf.h", "bpf_intf.rs")
+        .enable_skel("src/bpf/main.bpf.c", "bpf")
+        .build()
+        .unwrap();
+}

@@ -1,0 +1,85 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * The contract between the Custos scheduler's BPF side and its user space:
+ * queue limits, the policy's feature vector, and the statistics both read.
+ * Tunables live as `const volatile` globals in main.bpf.c; their user-space
+ * flags carry the same names.
+ */
+#ifndef CUSTOS_SCHED_INTF_H
+#define CUSTOS_SCHED_INTF_H
+
+#ifndef __VMLINUX_H__
+typedef unsigned char u8;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+typedef unsigned int __u32;
+typedef unsigned long long __u64;
+#endif
+
+/* The collector/scheduler contract, so both sides of this one see it too. */
+#include <custos/provenance_features.h>
+
+enum custos_sched_consts {
+	/* Queue 0 is the primary FIFO; 1..nr_queues are the budgeted ones. */
+	CUSTOS_PRIMARY_QUEUE	= 0,
+	CUSTOS_MAX_QUEUES	= 8,
+	CUSTOS_MAX_CPUS		= 512,
+
+	/* Every normalised feature lies in [0, CUSTOS_FEATURE_MAX] (seed 000). */
+	CUSTOS_FEATURE_MAX	= 128,
+
+	/* Shared queue q is DSQ q; queue q pinned to CPU c is DSQ BASE + c * MAX_QUEUES + q. */
+	CUSTOS_PINNED_DSQ_BASE	= 1024,
+
+	/* Length of the comm key of the debug queue-forcing map (TASK_COMM_LEN). */
+	CUSTOS_COMM_LEN		= 16,
+};
+
+/* The policy's input: seed 000 Table 4, each normalised to [0, 128]. */
+enum custos_feature {
+	CUSTOS_FEAT_RUNTIME,		/* log2: total CPU time of the task */
+	CUSTOS_FEAT_NVCSW,		/* log2: voluntary switches per second (average) */
+	CUSTOS_FEAT_WAIT_FREQ,		/* log2: how often the task sleeps (scx_lavd) */
+	CUSTOS_FEAT_WAKE_FREQ,		/* log2: how often the task wakes others (scx_lavd) */
+	CUSTOS_FEAT_NR_STOP,		/* log2: stops within the current slice */
+	CUSTOS_FEAT_NR_IDLE,		/* log2: idle slices on the CPU before the task ran */
+	CUSTOS_FEAT_PRIO,		/* linear: current queue, 0 = primary */
+	CUSTOS_FEAT_NR_EVENT,		/* log2: provenance events per window (collector) */
+	CUSTOS_FEAT_NR_DROP,		/* log2: dropped events per window (collector) */
+	CUSTOS_FEAT_LATENCY,		/* log2: consumer lag in events (collector) */
+	CUSTOS_FEAT_AVAILABILITY,	/* linear: free ring space, 128 = empty ring */
+	CUSTOS_NR_FEATURES,
+};
+
+/*
+ * Features in, queue out: the whole interface of a queue-assignment policy.
+ * The static policy reads it; a learned one replaces that function only.
+ */
+struct custos_policy_input {
+	u8  feat[CUSTOS_NR_FEATURES];
+	u8  is_consumer;		/* a provenance consumer: never budgeted */
+	u8  budgeted;			/* the task sits in a budgeted queue now */
+};
+
+/* Per-CPU counters; user space sums them over CPUs. */
+struct custos_sched_stats {
+	u64 dispatches[CUSTOS_MAX_QUEUES];	 /* tasks moved to a CPU from queue q */
+	u64 wait_ns[CUSTOS_MAX_QUEUES];		 /* enqueue-to-run time, summed */
+	u64 wait_max_ns[CUSTOS_MAX_QUEUES];	 /* longest enqueue-to-run time */
+	u64 hungry_picks[CUSTOS_MAX_QUEUES];	 /* q won Eq. 2 over other eligible queues */
+	u64 policy_decisions[CUSTOS_MAX_QUEUES]; /* policy answers per queue */
+	u64 to_budgeted;			 /* policy moved a task primary -> budgeted */
+	u64 to_primary;				 /* policy moved a task budgeted -> primary */
+	u64 consumer_decisions;			 /* policy decisions for consumer tasks */
+	u64 direct_dispatches;			 /* to an idle CPU, bypassing the queues */
+	u64 pinned_enqueues;			 /* one-CPU tasks put on per-CPU queues */
+	u64 keep_running;			 /* slice refilled for the running task */
+	u64 budget_timer_fires;			 /* idle CPU woken when a queue became eligible */
+	u64 idle_kicks;				 /* idle CPUs kicked on enqueue */
+	u64 starvation_guard_picks[CUSTOS_MAX_QUEUES]; /* q consumed because its head waited too long */
+	u64 feature_ns;				 /* time spent maintaining features */
+	u64 feature_updates;			 /* feature-maintenance calls measured */
+	u64 feature_outliers;			 /* calls over 100 us (CPU taken away), not in feature_ns */
+};
+
+#endif /* CUSTOS_SCHED_INTF_H */

@@ -1,0 +1,838 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * Custos scheduler: the Aegis queue backbone (seed 000, section 4.1).
+ *
+ * One primary FIFO queue and nr_queues budgeted FIFO queues. Budgeted queue
+ * q may be consumed only when the time since it was last consumed, t_q,
+ * reached its waiting time w_q; among the eligible non-empty ones the CPU
+ * consumes the hungriest, h_q = t_q / w_q (Eq. 1-2), else the primary queue.
+ * The waiting time is the budget: a flood of producers parked in a budgeted
+ * queue gets at most one slice per w_q, so the provenance consumer, which
+ * stays primary, keeps up.
+ *
+ * Each queue exists once shared and once per CPU. A task that can run on one
+ * CPU only (per-CPU kthreads, pinned tasks) goes to its CPU's copy, so it
+ * never waits behind a shared queue that only other CPUs drain, yet it stays
+ * under its queue's budget (pinning must not be a way out of the budget).
+ *
+ * Which queue a task enters is decided by a policy function, features in,
+ * queue out, each time the task is queued. This file ships the static
+ * policy; a learned policy replaces custos_policy() only.
+ */
+#include <scx/common.bpf.h>
+#include "intf.h"
+
+char _license[] SEC("license") = "GPL";
+
+#define NSEC_PER_MSEC	1000000ULL
+#define NSEC_PER_SEC	1000000000ULL
+
+UEI_DEFINE(uei);
+
+/* Tunables (user space writes them before load; same names as the flags). */
+
+/* Fixed slice of every task; Aegis schedules FIFO with one slice length. */
+const volatile u64 slice_ns = 5 * NSEC_PER_MSEC;
+
+/* Number of budgeted (non-primary) queues, 1..CUSTOS_MAX_QUEUES-1. */
+const volatile u32 nr_queues = 3;
+
+/*
+ * Waiting time of each budgeted queue, index 1..nr_queues (Eq. 7 by default,
+ * computed in user space). Index 0, the primary queue, is unused.
+ */
+const volatile u64 waiting_time_ns[CUSTOS_MAX_QUEUES];
+
+/*
+ * Let an idle CPU run a task from an ineligible budgeted queue. Off by
+ * default: the budget must hold even with idle CPUs, or a flood spread over
+ * all CPUs outruns the consumer. On for ablations.
+ */
+const volatile bool work_conserving;
+
+/* Queue the static policy parks pressured producers in (the most budgeted). */
+const volatile u32 budget_queue = 3;
+
+/*
+ * Static policy thresholds on normalised features: a task is budgeted when
+ * its nr_event >= event_rate_high while availability <= availability_low;
+ * it returns to primary once availability >= availability_high (hysteresis,
+ * so a task does not flap at the boundary) or its event rate fell.
+ */
+const volatile u8 event_rate_high = 22;	/* log2 scale: ~1000 events/window */
+const volatile u8 availability_low = 32;	/* 25% of the ring free */
+const volatile u8 availability_high = 64;	/* 50% of the ring free */
+
+/*
+ * No task may wait longer than this (ns): a queue whose oldest task waited
+ * this long is consumed first. Eq. 3 bounds waits only for sane waiting
+ * times; with extreme ones (Table 7 E6: t_N / t_2 = 7e5) a saturated system
+ * would hold budgeted or primary tasks past the sched_ext watchdog, which
+ * ejects the scheduler. 0 disables the guard.
+ */
+const volatile u64 starvation_guard_ns = 2000ULL * NSEC_PER_MSEC;
+
+/* Debug: the forced_comm / forced_pid maps override the policy. */
+const volatile bool queue_forcing;
+
+/* Maps */
+
+/* Provenance features written by the collector; reused from its pins. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, CUSTOS_MAX_TRACKED_TASKS);
+	__type(key, u32);
+	__type(value, struct custos_task_features);
+} task_features SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct custos_global_features);
+} global_features SEC(".maps");
+
+/* Consumers named on the command line (tgid -> 1), kept fresh by user space. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, u32);
+	__type(value, u32);
+} consumers SEC(".maps");
+
+/*
+ * Pressure from a non-Custos provenance system (e.g. the audit backlog),
+ * published by user space in the same normalised units; 128 = no pressure.
+ */
+u8 external_availability = CUSTOS_FEATURE_MAX;
+u64 external_lag;
+
+/* Debug queue forcing: comm -> queue, tgid -> queue. */
+struct comm_key {
+	char comm[CUSTOS_COMM_LEN];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, struct comm_key);
+	__type(value, u32);
+} forced_comm SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, u32);
+	__type(value, u32);
+} forced_pid SEC(".maps");
+
+struct task_ctx {
+	u32 queue;		/* queue the task is in or was last put in */
+	bool decided;		/* select_cpu already ran the policy for this wakeup */
+	bool budgeted;		/* policy state for hysteresis */
+	u64 enqueued_at;
+	u64 running_at;
+	/* Table 4 task features, raw */
+	u64 runtime_ns;
+	u64 nvcsw_window_start;
+	u64 nvcsw_at_window;
+	u64 nvcsw_avg;		/* voluntary switches per window, EWMA */
+	u64 wait_freq;		/* sleeps per second, EWMA (scx_lavd) */
+	u64 wake_freq;		/* wakeups of others per second, EWMA (scx_lavd) */
+	u64 last_sleep_at;
+	u64 last_wake_at;
+	u64 slice_used_ns;
+	u32 stops_this_slice;
+	u32 nr_stop;
+	u32 nr_idle;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct task_ctx);
+} task_ctx_stor SEC(".maps");
+
+struct cpu_ctx {
+	u32 idle_slices;	/* idle entries since a task last ran here */
+	u32 prefer_pinned;	/* bit q: alternate pinned/shared copies fairly */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct cpu_ctx);
+} cpu_ctx_stor SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct custos_sched_stats);
+} stats SEC(".maps");
+
+/*
+ * One timer per CPU: a CPU that went idle while budgeted work waited for
+ * its queue's waiting time is woken when the time has passed. Without it
+ * budgeted tasks could sit in an ineligible queue with every CPU asleep.
+ */
+struct budget_timer {
+	struct bpf_timer timer;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, CUSTOS_MAX_CPUS);
+	__type(key, u32);
+	__type(value, struct budget_timer);
+} budget_timers SEC(".maps");
+
+/* When each queue was last consumed by any CPU: the budget is global. */
+u64 last_consumed_ns[CUSTOS_MAX_QUEUES];
+
+/* Helpers */
+
+static __always_inline struct custos_sched_stats *cpu_stats(void)
+{
+	u32 zero = 0;
+
+	return bpf_map_lookup_elem(&stats, &zero);
+}
+
+static __always_inline struct cpu_ctx *this_cpu_ctx(void)
+{
+	u32 zero = 0;
+
+	return bpf_map_lookup_elem(&cpu_ctx_stor, &zero);
+}
+
+static __always_inline struct task_ctx *task_ctx(const struct task_struct *p)
+{
+	return bpf_task_storage_get(&task_ctx_stor, (struct task_struct *)p, 0, 0);
+}
+
+static __always_inline u64 pinned_dsq(s32 cpu, u32 q)
+{
+	return CUSTOS_PINNED_DSQ_BASE + (u64)cpu * CUSTOS_MAX_QUEUES + q;
+}
+
+static __always_inline bool is_pinned(const struct task_struct *p)
+{
+	return p->nr_cpus_allowed == 1 || is_migration_disabled(p);
+}
+
+/* Long-tailed features: 2 * bit length, so u64 maps onto [0, 128]. */
+static __always_inline u8 norm_log2(u64 x)
+{
+	u32 bits = 0;
+
+	if (x >= (1ULL << 32)) { bits += 32; x >>= 32; }
+	if (x >= (1ULL << 16)) { bits += 16; x >>= 16; }
+	if (x >= (1ULL << 8)) { bits += 8; x >>= 8; }
+	if (x >= (1ULL << 4)) { bits += 4; x >>= 4; }
+	if (x >= (1ULL << 2)) { bits += 2; x >>= 2; }
+	if (x >= (1ULL << 1)) { bits += 1; x >>= 1; }
+	bits += x;
+	return bits * 2;
+}
+
+/* Frequencies in events per second, smoothed like the collector's rates. */
+static __always_inline u64 ewma(u64 avg, u64 sample)
+{
+	return avg - (avg >> CUSTOS_RATE_EWMA_SHIFT) + (sample >> CUSTOS_RATE_EWMA_SHIFT);
+}
+
+static __always_inline u64 freq_of(u64 interval_ns)
+{
+	return NSEC_PER_SEC / (interval_ns ? interval_ns : 1);
+}
+
+/* Ring availability in [0, 128]: the fullest ring decides. */
+static __always_inline u8 ring_availability(const struct custos_global_features *g)
+{
+	u64 avail = CUSTOS_FEATURE_MAX;
+	int r;
+
+	if (!g || !g->collector_running)
+		return CUSTOS_FEATURE_MAX;
+	for (r = 0; r < CUSTOS_NR_RINGS; r++) {
+		u64 size = g->ring_size[r], a;
+
+		if (!size)
+			continue;
+		a = g->ring_free_bytes[r] * CUSTOS_FEATURE_MAX / size;
+		if (a < avail)
+			avail = a;
+	}
+	return avail;
+}
+
+static __always_inline bool is_consumer(const struct task_struct *p,
+					const struct custos_global_features *g)
+{
+	u32 tgid = p->tgid;
+	int i;
+
+	if (bpf_map_lookup_elem(&consumers, &tgid))
+		return true;
+	if (!g)
+		return false;
+	for (i = 0; i < CUSTOS_MAX_CONSUMERS; i++)
+		if (g->consumer_pids[i] && g->consumer_pids[i] == tgid)
+			return true;
+	return false;
+}
+
+static void fill_policy_input(const struct task_struct *p, const struct task_ctx *tctx,
+			      struct custos_policy_input *in)
+{
+	const struct custos_global_features *g;
+	const struct custos_task_features *tf;
+	u32 zero = 0, tid = p->pid;
+	u8 avail;
+
+	in->feat[CUSTOS_FEAT_RUNTIME] = norm_log2(tctx->runtime_ns);
+	in->feat[CUSTOS_FEAT_NVCSW] = norm_log2(tctx->nvcsw_avg);
+	in->feat[CUSTOS_FEAT_WAIT_FREQ] = norm_log2(tctx->wait_freq);
+	in->feat[CUSTOS_FEAT_WAKE_FREQ] = norm_log2(tctx->wake_freq);
+	in->feat[CUSTOS_FEAT_NR_STOP] = norm_log2(tctx->nr_stop);
+	in->feat[CUSTOS_FEAT_NR_IDLE] = norm_log2(tctx->nr_idle);
+	in->feat[CUSTOS_FEAT_PRIO] = nr_queues ?
+		tctx->queue * CUSTOS_FEATURE_MAX / nr_queues : 0;
+
+	tf = bpf_map_lookup_elem(&task_features, &tid);
+	in->feat[CUSTOS_FEAT_NR_EVENT] = tf ? norm_log2(tf->event_rate) : 0;
+	in->feat[CUSTOS_FEAT_NR_DROP] = tf ? norm_log2(tf->drop_rate) : 0;
+
+	g = bpf_map_lookup_elem(&global_features, &zero);
+	avail = ring_availability(g);
+	if (external_availability < avail)
+		avail = external_availability;
+	in->feat[CUSTOS_FEAT_AVAILABILITY] = avail;
+	in->feat[CUSTOS_FEAT_LATENCY] =
+		norm_log2((g && g->collector_running ? g->consumer_lag : 0) + external_lag);
+
+	in->is_consumer = is_consumer(p, g);
+	in->budgeted = tctx->budgeted;
+}
+
+/*
+ * The static policy: consumers are always primary; a producer with a high
+ * event rate while the rings run out of room is budgeted until the pressure
+ * is gone. Everything else is primary.
+ */
+static __always_inline u32 custos_policy(const struct custos_policy_input *in)
+{
+	u8 avail = in->feat[CUSTOS_FEAT_AVAILABILITY];
+	bool producing = in->feat[CUSTOS_FEAT_NR_EVENT] >= event_rate_high;
+
+	if (in->is_consumer)
+		return CUSTOS_PRIMARY_QUEUE;
+	if (in->budgeted)
+		return producing && avail < availability_high ?
+			budget_queue : CUSTOS_PRIMARY_QUEUE;
+	return producing && avail <= availability_low ?
+		budget_queue : CUSTOS_PRIMARY_QUEUE;
+}
+
+static __always_inline s32 forced_queue(const struct task_struct *p)
+{
+	struct comm_key key = {};
+	u32 tgid = p->tgid, *q;
+
+	q = bpf_map_lookup_elem(&forced_pid, &tgid);
+	if (q)
+		return *q;
+	bpf_probe_read_kernel_str(key.comm, sizeof(key.comm), p->comm);
+	q = bpf_map_lookup_elem(&forced_comm, &key);
+	return q ? *q : -1;
+}
+
+/* Decide the queue of @p now that it is queued again. */
+static u32 decide_queue(const struct task_struct *p, struct task_ctx *tctx)
+{
+	struct custos_sched_stats *st = cpu_stats();
+	struct custos_policy_input in = {};
+	u32 q;
+	s32 forced;
+
+	if (queue_forcing && (forced = forced_queue(p)) >= 0) {
+		q = forced <= nr_queues ? forced : nr_queues;
+	} else {
+		fill_policy_input(p, tctx, &in);
+		q = custos_policy(&in);
+		if (q > nr_queues)
+			q = nr_queues;
+		if (st) {
+			if (in.is_consumer)
+				st->consumer_decisions++;
+			if (q != CUSTOS_PRIMARY_QUEUE && !tctx->budgeted)
+				st->to_budgeted++;
+			else if (q == CUSTOS_PRIMARY_QUEUE && tctx->budgeted)
+				st->to_primary++;
+		}
+		tctx->budgeted = q != CUSTOS_PRIMARY_QUEUE;
+	}
+	if (st && q < CUSTOS_MAX_QUEUES)
+		st->policy_decisions[q & (CUSTOS_MAX_QUEUES - 1)]++;
+	tctx->queue = q;
+	return q;
+}
+
+static __always_inline u64 nr_waiting(u32 q, s32 cpu)
+{
+	return scx_bpf_dsq_nr_queued(q) + scx_bpf_dsq_nr_queued(pinned_dsq(cpu, q));
+}
+
+/* Move the head of queue @q (this CPU's copy or the shared one) here. */
+static bool consume_queue(u32 q, s32 cpu, struct cpu_ctx *cctx)
+{
+	bool pinned_first = cctx && (cctx->prefer_pinned & (1U << q));
+
+	/* Alternate which copy goes first so neither starves the other. */
+	if (cctx)
+		cctx->prefer_pinned ^= 1U << q;
+	if (pinned_first) {
+		if (scx_bpf_dsq_move_to_local(pinned_dsq(cpu, q), 0))
+			return true;
+		return scx_bpf_dsq_move_to_local(q, 0);
+	}
+	if (scx_bpf_dsq_move_to_local(q, 0))
+		return true;
+	return scx_bpf_dsq_move_to_local(pinned_dsq(cpu, q), 0);
+}
+
+/* How long the head of @dsq has been waiting, 0 if empty. */
+static u64 head_wait(u64 dsq, u64 now)
+{
+	struct task_struct *p;
+	struct task_ctx *tctx;
+	u64 at = 0;
+
+	bpf_rcu_read_lock();
+	p = __COMPAT_scx_bpf_dsq_peek(dsq);
+	if (p) {
+		tctx = bpf_task_storage_get(&task_ctx_stor, p, 0, 0);
+		if (tctx)
+			at = tctx->enqueued_at;
+	}
+	bpf_rcu_read_unlock();
+	return at && now > at ? now - at : 0;
+}
+
+/* The starvation guard: consume the copy holding the longest-waiting head. */
+static bool consume_starving(s32 cpu, u64 now, struct custos_sched_stats *st)
+{
+	u64 oldest = 0, dsq = 0, w;
+	u32 q, oldest_q = 0;
+
+	bpf_for(q, 0, nr_queues + 1) {
+		if (q >= CUSTOS_MAX_QUEUES)
+			break;
+		w = head_wait(q, now);
+		if (w > oldest) {
+			oldest = w;
+			dsq = q;
+			oldest_q = q;
+		}
+		w = head_wait(pinned_dsq(cpu, q), now);
+		if (w > oldest) {
+			oldest = w;
+			dsq = pinned_dsq(cpu, q);
+			oldest_q = q;
+		}
+	}
+	if (oldest < starvation_guard_ns || !scx_bpf_dsq_move_to_local(dsq, 0))
+		return false;
+	oldest_q &= CUSTOS_MAX_QUEUES - 1;
+	if (oldest_q != CUSTOS_PRIMARY_QUEUE)
+		last_consumed_ns[oldest_q] = now;
+	if (st) {
+		st->dispatches[oldest_q]++;
+		st->starvation_guard_picks[oldest_q]++;
+	}
+	return true;
+}
+
+static void arm_budget_timer(s32 cpu, u64 delay_ns)
+{
+	struct budget_timer *bt;
+	u32 key = cpu;
+
+	bt = bpf_map_lookup_elem(&budget_timers, &key);
+	if (bt)
+		bpf_timer_start(&bt->timer, delay_ns ? delay_ns : 1, 0);
+}
+
+static int budget_timer_fn(void *map, u32 *key, struct budget_timer *bt)
+{
+	struct custos_sched_stats *st = cpu_stats();
+
+	if (st)
+		st->budget_timer_fires++;
+	scx_bpf_kick_cpu(*key, SCX_KICK_IDLE);
+	return 0;
+}
+
+/*
+ * A sample this long means the CPU was taken away mid-update (an emulated
+ * vCPU descheduled by the host); it is counted apart so it cannot swamp the
+ * mean cost.
+ */
+#define FEATURE_COST_OUTLIER_NS	(100ULL * 1000)
+
+static __always_inline void feature_cost(u64 start)
+{
+	struct custos_sched_stats *st = cpu_stats();
+	u64 ns = bpf_ktime_get_ns() - start;
+
+	if (!st)
+		return;
+	if (ns > FEATURE_COST_OUTLIER_NS) {
+		st->feature_outliers++;
+		return;
+	}
+	st->feature_ns += ns;
+	st->feature_updates++;
+}
+
+/* sched_ext callbacks, in the order the kernel calls them */
+
+s32 BPF_STRUCT_OPS(custos_select_cpu, struct task_struct *p, s32 prev_cpu, u64 wake_flags)
+{
+	struct task_ctx *tctx = task_ctx(p);
+	struct custos_sched_stats *st;
+	s32 cpu;
+
+	if (!tctx)
+		return prev_cpu;
+	tctx->decided = true;
+	if (decide_queue(p, tctx) != CUSTOS_PRIMARY_QUEUE)
+		return prev_cpu;
+
+	/* A primary task and an idle CPU: no queue to wait in. */
+	cpu = scx_bpf_select_cpu_and(p, prev_cpu, wake_flags, p->cpus_ptr, 0);
+	if (cpu >= 0) {
+		tctx->enqueued_at = bpf_ktime_get_ns();
+		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, 0);
+		st = cpu_stats();
+		if (st)
+			st->direct_dispatches++;
+		return cpu;
+	}
+	return prev_cpu;
+}
+
+void BPF_STRUCT_OPS(custos_enqueue, struct task_struct *p, u64 enq_flags)
+{
+	struct task_ctx *tctx = task_ctx(p);
+	struct custos_sched_stats *st = cpu_stats();
+	u32 q = CUSTOS_PRIMARY_QUEUE;
+	s32 cpu;
+
+	if (tctx) {
+		q = tctx->decided ? tctx->queue : decide_queue(p, tctx);
+		tctx->decided = false;
+		tctx->enqueued_at = bpf_ktime_get_ns();
+	}
+
+	if (is_pinned(p)) {
+		cpu = scx_bpf_task_cpu(p);
+		scx_bpf_dsq_insert(p, pinned_dsq(cpu, q), slice_ns, enq_flags);
+		scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
+		if (st)
+			st->pinned_enqueues++;
+		return;
+	}
+
+	scx_bpf_dsq_insert(p, q, slice_ns, enq_flags);
+	/* Wake an idle CPU the task may run on; it decides whether the budget allows. */
+	cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
+	if (cpu >= 0) {
+		scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
+		if (st)
+			st->idle_kicks++;
+	}
+}
+
+void BPF_STRUCT_OPS(custos_dispatch, s32 cpu, struct task_struct *prev)
+{
+	struct custos_sched_stats *st = cpu_stats();
+	struct cpu_ctx *cctx = this_cpu_ctx();
+	u64 now = bpf_ktime_get_ns(), earliest = 0, tried = 0;
+	struct task_ctx *prev_ctx = NULL;
+	bool prev_queued = prev && (prev->scx.flags & SCX_TASK_QUEUED);
+	u32 q, attempt;
+
+	if (prev_queued)
+		prev_ctx = task_ctx(prev);
+
+	if (starvation_guard_ns && consume_starving(cpu, now, st))
+		return;
+
+	/*
+	 * Eq. 2: the hungriest eligible non-empty budgeted queue. If its tasks
+	 * cannot run here, try the next one.
+	 */
+	bpf_for(attempt, 0, nr_queues) {
+		u64 best_h = 0;
+		u32 best = 0, nr_eligible = 0;
+
+		bpf_for(q, 1, nr_queues + 1) {
+			u64 t, w, h, ready_at;
+
+			if (q >= CUSTOS_MAX_QUEUES)
+				break;
+			if (tried & (1ULL << q))
+				continue;
+			if (!nr_waiting(q, cpu) &&
+			    !(prev_ctx && prev_ctx->queue == q))
+				continue;
+			w = waiting_time_ns[q];
+			t = now - last_consumed_ns[q];
+			if (t < w) {
+				ready_at = last_consumed_ns[q] + w;
+				if (!earliest || ready_at < earliest)
+					earliest = ready_at;
+				continue;
+			}
+			if (!nr_waiting(q, cpu))
+				continue;	/* only prev is in it; handled below */
+			nr_eligible++;
+			/* h = t / w in 16.16 fixed point; t capped so it cannot overflow */
+			if (t > (1ULL << 46))
+				t = 1ULL << 46;
+			h = (t << 16) / (w ? w : 1);
+			if (h > best_h) {
+				best_h = h;
+				best = q;
+			}
+		}
+		if (!best)
+			break;
+		tried |= 1ULL << best;
+		if (consume_queue(best, cpu, cctx)) {
+			last_consumed_ns[best & (CUSTOS_MAX_QUEUES - 1)] = now;
+			if (st) {
+				st->dispatches[best & (CUSTOS_MAX_QUEUES - 1)]++;
+				if (nr_eligible > 1 || nr_waiting(CUSTOS_PRIMARY_QUEUE, cpu))
+					st->hungry_picks[best & (CUSTOS_MAX_QUEUES - 1)]++;
+			}
+			return;
+		}
+	}
+
+	if (consume_queue(CUSTOS_PRIMARY_QUEUE, cpu, cctx)) {
+		if (st)
+			st->dispatches[CUSTOS_PRIMARY_QUEUE]++;
+		return;
+	}
+
+	/* Nothing else to run: keep prev if its queue allows it another slice. */
+	if (prev_ctx) {
+		q = prev_ctx->queue & (CUSTOS_MAX_QUEUES - 1);
+		if (q == CUSTOS_PRIMARY_QUEUE || work_conserving ||
+		    now - last_consumed_ns[q] >= waiting_time_ns[q]) {
+			prev->scx.slice = slice_ns;
+			if (q != CUSTOS_PRIMARY_QUEUE)
+				last_consumed_ns[q] = now;
+			if (st)
+				st->keep_running++;
+			return;
+		}
+	}
+
+	if (work_conserving) {
+		bpf_for(q, 1, nr_queues + 1) {
+			if (q >= CUSTOS_MAX_QUEUES)
+				break;
+			if (consume_queue(q, cpu, cctx)) {
+				last_consumed_ns[q] = now;
+				if (st)
+					st->dispatches[q]++;
+				return;
+			}
+		}
+		return;
+	}
+
+	/* Budgeted work is waiting for its time: come back when it is due. */
+	if (earliest)
+		arm_budget_timer(cpu, earliest > now ? earliest - now : 1);
+}
+
+void BPF_STRUCT_OPS(custos_runnable, struct task_struct *p, u64 enq_flags)
+{
+	struct task_struct *waker;
+	struct task_ctx *wctx;
+	u64 now;
+
+	/* wake_freq as scx_lavd defines it: how often the waker wakes others. */
+	if (!(enq_flags & SCX_ENQ_WAKEUP))
+		return;
+	now = bpf_ktime_get_ns();
+	waker = bpf_get_current_task_btf();
+	wctx = task_ctx(waker);
+	if (!wctx)
+		return;
+	wctx->wake_freq = ewma(wctx->wake_freq, freq_of(now - wctx->last_wake_at));
+	wctx->last_wake_at = now;
+	feature_cost(now);
+}
+
+void BPF_STRUCT_OPS(custos_running, struct task_struct *p)
+{
+	struct custos_sched_stats *st = cpu_stats();
+	struct cpu_ctx *cctx = this_cpu_ctx();
+	struct task_ctx *tctx = task_ctx(p);
+	u64 now = bpf_ktime_get_ns(), wait;
+	u32 q;
+
+	if (!tctx)
+		return;
+	tctx->running_at = now;
+	q = tctx->queue & (CUSTOS_MAX_QUEUES - 1);
+	if (st && tctx->enqueued_at) {
+		wait = now - tctx->enqueued_at;
+		st->wait_ns[q] += wait;
+		if (wait > st->wait_max_ns[q])
+			st->wait_max_ns[q] = wait;
+	}
+	tctx->enqueued_at = 0;
+	if (cctx) {
+		tctx->nr_idle = cctx->idle_slices;
+		cctx->idle_slices = 0;
+	}
+	feature_cost(now);
+}
+
+void BPF_STRUCT_OPS(custos_stopping, struct task_struct *p, bool runnable)
+{
+	struct task_ctx *tctx = task_ctx(p);
+	u64 now = bpf_ktime_get_ns(), ran;
+
+	if (!tctx)
+		return;
+	ran = now - tctx->running_at;
+	tctx->runtime_ns += ran;
+
+	/* nr_stop: stops before the task used up a slice's worth of CPU. */
+	tctx->stops_this_slice++;
+	tctx->slice_used_ns += ran;
+	if (tctx->slice_used_ns >= slice_ns) {
+		tctx->nr_stop = tctx->stops_this_slice;
+		tctx->stops_this_slice = 0;
+		tctx->slice_used_ns = 0;
+	} else if (tctx->stops_this_slice > tctx->nr_stop) {
+		tctx->nr_stop = tctx->stops_this_slice;
+	}
+
+	/* nvcsw: voluntary switches per rate window, averaged like nr_event. */
+	if (now - tctx->nvcsw_window_start >= CUSTOS_RATE_WINDOW_NS) {
+		tctx->nvcsw_avg = ewma(tctx->nvcsw_avg, p->nvcsw - tctx->nvcsw_at_window);
+		tctx->nvcsw_at_window = p->nvcsw;
+		tctx->nvcsw_window_start = now;
+	}
+	feature_cost(now);
+}
+
+void BPF_STRUCT_OPS(custos_quiescent, struct task_struct *p, u64 deq_flags)
+{
+	struct task_ctx *tctx;
+	u64 now;
+
+	/* wait_freq as scx_lavd defines it: how often the task goes to sleep. */
+	if (!(deq_flags & SCX_DEQ_SLEEP))
+		return;
+	tctx = task_ctx(p);
+	if (!tctx)
+		return;
+	now = bpf_ktime_get_ns();
+	tctx->wait_freq = ewma(tctx->wait_freq, freq_of(now - tctx->last_sleep_at));
+	tctx->last_sleep_at = now;
+	feature_cost(now);
+}
+
+void BPF_STRUCT_OPS(custos_update_idle, s32 cpu, bool idle)
+{
+	struct cpu_ctx *cctx;
+
+	if (!idle)
+		return;
+	cctx = this_cpu_ctx();
+	if (cctx)
+		cctx->idle_slices++;
+}
+
+s32 BPF_STRUCT_OPS(custos_init_task, struct task_struct *p, struct scx_init_task_args *args)
+{
+	struct task_ctx *tctx;
+	u64 now = bpf_ktime_get_ns();
+
+	tctx = bpf_task_storage_get(&task_ctx_stor, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!tctx)
+		return -ENOMEM;
+	tctx->last_sleep_at = now;
+	tctx->last_wake_at = now;
+	tctx->nvcsw_window_start = now;
+	tctx->nvcsw_at_window = p->nvcsw;
+	return 0;
+}
+
+s32 BPF_STRUCT_OPS_SLEEPABLE(custos_init)
+{
+	u32 nr_cpus = scx_bpf_nr_cpu_ids(), q;
+	s32 cpu, err;
+
+	if (nr_cpus > CUSTOS_MAX_CPUS) {
+		scx_bpf_error("%u CPUs, the scheduler supports %d", nr_cpus, CUSTOS_MAX_CPUS);
+		return -E2BIG;
+	}
+	bpf_for(q, 0, nr_queues + 1) {
+		err = scx_bpf_create_dsq(q, -1);
+		if (err) {
+			scx_bpf_error("failed to create queue %u: %d", q, err);
+			return err;
+		}
+		bpf_for(cpu, 0, nr_cpus) {
+			err = scx_bpf_create_dsq(pinned_dsq(cpu, q), -1);
+			if (err) {
+				scx_bpf_error("failed to create queue %u of CPU %d: %d", q, cpu, err);
+				return err;
+			}
+		}
+	}
+	bpf_for(cpu, 0, nr_cpus) {
+		struct budget_timer *bt;
+		u32 key = cpu;
+
+		bt = bpf_map_lookup_elem(&budget_timers, &key);
+		if (!bt)
+			return -ENOENT;
+		bpf_timer_init(&bt->timer, &budget_timers, CLOCK_MONOTONIC);
+		bpf_timer_set_callback(&bt->timer, budget_timer_fn);
+	}
+	return 0;
+}
+
+void BPF_STRUCT_OPS(custos_exit, struct scx_exit_info *ei)
+{
+	UEI_RECORD(uei, ei);
+}
+
+SCX_OPS_DEFINE(custos_ops,
+	       .select_cpu	= (void *)custos_select_cpu,
+	       .enqueue		= (void *)custos_enqueue,
+	       .dispatch	= (void *)custos_dispatch,
+	       .runnable	= (void *)custos_runnable,
+	       .running		= (void *)custos_running,
+	       .stopping	= (void *)custos_stopping,
+	       .quiescent	= (void *)custos_quiescent,
+	       .update_idle	= (void *)custos_update_idle,
+	       .init_task	= (void *)custos_init_task,
+	       .init		= (void *)custos_init,
+	       .exit		= (void *)custos_exit,
+	       .timeout_ms	= 30000,
+	       .name		= "custos");

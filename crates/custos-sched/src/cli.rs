@@ -1,0 +1,191 @@
+//! `custos sched`: options and entry point.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+
+use crate::waiting_time::Scale;
+
+/// Run the Custos sched_ext scheduler (Aegis queue backbone) until Ctrl-C.
+///
+/// Consumers (the collector's, and any named here) always run from the primary
+/// queue; a task producing many provenance events while the rings fill up is
+/// parked in a budgeted queue until the pressure is gone.
+#[derive(Args, Debug, Clone)]
+pub struct SchedArgs {
+    /// Fixed time slice of every task, in microseconds.
+    #[arg(long, default_value_t = 5000)]
+    pub slice_us: u64,
+
+    /// Number of budgeted (non-primary) queues.
+    #[arg(long, default_value_t = 3)]
+    pub nr_queues: u32,
+
+    /// t̂∞ of Eq. 7: the waiting time that alone absorbs the worst case, in ns.
+    #[arg(long, default_value_t = 500_000)]
+    pub waiting_time_inf_ns: u64,
+
+    /// How waiting times grow across the budgeted queues.
+    #[arg(long, value_enum, default_value_t = Scale::Exponential)]
+    pub waiting_time_scale: Scale,
+
+    /// Explicit waiting times in ns, one per budgeted queue (e.g. 1e2,7e3,5e5);
+    /// overrides --waiting-time-inf-ns, --waiting-time-scale and --nr-queues.
+    #[arg(long, value_name = "NS,NS,...")]
+    pub waiting_time_ns: Option<String>,
+
+    /// Let idle CPUs run budgeted tasks before their waiting time (ablation:
+    /// weakens the budget).
+    #[arg(long)]
+    pub work_conserving: bool,
+
+    /// No task waits longer than this (ms): a queue whose oldest task waited
+    /// this long is consumed first, so extreme waiting times can never trip
+    /// the sched_ext watchdog (30 s). 0 disables the guard.
+    #[arg(long, default_value_t = 2000)]
+    pub starvation_guard_ms: u64,
+
+    /// Budgeted queue that the static policy parks pressured producers in
+    /// (default: the last, most budgeted one).
+    #[arg(long)]
+    pub budget_queue: Option<u32>,
+
+    /// A producer is "high rate" at this many provenance events per 100 ms
+    /// window (compared on the policy's log2 scale).
+    #[arg(long, default_value_t = 1024)]
+    pub event_rate_high: u64,
+
+    /// Budget producers when ring availability falls to this percentage.
+    #[arg(long, default_value_t = 25.0)]
+    pub availability_low: f64,
+
+    /// Return them to primary once availability is back above this percentage.
+    #[arg(long, default_value_t = 50.0)]
+    pub availability_high: f64,
+
+    /// Protect processes with this command name (comm) as consumers; repeatable.
+    #[arg(long = "consumer", value_name = "NAME")]
+    pub consumers: Vec<String>,
+
+    /// Protect this process id as a consumer; repeatable.
+    #[arg(long = "consumer-pid", value_name = "PID")]
+    pub consumer_pids: Vec<u32>,
+
+    /// Read provenance pressure from the kernel audit status (auditd's backlog
+    /// and lost counters); use with `--consumer auditd`.
+    #[arg(long)]
+    pub audit_pressure: bool,
+
+    /// Directory of the collector's pinned feature maps.
+    #[arg(long, default_value = "/sys/fs/bpf/custos")]
+    pub pin_dir: PathBuf,
+
+    /// Debug: put tasks with this comm in queue Q regardless of the policy
+    /// (COMM=Q; repeatable).
+    #[arg(long = "force-queue", value_name = "COMM=Q")]
+    pub force_queue: Vec<String>,
+
+    /// Debug: put this process's tasks in queue Q regardless of the policy
+    /// (PID=Q; repeatable).
+    #[arg(long = "force-queue-pid", value_name = "PID=Q")]
+    pub force_queue_pid: Vec<String>,
+
+    /// Detach after this many seconds (default: run until Ctrl-C).
+    #[arg(long)]
+    pub duration: Option<f64>,
+
+    /// Print statistics every SECS seconds while running.
+    #[arg(long, value_name = "SECS")]
+    pub stats: Option<f64>,
+
+    /// Only monitor an already running `custos sched` every SECS seconds.
+    #[arg(long, value_name = "SECS")]
+    pub monitor: Option<f64>,
+
+    /// On exit, write the statistics of the whole run to this JSON file.
+    #[arg(long, value_name = "PATH")]
+    pub stats_json: Option<PathBuf>,
+
+    /// Bytes of the kernel's debug dump kept on a scheduler error (0 = default).
+    #[arg(long, default_value_t = 0)]
+    pub exit_dump_len: u32,
+
+    /// Verbose output, including libbpf's.
+    #[arg(short, long)]
+    pub verbose: bool,
+}
+
+/// Parses `KEY=Q` debug forcing options.
+pub(crate) fn parse_forcing(items: &[String], what: &str) -> Result<Vec<(String, u32)>> {
+    items
+        .iter()
+        .map(|item| {
+            let (key, q) = item
+                .rsplit_once('=')
+                .with_context(|| format!("--{what} {item:?}: expected KEY=QUEUE, e.g. stress-ng=3"))?;
+            let q: u32 = q
+                .parse()
+                .with_context(|| format!("--{what} {item:?}: queue {q:?} is not a number"))?;
+            if key.is_empty() {
+                bail!("--{what} {item:?}: empty key");
+            }
+            Ok((key.to_string(), q))
+        })
+        .collect()
+}
+
+fn init_logging(verbose: bool) {
+    let level = if verbose { simplelog::LevelFilter::Debug } else { simplelog::LevelFilter::Info };
+    let cfg = simplelog::ConfigBuilder::new()
+        .set_time_level(simplelog::LevelFilter::Off)
+        .set_target_level(simplelog::LevelFilter::Off)
+        .set_thread_level(simplelog::LevelFilter::Off)
+        .set_location_level(simplelog::LevelFilter::Off)
+        .build();
+    let _ = simplelog::TermLogger::init(
+        level,
+        cfg,
+        simplelog::TerminalMode::Stderr,
+        simplelog::ColorChoice::Never,
+    );
+}
+
+fn start_monitor(secs: f64, shutdown: Arc<AtomicBool>) -> Result<std::thread::JoinHandle<()>> {
+    if !(secs > 0.0 && secs.is_finite()) {
+        bail!("the stats interval must be a positive number of seconds (got {secs})");
+    }
+    Ok(std::thread::spawn(move || {
+        if let Err(e) = crate::stats::monitor(Duration::from_secs_f64(secs), shutdown) {
+            eprintln!("custos sched: stats monitor stopped: {e:#}");
+        }
+    }))
+}
+
+/// Entry point of `custos sched`; returns the process exit code.
+pub fn run(args: SchedArgs) -> Result<i32> {
+    init_logging(args.verbose);
+    let shutdown = Arc::new(AtomicBool::new(false));
+    {
+        let shutdown = shutdown.clone();
+        ctrlc::set_handler(move || shutdown.store(true, Ordering::Relaxed))
+            .context("cannot install the Ctrl-C handler")?;
+    }
+
+    if let Some(secs) = args.monitor {
+        let handle = start_monitor(secs, shutdown)?;
+        let _ = handle.join();
+        return Ok(0);
+    }
+
+    // Options first: a typo is reported the same on every kernel.
+    let config = crate::scheduler::Config::from_args(&args)?;
+    crate::scheduler::check_kernel()?;
+    if let Some(secs) = args.stats {
+        start_monitor(secs, shutdown.clone())?;
+    }
+    crate::scheduler::run(&args, &config, shutdown)
+}

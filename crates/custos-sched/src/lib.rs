@@ -1,0 +1,33 @@
+//! custos-sched: Custos's sched_ext scheduler, the Aegis queue backbone
+//! (seed 000, section 4.1) with a static consumer-protection policy.
+//!
+//! For: keeping a provenance consumer (the Custos collector, auditd, ...)
+//! fed while producers flood it, by parking pressured producers in budgeted
+//! FIFO queues whose waiting times cap how often they run. The BPF side
+//! (`src/bpf/main.bpf.c`) makes every scheduling decision; this crate loads
+//! it, writes its tunables, feeds it consumer pids and external pressure,
+//! and reports its statistics (`custos sched --stats`).
+//!
+//! Not for: collecting provenance (that is `custos-collector`, which
+//! publishes the features read here through the pinned maps of
+//! `include/custos/provenance_features.h`), nor learning a policy.
+
+pub mod bpf_intf {
+    #![allow(non_upper_case_globals, non_camel_case_types, non_snake_case, dead_code)]
+    include!(concat!(env!("OUT_DIR"), "/bpf_intf.rs"));
+}
+mod bpf_skel {
+    #![allow(clippy::all, non_camel_case_types, non_snake_case, dead_code)]
+    include!(concat!(env!("OUT_DIR"), "/bpf_skel.rs"));
+}
+
+pub mod cli;
+pub mod pressure;
+mod scheduler;
+pub mod stats;
+pub mod waiting_time;
+
+pub use scheduler::sched_ext_state;
+
+/// Number of budgeted queues the BPF side supports (queue 0 is primary).
+pub const MAX_BUDGETED_QUEUES: u32 = bpf_intf::custos_sched_consts_CUSTOS_MAX_QUEUES - 1;

@@ -1,0 +1,166 @@
+//! Who the consumers are and how much pressure they are under, for
+//! provenance systems other than the Custos collector (which publishes both
+//! through its pinned maps).
+//!
+//! auditd: the kernel's audit status (netlink `AUDIT_GET`) carries the
+//! backlog (records queued for auditd), the backlog limit, and `lost`
+//! (records the kernel dropped). Availability is the free share of the
+//! backlog, consumer lag is the backlog itself.
+
+use anyhow::{bail, Context, Result};
+use std::collections::BTreeSet;
+use std::fs;
+
+/// Thread-group ids of every process whose comm is one of `names`.
+pub fn pids_by_name(names: &[String]) -> Result<BTreeSet<u32>> {
+    let mut pids = BTreeSet::new();
+    if names.is_empty() {
+        return Ok(pids);
+    }
+    for entry in fs::read_dir("/proc").context("cannot list /proc")? {
+        let Ok(entry) = entry else { continue };
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        // Processes exit while we scan; a vanished one is simply not a consumer.
+        let Ok(comm) = fs::read_to_string(entry.path().join("comm")) else { continue };
+        if names.iter().any(|n| n == comm.trim_end()) {
+            pids.insert(pid);
+        }
+    }
+    Ok(pids)
+}
+
+/// The fields of `struct audit_status` the scheduler uses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AuditStatus {
+    pub enabled: u32,
+    pub pid: u32,
+    pub backlog_limit: u32,
+    pub lost: u32,
+    pub backlog: u32,
+}
+
+impl AuditStatus {
+    /// Free share of the backlog in [0, 128]; an unlimited backlog is never full.
+    pub fn availability(&self) -> u8 {
+        if self.backlog_limit == 0 {
+            return 128;
+        }
+        let free = self.backlog_limit.saturating_sub(self.backlog) as u64;
+        (free * 128 / self.backlog_limit as u64) as u8
+    }
+}
+
+const NETLINK_AUDIT: libc::c_int = 9;
+const AUDIT_GET: u16 = 1000;
+
+/// Reads the audit status from the kernel (needs CAP_AUDIT_CONTROL).
+pub fn audit_status() -> Result<AuditStatus> {
+    // SAFETY: plain socket syscalls on a descriptor we own and close.
+    unsafe {
+        let fd = libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, NETLINK_AUDIT);
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error())
+                .context("cannot open the audit netlink socket (kernel without CONFIG_AUDIT?)");
+        }
+        let result = audit_get(fd);
+        libc::close(fd);
+        result
+    }
+}
+
+unsafe fn audit_get(fd: libc::c_int) -> Result<AuditStatus> {
+    let mut req = [0u8; 16];
+    req[0..4].copy_from_slice(&16u32.to_ne_bytes());
+    req[4..6].copy_from_slice(&AUDIT_GET.to_ne_bytes());
+    req[6..8].copy_from_slice(&(libc::NLM_F_REQUEST as u16).to_ne_bytes());
+    req[8..12].copy_from_slice(&1u32.to_ne_bytes());
+    let mut addr: libc::sockaddr_nl = std::mem::zeroed();
+    addr.nl_family = libc::AF_NETLINK as u16;
+    let sent = libc::sendto(
+        fd,
+        req.as_ptr().cast(),
+        req.len(),
+        0,
+        (&addr as *const libc::sockaddr_nl).cast(),
+        std::mem::size_of::<libc::sockaddr_nl>() as u32,
+    );
+    if sent < 0 {
+        return Err(std::io::Error::last_os_error()).context("cannot send AUDIT_GET");
+    }
+    let mut buf = [0u8; 8192];
+    let mut tv = libc::timeval { tv_sec: 1, tv_usec: 0 };
+    libc::setsockopt(
+        fd,
+        libc::SOL_SOCKET,
+        libc::SO_RCVTIMEO,
+        (&mut tv as *mut libc::timeval).cast(),
+        std::mem::size_of::<libc::timeval>() as u32,
+    );
+    let n = libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0);
+    if n < 0 {
+        return Err(std::io::Error::last_os_error()).context("no reply to AUDIT_GET");
+    }
+    parse_audit_reply(&buf[..n as usize])
+}
+
+fn parse_audit_reply(msg: &[u8]) -> Result<AuditStatus> {
+    let u32_at = |off: usize| -> Result<u32> {
+        msg.get(off..off + 4)
+            .map(|b| u32::from_ne_bytes(b.try_into().unwrap()))
+            .context("short audit status reply")
+    };
+    let ty = msg.get(4..6).map(|b| u16::from_ne_bytes([b[0], b[1]])).context("short reply")?;
+    if ty == libc::NLMSG_ERROR as u16 {
+        let errno = -(u32_at(16)? as i32);
+        bail!(
+            "the kernel refused AUDIT_GET: {}",
+            std::io::Error::from_raw_os_error(errno)
+        );
+    }
+    if ty != AUDIT_GET {
+        bail!("unexpected audit netlink reply type {ty}");
+    }
+    // struct audit_status: mask, enabled, failure, pid, rate_limit,
+    // backlog_limit, lost, backlog, ... after the 16-byte nlmsghdr.
+    Ok(AuditStatus {
+        enabled: u32_at(16 + 4)?,
+        pid: u32_at(16 + 12)?,
+        backlog_limit: u32_at(16 + 20)?,
+        lost: u32_at(16 + 24)?,
+        backlog: u32_at(16 + 28)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_this_test_process_by_name() {
+        let comm = fs::read_to_string("/proc/self/comm").unwrap();
+        let pids = pids_by_name(&[comm.trim_end().to_string()]).unwrap();
+        assert!(pids.contains(&std::process::id()), "{pids:?}");
+        assert!(pids_by_name(&["no-such-comm-xyz".into()]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn audit_availability_is_free_backlog_share() {
+        let s = AuditStatus { backlog_limit: 8192, backlog: 6144, ..Default::default() };
+        assert_eq!(s.availability(), 32);
+        let s = AuditStatus { backlog_limit: 0, backlog: 10, ..Default::default() };
+        assert_eq!(s.availability(), 128);
+    }
+
+    #[test]
+    fn reads_the_real_audit_status() {
+        // Root on a kernel with CONFIG_AUDIT (host and VM kernels here).
+        if unsafe { libc::geteuid() } != 0 {
+            assert!(audit_status().is_err());
+            return;
+        }
+        let s = audit_status().expect("AUDIT_GET as root");
+        assert!(s.backlog <= s.backlog_limit || s.backlog_limit == 0, "{s:?}");
+    }
+}

@@ -1,0 +1,495 @@
+//! The scheduler's user-space loop: open the skeleton, write the tunables,
+//! load, attach, then keep consumers and external pressure fresh and serve
+//! statistics until Ctrl-C or a scheduler exit, whose reason is reported.
+
+use std::collections::BTreeSet;
+use std::mem::MaybeUninit;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use crossbeam::channel::RecvTimeoutError;
+use libbpf_rs::{MapCore, MapFlags, OpenObject};
+use log::{info, warn};
+use scx_stats::prelude::*;
+use scx_utils::{scx_ops_attach, scx_ops_load, scx_ops_open, uei_exited, uei_report, UserExitInfo};
+
+use crate::bpf_intf;
+use crate::bpf_skel::*;
+use crate::cli::{parse_forcing, SchedArgs};
+use crate::pressure;
+use crate::stats::{Metrics, QueueMetrics};
+use crate::waiting_time::{self, norm_log2, norm_percent};
+
+const SCHED_EXT_STATE: &str = "/sys/kernel/sched_ext/state";
+
+/// `/sys/kernel/sched_ext/state` ("enabled", "disabled", ...), None without sched_ext.
+pub fn sched_ext_state() -> Option<String> {
+    std::fs::read_to_string(SCHED_EXT_STATE).ok().map(|s| s.trim().to_string())
+}
+
+/// Fails clearly on kernels that cannot run a sched_ext scheduler.
+pub fn check_kernel() -> Result<()> {
+    if sched_ext_state().is_none() {
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        bail!(
+            "this kernel ({}) has no sched_ext (CONFIG_SCHED_CLASS_EXT is off, {} is missing); \
+             run the scheduler in the VM instead: custos vm run -- custos sched",
+            release.trim(),
+            SCHED_EXT_STATE
+        );
+    }
+    if let Ok(ops) = std::fs::read_to_string("/sys/kernel/sched_ext/root/ops") {
+        if sched_ext_state().as_deref() == Some("enabled") {
+            bail!(
+                "another sched_ext scheduler ({}) is attached; stop it first",
+                ops.trim()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Everything the BPF side needs, validated from the command line.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub slice_ns: u64,
+    pub starvation_guard_ns: u64,
+    pub waiting_time_ns: Vec<u64>,
+    pub budget_queue: u32,
+    pub event_rate_high: u8,
+    pub availability_low: u8,
+    pub availability_high: u8,
+    pub forced_comm: Vec<(String, u32)>,
+    pub forced_pid: Vec<(u32, u32)>,
+}
+
+impl Config {
+    pub fn from_args(args: &SchedArgs) -> Result<Self> {
+        if !(50..=1_000_000).contains(&args.slice_us) {
+            bail!("--slice-us must be between 50 us and 1 s (got {})", args.slice_us);
+        }
+        let waiting_time_ns = match &args.waiting_time_ns {
+            Some(list) => waiting_time::parse_list(list)?,
+            None => waiting_time::waiting_times(
+                args.waiting_time_inf_ns,
+                args.nr_queues,
+                args.waiting_time_scale,
+            )?,
+        };
+        let nr_queues = waiting_time_ns.len() as u32;
+        if args.starvation_guard_ms >= 25_000 {
+            bail!(
+                "--starvation-guard-ms must stay below the 30 s sched_ext watchdog with a margin \
+                 (at most 25000, got {})",
+                args.starvation_guard_ms
+            );
+        }
+        let budget_queue = args.budget_queue.unwrap_or(nr_queues);
+        if budget_queue == 0 || budget_queue > nr_queues {
+            bail!("--budget-queue must be a budgeted queue, 1..={nr_queues} (got {budget_queue})");
+        }
+        for (name, pct) in [
+            ("--availability-low", args.availability_low),
+            ("--availability-high", args.availability_high),
+        ] {
+            if !(0.0..=100.0).contains(&pct) {
+                bail!("{name} is a percentage, 0..100 (got {pct})");
+            }
+        }
+        if args.availability_high < args.availability_low {
+            bail!(
+                "--availability-high ({}) must not be below --availability-low ({})",
+                args.availability_high,
+                args.availability_low
+            );
+        }
+        let check_queue = |what: &str, key: &str, q: u32| -> Result<()> {
+            if q > nr_queues {
+                bail!("{what} {key}={q}: queue must be 0 (primary) ..{nr_queues}");
+            }
+            Ok(())
+        };
+        let forced_comm = parse_forcing(&args.force_queue, "force-queue")?;
+        for (comm, q) in &forced_comm {
+            check_queue("--force-queue", comm, *q)?;
+            if comm.len() >= bpf_intf::custos_sched_consts_CUSTOS_COMM_LEN as usize {
+                bail!("--force-queue {comm}: a comm has at most 15 bytes");
+            }
+        }
+        let mut forced_pid = Vec::new();
+        for (pid, q) in parse_forcing(&args.force_queue_pid, "force-queue-pid")? {
+            let pid: u32 = pid
+                .parse()
+                .with_context(|| format!("--force-queue-pid {pid}={q}: {pid:?} is not a pid"))?;
+            check_queue("--force-queue-pid", &pid.to_string(), q)?;
+            forced_pid.push((pid, q));
+        }
+        Ok(Self {
+            slice_ns: args.slice_us * 1000,
+            starvation_guard_ns: args.starvation_guard_ms * 1_000_000,
+            waiting_time_ns,
+            budget_queue,
+            event_rate_high: norm_log2(args.event_rate_high),
+            availability_low: norm_percent(args.availability_low),
+            availability_high: norm_percent(args.availability_high),
+            forced_comm,
+            forced_pid,
+        })
+    }
+
+    pub fn nr_queues(&self) -> u32 {
+        self.waiting_time_ns.len() as u32
+    }
+
+    /// Eq. 3: worst-case wait of the last queue, s · N · t̂_N / t̂_2, with N
+    /// counting the primary queue and t̂_2 the first budgeted queue's time.
+    pub fn eq3_bound_ns(&self) -> f64 {
+        let first = *self.waiting_time_ns.first().unwrap_or(&1) as f64;
+        let last = *self.waiting_time_ns.last().unwrap_or(&1) as f64;
+        self.slice_ns as f64 * (self.nr_queues() + 1) as f64 * last / first
+    }
+}
+
+struct Scheduler<'a> {
+    skel: BpfSkel<'a>,
+    struct_ops: Option<libbpf_rs::Link>,
+    config: &'a Config,
+    args: &'a SchedArgs,
+    stats_server: Option<StatsServer<(), Metrics>>,
+    attached_at: Instant,
+    consumers: BTreeSet<u32>,
+    collector_features: bool,
+    last_audit_error: Option<String>,
+}
+
+/// Makes the consumers map equal to --consumer-pid plus the live --consumer
+/// names, given what it held (`known`); returns what it holds now.
+fn register_consumers(skel: &BpfSkel<'_>, args: &SchedArgs, known: &BTreeSet<u32>) -> Result<BTreeSet<u32>> {
+    let mut want = pressure::pids_by_name(&args.consumers)?;
+    want.extend(args.consumer_pids.iter().copied());
+    for gone in known.difference(&want) {
+        let _ = skel.maps.consumers.delete(&gone.to_ne_bytes());
+    }
+    for new in want.difference(known) {
+        skel.maps
+            .consumers
+            .update(&new.to_ne_bytes(), &1u32.to_ne_bytes(), MapFlags::ANY)
+            .with_context(|| format!("cannot register consumer pid {new}"))?;
+        info!("consumer pid {new} protected (always primary)");
+    }
+    Ok(want)
+}
+
+fn collector_pins(pin_dir: &Path) -> Option<(PathBuf, PathBuf)> {
+    let task = pin_dir.join(custos_str(bpf_intf::CUSTOS_TASK_FEATURES_MAP));
+    let global = pin_dir.join(custos_str(bpf_intf::CUSTOS_GLOBAL_FEATURES_MAP));
+    (task.exists() && global.exists()).then_some((task, global))
+}
+
+fn custos_str(c: &[u8]) -> &str {
+    std::str::from_utf8(c).unwrap_or_default().trim_end_matches('\0')
+}
+
+impl<'a> Scheduler<'a> {
+    fn init(
+        args: &'a SchedArgs,
+        config: &'a Config,
+        open_object: &'a mut MaybeUninit<OpenObject>,
+    ) -> Result<Self> {
+        scx_utils::try_set_rlimit_infinity();
+
+        let mut builder = BpfSkelBuilder::default();
+        builder.obj_builder.debug(args.verbose);
+        let mut skel = scx_ops_open!(builder, open_object, custos_ops, None::<libbpf_rs::libbpf_sys::bpf_object_open_opts>)
+            .context("cannot open the BPF scheduler")?;
+        skel.struct_ops.custos_ops_mut().exit_dump_len = args.exit_dump_len;
+        // Only ENQ_LAST: a budgeted task that used its slice must go back to
+        // its queue instead of silently running on.
+        skel.struct_ops.custos_ops_mut().flags =
+            *scx_utils::compat::SCX_OPS_ENQ_LAST | *scx_utils::compat::SCX_OPS_KEEP_BUILTIN_IDLE;
+
+        let rodata = skel.maps.rodata_data.as_mut().context("BPF object has no rodata")?;
+        rodata.slice_ns = config.slice_ns;
+        rodata.starvation_guard_ns = config.starvation_guard_ns;
+        rodata.nr_queues = config.nr_queues();
+        for (i, w) in config.waiting_time_ns.iter().enumerate() {
+            rodata.waiting_time_ns[i + 1] = *w;
+        }
+        rodata.work_conserving = args.work_conserving;
+        rodata.budget_queue = config.budget_queue;
+        rodata.event_rate_high = config.event_rate_high;
+        rodata.availability_low = config.availability_low;
+        rodata.availability_high = config.availability_high;
+        rodata.queue_forcing = !config.forced_comm.is_empty() || !config.forced_pid.is_empty();
+
+        let collector_features = match collector_pins(&args.pin_dir) {
+            Some((task, global)) => {
+                skel.maps
+                    .task_features
+                    .reuse_pinned_map(&task)
+                    .with_context(|| format!("cannot reuse the collector's map {}", task.display()))?;
+                skel.maps
+                    .global_features
+                    .reuse_pinned_map(&global)
+                    .with_context(|| format!("cannot reuse the collector's map {}", global.display()))?;
+                info!("provenance features: reusing the collector's maps in {}", args.pin_dir.display());
+                true
+            }
+            None => {
+                info!(
+                    "provenance features: no collector maps in {}; running with zero provenance \
+                     features (only --consumer/--consumer-pid{} protect consumers)",
+                    args.pin_dir.display(),
+                    if args.audit_pressure { " and the audit backlog" } else { "" }
+                );
+                false
+            }
+        };
+
+        let mut skel = scx_ops_load!(skel, custos_ops, uei).context("cannot load the BPF scheduler")?;
+
+        for (comm, q) in &config.forced_comm {
+            let mut key = [0u8; bpf_intf::custos_sched_consts_CUSTOS_COMM_LEN as usize];
+            key[..comm.len()].copy_from_slice(comm.as_bytes());
+            skel.maps
+                .forced_comm
+                .update(&key, &q.to_ne_bytes(), MapFlags::ANY)
+                .with_context(|| format!("cannot force comm {comm} into queue {q}"))?;
+        }
+        for (pid, q) in &config.forced_pid {
+            skel.maps
+                .forced_pid
+                .update(&pid.to_ne_bytes(), &q.to_ne_bytes(), MapFlags::ANY)
+                .with_context(|| format!("cannot force pid {pid} into queue {q}"))?;
+        }
+
+        // Consumers are known before the first decision, so none is ever budgeted.
+        let consumers = register_consumers(&skel, args, &BTreeSet::new())?;
+
+        let struct_ops = Some(scx_ops_attach!(skel, custos_ops).context("cannot attach the BPF scheduler")?);
+        info!(
+            "custos scheduler attached: slice {} us, waiting times {:?} ns, policy budget queue {}{}",
+            config.slice_ns / 1000,
+            config.waiting_time_ns,
+            config.budget_queue,
+            if args.work_conserving { ", work-conserving" } else { "" }
+        );
+
+        let bound = config.eq3_bound_ns();
+        if config.starvation_guard_ns > 0 && bound > config.starvation_guard_ns as f64 {
+            info!(
+                "Eq. 3 allows the last queue to wait up to {:.1} s when every queue is saturated; \
+                 the starvation guard caps waits at {} ms",
+                bound / 1e9,
+                config.starvation_guard_ns / 1_000_000
+            );
+        }
+
+        let stats_server = match StatsServer::new(crate::stats::server_data())
+            .set_sched_path(crate::stats::STATS_SCHED_PATH)
+            .launch()
+        {
+            Ok(s) => Some(s),
+            Err(e) => {
+                warn!("statistics socket unavailable ({e:#}); --monitor will not see this run");
+                None
+            }
+        };
+
+        Ok(Self {
+            skel,
+            struct_ops,
+            config,
+            args,
+            stats_server,
+            attached_at: Instant::now(),
+            consumers,
+            collector_features,
+            last_audit_error: None,
+        })
+    }
+
+    fn refresh_consumers(&mut self) -> Result<()> {
+        self.consumers = register_consumers(&self.skel, self.args, &self.consumers)?;
+        Ok(())
+    }
+
+    fn refresh_audit_pressure(&mut self) {
+        if !self.args.audit_pressure {
+            return;
+        }
+        match pressure::audit_status() {
+            Ok(s) => {
+                // external_availability starts at 128, so it lives in .data.
+                self.skel.maps.data_data.as_mut().unwrap().external_availability = s.availability();
+                self.skel.maps.bss_data.as_mut().unwrap().external_lag = s.backlog as u64;
+                self.last_audit_error = None;
+            }
+            Err(e) => {
+                let msg = format!("{e:#}");
+                if self.last_audit_error.as_deref() != Some(msg.as_str()) {
+                    warn!("audit pressure unavailable: {msg}");
+                }
+                self.last_audit_error = Some(msg);
+            }
+        }
+    }
+
+    fn global_features(&self) -> Option<bpf_intf::custos_global_features> {
+        let raw = self
+            .skel
+            .maps
+            .global_features
+            .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)
+            .ok()??;
+        (raw.len() >= std::mem::size_of::<bpf_intf::custos_global_features>())
+            // SAFETY: the map's value is this plain-old-data struct.
+            .then(|| unsafe { std::ptr::read_unaligned(raw.as_ptr().cast()) })
+    }
+
+    fn metrics(&self) -> Metrics {
+        // SAFETY: plain-old-data counters; all zeroes is the empty sum.
+        let mut sum: bpf_intf::custos_sched_stats = unsafe { std::mem::zeroed() };
+        let mut nr_cpus = 0u64;
+        if let Ok(Some(per_cpu)) = self.skel.maps.stats.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY) {
+            for raw in per_cpu {
+                if raw.len() < std::mem::size_of::<bpf_intf::custos_sched_stats>() {
+                    continue;
+                }
+                nr_cpus += 1;
+                // SAFETY: the map's value is this plain-old-data struct.
+                let s: bpf_intf::custos_sched_stats = unsafe { std::ptr::read_unaligned(raw.as_ptr().cast()) };
+                for q in 0..sum.dispatches.len() {
+                    sum.dispatches[q] += s.dispatches[q];
+                    sum.wait_ns[q] += s.wait_ns[q];
+                    sum.wait_max_ns[q] = sum.wait_max_ns[q].max(s.wait_max_ns[q]);
+                    sum.hungry_picks[q] += s.hungry_picks[q];
+                    sum.policy_decisions[q] += s.policy_decisions[q];
+                    sum.starvation_guard_picks[q] += s.starvation_guard_picks[q];
+                }
+                sum.to_budgeted += s.to_budgeted;
+                sum.to_primary += s.to_primary;
+                sum.consumer_decisions += s.consumer_decisions;
+                sum.direct_dispatches += s.direct_dispatches;
+                sum.pinned_enqueues += s.pinned_enqueues;
+                sum.keep_running += s.keep_running;
+                sum.budget_timer_fires += s.budget_timer_fires;
+                sum.idle_kicks += s.idle_kicks;
+                sum.feature_ns += s.feature_ns;
+                sum.feature_updates += s.feature_updates;
+                sum.feature_outliers += s.feature_outliers;
+            }
+        }
+        let queues = (0..=self.config.nr_queues() as usize)
+            .map(|q| {
+                // Direct dispatches are primary tasks that skipped the queue.
+                let runs = sum.dispatches[q] + if q == 0 { sum.direct_dispatches } else { 0 };
+                QueueMetrics {
+                    waiting_time_ns: if q == 0 { 0 } else { self.config.waiting_time_ns[q - 1] },
+                    dispatches: sum.dispatches[q],
+                    hungry_factor_picks: sum.hungry_picks[q],
+                    starvation_guard_picks: sum.starvation_guard_picks[q],
+                    policy_decisions: sum.policy_decisions[q],
+                    wait_total_ns: sum.wait_ns[q],
+                    wait_avg_us: if runs > 0 { sum.wait_ns[q] as f64 / runs as f64 / 1000.0 } else { 0.0 },
+                    wait_max_us: sum.wait_max_ns[q] as f64 / 1000.0,
+                }
+            })
+            .collect();
+        let global = self.global_features();
+        let collector_consumers = global
+            .filter(|g| g.collector_running != 0)
+            .map(|g| g.consumer_pids.iter().filter(|p| **p != 0).count() as u64)
+            .unwrap_or(0);
+        let data = self.skel.maps.data_data.as_ref().unwrap();
+        let availability = global
+            .filter(|g| g.collector_running != 0)
+            .map(|g| {
+                (0..g.ring_size.len())
+                    .filter(|r| g.ring_size[*r] > 0)
+                    .map(|r| g.ring_free_bytes[r] * 128 / g.ring_size[r])
+                    .min()
+                    .unwrap_or(128)
+            })
+            .unwrap_or(128)
+            .min(data.external_availability as u64);
+        let mut m = Metrics {
+            interval_s: self.attached_at.elapsed().as_secs_f64(),
+            queues,
+            policy_to_budgeted: sum.to_budgeted,
+            policy_to_primary: sum.to_primary,
+            consumer_decisions: sum.consumer_decisions,
+            direct_dispatches: sum.direct_dispatches,
+            pinned_enqueues: sum.pinned_enqueues,
+            keep_running: sum.keep_running,
+            budget_timer_fires: sum.budget_timer_fires,
+            idle_kicks: sum.idle_kicks,
+            starvation_guard_picks: sum.starvation_guard_picks.iter().sum(),
+            feature_updates: sum.feature_updates,
+            feature_ns: sum.feature_ns,
+            feature_outliers: sum.feature_outliers,
+            nr_cpus,
+            nr_consumers: self.consumers.len() as u64 + collector_consumers,
+            collector_features: self.collector_features as u64,
+            availability,
+            ..Default::default()
+        };
+        m.derive_feature_cost();
+        m
+    }
+
+    fn exited(&mut self) -> bool {
+        uei_exited!(&self.skel, uei)
+    }
+
+    fn run(&mut self, shutdown: Arc<AtomicBool>) -> Result<UserExitInfo> {
+        let deadline = self.args.duration.map(|s| self.attached_at + Duration::from_secs_f64(s));
+        let channels = self.stats_server.as_ref().map(|s| s.channels());
+        let mut last_consumer_scan = Instant::now();
+        while !shutdown.load(Ordering::Relaxed) && !self.exited() {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                break;
+            }
+            // Audit pressure moves fast; poll it at the policy's rate window.
+            self.refresh_audit_pressure();
+            if last_consumer_scan.elapsed() >= Duration::from_secs(1) {
+                self.refresh_consumers()?;
+                last_consumer_scan = Instant::now();
+            }
+            match &channels {
+                Some((res_ch, req_ch)) => match req_ch.recv_timeout(Duration::from_millis(100)) {
+                    Ok(()) => res_ch.send(self.metrics())?,
+                    Err(RecvTimeoutError::Timeout) => {}
+                    Err(e) => Err(e)?,
+                },
+                None => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+        let final_metrics = self.metrics();
+        let _ = self.struct_ops.take();
+        if let Some(path) = &self.args.stats_json {
+            let json = serde_json::to_string_pretty(&final_metrics)?;
+            std::fs::write(path, json + "\n")
+                .with_context(|| format!("cannot write statistics to {}", path.display()))?;
+        }
+        info!("custos scheduler detached");
+        uei_report!(&self.skel, uei)
+    }
+}
+
+/// Loads, attaches and runs the scheduler; restarts it when the kernel asks
+/// (CPU hotplug), returns 0 on a clean detach.
+pub fn run(args: &SchedArgs, config: &Config, shutdown: Arc<AtomicBool>) -> Result<i32> {
+    let mut open_object = MaybeUninit::uninit();
+    loop {
+        let mut sched = Scheduler::init(args, config, &mut open_object)?;
+        let uei = sched.run(shutdown.clone())?;
+        if !uei.should_restart() || shutdown.load(Ordering::Relaxed) {
+            return Ok(0);
+        }
+        info!("the kernel asked the scheduler to restart; restarting");
+    }
+}

@@ -1,0 +1,230 @@
+//! Scheduler statistics: one `Metrics` struct serves the live monitor
+//! (`--stats`, `--monitor`, through scx_stats) and the JSON summary.
+
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Result;
+use scx_stats::prelude::*;
+use scx_stats_derive::{stat_doc, Stats};
+use serde::{Deserialize, Serialize};
+
+/// Where `custos sched` serves its statistics (scx_stats socket, under /var/run/scx).
+pub const STATS_SCHED_PATH: &str = "custos";
+
+#[stat_doc]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, Stats)]
+#[stat(desc = "one queue of the Aegis backbone")]
+pub struct QueueMetrics {
+    #[stat(desc = "Waiting time of the queue in ns (0 for the primary queue)")]
+    pub waiting_time_ns: u64,
+    #[stat(desc = "Tasks moved from this queue onto a CPU")]
+    pub dispatches: u64,
+    #[stat(desc = "Dispatches where this queue won the hungry-factor argmax (Eq. 2)")]
+    pub hungry_factor_picks: u64,
+    #[stat(desc = "Dispatches forced by the starvation guard")]
+    pub starvation_guard_picks: u64,
+    #[stat(desc = "Policy decisions that put a task in this queue")]
+    pub policy_decisions: u64,
+    #[stat(desc = "Mean time from enqueue to running, in us")]
+    pub wait_avg_us: f64,
+    #[stat(desc = "Longest time from enqueue to running, in us")]
+    pub wait_max_us: f64,
+    #[stat(desc = "Sum of enqueue-to-running times, in ns")]
+    pub wait_total_ns: u64,
+}
+
+#[stat_doc]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, Stats)]
+#[stat(top)]
+pub struct Metrics {
+    #[stat(desc = "Seconds this report covers")]
+    pub interval_s: f64,
+    #[stat(desc = "Per-queue statistics; queue 0 is primary")]
+    pub queues: Vec<QueueMetrics>,
+    #[stat(desc = "Tasks the policy moved from primary to a budgeted queue")]
+    pub policy_to_budgeted: u64,
+    #[stat(desc = "Tasks the policy moved from a budgeted queue back to primary")]
+    pub policy_to_primary: u64,
+    #[stat(desc = "Policy decisions for consumers (always primary)")]
+    pub consumer_decisions: u64,
+    #[stat(desc = "Wakeups sent straight to an idle CPU")]
+    pub direct_dispatches: u64,
+    #[stat(desc = "Enqueues of one-CPU tasks onto their CPU's queues")]
+    pub pinned_enqueues: u64,
+    #[stat(desc = "Slices refilled for a task with nothing else to run")]
+    pub keep_running: u64,
+    #[stat(desc = "Idle CPUs woken when a budgeted queue became eligible")]
+    pub budget_timer_fires: u64,
+    #[stat(desc = "Idle CPUs kicked on enqueue")]
+    pub idle_kicks: u64,
+    #[stat(desc = "Queues consumed because a task waited past the starvation guard")]
+    pub starvation_guard_picks: u64,
+    #[stat(desc = "Feature-maintenance calls")]
+    pub feature_updates: u64,
+    #[stat(desc = "Feature updates over 100 us (CPU taken away mid-update), left out of feature_ns")]
+    pub feature_outliers: u64,
+    #[stat(desc = "Time spent maintaining features, in ns")]
+    pub feature_ns: u64,
+    #[stat(desc = "CPUs the scheduler runs on")]
+    pub nr_cpus: u64,
+    #[stat(desc = "Mean feature-maintenance cost per call, in ns")]
+    pub feature_ns_per_update: f64,
+    #[stat(desc = "Share of CPU time spent maintaining features, in percent")]
+    pub feature_cpu_pct: f64,
+    #[stat(desc = "Consumers known (collector's and --consumer/--consumer-pid)")]
+    pub nr_consumers: u64,
+    #[stat(desc = "1 when provenance features come from the collector's pinned maps")]
+    pub collector_features: u64,
+    #[stat(desc = "Ring availability seen by the policy, 0..128")]
+    pub availability: u64,
+}
+
+impl Metrics {
+    pub fn format<W: Write>(&self, w: &mut W) -> Result<()> {
+        writeln!(
+            w,
+            "[custos] policy: ->budget {} ->primary {} | direct {} pinned {} keep {} timer {} guard {} | \
+             features {:.0} ns/call {:.3}% cpu | consumers {} collector {} avail {}",
+            self.policy_to_budgeted,
+            self.policy_to_primary,
+            self.direct_dispatches,
+            self.pinned_enqueues,
+            self.keep_running,
+            self.budget_timer_fires,
+            self.starvation_guard_picks,
+            self.feature_ns_per_update,
+            self.feature_cpu_pct,
+            self.nr_consumers,
+            if self.collector_features != 0 { "yes" } else { "no" },
+            self.availability,
+        )?;
+        for (q, m) in self.queues.iter().enumerate() {
+            writeln!(
+                w,
+                "  q{q} {:>10} dispatch {:>8} hungry {:>8} policy {:>8} wait avg {:>9.1}us max {:>10.1}us",
+                if q == 0 { "primary".to_string() } else { format!("w={}ns", m.waiting_time_ns) },
+                m.dispatches,
+                m.hungry_factor_picks,
+                m.policy_decisions,
+                m.wait_avg_us,
+                m.wait_max_us,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Counters accumulated since `prev` (gauges are taken from `self`).
+    pub fn delta(&self, prev: &Self) -> Self {
+        let queues = self
+            .queues
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let p = prev.queues.get(i).cloned().unwrap_or_default();
+                let dispatches = c.dispatches.saturating_sub(p.dispatches);
+                let wait_total_ns = c.wait_total_ns.saturating_sub(p.wait_total_ns);
+                QueueMetrics {
+                    waiting_time_ns: c.waiting_time_ns,
+                    dispatches,
+                    hungry_factor_picks: c.hungry_factor_picks.saturating_sub(p.hungry_factor_picks),
+                    starvation_guard_picks: c.starvation_guard_picks.saturating_sub(p.starvation_guard_picks),
+                    policy_decisions: c.policy_decisions.saturating_sub(p.policy_decisions),
+                    wait_total_ns,
+                    wait_avg_us: c.wait_avg_us_since(&p),
+                    wait_max_us: c.wait_max_us,
+                }
+            })
+            .collect();
+        let feature_updates = self.feature_updates.saturating_sub(prev.feature_updates);
+        let feature_ns = self.feature_ns.saturating_sub(prev.feature_ns);
+        let interval_s = (self.interval_s - prev.interval_s).max(1e-9);
+        let mut d = Self {
+            interval_s,
+            queues,
+            policy_to_budgeted: self.policy_to_budgeted.saturating_sub(prev.policy_to_budgeted),
+            policy_to_primary: self.policy_to_primary.saturating_sub(prev.policy_to_primary),
+            consumer_decisions: self.consumer_decisions.saturating_sub(prev.consumer_decisions),
+            direct_dispatches: self.direct_dispatches.saturating_sub(prev.direct_dispatches),
+            pinned_enqueues: self.pinned_enqueues.saturating_sub(prev.pinned_enqueues),
+            keep_running: self.keep_running.saturating_sub(prev.keep_running),
+            budget_timer_fires: self.budget_timer_fires.saturating_sub(prev.budget_timer_fires),
+            idle_kicks: self.idle_kicks.saturating_sub(prev.idle_kicks),
+            starvation_guard_picks: self.starvation_guard_picks.saturating_sub(prev.starvation_guard_picks),
+            feature_updates,
+            feature_ns,
+            feature_outliers: self.feature_outliers.saturating_sub(prev.feature_outliers),
+            ..self.clone()
+        };
+        d.derive_feature_cost();
+        d
+    }
+
+    /// Fills the derived feature-cost fields from the counters and interval.
+    pub fn derive_feature_cost(&mut self) {
+        self.feature_ns_per_update = if self.feature_updates > 0 {
+            self.feature_ns as f64 / self.feature_updates as f64
+        } else {
+            0.0
+        };
+        let cpu_ns = self.interval_s * 1e9 * self.nr_cpus.max(1) as f64;
+        self.feature_cpu_pct = if cpu_ns > 0.0 { self.feature_ns as f64 / cpu_ns * 100.0 } else { 0.0 };
+    }
+}
+
+impl QueueMetrics {
+    fn wait_avg_us_since(&self, prev: &Self) -> f64 {
+        let n = self.dispatches.saturating_sub(prev.dispatches);
+        if n == 0 {
+            return 0.0;
+        }
+        self.wait_total_ns.saturating_sub(prev.wait_total_ns) as f64 / n as f64 / 1000.0
+    }
+}
+
+pub fn server_data() -> StatsServerData<(), Metrics> {
+    let open: Box<dyn StatsOpener<(), Metrics>> = Box::new(move |(req_ch, res_ch)| {
+        req_ch.send(())?;
+        let mut prev = res_ch.recv()?;
+        let read: Box<dyn StatsReader<(), Metrics>> = Box::new(move |_args, (req_ch, res_ch)| {
+            req_ch.send(())?;
+            let cur = res_ch.recv()?;
+            let delta = cur.delta(&prev);
+            prev = cur;
+            delta.to_json()
+        });
+        Ok(read)
+    });
+    StatsServerData::new()
+        .add_meta(Metrics::meta())
+        .add_meta(QueueMetrics::meta())
+        .add_ops("top", StatsOps { open, close: None })
+}
+
+/// Prints the running scheduler's statistics every `intv` until `shutdown`.
+pub fn monitor(intv: Duration, shutdown: Arc<AtomicBool>) -> Result<()> {
+    let mut announced = false;
+    while !shutdown.load(Ordering::Relaxed) {
+        let mut client = match StatsClient::new().set_sched_path(STATS_SCHED_PATH).connect(None) {
+            Ok(c) => c,
+            Err(e) => {
+                if !announced {
+                    eprintln!("custos sched: waiting for the scheduler's stats socket ({e:#})");
+                    announced = true;
+                }
+                std::thread::sleep(Duration::from_secs(1));
+                continue;
+            }
+        };
+        while !shutdown.load(Ordering::Relaxed) {
+            match client.request::<Metrics>("stats", vec![]) {
+                Ok(m) => m.format(&mut std::io::stdout())?,
+                Err(_) => break,
+            }
+            std::thread::sleep(intv);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,115 @@
+//! Waiting times of the budgeted queues and the feature normalisation both
+//! sides agree on.
+
+use anyhow::{bail, Result};
+
+/// How waiting times grow from the first budgeted queue to the last.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Scale {
+    /// Seed 000 Eq. 7: t̂ᵢ = t̂∞^((i+0.5)/N), i = 0..N-1 (geometric).
+    Exponential,
+    /// Ablation: t̂ᵢ = t̂∞ · (i+1)/N (evenly spaced up to t̂∞).
+    Linear,
+}
+
+/// Waiting time in ns of budgeted queues 1..=n (element 0 is queue 1).
+///
+/// Eq. 7 is read with the budgeted queues numbered from 0, so every waiting
+/// time stays below t̂∞, the worst-case baseline the paper derives it from.
+pub fn waiting_times(inf_ns: u64, n: u32, scale: Scale) -> Result<Vec<u64>> {
+    if n == 0 || n > crate::MAX_BUDGETED_QUEUES {
+        bail!(
+            "--nr-queues must be between 1 and {} (got {n})",
+            crate::MAX_BUDGETED_QUEUES
+        );
+    }
+    if inf_ns < 2 {
+        bail!("--waiting-time-inf-ns must be at least 2 ns (got {inf_ns})");
+    }
+    Ok((0..n)
+        .map(|i| {
+            let t = match scale {
+                Scale::Exponential => (inf_ns as f64).powf((i as f64 + 0.5) / n as f64),
+                Scale::Linear => inf_ns as f64 * (i as f64 + 1.0) / n as f64,
+            };
+            (t.round() as u64).max(1)
+        })
+        .collect())
+}
+
+/// Parses an explicit list such as `1e2,2e3,3e4,5e5` (ns, one per queue).
+pub fn parse_list(list: &str) -> Result<Vec<u64>> {
+    let mut out = Vec::new();
+    for item in list.split(',').map(str::trim) {
+        let v: f64 = item.parse().map_err(|_| {
+            anyhow::anyhow!("waiting time {item:?} is not a number of nanoseconds (e.g. 5e5)")
+        })?;
+        if !(1.0..=1e12).contains(&v) {
+            bail!("waiting time {item} ns is outside 1 ns .. 1000 s");
+        }
+        out.push(v.round() as u64);
+    }
+    if out.is_empty() || out.len() > crate::MAX_BUDGETED_QUEUES as usize {
+        bail!(
+            "--waiting-time-ns needs 1 to {} values, one per budgeted queue",
+            crate::MAX_BUDGETED_QUEUES
+        );
+    }
+    Ok(out)
+}
+
+/// Long-tailed features: 2 × bit length, mapping any u64 onto [0, 128].
+/// Must match `norm_log2()` in main.bpf.c.
+pub fn norm_log2(x: u64) -> u8 {
+    (2 * (64 - x.leading_zeros())) as u8
+}
+
+/// Uniform features given in percent: [0, 100] onto [0, 128].
+pub fn norm_percent(pct: f64) -> u8 {
+    (pct.clamp(0.0, 100.0) * 128.0 / 100.0).round() as u8
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eq7_default_is_geometric_below_inf() {
+        let w = waiting_times(500_000, 3, Scale::Exponential).unwrap();
+        assert_eq!(w.len(), 3);
+        assert!(w.windows(2).all(|p| p[0] < p[1]), "{w:?}");
+        assert!(*w.last().unwrap() < 500_000);
+        // 5e5^(0.5/3), 5e5^(1.5/3), 5e5^(2.5/3)
+        assert_eq!(w, vec![9, 707, 56_123]);
+        // geometric: constant ratio
+        let r1 = w[2] as f64 / w[1] as f64;
+        let r0 = 707.0 / 8.9;
+        assert!((r1 / r0 - 1.0).abs() < 0.01);
+    }
+
+    #[test]
+    fn linear_alternative_reaches_inf() {
+        let w = waiting_times(300, 3, Scale::Linear).unwrap();
+        assert_eq!(w, vec![100, 200, 300]);
+    }
+
+    #[test]
+    fn bad_inputs_are_errors() {
+        assert!(waiting_times(500_000, 0, Scale::Exponential).is_err());
+        assert!(waiting_times(500_000, 8, Scale::Exponential).is_err());
+        assert!(waiting_times(1, 3, Scale::Exponential).is_err());
+        assert!(parse_list("1e2,x").is_err());
+        assert!(parse_list("0").is_err());
+        assert_eq!(parse_list("1e2, 7e3,5e5").unwrap(), vec![100, 7000, 500_000]);
+    }
+
+    #[test]
+    fn normalisation_spans_0_to_128() {
+        assert_eq!(norm_log2(0), 0);
+        assert_eq!(norm_log2(1), 2);
+        assert_eq!(norm_log2(1000), 20);
+        assert_eq!(norm_log2(u64::MAX), 128);
+        assert_eq!(norm_percent(25.0), 32);
+        assert_eq!(norm_percent(150.0), 128);
+    }
+}

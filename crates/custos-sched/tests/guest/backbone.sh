@@ -1,0 +1,188 @@
+#!/bin/sh
+# Guest side of custos-sched's VM tests (run by tests/vm.rs in one boot).
+# Usage: backbone.sh SCHED_BIN OUT_DIR SECTION...
+# Every result is a "key value..." line on stdout; logs go to OUT_DIR.
+BIN=$1; OUT=$2; shift 2
+NCPU=$(nproc)
+STATE=/sys/kernel/sched_ext/state
+
+now_ns() { date +%s%N; }
+state() { cat $STATE; }
+# wait_state WANT SECONDS
+wait_state() {
+	i=0
+	while [ "$(state)" != "$1" ] && [ $i -lt $(($2 * 10)) ]; do sleep 0.1; i=$((i + 1)); done
+	[ "$(state)" = "$1" ]
+}
+# stop_sched PID NAME: Ctrl-C, then report the exit code
+stop_sched() {
+	kill -INT "$1"
+	wait "$1"
+	echo "$2.rc $?"
+	wait_state disabled 20
+	echo "$2.after $(state)"
+}
+
+lifecycle() {
+	echo "lifecycle.before $(state)"
+	$BIN --stats-json "$OUT/lifecycle.json" >"$OUT/lifecycle.log" 2>&1 &
+	pid=$!
+	wait_state enabled 60
+	echo "lifecycle.attached $(state)"
+	echo "lifecycle.ops $(cat /sys/kernel/sched_ext/root/ops 2>/dev/null)"
+	sleep 2
+	stop_sched $pid lifecycle
+}
+
+stress() {
+	$BIN --stats 10 --stats-json "$OUT/stress.json" >"$OUT/stress.log" 2>&1 &
+	pid=$!
+	wait_state enabled 60 || { echo "stress.attached no"; kill -INT $pid; return; }
+	# One-CPU tasks next to everything else: they must not wait on queues
+	# that only other CPUs drain.
+	pinned=""
+	for c in $(seq 0 $((NCPU - 1))); do
+		taskset -c "$c" sh -c 'while :; do :; done' &
+		pinned="$pinned $!"
+	done
+	start=$(date +%s)
+	stress-ng --timeout 60s --cpu "$NCPU" --fork "$NCPU" --pipe "$NCPU" \
+		--hdd "$NCPU" --hdd-bytes 4M --temp-path /tmp \
+		--affinity "$NCPU" --affinity-rand --metrics-brief \
+		>"$OUT/stress-ng.log" 2>&1
+	echo "stress.stressng_rc $?"
+	echo "stress.seconds $(($(date +%s) - start))"
+	echo "stress.state $(state)"
+	kill $pinned 2>/dev/null
+	wait $pinned 2>/dev/null
+	if kill -0 $pid 2>/dev/null; then echo "stress.alive yes"; else echo "stress.alive no"; fi
+	stop_sched $pid stress
+}
+
+# gated HOGS M ITERATIONS: HOGS tight loops in each higher queue, M loops of
+# ITERATIONS in the last queue ($nq), all pinned to CPU 0 and named for their
+# queue before any of them runs (a task still in the primary queue on a
+# saturated CPU, e.g. taskset before its exec, would wait there). Sets
+# $elapsed (ns from release to the last loop's exit) and $hogs.
+gated() {
+	rm -rf /tmp/wc_ready; mkdir /tmp/wc_ready
+	# The gate is a FIFO this shell holds open read-write: a line written
+	# before a task reaches its read is still there, so none can miss it.
+	rm -f /tmp/wc_gate; mkfifo /tmp/wc_gate; exec 3<>/tmp/wc_gate
+	wait_for_gate=": > /tmp/wc_ready/\$\$; read x <&3"
+	hogs=""
+	for q in $(seq 1 $((nq - 1))); do
+		k=0
+		while [ $k -lt "$1" ]; do
+			taskset -c 0 "/tmp/wc_q$q" -c "$wait_for_gate; while :; do :; done" &
+			hogs="$hogs $!"
+			k=$((k + 1))
+		done
+	done
+	workers=""
+	for k in $(seq 1 "$2"); do
+		taskset -c 0 "/tmp/wc_q$nq" -c "$wait_for_gate; i=0; while [ \$i -lt $3 ]; do i=\$((i+1)); done" &
+		workers="$workers $!"
+	done
+	total=$(($1 * (nq - 1) + $2))
+	while [ "$(ls /tmp/wc_ready | wc -l)" -lt $total ]; do sleep 0.1; done
+	sleep 0.5
+	t0=$(now_ns)
+	printf "%${total}s" "" | tr ' ' '\n' >&3
+	wait $workers
+	elapsed=$(($(now_ns) - t0))
+	exec 3>&-
+}
+
+# worst_case NAME WAITING_TIMES_NS M_N
+# Seed 000 section 6.4 on one CPU: 10 tight loops in each higher budgeted
+# queue, M_N finite loops in the last one; how long until the last finishes.
+worst_case() {
+	name=$1; wts=$2; m=$3
+	nq=$(echo "$wts" | tr ',' '\n' | wc -l)
+	forces=""
+	for q in $(seq 1 "$nq"); do
+		ln -sf "$(command -v dash)" "/tmp/wc_q$q"
+		forces="$forces --force-queue wc_q$q=$q"
+	done
+	$BIN --slice-us 1000 --waiting-time-ns "$wts" $forces \
+		--stats-json "$OUT/wc-$name.json" $WC_EXTRA >"$OUT/wc-$name.log" 2>&1 &
+	pid=$!
+	wait_state enabled 60 || { echo "wc.$name.attached no"; kill -INT $pid; return; }
+	# r_RAW: about three 4 ms ticks of work (emulation speed varies, so size
+	# it here), timed alone in the same queue on the same CPU.
+	gated 0 1 200
+	iters=$((200 * 12000000 / elapsed))
+	[ $iters -lt 5 ] && iters=5
+	gated 0 1 $iters
+	raw=$elapsed
+	gated 10 "$m" $iters
+	kill $hogs 2>/dev/null
+	wait $hogs 2>/dev/null
+	echo "wc.$name.state $(state)"
+	stop_sched $pid "wc.$name"
+	echo "wc.$name.result raw_ns=$raw measured_ns=$elapsed m=$m nq=$nq iters=$iters wts=$wts"
+}
+
+# Little-endian bytes for bpftool: le64 N / le32 N / zeros COUNT
+le64() { n=$1; i=0; while [ $i -lt 8 ]; do printf '%d ' $((n & 255)); n=$((n >> 8)); i=$((i + 1)); done; }
+le32() { n=$1; i=0; while [ $i -lt 4 ]; do printf '%d ' $((n & 255)); n=$((n >> 8)); i=$((i + 1)); done; }
+zeros() { i=0; while [ $i -lt $1 ]; do printf '0 '; i=$((i + 1)); done; }
+
+# struct custos_global_features with every ring RING bytes large, FREE free.
+global_value() {
+	for r in 1 2 3; do le64 1048576; done
+	for r in 1 2 3; do le64 "$1"; done
+	zeros 32  # produced, consumed, consumer_lag, updated_ns
+	zeros 32  # consumer_pids: none from the "collector"
+	le32 0; le32 1  # nr_consumers, collector_running
+}
+
+# struct custos_task_features of a thread producing RATE events per window.
+task_value() { le64 0; le64 0; le64 "$1"; le64 0; le64 0; le32 0; le32 0; }
+
+# The static policy on maps laid out and pinned like the collector's: a
+# pressured producer is budgeted and comes back when the rings drain; a
+# named consumer producing as much is never budgeted.
+policy() {
+	dir=/sys/fs/bpf/custos-test
+	mkdir -p $dir
+	bpftool map create $dir/task_features type lru_hash key 4 value 48 entries 65536 name task_features
+	bpftool map create $dir/global_features type array key 4 value 120 entries 1 name global_features
+	bpftool map update pinned $dir/global_features key $(le32 0) value $(global_value 65536)
+	ln -sf "$(command -v dash)" /tmp/producer
+	ln -sf "$(command -v dash)" /tmp/consumer
+	/tmp/producer -c 'while :; do :; done' & prod=$!
+	/tmp/consumer -c 'while :; do :; done' & cons=$!
+	bpftool map update pinned $dir/task_features key $(le32 $prod) value $(task_value 100000)
+	bpftool map update pinned $dir/task_features key $(le32 $cons) value $(task_value 100000)
+	$BIN --pin-dir $dir --consumer consumer --audit-pressure --stats-json "$OUT/policy.json" \
+		>"$OUT/policy.log" 2>&1 &
+	pid=$!
+	wait_state enabled 60 || { echo "policy.attached no"; kill -INT $pid; return; }
+	sleep 3
+	# the rings drain: 100% free
+	bpftool map update pinned $dir/global_features key $(le32 0) value $(global_value 1048576)
+	sleep 3
+	echo "policy.state $(state)"
+	stop_sched $pid policy
+	kill $prod $cons
+	wait $prod $cons 2>/dev/null
+	rm -rf $dir
+}
+
+for section in "$@"; do
+	case $section in
+	lifecycle) lifecycle ;;
+	stress) stress ;;
+	policy) policy ;;
+	worst_case)
+		# name, waiting times (Table 7 scaled, see tests/vm.rs), m_N
+		while read -r name wts m; do
+			worst_case "$name" "$wts" "$m"
+		done <"$OUT/worst_case.in"
+		;;
+	*) echo "unknown.section $section" ;;
+	esac
+done
+echo "done yes"
