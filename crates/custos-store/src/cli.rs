@@ -28,6 +28,10 @@ pub struct IngestArgs {
     /// Also record the input stream, compressed, to this file (`.zst` or `.gz`).
     #[arg(long)]
     pub archive: Option<PathBuf>,
+    /// Only record the archive (needs --archive); no database is touched.
+    /// The cheapest way to keep everything; ingest the archive later.
+    #[arg(long, requires = "archive")]
+    pub archive_only: bool,
     /// Lines per transaction.
     #[arg(long, default_value_t = 20_000)]
     pub batch: usize,
@@ -259,6 +263,16 @@ fn spawn_reader(mut input: Box<dyn BufRead + Send>, name: String) -> mpsc::Recei
 
 pub fn ingest(args: IngestArgs) -> Result<i32> {
     let inputs = if args.inputs.is_empty() { vec![PathBuf::from("-")] } else { args.inputs.clone() };
+    if args.archive_only {
+        return archive_only(&inputs, args.archive.as_deref().context("--archive-only needs --archive FILE")?);
+    }
+    // Ctrl-C / SIGTERM on a live stream: commit what was read, then stop.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        ctrlc::set_handler(move || stop.store(true, std::sync::atomic::Ordering::SeqCst))
+            .context("installing the Ctrl-C handler")?;
+    }
     if args.archive.is_some() && inputs.len() > 1 {
         bail!("--archive records one stream; give one input per run");
     }
@@ -288,8 +302,13 @@ pub fn ingest(args: IngestArgs) -> Result<i32> {
         };
         let started = Instant::now();
         let mut last_progress = Instant::now();
+        let mut interrupted = false;
         loop {
-            match rx.recv_timeout(Duration::from_millis(args.batch_interval_ms.max(1))) {
+            if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                interrupted = true;
+                break;
+            }
+            match rx.recv_timeout(Duration::from_millis(args.batch_interval_ms.clamp(1, 200))) {
                 Ok(Msg::Line(l)) => ack(ing.push_bytes(&l).with_context(|| format!("{name}: ingesting"))?),
                 Ok(Msg::Failed(e)) => {
                     // Keep what was read: commit it, then report the read error.
@@ -314,6 +333,9 @@ pub fn ingest(args: IngestArgs) -> Result<i32> {
         }
         let (s, last) = ing.finish()?;
         ack(last);
+        if interrupted {
+            eprintln!("custos ingest: {name}: interrupted; everything read so far is committed (line {})", s.lines);
+        }
         eprintln!(
             "custos ingest: {name}: {} lines in {:.1}s: {} new events, {} already stored, {} loss records ({} events lost), {} malformed lines skipped{}, {} nodes and {} edges added{}",
             s.lines,
@@ -332,6 +354,42 @@ pub fn ingest(args: IngestArgs) -> Result<i32> {
                 String::new()
             }
         );
+        if interrupted {
+            return Ok(130);
+        }
     }
+    Ok(0)
+}
+
+/// `custos ingest --archive-only`: compress the stream(s) into one archive.
+fn archive_only(inputs: &[PathBuf], archive: &Path) -> Result<i32> {
+    let mut rec = Recorder::create(archive)?;
+    let started = Instant::now();
+    let mut raw_bytes = 0u64;
+    for input in inputs {
+        let mut reader = open_input(input)?;
+        let mut buf = Vec::with_capacity(4096);
+        loop {
+            buf.clear();
+            let n = reader.read_until(b'\n', &mut buf).with_context(|| format!("reading {}", input.display()))?;
+            if n == 0 {
+                break;
+            }
+            raw_bytes += n as u64;
+            if buf.last() == Some(&b'\n') {
+                buf.pop();
+            }
+            // Kept byte for byte where possible; a non-UTF-8 line is kept lossily (and counted by ingest later).
+            rec.write_line(&String::from_utf8_lossy(&buf))?;
+        }
+    }
+    let lines = rec.finish()?;
+    let size = std::fs::metadata(archive).map(|m| m.len()).unwrap_or(0);
+    eprintln!(
+        "custos ingest: archived {lines} lines ({raw_bytes} bytes) into {} ({size} bytes, {:.1}x) in {:.1}s",
+        archive.display(),
+        raw_bytes as f64 / size.max(1) as f64,
+        started.elapsed().as_secs_f64()
+    );
     Ok(0)
 }

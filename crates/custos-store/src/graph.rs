@@ -566,6 +566,32 @@ impl Graph {
                     None => self.stats.unresolved_io += 1,
                 }
             }
+            "mmap" | "mmap2" => {
+                // A file mapping is a read (code and data flow in) and, when
+                // shared and writable, a write. Anonymous memory has no fd.
+                const PROT_READ: i64 = 1;
+                const PROT_WRITE: i64 = 2;
+                const PROT_EXEC: i64 = 4;
+                const MAP_SHARED: i64 = 1;
+                let prot = ev.arg_i64("prot").unwrap_or(PROT_READ);
+                let flags = ev.arg_i64("flags").unwrap_or(0);
+                let fd = ev.fd.or_else(|| Self::fd_arg(ev, &["fd"])).filter(|fd| *fd >= 0);
+                if fd.is_none() {
+                    self.stats.no_graph_effect += 1;
+                    return Ok(());
+                }
+                match self.io_object(db, boot, ev, fd)? {
+                    Some(key) => {
+                        if prot & (PROT_READ | PROT_EXEC) != 0 {
+                            self.read(db, boot, ev, &key)?;
+                        }
+                        if prot & PROT_WRITE != 0 && flags & MAP_SHARED != 0 {
+                            self.write(db, boot, ev, &key, false, true)?;
+                        }
+                    }
+                    None => self.stats.unresolved_io += 1,
+                }
+            }
             "sendfile" | "sendfile64" | "splice" | "copy_file_range" | "tee" => {
                 let fd_in = Self::fd_arg(ev, &["in_fd", "fd_in"]);
                 let fd_out = Self::fd_arg(ev, &["out_fd", "fd_out"]);
