@@ -19,8 +19,11 @@ fn a_recorded_workload_answers_where_a_file_came_from() {
     let d = dir.path().to_str().unwrap();
     let events = dir.path().join("events.jsonl");
     let db = dir.path().join("custos.db");
-    // src.txt -> sort -> mid.txt -> tr -> out.txt -> mv -> final.txt
-    let workload = format!("cd {d} && echo secret > src.txt && sort src.txt > mid.txt && tr a-z A-Z < mid.txt > out.txt && mv out.txt final.txt");
+    // src.txt -> sort -> mid.txt -> tr -> up.txt -> cat -> out.txt -> cp -> copy.txt -> mv -> final.txt
+    // (cat and cp move the bytes with copy_file_range, not read/write)
+    let workload = format!(
+        "cd {d} && echo secret > src.txt && sort src.txt > mid.txt && tr a-z A-Z < mid.txt > up.txt && cat up.txt > out.txt && cp out.txt copy.txt && mv copy.txt final.txt"
+    );
     ok(&custos(&["collect", "-o", events.to_str().unwrap(), "--", "sh", "-c", &workload]));
     assert_eq!(std::fs::read_to_string(dir.path().join("final.txt")).unwrap(), "SECRET\n");
 
@@ -30,7 +33,7 @@ fn a_recorded_workload_answers_where_a_file_came_from() {
     let v: serde_json::Value = serde_json::from_str(&answer).unwrap();
     let names: Vec<String> = v["nodes"].as_array().unwrap().iter().map(|n| n["name"].as_str().unwrap_or("").to_string()).collect();
     let has = |want: &str| names.iter().any(|n| n == want || n.ends_with(want));
-    for want in ["/final.txt", "/out.txt", "/mid.txt", "/src.txt", "/usr/bin/mv", "/usr/bin/tr", "/usr/bin/sort"] {
+    for want in ["/final.txt", "/copy.txt", "/out.txt", "/up.txt", "/mid.txt", "/src.txt", "/usr/bin/mv", "/usr/bin/cp", "/usr/bin/cat", "/usr/bin/tr", "/usr/bin/sort"] {
         assert!(has(want), "ancestors of final.txt lack {want}: {names:?}");
     }
     // Every edge points from effect to cause, and the answer says whether it is complete.
