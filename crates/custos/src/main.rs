@@ -3,6 +3,8 @@
 
 use clap::{Parser, Subcommand};
 
+mod collect;
+
 #[derive(Parser)]
 #[command(name = "custos", version, about = "Complete Linux provenance under the super producer attack")]
 struct Cli {
@@ -16,7 +18,7 @@ enum Command {
     #[command(subcommand)]
     Vm(custos_vm::cli::VmCommand),
     /// Record provenance events (eBPF) as JSON Lines; every loss is counted and reported.
-    Collect(custos_collector::cli::CollectArgs),
+    Collect(collect::CollectCmd),
     /// Ingest the collector's JSON Lines into the provenance store.
     Ingest(custos_store::cli::IngestArgs),
     /// Ask the provenance store: ancestors, descendants, path, touched-by, who-touched.
@@ -31,7 +33,7 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Vm(cmd) => custos_vm::cli::run(cmd),
-        Command::Collect(args) => custos_collector::cli::run(args),
+        Command::Collect(cmd) => collect::run(cmd),
         Command::Ingest(args) => custos_store::cli::ingest(args),
         Command::Query(args) => custos_store::cli::query(args),
         Command::Graph(args) => custos_store::cli::graph(args),
