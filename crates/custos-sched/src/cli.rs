@@ -106,6 +106,10 @@ pub struct SchedArgs {
     #[arg(long, value_name = "SECS")]
     pub monitor: Option<f64>,
 
+    /// Describe every statistic and exit.
+    #[arg(long)]
+    pub help_stats: bool,
+
     /// On exit, write the statistics of the whole run to this JSON file.
     #[arg(long, value_name = "PATH")]
     pub stats_json: Option<PathBuf>,
@@ -167,6 +171,10 @@ fn start_monitor(secs: f64, shutdown: Arc<AtomicBool>) -> Result<std::thread::Jo
 
 /// Entry point of `custos sched`; returns the process exit code.
 pub fn run(args: SchedArgs) -> Result<i32> {
+    if args.help_stats {
+        crate::stats::server_data().describe_meta(&mut std::io::stdout(), None)?;
+        return Ok(0);
+    }
     init_logging(args.verbose);
     let shutdown = Arc::new(AtomicBool::new(false));
     {

@@ -476,7 +476,7 @@ impl<'a> Scheduler<'a> {
                 .with_context(|| format!("cannot write statistics to {}", path.display()))?;
         }
         info!("custos scheduler detached");
-        uei_report!(&self.skel, uei)
+        uei_report!(&self.skel, uei).context("the kernel ejected the custos scheduler")
     }
 }
 

@@ -83,6 +83,7 @@ fn boot() -> Result<Guest, String> {
         BIN,
         out.path().to_str().unwrap(),
         "lifecycle",
+        "ejection",
         "policy",
         "stress",
         "worst_case",
@@ -152,9 +153,21 @@ fn vm_loads_reaches_enabled_and_detaches_to_disabled() {
     assert_eq!(g.get("lifecycle.after"), "disabled");
     let log = g.log("lifecycle.log");
     assert!(log.contains("unregistered from user space"), "log: {log}");
+    let monitor = g.log("monitor.log");
+    assert_eq!(g.get("lifecycle.monitor_rc"), "0", "monitor: {monitor}");
+    assert!(monitor.contains("[custos] policy:") && monitor.contains("q0    primary"), "monitor: {monitor}");
     let m = g.json("lifecycle.json");
     assert!(m["queues"][0]["dispatches"].as_u64().unwrap() + m["direct_dispatches"].as_u64().unwrap() > 0);
     assert_eq!(m["collector_features"], 0, "no collector in this VM");
+}
+
+#[test]
+fn vm_kernel_ejection_prints_the_exit_reason_and_fails() {
+    let g = guest();
+    let log = g.log("ejection.log");
+    assert_eq!(g.get("ejection.rc"), "1", "log: {log}");
+    assert_eq!(g.get("ejection.after"), "disabled");
+    assert!(log.contains("ejected") && log.contains("sysrq"), "log: {log}");
 }
 
 #[test]

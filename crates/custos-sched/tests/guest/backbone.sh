@@ -30,8 +30,24 @@ lifecycle() {
 	wait_state enabled 60
 	echo "lifecycle.attached $(state)"
 	echo "lifecycle.ops $(cat /sys/kernel/sched_ext/root/ops 2>/dev/null)"
-	sleep 2
+	$BIN --monitor 1 >"$OUT/monitor.log" 2>&1 &
+	mon=$!
+	sleep 3
+	kill -INT $mon
+	wait $mon
+	echo "lifecycle.monitor_rc $?"
 	stop_sched $pid lifecycle
+}
+
+# The kernel takes the scheduler away (sysrq-S): it must say why and fail.
+ejection() {
+	$BIN >"$OUT/ejection.log" 2>&1 &
+	pid=$!
+	wait_state enabled 60 || { echo "ejection.attached no"; kill -INT $pid; return; }
+	echo S >/proc/sysrq-trigger
+	wait $pid
+	echo "ejection.rc $?"
+	echo "ejection.after $(state)"
 }
 
 stress() {
@@ -174,6 +190,7 @@ policy() {
 for section in "$@"; do
 	case $section in
 	lifecycle) lifecycle ;;
+	ejection) ejection ;;
 	stress) stress ;;
 	policy) policy ;;
 	worst_case)
