@@ -128,9 +128,9 @@ pub(crate) fn parse_forcing(items: &[String], what: &str) -> Result<Vec<(String,
     items
         .iter()
         .map(|item| {
-            let (key, q) = item
-                .rsplit_once('=')
-                .with_context(|| format!("--{what} {item:?}: expected KEY=QUEUE, e.g. stress-ng=3"))?;
+            let (key, q) = item.rsplit_once('=').with_context(|| {
+                format!("--{what} {item:?}: expected KEY=QUEUE, e.g. stress-ng=3")
+            })?;
             let q: u32 = q
                 .parse()
                 .with_context(|| format!("--{what} {item:?}: queue {q:?} is not a number"))?;
@@ -143,7 +143,11 @@ pub(crate) fn parse_forcing(items: &[String], what: &str) -> Result<Vec<(String,
 }
 
 fn init_logging(verbose: bool) {
-    let level = if verbose { simplelog::LevelFilter::Debug } else { simplelog::LevelFilter::Info };
+    let level = if verbose {
+        simplelog::LevelFilter::Debug
+    } else {
+        simplelog::LevelFilter::Info
+    };
     let cfg = simplelog::ConfigBuilder::new()
         .set_time_level(simplelog::LevelFilter::Off)
         .set_target_level(simplelog::LevelFilter::Off)
