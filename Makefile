@@ -25,6 +25,7 @@ demo: kernel
 
 test: kernel
 	$(CARGO) test --release --workspace
+	.tools/venv/bin/python -m pytest -q bench/harness/tests
 
 clean:
 	$(CARGO) clean

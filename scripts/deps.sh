@@ -32,6 +32,13 @@ if ! "$TOOLS/venv/bin/vng" --version 2>/dev/null | grep -q "$VNG_VERSION"; then
   "$TOOLS/venv/bin/pip" install -q --disable-pip-version-check "virtme-ng==$VNG_VERSION"
 fi
 
+# The evaluation harness (bench/) and its tests.
+if ! cmp -s bench/requirements.txt "$TOOLS/venv/.bench-requirements" 2>/dev/null; then
+  echo "deps: installing the benchmark harness's Python packages into .tools/venv"
+  "$TOOLS/venv/bin/pip" install -q --disable-pip-version-check -r bench/requirements.txt
+  cp bench/requirements.txt "$TOOLS/venv/.bench-requirements"
+fi
+
 # virtiofsd serves the host root to the guest (the VM kernel has no 9p).
 VIRTIOFSD_VERSION=1.14.0
 if ! "$TOOLS/cargo/bin/virtiofsd" --version 2>/dev/null | grep -q "${VIRTIOFSD_VERSION}"; then

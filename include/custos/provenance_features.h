@@ -56,8 +56,10 @@ struct custos_global_features {
 	__u64 ring_size[CUSTOS_NR_RINGS];       /* bytes */
 	__u64 ring_free_bytes[CUSTOS_NR_RINGS]; /* availability, sampled at submit */
 	__u64 produced;          /* events produced (sum of per-CPU sequences) */
-	__u64 consumed;          /* events the consumer has read (written by user space) */
-	__u64 consumer_lag;      /* latency: produced - consumed, in events */
+	__u64 consumed;          /* events accounted for: read by the consumer, or
+				  * refused by a full ring (written by user space) */
+	__u64 consumer_lag;      /* latency: produced - consumed, in events still
+				  * waiting in the rings */
 	__u64 updated_ns;        /* when user space last refreshed produced/consumed */
 	__u32 consumer_pids[CUSTOS_MAX_CONSUMERS]; /* tgids; 0 = unused slot */
 	__u32 nr_consumers;

@@ -17,6 +17,14 @@ enum Command {
     Vm(custos_vm::cli::VmCommand),
     /// Run the sched_ext scheduler that keeps provenance consumers fed.
     Sched(custos_sched::cli::SchedArgs),
+    /// Record provenance events (eBPF) as JSON Lines; every loss is counted and reported.
+    Collect(custos_collector::cli::CollectArgs),
+    /// Ingest the collector's JSON Lines into the provenance store.
+    Ingest(custos_store::cli::IngestArgs),
+    /// Ask the provenance store: ancestors, descendants, path, touched-by, who-touched.
+    Query(custos_store::cli::QueryArgs),
+    /// Draw a query's answer as DOT/SVG or export it as W3C PROV-JSON.
+    Graph(custos_store::cli::GraphArgs),
 }
 
 fn main() {
@@ -24,6 +32,10 @@ fn main() {
     let result = match cli.command {
         Command::Vm(cmd) => custos_vm::cli::run(cmd),
         Command::Sched(args) => custos_sched::cli::run(args),
+        Command::Collect(args) => custos_collector::cli::run(args),
+        Command::Ingest(args) => custos_store::cli::ingest(args),
+        Command::Query(args) => custos_store::cli::query(args),
+        Command::Graph(args) => custos_store::cli::graph(args),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -1,0 +1,42 @@
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+spec = importlib.util.spec_from_file_location("sched_run", Path(__file__).resolve().parents[2] / "sched" / "run.py")
+sched_run = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(sched_run)
+
+
+def line(sched, phase, result):
+    return json.dumps({"scheduler": sched, "phase": phase, "result": result})
+
+
+def lines_for(sched, rtt, dropped):
+    return [
+        line(sched, "pipe", {"round_trip": {"mean_ns": rtt}}),
+        line(sched, "pipe", {"round_trip": {"mean_ns": rtt * 3}}),
+        line(sched, "pipe", {"round_trip": {"mean_ns": rtt * 2}}),
+        line(sched, "unix", {"round_trip": {"mean_ns": rtt}}),
+        line(sched, "forkexec", {"latency": {"mean_ns": 1000}}),
+        line(sched, "cpu", {"wall_ns": 5}),
+        line(sched, "superproducer", {"runtime_ns": 10, "produced": 1000, "delivered": 1000 - dropped,
+                                      "dropped": dropped, "marker_critical_writes": 1}),
+    ]
+
+
+def test_summary_takes_medians_and_loss_percentages():
+    data = sched_run.parse(lines_for("default", 100, 250) + lines_for("custos", 110, 0))
+    s = sched_run.summarize(data)
+    assert s["default"]["pipe_rtt_ns"] == 200  # median of 100, 300, 200
+    assert s["default"]["sp_loss_pct"] == 25.0
+    assert s["custos"]["sp_loss_pct"] == 0.0
+
+
+def test_a_missing_collector_summary_is_an_error():
+    bad = [l for l in lines_for("default", 1, 0) if "superproducer" not in l]
+    bad.append(line("default", "superproducer", {"runtime_ns": 1, "produced": None, "delivered": None,
+                                                   "dropped": None, "marker_critical_writes": 0}))
+    with pytest.raises(ValueError, match="no summary"):
+        sched_run.summarize(sched_run.parse(bad))

@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""Scheduler benchmark: Custos against the kernel's default scheduler and
+scx_bpfland, in one VM session, as ratios.
+
+    bench/sched/run.py            # full run (about 15 minutes under emulation)
+    bench/sched/run.py --quick    # small sizes, to check the pipeline
+
+Writes bench/sched/results.json, a table on stdout, and SVG/PNG pictures in
+bench/sched/. Needs `make build` and the scx_bpfland peer
+(`cargo install --locked --root .tools/cargo scx_bpfland --version 1.1.4`,
+which this script runs when it is missing).
+"""
+import argparse
+import collections
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "harness"))
+from custos_bench import plots, results, vm  # noqa: E402
+from custos_bench.paths import ROOT, TOOLS_BIN  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+REQUIRED = [
+    "loss_pct_default", "loss_pct_custos", "superproducer_runtime_ratio", "pipe_latency_ratio",
+    "unix_latency_ratio", "forkexec_latency_ratio", "cpu_job_runtime_ratio",
+    "stress_seconds_without_stall", "worst_case_max_measured_over_bound", "command",
+]
+BPFLAND_VERSION = "1.1.4"
+
+
+def ensure_bpfland():
+    if (TOOLS_BIN / "scx_bpfland").exists():
+        return
+    print("bench/sched: building the scx_bpfland peer from crates.io (once, several minutes)", file=sys.stderr)
+    env = dict(os.environ, BPF_CLANG="clang-19")
+    subprocess.run(["cargo", "install", "--locked", "--root", str(TOOLS_BIN.parent), "scx_bpfland",
+                    "--version", BPFLAND_VERSION], check=True, env=env)
+
+
+def parse(lines):
+    """{scheduler: {phase: [result, ...]}} from the guest's JSON lines."""
+    out = collections.defaultdict(lambda: collections.defaultdict(list))
+    for line in lines:
+        if line.strip():
+            rec = json.loads(line)
+            out[rec["scheduler"]][rec["phase"]].append(rec["result"])
+    return out
+
+
+def summarize(data):
+    """Medians per scheduler and phase: the figures the ratios are made of."""
+    s = {}
+    for sched, phases in data.items():
+        sp = phases.get("superproducer", [])
+        s[sched] = {
+            "pipe_rtt_ns": results.median([r["round_trip"]["mean_ns"] for r in phases["pipe"]]),
+            "unix_rtt_ns": results.median([r["round_trip"]["mean_ns"] for r in phases["unix"]]),
+            "forkexec_ns": results.median([r["latency"]["mean_ns"] for r in phases["forkexec"]]),
+            "cpu_job_ns": results.median([r["wall_ns"] for r in phases["cpu"]]),
+        }
+        if sp:
+            r = sp[-1]
+            if r["produced"] is None:
+                raise ValueError(f"{sched}: the collector printed no summary (see collect-{sched}.log)")
+            s[sched].update({
+                "sp_runtime_ns": r["runtime_ns"], "sp_produced": r["produced"], "sp_delivered": r["delivered"],
+                "sp_dropped": r["dropped"], "sp_loss_pct": 100.0 * r["dropped"] / max(1, r["produced"]),
+                "sp_marker_critical_writes": r["marker_critical_writes"],
+            })
+    return s
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="small sizes, to check the pipeline")
+    ap.add_argument("--schedulers", default="default custos bpfland")
+    ap.add_argument("--worst-case", type=Path, default=HERE / "worst_case.json",
+                    help="measured/bound ratios from the scheduler's worst-case test (seed 000 Table 7)")
+    args = ap.parse_args()
+
+    params = dict(REPS=3, PINGPONG_N=20000, FORKEXEC_N=300, CPU_UNITS=300, SP_WORKERS=4, SP_FILES=20000,
+                  SP_RING_KB=256, STRESS_SECONDS=60)
+    if args.quick:
+        params.update(REPS=1, PINGPONG_N=2000, FORKEXEC_N=30, CPU_UNITS=30, SP_FILES=3000, STRESS_SECONDS=5)
+    if "bpfland" in args.schedulers.split():
+        ensure_bpfland()
+
+    out = HERE / "out" / time.strftime("%Y%m%d-%H%M%S")
+    out.mkdir(parents=True)
+    env = "".join(f"export {k}={json.dumps(str(v))}\n" for k, v in
+                  dict(params, OUT=out, ROOT=ROOT, SCHEDULERS=args.schedulers).items())
+    script = env + (HERE / "guest.sh").read_text()
+    t0 = time.time()
+    vm.run_script(script, out, timeout_s=7200)
+    data = parse((out / "results.jsonl").read_text().splitlines())
+    s = summarize(data)
+    d, c = s["default"], s["custos"]
+
+    res = {
+        "pipe_latency_ratio": results.ratio(c["pipe_rtt_ns"], d["pipe_rtt_ns"]),
+        "unix_latency_ratio": results.ratio(c["unix_rtt_ns"], d["unix_rtt_ns"]),
+        "forkexec_latency_ratio": results.ratio(c["forkexec_ns"], d["forkexec_ns"]),
+        "cpu_job_runtime_ratio": results.ratio(c["cpu_job_ns"], d["cpu_job_ns"]),
+        "superproducer_runtime_ratio": results.ratio(c["sp_runtime_ns"], d["sp_runtime_ns"]),
+        "loss_pct_default": d["sp_loss_pct"],
+        "loss_pct_custos": c["sp_loss_pct"],
+        "stress_seconds_without_stall": float(data["custos"]["stress"][-1]["seconds_enabled"]) if data["custos"].get("stress") else 0.0,
+        "per_scheduler": s,
+        "parameters": params,
+        "vm": {"cpus": 2, "memory": "2G", "accelerator": "QEMU emulation"},
+        "wall_seconds": round(time.time() - t0, 1),
+        "raw": str(out.relative_to(ROOT)),
+        "command": "bench/sched/run.py" + (" --quick" if args.quick else ""),
+    }
+    if "bpfland" in s:
+        b = s["bpfland"]
+        res["bpfland"] = {k: results.ratio(b[m], d[m]) for k, m in [
+            ("pipe_latency_ratio", "pipe_rtt_ns"), ("unix_latency_ratio", "unix_rtt_ns"),
+            ("forkexec_latency_ratio", "forkexec_ns"), ("cpu_job_runtime_ratio", "cpu_job_ns"),
+            ("superproducer_runtime_ratio", "sp_runtime_ns")]}
+        res["loss_pct_bpfland"] = b["sp_loss_pct"]
+    if args.worst_case.exists():
+        wc = json.loads(args.worst_case.read_text())
+        res["worst_case"] = wc
+        res["worst_case_max_measured_over_bound"] = max(e["measured_over_bound"] for e in wc["experiments"])
+
+    results.write_results(HERE / "results.json", res, REQUIRED)
+    ratio_keys = ["pipe_latency_ratio", "unix_latency_ratio", "forkexec_latency_ratio", "cpu_job_runtime_ratio",
+                  "superproducer_runtime_ratio"]
+    print(results.table([(k, res[k], res.get("bpfland", {}).get(k, "")) for k in ratio_keys],
+                        ["metric (vs default)", "custos", "bpfland"]))
+    print(results.table([(n, v["sp_produced"], v["sp_delivered"], v["sp_dropped"], v["sp_loss_pct"], v["sp_runtime_ns"] / 1e9)
+                         for n, v in s.items()],
+                        ["super producer", "produced", "delivered", "dropped", "loss %", "runtime s"]))
+    plots.ratio_bars({k.replace("_ratio", ""): res[k] for k in ratio_keys}, "Custos vs default scheduler (VM)",
+                     HERE / "ratios")
+    plots.grouped_bars({"event loss": {n: v["sp_loss_pct"] for n, v in s.items()}},
+                       "Super producer: events lost", "% of produced", HERE / "superproducer_loss")
+
+
+if __name__ == "__main__":
+    main()

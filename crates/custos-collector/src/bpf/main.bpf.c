@@ -1,0 +1,877 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * Custos provenance collector: syscall tracepoints (and BPF-LSM hooks where
+ * the kernel allows them) feeding a loss-aware dual-path pipeline.
+ *
+ * Every event takes the next number of its CPU's sequence *before* it tries a
+ * ring, so a record a ring refuses leaves a gap the consumer can see, and the
+ * per-CPU drop counters say which ring refused it. Metadata is fixed-size and
+ * goes to the reserved ring (security-critical events) or the best-effort ring;
+ * variable-length attributes go to a third ring under the same event id.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "intf.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+/* The collector's own process: its threads are never traced (they would feed
+ * back into the rings they drain). */
+const volatile __u32 collector_tgid = 0;
+/* Events per CPU between samples of ring availability: sampling every event
+ * would make every CPU write the same cache line. */
+const volatile __u32 availability_sample_every = 64;
+
+#define AT_FDCWD_VAL    -100
+#define PROT_EXEC_VAL   0x4
+#define O_ACCMODE_VAL   03
+#define O_CREAT_VAL     0100
+#define O_TRUNC_VAL     01000
+#define WRITE_INTENT(f) (((f) & O_ACCMODE_VAL) || ((f) & (O_CREAT_VAL | O_TRUNC_VAL)))
+#define ATTR_MASK       (CUSTOS_ATTR_DATA_MAX - 1)
+
+/* Sizes are set by user space before load (--*-ring-kb). */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 20);
+} ring_critical SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 24);
+} ring_events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 24);
+} ring_attrs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, CUSTOS_MAX_SYSCALLS);
+	__type(key, __u32);
+	__type(value, struct custos_syscall_spec);
+} syscall_specs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct custos_cpu_state);
+} cpu_state SEC(".maps");
+
+/* Arguments saved at entry until the syscall returns, in the task itself:
+ * no hashing, and freed with the task (a thread killed inside a syscall
+ * never reaches its exit tracepoint). */
+struct inflight {
+	__u64 args[6];
+	__u32 nr;
+	__u32 active;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct inflight);
+} inflight SEC(".maps");
+
+struct attr_buf {
+	struct custos_attr_hdr hdr;
+	/* Twice the limit so that masked offsets plus a fixed read size stay
+	 * inside the buffer, which is what the verifier needs to see. */
+	__u8 data[CUSTOS_ATTR_DATA_MAX * 2];
+	/* Loop cursor kept in memory, not in a register: the verifier then sees
+	 * the same state every iteration instead of one per possible length. */
+	__u32 cursor;
+	__u32 pad;
+};
+
+/* exec's arguments live in the old image, gone once exec succeeds: they are
+ * captured at entry and parked here, by tgid (a non-leader thread's exec
+ * returns under the leader's tid), until the exit tracepoint. LRU: an exec
+ * killed half-way never returns, and its entry must not pin a slot forever.
+ * (Task storage would be the natural home, but 7.x kernels refuse to
+ * allocate a 16 KiB element from a tracing program.) */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 256);
+	__type(key, __u32);
+	__type(value, struct attr_buf);
+} exec_attrs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct attr_buf);
+} attr_scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct custos_event);
+} event_scratch SEC(".maps");
+
+/* (process, file, direction) pairs already reported: the first read or
+ * write is the provenance edge and carries the path; later ones do not. */
+struct rw_key {
+	__u64 ino;
+	__u32 dev;
+	__u32 tgid;
+	__u32 write;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct rw_key);
+	__type(value, __u8);
+} rw_seen SEC(".maps");
+
+/* Provenance features for the scheduler (include/custos/provenance_features.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, CUSTOS_MAX_TRACKED_TASKS);
+	__type(key, __u32);
+	__type(value, struct custos_task_features);
+} task_features SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct custos_global_features);
+} global_features SEC(".maps");
+
+/* x86: thread_info.status bit of a task inside a 32-bit (ia32) syscall,
+ * whose numbers mean other syscalls than the 64-bit table. */
+#define TS_COMPAT_VAL 0x0002
+
+static __always_inline int in_compat_syscall(void)
+{
+	struct task_struct *t = bpf_get_current_task_btf();
+
+	return t->thread_info.status & TS_COMPAT_VAL;
+}
+
+static __always_inline __u64 arg_at(const __u64 *args, int i)
+{
+	switch (i) {
+	case 0: return args[0];
+	case 1: return args[1];
+	case 2: return args[2];
+	case 3: return args[3];
+	case 4: return args[4];
+	case 5: return args[5];
+	}
+	return 0;
+}
+
+/* ---- attribute builders (TLV into an attr_buf) ---- */
+
+static __always_inline __u32 put_tlv_hdr(struct attr_buf *b, __u32 off, __u8 kind,
+					  __u8 flags, __u32 len)
+{
+	__u32 o = off & ATTR_MASK;
+
+	b->data[o] = kind;
+	b->data[(o + 1) & ATTR_MASK] = flags;
+	b->data[(o + 2) & ATTR_MASK] = len & 0xff;
+	b->data[(o + 3) & ATTR_MASK] = (len >> 8) & 0xff;
+	return off + 4 + len;
+}
+
+/* No room left for the attribute: record that it existed and was cut. */
+static __always_inline __u32 put_cut(struct attr_buf *b, __u32 off, __u8 kind)
+{
+	if (off > CUSTOS_ATTR_DATA_MAX - 4)
+		return off;
+	return put_tlv_hdr(b, off, kind, CUSTOS_ATTR_TRUNCATED, 0);
+}
+
+/*
+ * The builders below are global functions: the verifier checks each once,
+ * instead of once per call site, which keeps the programs under its limit.
+ * Kernel and user pointers therefore travel as plain __u64.
+ */
+__noinline __u32 put_user_str(struct attr_buf *b, __u32 off, __u32 kind, __u64 us)
+{
+	const char *s = (const char *)us;
+	__u32 o;
+	long n;
+	__u8 flags = 0;
+	char last = 0;
+
+	if (!b || off > CUSTOS_ATTR_DATA_MAX - 4 - CUSTOS_PATH_CAP)
+		return b ? put_cut(b, off, kind) : off;
+	o = off & ATTR_MASK;
+	n = bpf_probe_read_user_str(&b->data[(o + 4) & ATTR_MASK], CUSTOS_PATH_CAP, s);
+	if (n <= 0)
+		return off;
+	if (n == CUSTOS_PATH_CAP &&
+	    !bpf_probe_read_user(&last, 1, s + CUSTOS_PATH_CAP - 1) && last)
+		flags = CUSTOS_ATTR_TRUNCATED;
+	return put_tlv_hdr(b, off, kind, flags, n & (CUSTOS_PATH_CAP * 2 - 1));
+}
+
+__noinline __u32 put_argv(struct attr_buf *b, __u32 off, __u64 uargv)
+{
+	const char *const *argv = (const char *const *)uargv;
+	__u32 start, len;
+	const char *p;
+	long n;
+	char last;
+	int i;
+
+	if (!b || off > CUSTOS_ATTR_DATA_MAX - 4 - CUSTOS_ARGV_CAP)
+		return b ? put_cut(b, off, CUSTOS_ATTR_ARGV) : off;
+	start = off & ATTR_MASK;
+	b->data[(start + 1) & ATTR_MASK] = 0;
+	b->cursor = 0;
+	for (i = 0; i < CUSTOS_ARGV_MAX_ARGS; i++) {
+		p = NULL;
+		if (bpf_probe_read_user(&p, sizeof(p), &argv[i]) || !p)
+			break;
+		len = b->cursor & (CUSTOS_ARGV_CAP * 2 - 1);
+		if (len > CUSTOS_ARGV_CAP - CUSTOS_ARG_CAP) {
+			b->data[(start + 1) & ATTR_MASK] = CUSTOS_ATTR_TRUNCATED;
+			break;
+		}
+		n = bpf_probe_read_user_str(&b->data[(start + 4 + len) & ATTR_MASK],
+					    CUSTOS_ARG_CAP, p);
+		if (n <= 0)
+			break;
+		b->cursor = len + (n & (CUSTOS_ARG_CAP * 2 - 1));
+		if (n == CUSTOS_ARG_CAP) {
+			last = 0;
+			bpf_probe_read_user(&last, 1, p + CUSTOS_ARG_CAP - 1);
+			if (last)
+				b->data[(start + 1) & ATTR_MASK] = CUSTOS_ATTR_TRUNCATED;
+		}
+	}
+	if (i == CUSTOS_ARGV_MAX_ARGS) {
+		p = NULL;
+		if (!bpf_probe_read_user(&p, sizeof(p), &argv[i]) && p)
+			b->data[(start + 1) & ATTR_MASK] = CUSTOS_ATTR_TRUNCATED;
+	}
+	len = b->cursor & (CUSTOS_ARGV_CAP * 2 - 1);
+	b->data[start] = CUSTOS_ATTR_ARGV;
+	b->data[(start + 2) & ATTR_MASK] = len & 0xff;
+	b->data[(start + 3) & ATTR_MASK] = (len >> 8) & 0xff;
+	return off + 4 + len;
+}
+
+/* Walks dentry -> root, crossing mounts, writing names leaf first. */
+__noinline __u32 put_dentry_path(struct attr_buf *b, __u32 off, __u32 kind,
+				 __u64 kdentry, __u64 kvfsmnt)
+{
+	/* Cast to BTF-typed pointers: the walk then uses plain (fault-safe)
+	 * loads instead of a probe-read helper call per field. */
+	struct dentry *dentry = bpf_core_cast((void *)kdentry, struct dentry);
+	struct vfsmount *vfsmnt = bpf_core_cast((void *)kvfsmnt, struct vfsmount);
+	struct mount *mnt, *mnt_parent;
+	struct dentry *parent, *mnt_root;
+	const unsigned char *name;
+	__u32 start, len;
+	long n;
+	int i;
+
+	if (!b || !kdentry || !kvfsmnt)
+		return off;
+	if (off > CUSTOS_ATTR_DATA_MAX - 4 - CUSTOS_DENTRY_PATH_CAP)
+		return put_cut(b, off, kind);
+	start = off & ATTR_MASK;
+	b->data[(start + 1) & ATTR_MASK] = 0;
+	b->cursor = 0;
+	mnt = bpf_core_cast((void *)kvfsmnt - bpf_core_field_offset(struct mount, mnt), struct mount);
+	for (i = 0; i < CUSTOS_PATH_DEPTH; i++) {
+		mnt_root = vfsmnt->mnt_root;
+		parent = dentry->d_parent;
+		if (dentry == mnt_root || dentry == parent) {
+			mnt_parent = mnt->mnt_parent;
+			if (dentry != mnt_root || mnt == mnt_parent)
+				break; /* the root, or a pseudo file system */
+			dentry = mnt->mnt_mountpoint;
+			mnt = mnt_parent;
+			vfsmnt = &mnt->mnt;
+			continue;
+		}
+		len = b->cursor & (CUSTOS_DENTRY_PATH_CAP * 2 - 1);
+		if (len > CUSTOS_DENTRY_PATH_CAP - CUSTOS_NAME_CAP) {
+			b->data[(start + 1) & ATTR_MASK] = CUSTOS_ATTR_TRUNCATED;
+			break;
+		}
+		name = dentry->d_name.name;
+		n = bpf_probe_read_kernel_str(&b->data[(start + 4 + len) & ATTR_MASK],
+					      CUSTOS_NAME_CAP, name);
+		if (n <= 1)
+			break;
+		b->cursor = len + (n & (CUSTOS_NAME_CAP * 2 - 1));
+		dentry = parent;
+	}
+	if (i == CUSTOS_PATH_DEPTH)
+		b->data[(start + 1) & ATTR_MASK] = CUSTOS_ATTR_TRUNCATED;
+	len = b->cursor & (CUSTOS_DENTRY_PATH_CAP * 2 - 1);
+	b->data[start] = kind;
+	b->data[(start + 2) & ATTR_MASK] = len & 0xff;
+	b->data[(start + 3) & ATTR_MASK] = (len >> 8) & 0xff;
+	return off + 4 + len;
+}
+
+static __always_inline __u32 put_file_path(struct attr_buf *b, __u32 off, __u8 kind,
+					   struct file *f)
+{
+	if (!f)
+		return off;
+	return put_dentry_path(b, off, kind, (__u64)BPF_CORE_READ(f, f_path.dentry),
+			       (__u64)BPF_CORE_READ(f, f_path.mnt));
+}
+
+static __always_inline struct file *fd_file(struct task_struct *t, __s64 fd)
+{
+	struct fdtable *fdt;
+	struct file **fds;
+	struct file *f = NULL;
+
+	if (fd < 0)
+		return NULL;
+	fdt = BPF_CORE_READ(t, files, fdt);
+	if (!fdt || (__u64)fd >= BPF_CORE_READ(fdt, max_fds))
+		return NULL;
+	fds = BPF_CORE_READ(fdt, fd);
+	bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]);
+	return f;
+}
+
+/* A relative user path: also record the directory it is relative to. */
+__noinline __u32 put_path_base(struct attr_buf *b, __u32 off, __u32 kind,
+			       __u64 uupath, __s64 dirfd)
+{
+	const char *upath = (const char *)uupath;
+	struct task_struct *t = (void *)bpf_get_current_task();
+	struct file *f;
+	char c = 0;
+
+	if (!b || bpf_probe_read_user(&c, 1, upath) || c == '/' || c == 0)
+		return off;
+	if ((__s32)dirfd != AT_FDCWD_VAL) {
+		f = fd_file(t, (__s32)dirfd);
+		return put_file_path(b, off, kind, f);
+	}
+	return put_dentry_path(b, off, kind, (__u64)BPF_CORE_READ(t, fs, pwd.dentry),
+			       (__u64)BPF_CORE_READ(t, fs, pwd.mnt));
+}
+
+__noinline __u32 put_sockaddr(struct attr_buf *b, __u32 off, __u64 uaddr, __u32 len)
+{
+	const void *addr = (const void *)uaddr;
+	__u32 o;
+
+	if (!b || !addr || !len)
+		return off;
+	if (off > CUSTOS_ATTR_DATA_MAX - 4 - CUSTOS_SOCKADDR_CAP)
+		return put_cut(b, off, CUSTOS_ATTR_ADDR);
+	if (len > CUSTOS_SOCKADDR_CAP)
+		len = CUSTOS_SOCKADDR_CAP;
+	o = off & ATTR_MASK;
+	if (bpf_probe_read_user(&b->data[(o + 4) & ATTR_MASK], len, addr))
+		return off;
+	return put_tlv_hdr(b, off, CUSTOS_ATTR_ADDR, 0, len);
+}
+
+/* ---- features and submission ---- */
+
+static __always_inline void ewma_roll(struct custos_task_features *tf, __u64 now)
+{
+	__u64 windows = (now - tf->window_start_ns) / CUSTOS_RATE_WINDOW_NS;
+	int i;
+
+	if (!windows)
+		return;
+	tf->event_rate = tf->event_rate - (tf->event_rate >> CUSTOS_RATE_EWMA_SHIFT) +
+			 (tf->window_events >> CUSTOS_RATE_EWMA_SHIFT);
+	tf->drop_rate = tf->drop_rate - (tf->drop_rate >> CUSTOS_RATE_EWMA_SHIFT) +
+			(tf->window_drops >> CUSTOS_RATE_EWMA_SHIFT);
+	/* Idle windows decay the rates; a few are enough to reach zero. */
+	for (i = 1; i < 8 && i < windows; i++) {
+		tf->event_rate -= tf->event_rate >> CUSTOS_RATE_EWMA_SHIFT;
+		tf->drop_rate -= tf->drop_rate >> CUSTOS_RATE_EWMA_SHIFT;
+	}
+	if (windows >= 8) {
+		tf->event_rate = 0;
+		tf->drop_rate = 0;
+	}
+	tf->window_start_ns = now;
+	tf->window_events = 0;
+	tf->window_drops = 0;
+}
+
+static __always_inline void account_task(__u32 tid, __u64 now, int dropped)
+{
+	struct custos_task_features *tf, zero = {};
+
+	tf = bpf_map_lookup_elem(&task_features, &tid);
+	if (!tf) {
+		zero.window_start_ns = now;
+		bpf_map_update_elem(&task_features, &tid, &zero, BPF_NOEXIST);
+		tf = bpf_map_lookup_elem(&task_features, &tid);
+		if (!tf)
+			return;
+	}
+	ewma_roll(tf, now);
+	tf->events_total++;
+	tf->window_events++;
+	if (dropped) {
+		tf->drops_total++;
+		tf->window_drops++;
+	}
+}
+
+static __always_inline void sample_availability(struct custos_cpu_state *cs)
+{
+	struct custos_global_features *g;
+	__u32 zero = 0;
+	__u64 size;
+
+	if (++cs->since_sample < availability_sample_every)
+		return;
+	cs->since_sample = 0;
+	g = bpf_map_lookup_elem(&global_features, &zero);
+	if (!g)
+		return;
+	size = bpf_ringbuf_query(&ring_critical, BPF_RB_RING_SIZE);
+	g->ring_size[CUSTOS_RING_CRITICAL] = size;
+	g->ring_free_bytes[CUSTOS_RING_CRITICAL] =
+		size - bpf_ringbuf_query(&ring_critical, BPF_RB_AVAIL_DATA);
+	size = bpf_ringbuf_query(&ring_events, BPF_RB_RING_SIZE);
+	g->ring_size[CUSTOS_RING_EVENTS] = size;
+	g->ring_free_bytes[CUSTOS_RING_EVENTS] =
+		size - bpf_ringbuf_query(&ring_events, BPF_RB_AVAIL_DATA);
+	size = bpf_ringbuf_query(&ring_attrs, BPF_RB_RING_SIZE);
+	g->ring_size[CUSTOS_RING_ATTRS] = size;
+	g->ring_free_bytes[CUSTOS_RING_ATTRS] =
+		size - bpf_ringbuf_query(&ring_attrs, BPF_RB_AVAIL_DATA);
+}
+
+/* Direct loads through the BTF-typed current task: the verifier turns them
+ * into fault-safe loads, far cheaper than one probe-read helper call each. */
+static __always_inline void fill_task(struct custos_event *e)
+{
+	struct task_struct *t = bpf_get_current_task_btf();
+	const struct cred *cred = t->cred;
+	struct nsproxy *ns = t->nsproxy;
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+
+	e->pid = pid_tgid >> 32;
+	e->tid = (__u32)pid_tgid;
+	e->ppid = t->real_parent->tgid;
+	if (cred) {
+		e->uid = cred->uid.val;
+		e->gid = cred->gid.val;
+		e->euid = cred->euid.val;
+		e->egid = cred->egid.val;
+	}
+	if (ns) {
+		e->mnt_ns = ns->mnt_ns->ns.inum;
+		e->pid_ns = ns->pid_ns_for_children->ns.inum;
+	}
+	e->cgroup_id = bpf_get_current_cgroup_id();
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+}
+
+/*
+ * Waking the consumer for every record costs more than the record itself
+ * (an irq_work and a context switch per event). The consumer polls every few
+ * milliseconds anyway, so a ring only wakes it once it is 1/16 full.
+ */
+static __always_inline __u64 wakeup_policy(void *ring)
+{
+	return bpf_ringbuf_query(ring, BPF_RB_AVAIL_DATA) >
+			       (bpf_ringbuf_query(ring, BPF_RB_RING_SIZE) >> 4) ?
+		       BPF_RB_FORCE_WAKEUP :
+		       BPF_RB_NO_WAKEUP;
+}
+
+/*
+ * Numbers the event, then tries its ring. The metadata slot is reserved
+ * before the attributes are sent, so an attribute record is only ever sent
+ * for an event that will be delivered.
+ */
+__noinline int submit(struct custos_event *ev, struct attr_buf *b, int critical)
+{
+	struct custos_cpu_state *cs;
+	struct custos_event *slot;
+	__u32 zero = 0, len;
+	__u64 now = bpf_ktime_get_ns(), seq;
+	int dropped = 0;
+	long err;
+
+	if (!ev)
+		return 0;
+	cs = bpf_map_lookup_elem(&cpu_state, &zero);
+	if (!cs)
+		return 0;
+	/* Atomic: an LSM program can be preempted by another program on this CPU. */
+	seq = __sync_fetch_and_add(&cs->seq, 1) + 1;
+	ev->id = ((__u64)bpf_get_smp_processor_id() << CUSTOS_ID_CPU_SHIFT) | seq;
+	ev->ktime_ns = now;
+	if (critical) {
+		ev->flags |= CUSTOS_EV_CRITICAL;
+		slot = bpf_ringbuf_reserve(&ring_critical, sizeof(*slot), 0);
+	} else {
+		slot = bpf_ringbuf_reserve(&ring_events, sizeof(*slot), 0);
+	}
+	if (!slot) {
+		if (critical)
+			__sync_fetch_and_add(&cs->drops[CUSTOS_DROP_CRITICAL], 1);
+		else
+			__sync_fetch_and_add(&cs->drops[CUSTOS_DROP_EVENTS], 1);
+		dropped = 1;
+		goto out;
+	}
+	if (b && b->hdr.len) {
+		b->hdr.id = ev->id;
+		len = b->hdr.len;
+		if (len > CUSTOS_ATTR_DATA_MAX)
+			len = CUSTOS_ATTR_DATA_MAX;
+		/* A critical event's attributes (exec path and argv, the file
+		 * opened for writing) share its reserved ring; there a record's
+		 * size tells the halves apart, so an attribute record is never
+		 * exactly the size of a metadata record. */
+		if (sizeof(b->hdr) + len == sizeof(struct custos_event))
+			len++;
+		if (critical)
+			err = bpf_ringbuf_output(&ring_critical, b, sizeof(b->hdr) + len,
+						 BPF_RB_NO_WAKEUP);
+		else
+			err = bpf_ringbuf_output(&ring_attrs, b, sizeof(b->hdr) + len,
+						 wakeup_policy(&ring_attrs));
+		if (err) {
+			__sync_fetch_and_add(&cs->drops[CUSTOS_DROP_ATTRS], 1);
+			ev->flags |= CUSTOS_EV_ATTRS_LOST;
+		} else {
+			ev->flags |= CUSTOS_EV_HAS_ATTRS;
+		}
+	}
+	__builtin_memcpy(slot, ev, sizeof(*slot));
+	bpf_ringbuf_submit(slot, critical ? wakeup_policy(&ring_critical) :
+					    wakeup_policy(&ring_events));
+out:
+	account_task(ev->tid, now, dropped);
+	sample_availability(cs);
+	return 0;
+}
+
+static __always_inline struct custos_event *new_event(__u32 nr)
+{
+	__u32 zero = 0;
+	struct custos_event *e = bpf_map_lookup_elem(&event_scratch, &zero);
+
+	if (!e)
+		return NULL;
+	__builtin_memset(e, 0, sizeof(*e));
+	e->nr = nr;
+	fill_task(e);
+	return e;
+}
+
+static __always_inline struct attr_buf *scratch_attrs(void)
+{
+	__u32 zero = 0;
+	struct attr_buf *b = bpf_map_lookup_elem(&attr_scratch, &zero);
+
+	if (b)
+		b->hdr.len = 0;
+	return b;
+}
+
+static __always_inline void set_file_identity(struct custos_event *e, struct file *f)
+{
+	struct inode *inode = BPF_CORE_READ(f, f_inode);
+
+	e->ino = BPF_CORE_READ(inode, i_ino);
+	e->dev = BPF_CORE_READ(inode, i_sb, s_dev);
+	e->flags |= CUSTOS_EV_HAS_FILE;
+}
+
+/* Path-string attributes (and the base of relative ones) of one syscall. */
+static __always_inline __u32 put_path_args(struct attr_buf *b, __u32 off,
+					   const struct custos_syscall_spec *spec,
+					   const __u64 *args, int resolved)
+{
+	__u64 p;
+
+	if (spec->path_arg >= 0) {
+		p = arg_at(args, spec->path_arg);
+		off = put_user_str(b, off, CUSTOS_ATTR_PATH, p);
+		if (!resolved && !(spec->flags & CUSTOS_SPEC_PATH_RAW))
+			off = put_path_base(b, off, CUSTOS_ATTR_PATH_BASE, p,
+					    spec->dirfd_arg >= 0 ? arg_at(args, spec->dirfd_arg) :
+								   AT_FDCWD_VAL);
+	}
+	if (spec->path2_arg >= 0) {
+		p = arg_at(args, spec->path2_arg);
+		off = put_user_str(b, off, CUSTOS_ATTR_PATH2, p);
+		off = put_path_base(b, off, CUSTOS_ATTR_PATH2_BASE, p,
+				    spec->dirfd2_arg >= 0 ? arg_at(args, spec->dirfd2_arg) :
+							    AT_FDCWD_VAL);
+	}
+	return off;
+}
+
+/* Emits one syscall: entry args, and the return value unless NO_RET. */
+static __always_inline int emit_syscall(__u32 nr, const struct custos_syscall_spec *spec,
+					const __u64 *args, __s64 ret, int has_ret)
+{
+	struct task_struct *t = (void *)bpf_get_current_task();
+	struct custos_event *e = new_event(nr);
+	struct attr_buf *b;
+	struct file *f = NULL;
+	int critical = spec->critical, i;
+	__u64 open_flags = 0;
+	__u32 off = 0;
+	__u64 addr;
+	__u32 addrlen = 0;
+
+	if (!e)
+		return 0;
+	for (i = 0; i < 6; i++)
+		e->args[i] = args[i];
+	e->ret = ret;
+	if (!has_ret)
+		e->flags |= CUSTOS_EV_NO_RET;
+
+	if (spec->flags & CUSTOS_SPEC_EXEC) {
+		__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+
+		b = bpf_map_lookup_elem(&exec_attrs, &tgid);
+		if (b) {
+			off = b->hdr.len;
+			if (ret == 0)
+				off = put_file_path(b, off, CUSTOS_ATTR_FILE_PATH,
+						    BPF_CORE_READ(t, mm, exe_file));
+			b->hdr.len = off;
+			submit(e, b, 1);
+			bpf_map_delete_elem(&exec_attrs, &tgid);
+		} else {
+			/* Parking failed or was evicted: deliver without attributes. */
+			e->flags |= CUSTOS_EV_ATTRS_LOST;
+			submit(e, NULL, 1);
+		}
+		return 0;
+	}
+
+	b = scratch_attrs();
+	if (!b)
+		return 0;
+
+	if (spec->open_flags_arg >= 0)
+		open_flags = arg_at(args, spec->open_flags_arg);
+	if (spec->flags & CUSTOS_SPEC_OPEN_HOW)
+		bpf_probe_read_user(&open_flags, sizeof(open_flags), (void *)args[2]);
+	e->open_flags = open_flags;
+	if ((spec->open_flags_arg >= 0 || (spec->flags & CUSTOS_SPEC_OPEN_HOW)) &&
+	    WRITE_INTENT(open_flags))
+		critical = 1;
+
+	if ((spec->flags & CUSTOS_SPEC_RET_FD_PATH) && has_ret && ret >= 0)
+		f = fd_file(t, ret);
+	else if (spec->fd_arg >= 0)
+		f = fd_file(t, (__s32)arg_at(args, spec->fd_arg));
+	if (f)
+		set_file_identity(e, f);
+
+	if (spec->flags & CUSTOS_SPEC_RW) {
+		struct rw_key k = {};
+		__u8 one = 1;
+
+		if (!f)
+			goto send;
+		k.ino = e->ino;
+		k.dev = e->dev;
+		k.tgid = e->pid;
+		k.write = !!(spec->flags & CUSTOS_SPEC_WRITE);
+		if (bpf_map_lookup_elem(&rw_seen, &k))
+			goto send; /* not the first: metadata only, no path walk */
+		bpf_map_update_elem(&rw_seen, &k, &one, BPF_ANY);
+		e->flags |= CUSTOS_EV_FIRST;
+		off = put_file_path(b, off, CUSTOS_ATTR_FILE_PATH, f);
+		goto send;
+	}
+	if (f && (spec->flags & (CUSTOS_SPEC_FD_PATH | CUSTOS_SPEC_RET_FD_PATH)))
+		off = put_file_path(b, off, CUSTOS_ATTR_FILE_PATH, f);
+	off = put_path_args(b, off, spec, args, f && (spec->flags & CUSTOS_SPEC_RET_FD_PATH));
+
+	if (spec->addr_arg >= 0) {
+		addr = arg_at(args, spec->addr_arg);
+		if (spec->flags & CUSTOS_SPEC_ADDR_OUT) {
+			if (has_ret && ret >= 0 && spec->addrlen_arg >= 0)
+				bpf_probe_read_user(&addrlen, sizeof(addrlen),
+						    (void *)arg_at(args, spec->addrlen_arg));
+		} else if (spec->addrlen_arg >= 0) {
+			addrlen = arg_at(args, spec->addrlen_arg);
+		}
+		off = put_sockaddr(b, off, addr, addrlen);
+	}
+send:
+	b->hdr.len = off;
+	return submit(e, b, critical);
+}
+
+/*
+ * Syscalls enter through raw_syscalls:sys_enter as a BTF tracepoint and are
+ * filtered here by the syscall table. (Per-syscall tracepoints would spare
+ * untraced syscalls the program call, but each of the ~100 pairs costs an
+ * RCU-tasks grace period to detach, serialised: seconds at every stop.)
+ */
+/* The entry could not be parked (no memory for the task's storage): the
+ * event is lost, so it is numbered and counted like a refused record. */
+static __always_inline void account_unparked(int critical)
+{
+	struct custos_cpu_state *cs;
+	__u32 zero = 0;
+
+	cs = bpf_map_lookup_elem(&cpu_state, &zero);
+	if (!cs)
+		return;
+	__sync_fetch_and_add(&cs->seq, 1);
+	if (critical)
+		__sync_fetch_and_add(&cs->drops[CUSTOS_DROP_CRITICAL], 1);
+	else
+		__sync_fetch_and_add(&cs->drops[CUSTOS_DROP_EVENTS], 1);
+}
+
+SEC("tp_btf/sys_enter")
+int BPF_PROG(custos_sys_enter, struct pt_regs *regs, long id)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tgid = pid_tgid >> 32, key;
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct custos_syscall_spec *spec;
+	struct inflight *in, now = {};
+	struct attr_buf *b;
+	__u32 off = 0;
+
+	if (id < 0 || id >= CUSTOS_MAX_SYSCALLS || tgid == collector_tgid)
+		return 0;
+	key = id;
+	spec = bpf_map_lookup_elem(&syscall_specs, &key);
+	if (!spec || !spec->traced || in_compat_syscall())
+		return 0;
+	now.args[0] = regs->di;
+	now.args[1] = regs->si;
+	now.args[2] = regs->dx;
+	now.args[3] = regs->r10;
+	now.args[4] = regs->r8;
+	now.args[5] = regs->r9;
+	if ((spec->flags & CUSTOS_SPEC_PROT_EXEC) &&
+	    !(arg_at(now.args, spec->prot_arg) & PROT_EXEC_VAL))
+		return 0;
+	if (spec->flags & CUSTOS_SPEC_NO_EXIT)
+		return emit_syscall(key, spec, now.args, 0, 0);
+	in = bpf_task_storage_get(&inflight, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!in) {
+		account_unparked(spec->critical);
+		return 0;
+	}
+	now.nr = key;
+	now.active = 1;
+	*in = now;
+	if (spec->flags & CUSTOS_SPEC_EXEC) {
+		b = scratch_attrs();
+		if (b) {
+			off = put_path_args(b, off, spec, now.args, 0);
+			if (spec->argv_arg >= 0)
+				off = put_argv(b, off, arg_at(now.args, spec->argv_arg));
+			b->hdr.len = off;
+			bpf_map_update_elem(&exec_attrs, &tgid, b, BPF_ANY);
+		}
+	}
+	return 0;
+}
+
+SEC("tp_btf/sys_exit")
+int BPF_PROG(custos_sys_exit, struct pt_regs *regs, long ret)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tgid = pid_tgid >> 32, nr;
+	struct custos_syscall_spec *spec;
+	struct inflight *in, saved;
+	long id = regs->orig_ax;
+
+	if (id < 0 || id >= CUSTOS_MAX_SYSCALLS || tgid == collector_tgid)
+		return 0;
+	nr = id;
+	spec = bpf_map_lookup_elem(&syscall_specs, &nr);
+	if (!spec || !spec->traced)
+		return 0;
+	in = bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0, 0);
+	/* A fork child returning from clone has no entry: its parent reports. */
+	if (!in || !in->active || in->nr != nr)
+		return 0;
+	in->active = 0;
+	saved = *in;
+	return emit_syscall(nr, spec, saved.args, ret, 1);
+}
+
+/* ---- BPF-LSM hooks: intent before the fact (only where the kernel allows) ---- */
+
+SEC("lsm/bprm_check_security")
+int BPF_PROG(custos_bprm_check, struct linux_binprm *bprm)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tgid = pid_tgid >> 32, nr;
+	struct custos_syscall_spec *spec;
+	struct custos_event *e;
+	struct inflight *in;
+	struct attr_buf *b;
+	__u32 off = 0;
+
+	if (tgid == collector_tgid)
+		return 0;
+	e = new_event(CUSTOS_HOOK_BPRM_CHECK);
+	b = scratch_attrs();
+	if (!e || !b)
+		return 0;
+	e->flags |= CUSTOS_EV_NO_RET;
+	off = put_file_path(b, off, CUSTOS_ATTR_FILE_PATH, BPF_CORE_READ(bprm, file));
+	/* The caller's argv is still mapped here: the old image is replaced later. */
+	in = bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0, 0);
+	if (in && in->active) {
+		nr = in->nr;
+		spec = bpf_map_lookup_elem(&syscall_specs, &nr);
+		if (spec && spec->argv_arg >= 0)
+			off = put_argv(b, off, arg_at(in->args, spec->argv_arg));
+	}
+	b->hdr.len = off;
+	submit(e, b, 1);
+	return 0;
+}
+
+SEC("lsm/file_open")
+int BPF_PROG(custos_file_open, struct file *file)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct custos_event *e;
+	struct attr_buf *b;
+	__u32 flags;
+
+	if ((__u32)(pid_tgid >> 32) == collector_tgid)
+		return 0;
+	e = new_event(CUSTOS_HOOK_FILE_OPEN);
+	b = scratch_attrs();
+	if (!e || !b)
+		return 0;
+	e->flags |= CUSTOS_EV_NO_RET;
+	flags = BPF_CORE_READ(file, f_flags);
+	e->open_flags = flags;
+	set_file_identity(e, file);
+	b->hdr.len = put_file_path(b, 0, CUSTOS_ATTR_FILE_PATH, file);
+	submit(e, b, WRITE_INTENT(flags));
+	return 0;
+}

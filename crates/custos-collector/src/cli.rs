@@ -1,0 +1,152 @@
+//! `custos collect`: options and entry point.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Args;
+
+use crate::collector::{collect, LsmMode, Options};
+use crate::syscalls::SYSCALLS;
+
+/// Record provenance (processes, files, sockets) as JSON Lines, losing nothing silently.
+#[derive(Args, Debug, Clone)]
+pub struct CollectArgs {
+    /// Write events here (JSON Lines, docs/event-schema.md); `-` or absent: stdout.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Only these syscalls: comma-separated names or categories (process, file,
+    /// network, credential, module, mount, memory, ipc). Default: the whole set.
+    #[arg(long, value_name = "LIST")]
+    pub syscalls: Option<String>,
+    /// Print the traceable syscalls with their categories and exit.
+    #[arg(long)]
+    pub list_syscalls: bool,
+    /// BPF-LSM hooks (bprm_check_security, file_open).
+    #[arg(long, value_enum, default_value_t = LsmMode::Auto)]
+    pub lsm: LsmMode,
+    /// Size of the reserved ring for security-critical events (KiB, power of two).
+    #[arg(long, default_value_t = 4096, value_name = "KIB")]
+    pub critical_ring_kb: u32,
+    /// Size of the best-effort metadata ring (KiB, power of two).
+    #[arg(long, default_value_t = 16384, value_name = "KIB")]
+    pub events_ring_kb: u32,
+    /// Size of the attribute ring: paths, argv, addresses (KiB, power of two).
+    #[arg(long, default_value_t = 16384, value_name = "KIB")]
+    pub attrs_ring_kb: u32,
+    /// Stop after this many seconds.
+    #[arg(long, value_name = "SECS")]
+    pub duration: Option<f64>,
+    /// Seconds between stats lines on stderr (and `stats` records); 0 turns them off.
+    #[arg(long, default_value_t = 5.0, value_name = "SECS")]
+    pub stats_interval: f64,
+    /// Run this command once the collector is attached; stop when it exits
+    /// and exit with its status.
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+pub fn run(args: CollectArgs) -> Result<i32> {
+    if args.list_syscalls {
+        for s in SYSCALLS {
+            println!("{:<18} {:<11} {}", s.name, s.category.as_str(), if s.critical { "critical" } else { "" });
+        }
+        return Ok(0);
+    }
+    let stats_interval = if args.stats_interval < 0.0 || !args.stats_interval.is_finite() {
+        anyhow::bail!("--stats-interval must be a number of seconds ≥ 0");
+    } else if args.stats_interval == 0.0 {
+        None
+    } else {
+        Some(Duration::from_secs_f64(args.stats_interval))
+    };
+    let opts = Options {
+        syscalls: args.syscalls.clone(),
+        lsm: args.lsm,
+        critical_ring_kb: args.critical_ring_kb,
+        events_ring_kb: args.events_ring_kb,
+        attrs_ring_kb: args.attrs_ring_kb,
+        poll_interval: Duration::from_millis(100),
+        stats_interval,
+    };
+    let out: Box<dyn Write> = match &args.output {
+        Some(p) if p.as_os_str() != "-" => Box::new(BufWriter::with_capacity(
+            1 << 20,
+            File::create(p).with_context(|| format!("creating output file {}", p.display()))?,
+        )),
+        _ => Box::new(BufWriter::with_capacity(1 << 20, std::io::stdout())),
+    };
+
+    // SAFETY: installing a handler that only stores to an atomic.
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+    }
+    if let Some(secs) = args.duration {
+        if !(secs > 0.0 && secs.is_finite()) {
+            anyhow::bail!("--duration must be a positive number of seconds");
+        }
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs_f64(secs));
+            STOP.store(true, Ordering::SeqCst);
+        });
+    }
+
+    let child_status = Arc::new(AtomicI32::new(0));
+    let spawn_error: Arc<std::sync::Mutex<Option<anyhow::Error>>> = Arc::default();
+    let command = args.command.clone();
+    let (status, err_slot) = (child_status.clone(), spawn_error.clone());
+    let on_ready = move || {
+        let Some((prog, rest)) = command.split_first() else { return };
+        match Command::new(prog).args(rest).spawn() {
+            Ok(mut child) => {
+                std::thread::spawn(move || {
+                    let code = match child.wait() {
+                        Ok(s) => s.code().unwrap_or(128 + std::os::unix::process::ExitStatusExt::signal(&s).unwrap_or(0)),
+                        Err(_) => 1,
+                    };
+                    status.store(code, Ordering::SeqCst);
+                    STOP.store(true, Ordering::SeqCst);
+                });
+            }
+            Err(e) => {
+                *err_slot.lock().unwrap() = Some(anyhow::Error::new(e).context(format!("running `{prog}`")));
+                STOP.store(true, Ordering::SeqCst);
+            }
+        }
+    };
+
+    let summary = collect(&opts, out, &STOP, on_ready)?;
+    eprintln!(
+        "custos collect: produced {} = delivered {} + dropped {} (critical {}, events {}); incomplete {}; loss records {}",
+        summary.produced,
+        summary.delivered,
+        summary.dropped,
+        summary.dropped_critical,
+        summary.dropped_events,
+        summary.consumer.incomplete,
+        summary.consumer.loss_records
+    );
+    if let Some(e) = spawn_error.lock().unwrap().take() {
+        return Err(e);
+    }
+    if !summary.invariant_holds {
+        eprintln!(
+            "custos collect: error: loss accounting does not balance (gaps {}, late {}); this is a collector bug, please report it",
+            summary.consumer.lost_in_gaps, summary.consumer.late
+        );
+        return Ok(3);
+    }
+    Ok(child_status.load(Ordering::SeqCst))
+}

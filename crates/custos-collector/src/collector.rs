@@ -1,0 +1,448 @@
+//! Load → attach → drain until told to stop → detach → final drain → account.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::io::Write;
+use std::mem::MaybeUninit;
+use std::path::Path;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{AsRawLibbpf, Link, MapCore, MapFlags, OpenObject, RingBufferBuilder};
+use serde::Serialize;
+
+use crate::bpf_skel::types::{custos_cpu_state, custos_syscall_spec};
+use crate::bpf_skel::{MainSkel, MainSkelBuilder};
+use crate::consumer::{monotonic_ns, Consumer, ConsumerCounters};
+use crate::features;
+use crate::intf::*;
+use crate::stats::Metrics;
+use crate::syscalls::{self, Syscall};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LsmMode {
+    /// Use BPF-LSM hooks when the kernel allows them, else tracepoints only (one notice).
+    Auto,
+    /// Tracepoints only.
+    Off,
+    /// Fail unless the BPF-LSM hooks load and attach.
+    Require,
+}
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub syscalls: Option<String>,
+    pub lsm: LsmMode,
+    pub critical_ring_kb: u32,
+    pub events_ring_kb: u32,
+    pub attrs_ring_kb: u32,
+    pub poll_interval: Duration,
+    pub stats_interval: Option<Duration>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            syscalls: None,
+            lsm: LsmMode::Auto,
+            critical_ring_kb: 4096,
+            events_ring_kb: 16384,
+            attrs_ring_kb: 16384,
+            poll_interval: Duration::from_millis(100),
+            stats_interval: Some(Duration::from_secs(5)),
+        }
+    }
+}
+
+/// The final account of one run. `produced = delivered + dropped` must hold.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub produced: u64,
+    pub delivered: u64,
+    pub dropped: u64,
+    pub dropped_critical: u64,
+    pub dropped_events: u64,
+    /// Attribute halves refused (their events were delivered incomplete).
+    pub dropped_attrs: u64,
+    pub consumer: ConsumerCounters,
+    /// Final sequence number of each CPU (events numbered there).
+    pub cpu_seq: Vec<u64>,
+    pub lsm_active: bool,
+    pub syscalls_attached: usize,
+    pub invariant_holds: bool,
+    /// Program runs the kernel skipped because the program was already
+    /// running on that CPU (bpf_prog_info.recursion_misses): events never
+    /// numbered, so outside produced/dropped, but counted and reported.
+    pub missed_reentrant: u64,
+}
+
+/// Whether the kernel runs the BPF LSM at all (CONFIG_BPF_LSM and "bpf" in lsm=).
+fn bpf_lsm_enabled() -> std::result::Result<(), String> {
+    let lsm = Path::new("/sys/kernel/security/lsm");
+    if !lsm.exists() {
+        let c = |s: &str| std::ffi::CString::new(s).unwrap();
+        // SAFETY: mount(2) with constant C strings; failure is handled below.
+        unsafe {
+            libc::mount(c("securityfs").as_ptr(), c("/sys/kernel/security").as_ptr(), c("securityfs").as_ptr(), 0, std::ptr::null())
+        };
+    }
+    match std::fs::read_to_string(lsm) {
+        Ok(list) if list.split(',').any(|l| l.trim() == "bpf") => Ok(()),
+        Ok(list) => Err(format!("the active LSMs are `{}`, without bpf", list.trim())),
+        Err(e) => Err(format!("cannot read {} ({e})", lsm.display())),
+    }
+}
+
+fn check_ring_kb(name: &str, kb: u32) -> Result<u32> {
+    let bytes = (kb as u64) * 1024;
+    let page = 4096u64;
+    if bytes < page || !bytes.is_power_of_two() || bytes > (1 << 30) {
+        bail!("--{name}-ring-kb {kb}: a ring must be a power of two between 4 KiB and 1 GiB (e.g. 4, 64, 16384)");
+    }
+    Ok(bytes as u32)
+}
+
+/// Which BPF-LSM hooks to load: each only when the syscalls it stands
+/// beside are selected.
+#[derive(Clone, Copy)]
+struct Hooks {
+    bprm_check: bool,
+    file_open: bool,
+}
+
+impl Hooks {
+    const NONE: Hooks = Hooks { bprm_check: false, file_open: false };
+
+    fn any(self) -> bool {
+        self.bprm_check || self.file_open
+    }
+}
+
+fn open_and_load<'obj>(
+    storage: &'obj mut MaybeUninit<OpenObject>,
+    opts: &Options,
+    hooks: Hooks,
+) -> Result<MainSkel<'obj>> {
+    let mut open = MainSkelBuilder::default().open(storage).context("opening the BPF object")?;
+    open.maps.ring_critical.set_max_entries(check_ring_kb("critical", opts.critical_ring_kb)?)?;
+    open.maps.ring_events.set_max_entries(check_ring_kb("events", opts.events_ring_kb)?)?;
+    open.maps.ring_attrs.set_max_entries(check_ring_kb("attrs", opts.attrs_ring_kb)?)?;
+    let rodata = open.maps.rodata_data.as_deref_mut().context("BPF object has no .rodata")?;
+    rodata.collector_tgid = std::process::id();
+    rodata.availability_sample_every = 64;
+    open.progs.custos_bprm_check.set_autoload(hooks.bprm_check);
+    open.progs.custos_file_open.set_autoload(hooks.file_open);
+    open.load().context("loading the BPF programs into the kernel")
+}
+
+fn read_cpu_states(skel: &MainSkel) -> Result<Vec<custos_cpu_state>> {
+    let per_cpu = skel
+        .maps
+        .cpu_state
+        .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
+        .context("reading per-CPU sequence numbers")?
+        .context("per-CPU state missing")?;
+    Ok(per_cpu
+        .iter()
+        .map(|raw| {
+            // SAFETY: each per-CPU value is a custos_cpu_state.
+            unsafe { std::ptr::read_unaligned(raw.as_ptr().cast::<custos_cpu_state>()) }
+        })
+        .collect())
+}
+
+fn spec_bytes(spec: &custos_syscall_spec) -> &[u8] {
+    // SAFETY: plain-old-data struct viewed as bytes.
+    unsafe { std::slice::from_raw_parts((spec as *const custos_syscall_spec).cast(), std::mem::size_of_val(spec)) }
+}
+
+/// Runs the collector until `stop` is set, writing JSON Lines to `out`.
+/// `on_ready` runs once every program is attached (tests start workloads there).
+pub fn collect<W: Write>(opts: &Options, out: W, stop: &AtomicBool, on_ready: impl FnOnce()) -> Result<Summary> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("custos collect must run as root (it loads BPF programs and pins maps under {PIN_DIR})");
+    }
+    let available: Vec<&Syscall> = syscalls::select(opts.syscalls.as_deref())?;
+    check_ring_kb("critical", opts.critical_ring_kb)?;
+    check_ring_kb("events", opts.events_ring_kb)?;
+    check_ring_kb("attrs", opts.attrs_ring_kb)?;
+    features::prepare_pin_dir()?;
+
+    // BPF-LSM: used where the kernel allows it; one notice where it does not.
+    let selected = |names: &[&str]| available.iter().any(|s| names.contains(&s.name));
+    let hooks = Hooks {
+        bprm_check: selected(&["execve", "execveat"]),
+        file_open: selected(&["open", "openat", "openat2", "creat", "open_by_handle_at"]),
+    };
+    let mut storage = MaybeUninit::uninit();
+    let mut fallback_storage = MaybeUninit::uninit();
+    let lsm_wanted = opts.lsm != LsmMode::Off && hooks.any();
+    let lsm_ok = if lsm_wanted { bpf_lsm_enabled() } else { Err("disabled by --lsm off".into()) };
+    let (skel, hooks) = match lsm_ok {
+        Ok(()) => {
+            let quiet = libbpf_rs::set_print(None);
+            let attempt = open_and_load(&mut storage, opts, hooks);
+            libbpf_rs::set_print(quiet);
+            match attempt {
+                Ok(skel) => (skel, hooks),
+                Err(e) => {
+                    if opts.lsm == LsmMode::Require {
+                        return Err(e.context("--lsm require: the BPF-LSM hooks did not load"));
+                    }
+                    eprintln!("custos collect: notice: BPF-LSM hooks refused by this kernel ({:#}); exec and open are traced by tracepoints only", e);
+                    (open_and_load(&mut fallback_storage, opts, Hooks::NONE)?, Hooks::NONE)
+                }
+            }
+        }
+        Err(why) => {
+            if opts.lsm == LsmMode::Require {
+                if !hooks.any() {
+                    bail!("--lsm require: no selected syscall has a hook (they stand beside execve/execveat and the open family)");
+                }
+                bail!("--lsm require: BPF-LSM is not available: {why}");
+            }
+            if lsm_wanted {
+                eprintln!("custos collect: notice: BPF-LSM hooks unavailable ({why}); exec and open are traced by tracepoints only");
+            }
+            (open_and_load(&mut storage, opts, Hooks::NONE)?, Hooks::NONE)
+        }
+    };
+    let lsm_active = hooks.any();
+
+    for s in &available {
+        skel.maps
+            .syscall_specs
+            .update(&s.nr.to_ne_bytes(), spec_bytes(&s.spec()), MapFlags::ANY)
+            .with_context(|| format!("configuring syscall {}", s.name))?;
+    }
+
+    let mut links: Vec<Link> = Vec::with_capacity(4);
+    links.push(skel.progs.custos_sys_enter.attach().context("attaching to raw_syscalls:sys_enter (tp_btf)")?);
+    links.push(skel.progs.custos_sys_exit.attach().context("attaching to raw_syscalls:sys_exit (tp_btf)")?);
+    if hooks.bprm_check {
+        links.push(skel.progs.custos_bprm_check.attach_lsm().context("attaching lsm/bprm_check_security")?);
+    }
+    if hooks.file_open {
+        links.push(skel.progs.custos_file_open.attach_lsm().context("attaching lsm/file_open")?);
+    }
+
+    // Publish the provenance features; the pins are also the instance lock.
+    pin(&skel)?;
+    let result = drain(opts, &skel, out, stop, links, on_ready, lsm_active, available.len());
+    let _ = features::publish(&skel.maps.global_features, 0, 0, false, monotonic_ns());
+    unpin(&skel);
+    result
+}
+
+fn pin(skel: &MainSkel) -> Result<()> {
+    let pin_one = |map: &dyn MapCore, path: &Path| -> Result<()> {
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        let fd = map.as_fd();
+        use std::os::fd::AsRawFd;
+        // SAFETY: bpf_obj_pin with a valid map fd and path.
+        let rc = unsafe { libbpf_rs::libbpf_sys::bpf_obj_pin(fd.as_raw_fd(), c.as_ptr()) };
+        if rc != 0 {
+            let err = std::io::Error::from_raw_os_error(-rc);
+            if err.kind() == std::io::ErrorKind::AlreadyExists {
+                bail!("another custos collector pinned {} first; one collector per machine", path.display());
+            }
+            return Err(err).with_context(|| format!("pinning {}", path.display()));
+        }
+        Ok(())
+    };
+    pin_one(&skel.maps.task_features, &features::task_features_path())?;
+    if let Err(e) = pin_one(&skel.maps.global_features, &features::global_features_path()) {
+        let _ = std::fs::remove_file(features::task_features_path());
+        return Err(e);
+    }
+    features::publish(&skel.maps.global_features, 0, 0, true, monotonic_ns())
+}
+
+fn unpin(_skel: &MainSkel) {
+    features::remove_pins();
+}
+
+#[allow(clippy::too_many_arguments)]
+fn drain<W: Write>(
+    opts: &Options,
+    skel: &MainSkel,
+    out: W,
+    stop: &AtomicBool,
+    links: Vec<Link>,
+    on_ready: impl FnOnce(),
+    lsm_active: bool,
+    syscalls_attached: usize,
+) -> Result<Summary> {
+    let nr_cpus = libbpf_rs::num_possible_cpus().context("counting CPUs")?;
+    let consumer = Rc::new(RefCell::new(Consumer::new(out, nr_cpus)));
+    let mut builder = RingBufferBuilder::new();
+    let (c1, c2, c3) = (consumer.clone(), consumer.clone(), consumer.clone());
+    builder
+        .add(&skel.maps.ring_critical, move |d| {
+            let mut c = c1.borrow_mut();
+            if d.len() == std::mem::size_of::<crate::bpf_skel::types::custos_event>() {
+                c.on_metadata(d)
+            } else {
+                c.on_attrs(d)
+            }
+        })?
+        .add(&skel.maps.ring_events, move |d| c2.borrow_mut().on_metadata(d))?
+        .add(&skel.maps.ring_attrs, move |d| c3.borrow_mut().on_attrs(d))?;
+    let rings = builder.build().context("setting up the ring buffer consumer")?;
+    on_ready();
+
+    let started = Instant::now();
+    let mut metrics = Metrics::new(nr_cpus);
+    let mut last_stats = Instant::now();
+    let mut last_tick = Instant::now();
+    // Rings are drained in bounded rounds, critical first, so the features
+    // and loss records stay current while a flood keeps the rings busy.
+    let rb = rings.as_libbpf_object().as_ptr();
+    // SAFETY: indices 0..3 are the three rings added above.
+    let ring_ptrs: Vec<*mut libbpf_rs::libbpf_sys::ring> =
+        (0..3).map(|i| unsafe { libbpf_rs::libbpf_sys::ring_buffer__ring(rb, i) }).collect();
+    let epoll_fd = rings.epoll_fd();
+    // A number is settled (delivered or lost) once the rings were seen empty
+    // a full poll interval after the number was handed out: records are
+    // committed microseconds after their number is taken.
+    let mut snapshots: VecDeque<(Instant, Vec<u64>)> = VecDeque::new();
+    let mut last_empty: Option<Instant> = None;
+    loop {
+        let stopping = stop.load(Ordering::Relaxed);
+        let round_start = Instant::now();
+        let mut consumed = 0i64;
+        for &r in &ring_ptrs {
+            // SAFETY: r is a ring of the live ring buffer `rings`.
+            let n = unsafe { libbpf_rs::libbpf_sys::ring__consume_n(r, 4096) };
+            if n < 0 {
+                return Err(std::io::Error::from_raw_os_error(-n)).context("consuming the rings");
+            }
+            consumed += n as i64;
+        }
+        if consumed == 0 {
+            last_empty = Some(round_start);
+            // Rings wake us only when filling up (see wakeup_policy in the
+            // BPF program): a short sleep bounds the latency of a trickle.
+            let wait = opts.poll_interval.saturating_sub(last_tick.elapsed()).min(Duration::from_millis(10));
+            if !stopping && !wait.is_zero() {
+                let mut ev = libc::epoll_event { events: 0, u64: 0 };
+                // SAFETY: epoll_wait on libbpf's epoll fd into one local event.
+                unsafe { libc::epoll_wait(epoll_fd, &mut ev, 1, wait.as_millis().max(1) as i32) };
+            }
+        }
+        if !stopping && last_tick.elapsed() < opts.poll_interval {
+            continue;
+        }
+        last_tick = Instant::now();
+        let states = read_cpu_states(skel)?;
+        let drops: Vec<[u64; 2]> = states.iter().map(|s| [s.drops[DROP_CRITICAL], s.drops[DROP_EVENTS]]).collect();
+        snapshots.push_back((Instant::now(), states.iter().map(|s| s.seq).collect()));
+        while let (Some((taken, _)), Some(empty)) = (snapshots.front(), last_empty) {
+            if *taken + opts.poll_interval > empty {
+                break;
+            }
+            let (_, settled) = snapshots.pop_front().unwrap();
+            consumer.borrow_mut().settle_gaps(&settled, &drops)?;
+        }
+        let produced: u64 = states.iter().map(|s| s.seq).sum();
+        let dropped: u64 = drops.iter().map(|d| d[0] + d[1]).sum();
+        let consumed = consumer.borrow().counters.delivered + dropped;
+        features::publish(&skel.maps.global_features, produced, consumed, true, monotonic_ns())?;
+        if let Some(every) = opts.stats_interval {
+            if last_stats.elapsed() >= every {
+                last_stats = Instant::now();
+                let g = global_snapshot(skel);
+                metrics.update(&states, &consumer.borrow().counters, g.as_ref(), started.elapsed());
+                metrics.missed_reentrant = recursion_misses(skel);
+                eprintln!("custos collect: {}", metrics.line());
+                let mut c = consumer.borrow_mut();
+                let wall = c.wall_ns(monotonic_ns());
+                c.write_line(&metrics.stats_record(wall, false))?;
+                c.flush()?;
+            }
+        }
+        if stopping {
+            break;
+        }
+    }
+
+    // Detach, let programs already running finish, then drain to empty.
+    drop(links);
+    std::thread::sleep(Duration::from_millis(50));
+    rings.consume().context("draining the rings")?;
+    let states = read_cpu_states(skel)?;
+    let cpu_seq: Vec<u64> = states.iter().map(|s| s.seq).collect();
+    let drops: Vec<[u64; 2]> = states.iter().map(|s| [s.drops[DROP_CRITICAL], s.drops[DROP_EVENTS]]).collect();
+    {
+        let mut c = consumer.borrow_mut();
+        c.settle_gaps(&cpu_seq, &drops)?;
+        c.flush_waiting();
+    }
+    let produced: u64 = cpu_seq.iter().sum();
+    let dropped_critical: u64 = states.iter().map(|s| s.drops[DROP_CRITICAL]).sum();
+    let dropped_events: u64 = states.iter().map(|s| s.drops[DROP_EVENTS]).sum();
+    let dropped_attrs: u64 = states.iter().map(|s| s.drops[DROP_ATTRS]).sum();
+    let counters = consumer.borrow().counters.clone();
+    let dropped = dropped_critical + dropped_events;
+    let invariant_holds = produced == counters.delivered + dropped && counters.lost_in_gaps == dropped && counters.late == 0;
+    let missed_reentrant = recursion_misses(skel);
+    let summary = Summary {
+        produced,
+        delivered: counters.delivered,
+        dropped,
+        dropped_critical,
+        dropped_events,
+        dropped_attrs,
+        consumer: counters,
+        cpu_seq,
+        lsm_active,
+        syscalls_attached,
+        invariant_holds,
+        missed_reentrant,
+    };
+    let g = global_snapshot(skel);
+    metrics.update(&states, &summary.consumer, g.as_ref(), started.elapsed());
+    metrics.missed_reentrant = summary.missed_reentrant;
+    let mut c = consumer.borrow_mut();
+    let wall = c.wall_ns(monotonic_ns());
+    let mut record = serde_json::to_value(metrics.stats_record(wall, true))?;
+    record["cpu_seq"] = serde_json::to_value(&summary.cpu_seq)?;
+    record["invariant_holds"] = summary.invariant_holds.into();
+    c.write_line(&record)?;
+    c.flush()?;
+    drop(c);
+    drop(rings);
+    Ok(summary)
+}
+
+fn recursion_misses(skel: &MainSkel) -> u64 {
+    // SAFETY: bpf_program__fd only reads the program; -1 when not loaded.
+    let fd = |p: &libbpf_rs::ProgramMut| unsafe { libbpf_rs::libbpf_sys::bpf_program__fd(p.as_libbpf_object().as_ptr()) };
+    let progs = [
+        fd(&skel.progs.custos_sys_enter),
+        fd(&skel.progs.custos_sys_exit),
+        fd(&skel.progs.custos_bprm_check),
+        fd(&skel.progs.custos_file_open),
+    ];
+    progs
+        .iter()
+        .filter(|fd| **fd >= 0)
+        .map(|&fd| {
+            let mut info = libbpf_rs::libbpf_sys::bpf_prog_info::default();
+            let mut len = std::mem::size_of_val(&info) as u32;
+            // SAFETY: the kernel fills at most `len` bytes of `info`.
+            let rc = unsafe { libbpf_rs::libbpf_sys::bpf_prog_get_info_by_fd(fd, &mut info, &mut len) };
+            if rc == 0 { info.recursion_misses } else { 0 }
+        })
+        .sum()
+}
+
+fn global_snapshot(skel: &MainSkel) -> Option<crate::bpf_skel::types::custos_global_features> {
+    let raw = skel.maps.global_features.lookup(&0u32.to_ne_bytes(), MapFlags::ANY).ok()??;
+    features::read_global(&raw)
+}
+

@@ -1,0 +1,694 @@
+//! The user-space half of the pipeline: joins metadata and attribute records
+//! by event id, turns sequence gaps into in-band `loss` records, and writes
+//! the JSON Lines stream of docs/event-schema.md.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+
+use crate::bpf_skel::types::custos_event;
+use crate::intf::*;
+use crate::syscalls::{self, Arg};
+
+/// Counters the consumer keeps; the kernel side keeps produced and dropped.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct ConsumerCounters {
+    /// Metadata records received (each is one delivered event).
+    pub delivered: u64,
+    /// Of those, from the reserved (critical) ring.
+    pub delivered_critical: u64,
+    /// Delivered without their attribute half.
+    pub incomplete: u64,
+    /// Events missing from the per-CPU sequences, reported in `loss` records.
+    pub lost_in_gaps: u64,
+    pub loss_records: u64,
+    /// Records that arrived after their sequence number was declared lost.
+    pub late: u64,
+    /// Attribute records whose metadata never came (never expected).
+    pub orphan_attrs: u64,
+}
+
+/// Per-CPU sequence bookkeeping: everything below `next` is accounted for
+/// (delivered or reported lost); `ahead` holds delivered numbers beyond a gap.
+#[derive(Debug)]
+struct CpuSequence {
+    next: u64,
+    ahead: BTreeMap<u64, u64>,
+    last_time_ns: u64,
+    drops_attributed: [u64; 2],
+}
+
+impl CpuSequence {
+    fn new() -> Self {
+        CpuSequence { next: 1, ahead: BTreeMap::new(), last_time_ns: 0, drops_attributed: [0; 2] }
+    }
+
+    /// Returns false if the number was already declared lost.
+    fn deliver(&mut self, seq: u64, time_ns: u64) -> bool {
+        if seq < self.next {
+            return false;
+        }
+        if seq == self.next {
+            self.next += 1;
+            self.last_time_ns = self.last_time_ns.max(time_ns);
+            while let Some(t) = self.ahead.remove(&self.next) {
+                self.last_time_ns = self.last_time_ns.max(t);
+                self.next += 1;
+            }
+        } else {
+            self.ahead.insert(seq, time_ns);
+        }
+        true
+    }
+}
+
+pub struct Loss {
+    pub cpu: u32,
+    pub first_seq: u64,
+    pub last_seq: u64,
+    pub category: &'static str,
+    pub start_ns: u64,
+    pub end_ns: u64,
+}
+
+#[derive(Default)]
+struct Attrs {
+    path: Option<String>,
+    path_base: Option<String>,
+    path2: Option<String>,
+    path2_base: Option<String>,
+    file_path: Option<String>,
+    argv: Option<Vec<String>>,
+    addr: Option<String>,
+    truncated: Vec<&'static str>,
+}
+
+pub struct Consumer<W: Write> {
+    out: W,
+    /// CLOCK_REALTIME - CLOCK_MONOTONIC: turns bpf_ktime_get_ns into wall time.
+    boot_offset_ns: u64,
+    waiting: HashMap<u64, custos_event>,
+    early_attrs: HashMap<u64, Vec<u8>>,
+    cpus: Vec<CpuSequence>,
+    /// (dev, inode) -> path, so later reads/writes of a file carry its path
+    /// although only the first one walks it in the kernel.
+    file_paths: HashMap<(u32, u64), String>,
+    pub counters: ConsumerCounters,
+    write_error: Option<std::io::Error>,
+    line: Vec<u8>,
+}
+
+fn realtime_offset_ns() -> u64 {
+    let now = |clock| {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: clock_gettime writes into the timespec we own.
+        unsafe { libc::clock_gettime(clock, &mut ts) };
+        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    };
+    now(libc::CLOCK_REALTIME).saturating_sub(now(libc::CLOCK_MONOTONIC))
+}
+
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: as above.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+impl<W: Write> Consumer<W> {
+    pub fn new(out: W, nr_cpus: usize) -> Self {
+        Consumer {
+            out,
+            boot_offset_ns: realtime_offset_ns(),
+            waiting: HashMap::new(),
+            early_attrs: HashMap::new(),
+            cpus: (0..nr_cpus).map(|_| CpuSequence::new()).collect(),
+            file_paths: HashMap::new(),
+            counters: ConsumerCounters::default(),
+            write_error: None,
+            line: Vec::with_capacity(1024),
+        }
+    }
+
+    pub fn wall_ns(&self, ktime_ns: u64) -> u64 {
+        ktime_ns + self.boot_offset_ns
+    }
+
+    /// Callback for the CRITICAL and EVENTS rings.
+    pub fn on_metadata(&mut self, data: &[u8]) -> i32 {
+        if data.len() < std::mem::size_of::<custos_event>() {
+            return 0;
+        }
+        // SAFETY: the record is a custos_event written by the BPF program
+        // (size checked above); read_unaligned copes with ring alignment.
+        let ev: custos_event = unsafe { std::ptr::read_unaligned(data.as_ptr().cast()) };
+        self.counters.delivered += 1;
+        if ev.flags & EV_CRITICAL != 0 {
+            self.counters.delivered_critical += 1;
+        }
+        let cpu = (ev.id >> ID_CPU_SHIFT) as usize;
+        let seq = ev.id & ((1u64 << ID_CPU_SHIFT) - 1);
+        let wall = self.wall_ns(ev.ktime_ns);
+        if cpu >= self.cpus.len() {
+            self.cpus.resize_with(cpu + 1, CpuSequence::new);
+        }
+        if !self.cpus[cpu].deliver(seq, wall) {
+            self.counters.late += 1;
+        }
+        if ev.flags & EV_HAS_ATTRS != 0 {
+            match self.early_attrs.remove(&ev.id) {
+                Some(raw) => self.emit(&ev, Some(&raw)),
+                None => {
+                    self.waiting.insert(ev.id, ev);
+                }
+            }
+        } else {
+            self.emit(&ev, None);
+        }
+        0
+    }
+
+    /// Callback for the ATTRS ring.
+    pub fn on_attrs(&mut self, data: &[u8]) -> i32 {
+        if data.len() < 16 {
+            return 0;
+        }
+        let id = u64::from_ne_bytes(data[0..8].try_into().unwrap());
+        match self.waiting.remove(&id) {
+            Some(ev) => self.emit(&ev, Some(data)),
+            None => {
+                self.early_attrs.insert(id, data.to_vec());
+            }
+        }
+        0
+    }
+
+    /// Declares lost every number at or below `upto[cpu]` not yet delivered.
+    /// `drops[cpu]` are the kernel's (critical, events) drop counters, used
+    /// to say which ring refused the missing records.
+    pub fn settle_gaps(&mut self, upto: &[u64], drops: &[[u64; 2]]) -> Result<()> {
+        let mut losses = Vec::new();
+        for (cpu, &limit) in upto.iter().enumerate() {
+            if cpu >= self.cpus.len() {
+                self.cpus.resize_with(cpu + 1, CpuSequence::new);
+            }
+            let st = &mut self.cpus[cpu];
+            while st.next <= limit {
+                let first = st.next;
+                let (last, end_ns) = match st.ahead.iter().next() {
+                    Some((&s, &t)) if s <= limit + 1 => (s - 1, t),
+                    Some((&s, &t)) => (limit.min(s - 1), t),
+                    None => (limit, 0),
+                };
+                let d = drops.get(cpu).copied().unwrap_or([0, 0]);
+                let crit = d[0].saturating_sub(st.drops_attributed[0]);
+                let best = d[1].saturating_sub(st.drops_attributed[1]);
+                let category = match (crit > 0, best > 0) {
+                    (true, false) => "critical",
+                    (false, true) => "events",
+                    _ => "unknown",
+                };
+                st.drops_attributed = d;
+                losses.push(Loss {
+                    cpu: cpu as u32,
+                    first_seq: first,
+                    last_seq: last,
+                    category,
+                    start_ns: st.last_time_ns,
+                    end_ns: if end_ns == 0 { self_wall_now(self.boot_offset_ns) } else { end_ns },
+                });
+                st.next = last + 1;
+                while let Some(t) = st.ahead.remove(&st.next) {
+                    st.last_time_ns = st.last_time_ns.max(t);
+                    st.next += 1;
+                }
+            }
+        }
+        for loss in losses {
+            self.write_loss(&loss)?;
+        }
+        Ok(())
+    }
+
+    /// After the final drain: events still waiting for attributes are
+    /// delivered incomplete (their attribute record never arrived).
+    pub fn flush_waiting(&mut self) {
+        let mut ids: Vec<u64> = self.waiting.keys().copied().collect();
+        ids.sort_unstable();
+        for id in ids {
+            if let Some(mut ev) = self.waiting.remove(&id) {
+                ev.flags = (ev.flags & !EV_HAS_ATTRS) | EV_ATTRS_LOST;
+                self.emit(&ev, None);
+            }
+        }
+        self.counters.orphan_attrs += self.early_attrs.len() as u64;
+        self.early_attrs.clear();
+    }
+
+    pub fn write_line<T: Serialize>(&mut self, value: &T) -> Result<()> {
+        if let Some(e) = self.write_error.take() {
+            return Err(e).context("writing the event stream");
+        }
+        serde_json::to_writer(&mut self.out, value).context("writing the event stream")?;
+        self.out.write_all(b"\n").context("writing the event stream")?;
+        Ok(())
+    }
+
+    pub fn flush(&mut self) -> Result<()> {
+        if let Some(e) = self.write_error.take() {
+            return Err(e).context("writing the event stream");
+        }
+        self.out.flush().context("flushing the event stream")
+    }
+
+    fn write_loss(&mut self, l: &Loss) -> Result<()> {
+        let count = l.last_seq - l.first_seq + 1;
+        self.counters.lost_in_gaps += count;
+        self.counters.loss_records += 1;
+        let line = LossOut {
+            ty: "loss",
+            cpu: l.cpu,
+            first_seq: l.first_seq,
+            last_seq: l.last_seq,
+            count,
+            category: l.category,
+            start_ns: l.start_ns,
+            end_ns: l.end_ns,
+        };
+        self.write_line(&line)
+    }
+
+    fn emit(&mut self, ev: &custos_event, raw_attrs: Option<&[u8]>) {
+        let attrs = raw_attrs.map(parse_attrs).unwrap_or_default();
+        let incomplete = ev.flags & EV_ATTRS_LOST != 0;
+        if incomplete {
+            self.counters.incomplete += 1;
+        }
+        let mut line = std::mem::take(&mut self.line);
+        line.clear();
+        self.render(ev, attrs, incomplete, &mut line);
+        line.push(b'\n');
+        if let Err(e) = self.out.write_all(&line) {
+            if self.write_error.is_none() {
+                self.write_error = Some(e);
+            }
+        }
+        self.line = line;
+    }
+
+    /// Writes one `event` line. Hand-rolled rather than serde-derived: this
+    /// runs once per event and is most of the consumer's cost.
+    fn render(&mut self, ev: &custos_event, a: Attrs, incomplete: bool, out: &mut Vec<u8>) {
+        let sc = syscalls::by_nr(ev.nr as u32);
+        let (name, category) = match (ev.nr, sc) {
+            (HOOK_BPRM_CHECK, _) => ("lsm:bprm_check_security", "process"),
+            (HOOK_FILE_OPEN, _) => ("lsm:file_open", "file"),
+            (_, Some(s)) => (s.name, s.category.as_str()),
+            (_, None) => ("unknown", "unknown"),
+        };
+        let has_ret = ev.flags & EV_NO_RET == 0;
+        let file = (ev.flags & EV_HAS_FILE != 0).then_some((ev.dev, ev.ino));
+        let mut path = a.file_path.clone().or_else(|| join_base(a.path.as_deref(), a.path_base.as_deref()));
+        if let (Some(key), Some(p)) = (file, a.file_path) {
+            if self.file_paths.len() > 1 << 20 {
+                self.file_paths.clear();
+            }
+            self.file_paths.insert(key, p);
+        } else if path.is_none() {
+            if let Some(key) = file {
+                path = self.file_paths.get(&key).cloned();
+            }
+        }
+        let comm_len = ev.comm.iter().position(|&c| c == 0).unwrap_or(ev.comm.len());
+        // SAFETY: i8 and u8 have the same layout.
+        let comm: &[u8] = unsafe { std::slice::from_raw_parts(ev.comm.as_ptr().cast(), comm_len) };
+
+        let mut j = JsonObj::new(out);
+        j.raw("type", b"\"event\"");
+        j.u64("id", ev.id);
+        j.u64("cpu", ev.id >> ID_CPU_SHIFT);
+        j.u64("seq", ev.id & ((1u64 << ID_CPU_SHIFT) - 1));
+        j.u64("time_ns", self.wall_ns(ev.ktime_ns));
+        j.u64("pid", ev.pid as u64);
+        j.u64("tid", ev.tid as u64);
+        j.u64("ppid", ev.ppid as u64);
+        j.u64("uid", ev.uid as u64);
+        j.u64("gid", ev.gid as u64);
+        j.u64("euid", ev.euid as u64);
+        j.u64("egid", ev.egid as u64);
+        j.str("comm", comm);
+        j.str("syscall", name.as_bytes());
+        j.str("category", category.as_bytes());
+        j.raw("critical", if ev.flags & EV_CRITICAL != 0 { b"true" } else { b"false" });
+        if has_ret {
+            j.i64("ret", ev.ret);
+        }
+        let mut fd = None;
+        j.key("args");
+        let mut args = JsonObj::new(j.buf());
+        if let Some(s) = sc {
+            for (i, arg) in s.args.iter().enumerate() {
+                let v = ev.args[i];
+                match *arg {
+                    Arg::Int(n) => args.i64(n, v as i32 as i64),
+                    Arg::Long(n) => args.i64(n, v as i64),
+                    Arg::Uint(n) => args.u64(n, v),
+                    Arg::Fd => {
+                        args.i64("fd", v as i32 as i64);
+                        fd = Some(v as i32 as i64);
+                    }
+                    Arg::DirFd => args.i64("dirfd", v as i32 as i64),
+                    Arg::DirFd2 => args.i64("dirfd2", v as i32 as i64),
+                    Arg::OpenFlags => args.u64("flags", v as u32 as u64),
+                    Arg::Prot => args.u64("prot", v),
+                    Arg::AddrLen => args.u64("addrlen", v as u32 as u64),
+                    Arg::Skip | Arg::Path | Arg::Path2 | Arg::Argv | Arg::Addr | Arg::AddrLenPtr => {}
+                }
+            }
+            if s.flags & SPEC_OPEN_HOW != 0 {
+                args.u64("flags", ev.open_flags as u64);
+            }
+            if s.returns_fd() && has_ret && ev.ret >= 0 {
+                fd = Some(ev.ret);
+            }
+        } else if ev.nr == HOOK_FILE_OPEN {
+            args.u64("flags", ev.open_flags as u64);
+        }
+        args.end();
+        if let Some(p) = &path {
+            j.str("path", p.as_bytes());
+        }
+        if let Some(p) = join_base(a.path2.as_deref(), a.path2_base.as_deref()) {
+            j.str("path2", p.as_bytes());
+        }
+        if let Some(argv) = &a.argv {
+            j.key("argv");
+            let b = j.buf();
+            b.push(b'[');
+            for (i, arg) in argv.iter().enumerate() {
+                if i > 0 {
+                    b.push(b',');
+                }
+                push_json_str(b, arg.as_bytes());
+            }
+            b.push(b']');
+        }
+        if let Some(addr) = &a.addr {
+            j.str("addr", addr.as_bytes());
+        }
+        if let Some(fd) = fd {
+            j.i64("fd", fd);
+        }
+        if sc.is_some_and(|s| s.creates_task()) && has_ret && ev.ret > 0 {
+            j.i64("child_pid", ev.ret);
+        }
+        j.u64("mnt_ns", ev.mnt_ns as u64);
+        j.u64("pid_ns", ev.pid_ns as u64);
+        j.u64("cgroup_id", ev.cgroup_id);
+        if let Some((dev, ino)) = file {
+            j.u64("dev", dev as u64);
+            j.u64("inode", ino);
+        }
+        if ev.flags & EV_FIRST != 0 {
+            j.raw("first", b"true");
+        }
+        if incomplete {
+            j.raw("incomplete", b"true");
+        }
+        if !a.truncated.is_empty() {
+            j.key("truncated");
+            let b = j.buf();
+            b.push(b'[');
+            for (i, t) in a.truncated.iter().enumerate() {
+                if i > 0 {
+                    b.push(b',');
+                }
+                push_json_str(b, t.as_bytes());
+            }
+            b.push(b']');
+        }
+        j.end();
+    }
+}
+
+/// A JSON object written field by field into a byte buffer.
+struct JsonObj<'a> {
+    out: &'a mut Vec<u8>,
+    first: bool,
+}
+
+impl<'a> JsonObj<'a> {
+    fn new(out: &'a mut Vec<u8>) -> Self {
+        out.push(b'{');
+        JsonObj { out, first: true }
+    }
+
+    fn key(&mut self, k: &str) {
+        if !self.first {
+            self.out.push(b',');
+        }
+        self.first = false;
+        self.out.push(b'"');
+        self.out.extend_from_slice(k.as_bytes());
+        self.out.extend_from_slice(b"\":");
+    }
+
+    fn buf(&mut self) -> &mut Vec<u8> {
+        self.out
+    }
+
+    fn raw(&mut self, k: &str, v: &[u8]) {
+        self.key(k);
+        self.out.extend_from_slice(v);
+    }
+
+    fn u64(&mut self, k: &str, v: u64) {
+        self.key(k);
+        self.out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
+    }
+
+    fn i64(&mut self, k: &str, v: i64) {
+        self.key(k);
+        self.out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
+    }
+
+    fn str(&mut self, k: &str, v: &[u8]) {
+        self.key(k);
+        push_json_str(self.out, v);
+    }
+
+    fn end(self) {
+        self.out.push(b'}');
+    }
+}
+
+/// A JSON string from bytes that should be UTF-8 (invalid sequences become U+FFFD).
+fn push_json_str(out: &mut Vec<u8>, v: &[u8]) {
+    let text = String::from_utf8_lossy(v);
+    out.push(b'"');
+    for &b in text.as_bytes() {
+        match b {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            0..=0x1f => {
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                out.extend_from_slice(b"\\u00");
+                out.push(HEX[(b >> 4) as usize]);
+                out.push(HEX[(b & 15) as usize]);
+            }
+            _ => out.push(b),
+        }
+    }
+    out.push(b'"');
+}
+
+fn self_wall_now(offset: u64) -> u64 {
+    monotonic_ns() + offset
+}
+
+/// Leaf-first NUL-separated components -> "/a/b/c".
+fn components_to_path(data: &[u8]) -> String {
+    let parts: Vec<&[u8]> = data.split(|&b| b == 0).filter(|p| !p.is_empty()).collect();
+    if parts.is_empty() {
+        return "/".into();
+    }
+    let mut s = String::new();
+    for p in parts.iter().rev() {
+        s.push('/');
+        s.push_str(&String::from_utf8_lossy(p));
+    }
+    s
+}
+
+fn cstr(data: &[u8]) -> String {
+    let end = data.iter().position(|&b| b == 0).unwrap_or(data.len());
+    String::from_utf8_lossy(&data[..end]).into_owned()
+}
+
+fn join_base(path: Option<&str>, base: Option<&str>) -> Option<String> {
+    let p = path?;
+    match base {
+        Some(b) if !p.starts_with('/') => {
+            let rel = p.trim_start_matches("./");
+            Some(if b == "/" { format!("/{rel}") } else { format!("{b}/{rel}") })
+        }
+        _ => Some(p.to_string()),
+    }
+}
+
+fn parse_attrs(raw: &[u8]) -> Attrs {
+    let mut a = Attrs::default();
+    let len = u32::from_ne_bytes(raw[8..12].try_into().unwrap()) as usize;
+    let body = &raw[16..(16 + len).min(raw.len())];
+    let mut off = 0;
+    while off + 4 <= body.len() {
+        let kind = body[off];
+        let flags = body[off + 1];
+        let n = u16::from_le_bytes([body[off + 2], body[off + 3]]) as usize;
+        let end = (off + 4 + n).min(body.len());
+        let data = &body[off + 4..end];
+        off = end;
+        let truncated = flags & ATTR_TRUNCATED != 0;
+        let name = match kind {
+            ATTR_PATH => {
+                a.path = Some(cstr(data));
+                "path"
+            }
+            ATTR_PATH_BASE => {
+                a.path_base = Some(components_to_path(data));
+                "path"
+            }
+            ATTR_PATH2 => {
+                a.path2 = Some(cstr(data));
+                "path2"
+            }
+            ATTR_PATH2_BASE => {
+                a.path2_base = Some(components_to_path(data));
+                "path2"
+            }
+            ATTR_FILE_PATH => {
+                a.file_path = Some(components_to_path(data));
+                "path"
+            }
+            ATTR_ARGV => {
+                a.argv = Some(
+                    data.split(|&b| b == 0)
+                        .filter(|s| !s.is_empty())
+                        .map(|s| String::from_utf8_lossy(s).into_owned())
+                        .collect(),
+                );
+                "argv"
+            }
+            ATTR_ADDR => {
+                a.addr = decode_sockaddr(data);
+                "addr"
+            }
+            _ => continue,
+        };
+        if truncated && !a.truncated.contains(&name) {
+            a.truncated.push(name);
+        }
+    }
+    // A path cut at the capture limit was still captured up to it: keep it.
+    a
+}
+
+fn decode_sockaddr(d: &[u8]) -> Option<String> {
+    if d.len() < 2 {
+        return None;
+    }
+    let family = u16::from_ne_bytes([d[0], d[1]]) as i32;
+    match family {
+        libc::AF_INET if d.len() >= 8 => {
+            let port = u16::from_be_bytes([d[2], d[3]]);
+            Some(format!("{}.{}.{}.{}:{port}", d[4], d[5], d[6], d[7]))
+        }
+        libc::AF_INET6 if d.len() >= 24 => {
+            let port = u16::from_be_bytes([d[2], d[3]]);
+            let mut b = [0u8; 16];
+            b.copy_from_slice(&d[8..24]);
+            Some(format!("[{}]:{port}", std::net::Ipv6Addr::from(b)))
+        }
+        libc::AF_UNIX => {
+            let p = &d[2..];
+            if p.first() == Some(&0) {
+                Some(format!("unix:@{}", cstr(&p[1..])))
+            } else {
+                Some(format!("unix:{}", cstr(p)))
+            }
+        }
+        f => Some(format!("family:{f}")),
+    }
+}
+
+#[derive(Serialize)]
+struct LossOut {
+    #[serde(rename = "type")]
+    ty: &'static str,
+    cpu: u32,
+    first_seq: u64,
+    last_seq: u64,
+    count: u64,
+    category: &'static str,
+    start_ns: u64,
+    end_ns: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gaps_become_loss_records_exactly_once() {
+        let mut c = Consumer::new(Vec::new(), 2);
+        for seq in [1u64, 2, 5, 4, 9] {
+            assert!(c.cpus[0].deliver(seq, seq * 10));
+        }
+        c.settle_gaps(&[10, 0], &[[0, 4], [0, 0]]).unwrap();
+        // 3, 6..=8 and 10 were lost.
+        assert_eq!(c.counters.lost_in_gaps, 5);
+        assert_eq!(c.counters.loss_records, 3);
+        assert!(!c.cpus[0].deliver(3, 0), "a settled number is not delivered twice");
+        let text = String::from_utf8(c.out.clone()).unwrap();
+        let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(lines[0]["first_seq"], 3);
+        assert_eq!(lines[0]["last_seq"], 3);
+        assert_eq!(lines[0]["category"], "events");
+        assert_eq!(lines[1]["first_seq"], 6);
+        assert_eq!(lines[1]["last_seq"], 8);
+        assert_eq!(lines[1]["start_ns"], 50);
+        assert_eq!(lines[1]["end_ns"], 90);
+        assert_eq!(lines[2]["first_seq"], 10);
+    }
+
+    #[test]
+    fn components_reverse_into_absolute_paths() {
+        assert_eq!(components_to_path(b"c\0b\0a\0"), "/a/b/c");
+        assert_eq!(components_to_path(b""), "/");
+        assert_eq!(join_base(Some("x/y"), Some("/tmp")), Some("/tmp/x/y".into()));
+        assert_eq!(join_base(Some("/abs"), Some("/tmp")), Some("/abs".into()));
+    }
+
+    #[test]
+    fn json_strings_are_escaped() {
+        let mut b = Vec::new();
+        push_json_str(&mut b, b"a\"b\\c\n\x01\xff");
+        let v: String = serde_json::from_slice(&b).unwrap();
+        assert_eq!(v, "a\"b\\c\n\u{1}\u{fffd}");
+    }
+
+    #[test]
+    fn sockaddrs_decode() {
+        let mut v4 = vec![2u8, 0, 0x1f, 0x90, 127, 0, 0, 1];
+        v4.extend([0u8; 8]);
+        assert_eq!(decode_sockaddr(&v4).unwrap(), "127.0.0.1:8080");
+        let mut un = vec![1u8, 0];
+        un.extend(b"/run/x.sock\0");
+        assert_eq!(decode_sockaddr(&un).unwrap(), "unix:/run/x.sock");
+    }
+}

@@ -1,0 +1,123 @@
+//! Provenance features for the scheduler: the maps of
+//! include/custos/provenance_features.h, pinned under /sys/fs/bpf/custos/.
+//! The pins double as the single-instance lock: one collector at a time.
+
+use std::ffi::CString;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use libbpf_rs::{MapCore, MapFlags, MapHandle};
+
+use crate::bpf_skel::types::custos_global_features;
+
+/// `struct custos_global_features` / `struct custos_task_features` of
+/// include/custos/provenance_features.h, as the skeleton's BTF lays them out.
+pub use crate::bpf_skel::types::{custos_global_features as GlobalFeatures, custos_task_features as TaskFeatures};
+use crate::intf::*;
+
+const BPF_FS_MAGIC: i64 = 0xcafe4a11;
+
+pub fn task_features_path() -> PathBuf {
+    Path::new(PIN_DIR).join(TASK_FEATURES_MAP)
+}
+
+pub fn global_features_path() -> PathBuf {
+    Path::new(PIN_DIR).join(GLOBAL_FEATURES_MAP)
+}
+
+fn is_bpffs(path: &str) -> bool {
+    let c = CString::new(path).expect("no NUL in a constant path");
+    // SAFETY: statfs fills the struct we own.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::statfs(c.as_ptr(), &mut st) };
+    rc == 0 && st.f_type as i64 == BPF_FS_MAGIC
+}
+
+/// Mounts bpffs on /sys/fs/bpf if nothing is mounted there yet, and makes
+/// sure no other collector holds the pins. Stale pins of a collector that
+/// died are removed.
+pub fn prepare_pin_dir() -> Result<()> {
+    let root = "/sys/fs/bpf";
+    if !is_bpffs(root) {
+        let src = CString::new("bpf").unwrap();
+        let dst = CString::new(root).unwrap();
+        // SAFETY: plain mount(2) with constant C strings.
+        let rc = unsafe { libc::mount(src.as_ptr(), dst.as_ptr(), src.as_ptr(), 0, std::ptr::null()) };
+        if rc != 0 {
+            let err = std::io::Error::last_os_error();
+            bail!("{root} is not a BPF file system and mounting one failed ({err}); mount it with `mount -t bpf bpf {root}`");
+        }
+    }
+    let global = global_features_path();
+    if global.exists() {
+        match running_collector(&global) {
+            Some(pid) => bail!(
+                "another custos collector (pid {pid}) is running: its provenance features are pinned at {PIN_DIR}; stop it first (one collector per machine)"
+            ),
+            None => {
+                eprintln!("custos collect: removing stale pins in {PIN_DIR} left by a collector that is gone");
+                remove_pins();
+            }
+        }
+    } else if task_features_path().exists() {
+        remove_pins();
+    }
+    fs::create_dir_all(PIN_DIR).with_context(|| format!("creating {PIN_DIR}"))
+}
+
+/// The pid of the collector that pinned these maps, if it is still alive.
+fn running_collector(global: &Path) -> Option<u32> {
+    let map = MapHandle::from_pinned_path(global).ok()?;
+    let raw = map.lookup(&0u32.to_ne_bytes(), MapFlags::ANY).ok()??;
+    let g = read_global(&raw)?;
+    if g.collector_running == 0 {
+        return None;
+    }
+    let pid = g.consumer_pids[0];
+    // SAFETY: kill with signal 0 only checks that the process exists.
+    let alive = pid != 0 && unsafe { libc::kill(pid as i32, 0) } == 0;
+    alive.then_some(pid)
+}
+
+pub fn read_global(raw: &[u8]) -> Option<custos_global_features> {
+    (raw.len() >= std::mem::size_of::<custos_global_features>())
+        // SAFETY: the value is a custos_global_features (size checked).
+        .then(|| unsafe { std::ptr::read_unaligned(raw.as_ptr().cast()) })
+}
+
+pub fn global_bytes(g: &custos_global_features) -> &[u8] {
+    // SAFETY: plain-old-data struct viewed as bytes for the map update.
+    unsafe {
+        std::slice::from_raw_parts((g as *const custos_global_features).cast(), std::mem::size_of_val(g))
+    }
+}
+
+pub fn read_task(raw: &[u8]) -> Option<TaskFeatures> {
+    (raw.len() >= std::mem::size_of::<TaskFeatures>())
+        // SAFETY: the value is a custos_task_features (size checked).
+        .then(|| unsafe { std::ptr::read_unaligned(raw.as_ptr().cast()) })
+}
+
+pub fn remove_pins() {
+    let _ = fs::remove_file(task_features_path());
+    let _ = fs::remove_file(global_features_path());
+    let _ = fs::remove_dir(PIN_DIR);
+}
+
+/// Publishes the consumer side of the global features (produced, consumed,
+/// consumer lag, consumer pids); the BPF side writes ring availability.
+pub fn publish(map: &dyn MapCore, produced: u64, consumed: u64, running: bool, now_ns: u64) -> Result<()> {
+    let key = 0u32.to_ne_bytes();
+    let raw = map.lookup(&key, MapFlags::ANY).context("reading global_features")?;
+    let mut g = raw.as_deref().and_then(read_global).unwrap_or_default();
+    g.produced = produced;
+    g.consumed = consumed;
+    g.consumer_lag = produced.saturating_sub(consumed);
+    g.updated_ns = now_ns;
+    g.consumer_pids = [0; MAX_CONSUMERS];
+    g.consumer_pids[0] = std::process::id();
+    g.nr_consumers = 1;
+    g.collector_running = running as u32;
+    map.update(&key, global_bytes(&g), MapFlags::ANY).context("updating global_features")
+}

@@ -1,0 +1,53 @@
+//! Constants of src/bpf/intf.h and include/custos/provenance_features.h that
+//! the consumer needs (the structs come from the skeleton's BTF types).
+//! Every value here mirrors a #define/enum there; change both together.
+
+pub const MAX_SYSCALLS: u32 = 512;
+pub const HOOK_BPRM_CHECK: u16 = 1000;
+pub const HOOK_FILE_OPEN: u16 = 1001;
+pub const ID_CPU_SHIFT: u32 = 48;
+
+pub const ATTR_DATA_MAX: usize = 8192;
+pub const PATH_CAP: usize = 1024;
+pub const ARGV_CAP: usize = 4096;
+pub const ARGV_MAX_ARGS: usize = 64;
+
+pub const DROP_CRITICAL: usize = 0;
+pub const DROP_EVENTS: usize = 1;
+pub const DROP_ATTRS: usize = 2;
+
+pub const SPEC_NO_EXIT: u16 = 1 << 0;
+pub const SPEC_EXEC: u16 = 1 << 1;
+pub const SPEC_FD_PATH: u16 = 1 << 2;
+pub const SPEC_RET_FD_PATH: u16 = 1 << 3;
+pub const SPEC_RW: u16 = 1 << 4;
+pub const SPEC_ADDR_OUT: u16 = 1 << 5;
+pub const SPEC_OPEN_HOW: u16 = 1 << 6;
+pub const SPEC_PROT_EXEC: u16 = 1 << 7;
+pub const SPEC_WRITE: u16 = 1 << 8;
+pub const SPEC_PATH_RAW: u16 = 1 << 9;
+
+pub const EV_CRITICAL: u16 = 1 << 0;
+pub const EV_HAS_ATTRS: u16 = 1 << 1;
+pub const EV_ATTRS_LOST: u16 = 1 << 2;
+pub const EV_NO_RET: u16 = 1 << 3;
+pub const EV_FIRST: u16 = 1 << 4;
+pub const EV_HAS_FILE: u16 = 1 << 5;
+
+pub const ATTR_PATH: u8 = 1;
+pub const ATTR_PATH_BASE: u8 = 2;
+pub const ATTR_PATH2: u8 = 3;
+pub const ATTR_PATH2_BASE: u8 = 4;
+pub const ATTR_FILE_PATH: u8 = 5;
+pub const ATTR_ARGV: u8 = 6;
+pub const ATTR_ADDR: u8 = 7;
+pub const ATTR_TRUNCATED: u8 = 1;
+
+/// include/custos/provenance_features.h
+pub const PIN_DIR: &str = "/sys/fs/bpf/custos";
+pub const TASK_FEATURES_MAP: &str = "task_features";
+pub const GLOBAL_FEATURES_MAP: &str = "global_features";
+pub const MAX_CONSUMERS: usize = 8;
+pub const RING_CRITICAL: usize = 0;
+pub const RING_EVENTS: usize = 1;
+pub const RING_ATTRS: usize = 2;

@@ -1,0 +1,114 @@
+//! The cheapest archive: the JSON Lines stream itself, zstd- or gzip-compressed.
+//! `custos collect` can hold a [`Recorder`] and call [`Recorder::write_line`]
+//! for every line it emits; `custos ingest --archive` does the same for its input.
+
+use anyhow::{bail, Context, Result};
+use std::fs::File;
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+enum Sink {
+    Zstd(zstd::stream::write::Encoder<'static, BufWriter<File>>),
+    Gzip(flate2::write::GzEncoder<BufWriter<File>>),
+}
+
+/// A compressed raw-log recorder. The format follows the file name: `.zst` or `.gz`.
+pub struct Recorder {
+    sink: Sink,
+    path: PathBuf,
+    lines: u64,
+}
+
+impl Recorder {
+    pub fn create(path: &Path) -> Result<Self> {
+        let name = path.to_string_lossy();
+        let file = File::create(path).with_context(|| format!("creating archive {}", path.display()))?;
+        let out = BufWriter::with_capacity(1 << 20, file);
+        let sink = if name.ends_with(".zst") || name.ends_with(".zstd") {
+            // Level 3: ~2x smaller than gzip -6 on this data at several times its speed.
+            Sink::Zstd(zstd::stream::write::Encoder::new(out, 3).context("starting zstd")?)
+        } else if name.ends_with(".gz") {
+            Sink::Gzip(flate2::write::GzEncoder::new(out, flate2::Compression::default()))
+        } else {
+            bail!("archive {}: name must end in .zst or .gz (that picks the compression)", path.display());
+        };
+        Ok(Self { sink, path: path.to_path_buf(), lines: 0 })
+    }
+
+    pub fn write_line(&mut self, line: &str) -> Result<()> {
+        let w: &mut dyn Write = match &mut self.sink {
+            Sink::Zstd(e) => e,
+            Sink::Gzip(e) => e,
+        };
+        w.write_all(line.as_bytes())
+            .and_then(|_| w.write_all(b"\n"))
+            .with_context(|| format!("writing archive {}", self.path.display()))?;
+        self.lines += 1;
+        Ok(())
+    }
+
+    /// Pushes buffered data to the file so a crash loses at most what came after.
+    pub fn flush(&mut self) -> Result<()> {
+        match &mut self.sink {
+            Sink::Zstd(e) => e.flush(),
+            Sink::Gzip(e) => e.flush(),
+        }
+        .with_context(|| format!("flushing archive {}", self.path.display()))
+    }
+
+    /// Ends the compressed stream; returns the lines written.
+    pub fn finish(self) -> Result<u64> {
+        let path = self.path.clone();
+        let mut out = match self.sink {
+            Sink::Zstd(e) => e.finish(),
+            Sink::Gzip(e) => e.finish(),
+        }
+        .with_context(|| format!("finishing archive {}", path.display()))?;
+        out.flush().with_context(|| format!("finishing archive {}", path.display()))?;
+        Ok(self.lines)
+    }
+}
+
+/// Opens an input stream: `-` is stdin; `.zst`/`.gz` files are decompressed.
+pub fn open_input(path: &Path) -> Result<Box<dyn BufRead + Send>> {
+    if path.as_os_str() == "-" {
+        return Ok(Box::new(BufReader::with_capacity(1 << 20, std::io::stdin())));
+    }
+    let file = File::open(path).with_context(|| format!("opening input {}", path.display()))?;
+    let name = path.to_string_lossy();
+    Ok(if name.ends_with(".zst") || name.ends_with(".zstd") {
+        Box::new(BufReader::with_capacity(
+            1 << 20,
+            zstd::stream::read::Decoder::new(file).with_context(|| format!("reading zstd {}", path.display()))?,
+        ))
+    } else if name.ends_with(".gz") {
+        Box::new(BufReader::with_capacity(1 << 20, flate2::read::MultiGzDecoder::new(file)))
+    } else {
+        Box::new(BufReader::with_capacity(1 << 20, file))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    #[test]
+    fn zstd_and_gzip_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["a.jsonl.zst", "a.jsonl.gz"] {
+            let p = dir.path().join(name);
+            let mut r = Recorder::create(&p).unwrap();
+            for i in 0..1000 {
+                r.write_line(&format!("{{\"type\":\"event\",\"id\":{i}}}")).unwrap();
+            }
+            assert_eq!(r.finish().unwrap(), 1000);
+            let mut s = String::new();
+            open_input(&p).unwrap().read_to_string(&mut s).unwrap();
+            assert_eq!(s.lines().count(), 1000);
+            assert!(s.lines().nth(999).unwrap().contains("999"));
+            assert!(std::fs::metadata(&p).unwrap().len() < s.len() as u64 / 4);
+        }
+        assert!(Recorder::create(&dir.path().join("a.jsonl")).is_err());
+    }
+}

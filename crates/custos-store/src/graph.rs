@@ -1,0 +1,729 @@
+//! Turns events into provenance nodes and edges.
+//!
+//! Acyclicity comes from versioning: a node that already serves as a cause
+//! of something ("frozen") never gains a new cause; instead a new version is
+//! made (file/socket/pipe: a new version wasDerivedFrom the old; process: a
+//! new version wasInformedBy the old, same execution). Every edge therefore
+//! points from a node frozen later to one frozen earlier, so no cycle can form.
+//! Writes make a new artifact version unless the same process version wrote
+//! the current one and nobody has read it since (collapses write bursts).
+
+use crate::record::Event;
+use crate::schema::{EdgeKind, NodeKind};
+use anyhow::{Context, Result};
+use rusqlite::{params, Connection, OptionalExtension};
+use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, HashSet};
+
+/// Bytes per entry in `causes.list`: cause node (i64), edge kind (u8), event
+/// id (i64), time (i64), boot (u32); little-endian.
+pub const CAUSE_ENTRY: usize = 29;
+
+/// One decoded `causes.list` entry.
+#[derive(Clone, Copy, Debug)]
+pub struct CauseEntry {
+    pub cause: i64,
+    pub kind: u8,
+    pub event_id: i64,
+    pub time_ns: i64,
+    pub boot: i64,
+}
+
+pub fn decode_causes(list: &[u8]) -> impl Iterator<Item = CauseEntry> + '_ {
+    list.chunks_exact(CAUSE_ENTRY).map(|c| CauseEntry {
+        cause: i64::from_le_bytes(c[0..8].try_into().unwrap()),
+        kind: c[8],
+        event_id: i64::from_le_bytes(c[9..17].try_into().unwrap()),
+        time_ns: i64::from_le_bytes(c[17..25].try_into().unwrap()),
+        boot: u32::from_le_bytes(c[25..29].try_into().unwrap()) as i64,
+    })
+}
+
+fn encode_cause(out: &mut Vec<u8>, cause: i64, kind: EdgeKind, ev: &Event, boot: i64) {
+    out.extend_from_slice(&cause.to_le_bytes());
+    out.push(kind as u8);
+    out.extend_from_slice(&(ev.id as i64).to_le_bytes());
+    out.extend_from_slice(&(ev.time_ns as i64).to_le_bytes());
+    out.extend_from_slice(&(boot as u32).to_le_bytes());
+}
+
+/// Clean cached heads are dropped when the cache grows past this; they are in the `heads` table.
+const HEAD_CACHE_MAX: usize = 4_000_000;
+
+#[derive(Clone, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
+pub struct ObjKey {
+    pub kind: i64,
+    /// The boot for boot-local objects (pipes, local socket inodes); 0 for files, endpoints, users.
+    pub scope: i64,
+    pub name: String,
+}
+
+impl ObjKey {
+    fn new(kind: NodeKind, scope: i64, name: impl Into<String>) -> Self {
+        Self { kind: kind as i64, scope, name: name.into() }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Head {
+    node: i64,
+    version: i64,
+    frozen: bool,
+    /// The process node that wrote this version (0: none seen).
+    generator: i64,
+    deleted: bool,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Proc {
+    node: i64,
+    exec: i64,
+    version: i64,
+    frozen: bool,
+    euid: Option<u32>,
+    name: String,
+    /// The first node of this pid's lineage when it was first seen without a
+    /// fork (0: it came from a fork we saw).
+    #[serde(default)]
+    root: i64,
+    fds: HashMap<i32, ObjKey>,
+    /// Causes already linked to the current version (avoids duplicate edges;
+    /// persisted so a resumed ingest builds exactly the same graph).
+    causes: HashSet<i64>,
+}
+
+/// Counters about events the graph could not use; reported by the ingest summary.
+#[derive(Default, Debug, Clone, Serialize)]
+pub struct GraphStats {
+    pub nodes: u64,
+    pub edges: u64,
+    /// read/write events whose object could be found neither by path, address nor fd.
+    pub unresolved_io: u64,
+    /// events with no graph meaning (kept raw only), by syscall name would be too much; a total.
+    pub no_graph_effect: u64,
+}
+
+pub struct Graph {
+    next_node: i64,
+    procs: HashMap<(i64, u32), Proc>,
+    heads: HashMap<ObjKey, Head>,
+    dirty_procs: HashSet<(i64, u32)>,
+    dirty_heads: HashSet<ObjKey>,
+    /// True while every persisted head/proc is also cached, so a cache miss needs no lookup.
+    all_cached: bool,
+    /// Nodes from this id on were created in the open batch.
+    batch_first_node: i64,
+    /// Cause entries added in the open batch, by effect.
+    pending_causes: HashMap<i64, Vec<u8>>,
+    pub stats: GraphStats,
+}
+
+fn is_read(s: &str) -> bool {
+    matches!(s, "read" | "pread64" | "readv" | "preadv" | "preadv2" | "recv" | "recvfrom" | "recvmsg" | "recvmmsg")
+}
+fn is_write(s: &str) -> bool {
+    matches!(
+        s,
+        "write" | "pwrite64" | "writev" | "pwritev" | "pwritev2" | "send" | "sendto" | "sendmsg" | "sendmmsg" | "ftruncate" | "truncate"
+    )
+}
+
+impl Graph {
+    pub fn load(db: &Connection) -> Result<Self> {
+        let next_node: i64 = db.query_row("SELECT COALESCE(MAX(node), 0) + 1 FROM nodes", [], |r| r.get(0))?;
+        let heads: i64 = db.query_row("SELECT EXISTS(SELECT 1 FROM heads)", [], |r| r.get(0))?;
+        let procs: i64 = db.query_row("SELECT EXISTS(SELECT 1 FROM procs)", [], |r| r.get(0))?;
+        Ok(Self {
+            next_node,
+            procs: HashMap::new(),
+            heads: HashMap::new(),
+            dirty_procs: HashSet::new(),
+            dirty_heads: HashSet::new(),
+            all_cached: heads == 0 && procs == 0,
+            batch_first_node: next_node,
+            pending_causes: HashMap::new(),
+            stats: GraphStats::default(),
+        })
+    }
+
+    /// Writes dirty builder state; call inside the batch transaction before commit.
+    pub fn flush(&mut self, db: &Connection) -> Result<()> {
+        // Every node gets its causes row (empty for none) in the batch that made it.
+        let mut put = db.prepare_cached("INSERT INTO causes(node, list) VALUES(?1, ?2)")?;
+        for node in self.batch_first_node..self.next_node {
+            let list = self.pending_causes.remove(&node).unwrap_or_default();
+            put.execute(params![node, list])?;
+        }
+        self.batch_first_node = self.next_node;
+        let mut get = db.prepare_cached("SELECT list FROM causes WHERE node = ?1")?;
+        let mut set = db.prepare_cached("UPDATE causes SET list = ?2 WHERE node = ?1")?;
+        for (node, add) in self.pending_causes.drain() {
+            let mut list: Vec<u8> = get.query_row([node], |r| r.get(0)).optional()?.unwrap_or_default();
+            list.extend_from_slice(&add);
+            set.execute(params![node, list])?;
+        }
+        let mut put_head = db.prepare_cached(
+            "INSERT OR REPLACE INTO heads(kind, scope, name, node, version, frozen, generator, deleted) VALUES(?1,?2,?3,?4,?5,?6,?7,?8)",
+        )?;
+        for key in self.dirty_heads.drain() {
+            if let Some(h) = self.heads.get(&key) {
+                put_head.execute(params![key.kind, key.scope, key.name, h.node, h.version, h.frozen, h.generator, h.deleted])?;
+            }
+        }
+        let mut put_proc = db.prepare_cached("INSERT OR REPLACE INTO procs(boot, pid, state) VALUES(?1,?2,?3)")?;
+        let mut del_proc = db.prepare_cached("DELETE FROM procs WHERE boot = ?1 AND pid = ?2")?;
+        for (boot, pid) in self.dirty_procs.drain() {
+            match self.procs.get(&(boot, pid)) {
+                Some(p) => put_proc.execute(params![boot, pid, serde_json::to_string(p)?])?,
+                None => del_proc.execute(params![boot, pid])?,
+            };
+        }
+        if self.heads.len() > HEAD_CACHE_MAX {
+            self.heads.clear();
+            self.all_cached = false;
+        }
+        Ok(())
+    }
+
+    /// Forgets unflushed state (after a failed batch was rolled back).
+    pub fn reset_cache(&mut self, db: &Connection) -> Result<()> {
+        let stats = std::mem::take(&mut self.stats);
+        *self = Self::load(db)?;
+        self.all_cached = false;
+        self.stats = stats;
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)] // one column each; a struct would only rename them
+    fn new_node(
+        &mut self,
+        db: &Connection,
+        kind: NodeKind,
+        boot: i64,
+        name: &str,
+        version: i64,
+        proc: Option<(u32, Option<i64>)>,
+        ev: &Event,
+        attrs: Option<String>,
+    ) -> Result<i64> {
+        let node = self.next_node;
+        self.next_node += 1;
+        let (pid, exec) = match proc {
+            Some((pid, exec)) => (Some(pid), Some(exec.unwrap_or(node))),
+            None => (None, None),
+        };
+        db.prepare_cached(
+            "INSERT INTO nodes(node, kind, boot, name, version, pid, exec, time_ns, event_id, attrs) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)",
+        )?
+        .execute(params![node, kind as i64, boot, name, version, pid, exec, ev.time_ns as i64, ev.id as i64, attrs])
+        .context("inserting a node")?;
+        self.stats.nodes += 1;
+        Ok(node)
+    }
+
+    fn edge(&mut self, db: &Connection, effect: i64, cause: i64, kind: EdgeKind, boot: i64, ev: &Event) -> Result<()> {
+        let n = db
+            .prepare_cached(
+                "INSERT OR IGNORE INTO edges(effect, cause, kind, event_id, time_ns, boot) VALUES(?1,?2,?3,?4,?5,?6)",
+            )?
+            .execute(params![effect, cause, kind as i64, ev.id as i64, ev.time_ns as i64, boot])
+            .context("inserting an edge")?;
+        if n == 1 {
+            encode_cause(self.pending_causes.entry(effect).or_default(), cause, kind, ev, boot);
+        }
+        self.stats.edges += n as u64;
+        Ok(())
+    }
+
+    fn head(&mut self, db: &Connection, key: &ObjKey) -> Result<Option<Head>> {
+        if let Some(h) = self.heads.get(key) {
+            return Ok(Some(*h));
+        }
+        if self.all_cached {
+            return Ok(None);
+        }
+        let h = db
+            .prepare_cached(
+                "SELECT node, version, frozen, generator, deleted FROM heads WHERE kind = ?1 AND scope = ?2 AND name = ?3",
+            )?
+            .query_row(params![key.kind, key.scope, key.name], |r| {
+                Ok(Head { node: r.get(0)?, version: r.get(1)?, frozen: r.get(2)?, generator: r.get(3)?, deleted: r.get(4)? })
+            })
+            .optional()?;
+        if let Some(h) = h {
+            self.heads.insert(key.clone(), h);
+        }
+        Ok(h)
+    }
+
+    fn set_head(&mut self, key: &ObjKey, h: Head) {
+        self.heads.insert(key.clone(), h);
+        self.dirty_heads.insert(key.clone());
+    }
+
+    fn cached_proc(&mut self, db: &Connection, boot: i64, pid: u32) -> Result<bool> {
+        if self.procs.contains_key(&(boot, pid)) {
+            return Ok(true);
+        }
+        if self.all_cached {
+            return Ok(false);
+        }
+        let state: Option<String> = db
+            .prepare_cached("SELECT state FROM procs WHERE boot = ?1 AND pid = ?2")?
+            .query_row(params![boot, pid], |r| r.get(0))
+            .optional()?;
+        match state {
+            Some(s) => {
+                let p: Proc = serde_json::from_str(&s).context("decoding saved process state")?;
+                self.procs.insert((boot, pid), p);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    fn proc_mut(&mut self, boot: i64, pid: u32) -> &mut Proc {
+        self.dirty_procs.insert((boot, pid));
+        self.procs.get_mut(&(boot, pid)).expect("process ensured before use")
+    }
+
+    /// The current node of the event's process, creating it on first sight.
+    fn proc_node(&mut self, db: &Connection, boot: i64, ev: &Event) -> Result<i64> {
+        if self.cached_proc(db, boot, ev.pid)? {
+            return Ok(self.procs[&(boot, ev.pid)].node);
+        }
+        // Started before collection (or its fork was lost): an execution with no known parent.
+        let comm = ev.comm.clone().unwrap_or_default();
+        let name = format!("[{}]", if comm.is_empty() { "unknown" } else { &comm });
+        let attrs = serde_json::json!({"comm": comm, "first_seen": true}).to_string();
+        let node = self.new_node(db, NodeKind::Process, boot, &name, 1, Some((ev.pid, None)), ev, Some(attrs))?;
+        self.procs.insert(
+            (boot, ev.pid),
+            Proc { node, exec: node, version: 1, frozen: false, euid: None, name, root: node, fds: HashMap::new(), causes: HashSet::new() },
+        );
+        self.dirty_procs.insert((boot, ev.pid));
+        if let Some(uid) = ev.euid.or(ev.uid) {
+            self.associate(db, boot, ev, uid)?;
+        }
+        Ok(node)
+    }
+
+    /// The process's node, ready to receive a new cause (a new version if it is frozen).
+    fn proc_effect(&mut self, db: &Connection, boot: i64, ev: &Event) -> Result<i64> {
+        let cur = self.proc_node(db, boot, ev)?;
+        let p = &self.procs[&(boot, ev.pid)];
+        if !p.frozen {
+            return Ok(cur);
+        }
+        let (name, version, exec) = (p.name.clone(), p.version + 1, p.exec);
+        let node = self.new_node(db, NodeKind::Process, boot, &name, version, Some((ev.pid, Some(exec))), ev, None)?;
+        self.edge(db, node, cur, EdgeKind::WasInformedBy, boot, ev)?;
+        let p = self.proc_mut(boot, ev.pid);
+        p.node = node;
+        p.version = version;
+        p.frozen = false;
+        p.causes.clear();
+        Ok(node)
+    }
+
+    /// The current version of an object as a cause (creating version 0 if never seen).
+    fn obj_cause(&mut self, db: &Connection, key: &ObjKey, boot: i64, ev: &Event) -> Result<i64> {
+        let head = self.head(db, key)?;
+        if let Some(mut h) = head.filter(|h| !h.deleted) {
+            if !h.frozen {
+                h.frozen = true;
+                self.set_head(key, h);
+            }
+            return Ok(h.node);
+        }
+        let version = head.map(|h| h.version + 1).unwrap_or(0);
+        let kind = NodeKind::from_i64(key.kind).expect("object kinds are valid");
+        let node = self.new_node(db, kind, boot, &key.name, version, None, ev, None)?;
+        self.set_head(key, Head { node, version, frozen: true, generator: 0, deleted: false });
+        Ok(node)
+    }
+
+    fn associate(&mut self, db: &Connection, boot: i64, ev: &Event, uid: u32) -> Result<()> {
+        let p = self.proc_effect(db, boot, ev)?;
+        let u = self.obj_cause(db, &ObjKey::new(NodeKind::User, 0, format!("uid:{uid}")), boot, ev)?;
+        let proc = self.proc_mut(boot, ev.pid);
+        proc.euid = Some(uid);
+        if proc.causes.insert(u) {
+            self.edge(db, p, u, EdgeKind::WasAssociatedWith, boot, ev)?;
+        }
+        Ok(())
+    }
+
+    /// Process `ev.pid` read `key`.
+    fn read(&mut self, db: &Connection, boot: i64, ev: &Event, key: &ObjKey) -> Result<()> {
+        let pnode = self.proc_node(db, boot, ev)?;
+        if let Some(h) = self.head(db, key)?.filter(|h| !h.deleted) {
+            // Reading back what this very process version wrote adds no information.
+            if h.generator == pnode || self.procs[&(boot, ev.pid)].causes.contains(&h.node) {
+                return Ok(());
+            }
+        }
+        let p = self.proc_effect(db, boot, ev)?;
+        let o = self.obj_cause(db, key, boot, ev)?;
+        if self.proc_mut(boot, ev.pid).causes.insert(o) {
+            self.edge(db, p, o, EdgeKind::Used, boot, ev)?;
+        }
+        Ok(())
+    }
+
+    /// Process `ev.pid` wrote `key`; returns the new version if one was made.
+    fn write(
+        &mut self,
+        db: &Connection,
+        boot: i64,
+        ev: &Event,
+        key: &ObjKey,
+        force: bool,
+        derive_from_previous: bool,
+    ) -> Result<Option<i64>> {
+        let p = self.proc_node(db, boot, ev)?;
+        let head = self.head(db, key)?;
+        if let Some(h) = head {
+            if !force && !h.deleted && !h.frozen && h.generator == p {
+                return Ok(None);
+            }
+        }
+        let version = head.map(|h| h.version + 1).unwrap_or(1);
+        let kind = NodeKind::from_i64(key.kind).expect("object kinds are valid");
+        let node = self.new_node(db, kind, boot, &key.name, version, None, ev, None)?;
+        if let Some(h) = head.filter(|h| !h.deleted && derive_from_previous) {
+            self.edge(db, node, h.node, EdgeKind::WasDerivedFrom, boot, ev)?;
+        }
+        self.edge(db, node, p, EdgeKind::WasGeneratedBy, boot, ev)?;
+        self.proc_mut(boot, ev.pid).frozen = true;
+        self.set_head(key, Head { node, version, frozen: false, generator: p, deleted: false });
+        Ok(Some(node))
+    }
+
+    fn fd_arg(ev: &Event, names: &[&str]) -> Option<i32> {
+        names.iter().find_map(|n| ev.arg_i64(n)).map(|v| v as i32)
+    }
+
+    /// What a read/write touched: its path, else its address, else the fd table.
+    fn io_object(&mut self, db: &Connection, boot: i64, ev: &Event, fd: Option<i32>) -> Result<Option<ObjKey>> {
+        if let Some(p) = &ev.path {
+            if p.starts_with("pipe:[") {
+                return Ok(Some(ObjKey::new(NodeKind::Pipe, boot, p.as_str())));
+            }
+            if !p.starts_with("socket:[") && !p.starts_with("anon_inode:") && p != "/" {
+                return Ok(Some(ObjKey::new(NodeKind::File, 0, p.as_str())));
+            }
+        }
+        if let Some(a) = &ev.addr {
+            return Ok(Some(ObjKey::new(NodeKind::Socket, 0, a.as_str())));
+        }
+        let from_table = match fd {
+            Some(fd) if self.cached_proc(db, boot, ev.pid)? => self.procs[&(boot, ev.pid)].fds.get(&fd).cloned(),
+            _ => None,
+        };
+        // A connected socket's peer (from connect/accept) names it best; else
+        // the event's own inode beats our possibly stale fd table.
+        match from_table {
+            Some(k) if k.kind == NodeKind::Socket as i64 => return Ok(Some(k)),
+            _ => {}
+        }
+        if let Some(key) = Self::anonymous(boot, ev) {
+            return Ok(Some(key));
+        }
+        if let Some(k) = from_table {
+            return Ok(Some(k));
+        }
+        if let Some(p) = &ev.path {
+            if p.starts_with("socket:[") {
+                // A socket we never saw connect: its inode is all we know.
+                return Ok(Some(ObjKey::new(NodeKind::Socket, boot, p.as_str())));
+            }
+        }
+        Ok(None)
+    }
+
+    /// A read/write cannot target a directory, so a path of "/" (what d_path
+    /// gives for pipefs/sockfs/anon inodes) or no path with a known inode
+    /// means an anonymous kernel object: a pipe, or an eventfd and the like.
+    /// Sockets with a known peer were matched by `addr` before this.
+    fn anonymous(boot: i64, ev: &Event) -> Option<ObjKey> {
+        let anon = ev.path.as_deref().is_none_or(|p| p == "/" || p.starts_with("anon_inode:") || p.starts_with("socket:["));
+        match (anon, ev.dev, ev.inode) {
+            (true, Some(dev), Some(ino)) if ev.addr.is_none() => {
+                Some(ObjKey::new(NodeKind::Pipe, boot, format!("anon:[{dev}:{ino}]")))
+            }
+            _ => None,
+        }
+    }
+
+    fn bind_fd(&mut self, db: &Connection, boot: i64, ev: &Event, fd: i32, key: ObjKey) -> Result<()> {
+        self.proc_node(db, boot, ev)?;
+        self.proc_mut(boot, ev.pid).fds.insert(fd, key);
+        Ok(())
+    }
+
+    /// Applies one (new, never before seen) event to the graph.
+    pub fn apply(&mut self, db: &Connection, boot: i64, ev: &Event) -> Result<()> {
+        let call = ev.syscall.as_str();
+        if ev.failed() {
+            self.stats.no_graph_effect += 1;
+            return Ok(());
+        }
+        let returned_fd = ev.fd.or_else(|| ev.ret.filter(|r| *r >= 0).map(|r| r as i32));
+        match call {
+            "clone" | "clone3" | "fork" | "vfork" => {
+                let child = ev.child_pid.or_else(|| ev.ret.filter(|r| *r > 0).map(|r| r as u32));
+                match child {
+                    Some(c) if c != ev.pid && c != 0 => self.fork(db, boot, ev, c)?,
+                    // A new thread folds into its process; the child side of fork says nothing new.
+                    _ => self.stats.no_graph_effect += 1,
+                }
+            }
+            "execve" | "execveat" => self.exec(db, boot, ev)?,
+            "exit" | "exit_group" => {
+                if (call == "exit_group" || ev.tid == ev.pid)
+                    && (self.procs.remove(&(boot, ev.pid)).is_some() || !self.all_cached)
+                {
+                    self.dirty_procs.insert((boot, ev.pid));
+                }
+            }
+            "open" | "openat" | "openat2" | "creat" | "lsm:file_open" => match (&ev.path, returned_fd) {
+                (Some(p), Some(fd)) => {
+                    let key = if p.starts_with("pipe:[") {
+                        ObjKey::new(NodeKind::Pipe, boot, p.as_str())
+                    } else {
+                        ObjKey::new(NodeKind::File, 0, p.as_str())
+                    };
+                    self.bind_fd(db, boot, ev, fd, key)?
+                }
+                _ => self.stats.no_graph_effect += 1,
+            },
+            "connect" | "accept" | "accept4" => {
+                let fd = if call == "connect" { Self::fd_arg(ev, &["fd", "sockfd"]).or(ev.fd) } else { returned_fd };
+                match (fd, &ev.addr) {
+                    (Some(fd), Some(a)) => self.bind_fd(db, boot, ev, fd, ObjKey::new(NodeKind::Socket, 0, a.as_str()))?,
+                    _ => self.stats.no_graph_effect += 1,
+                }
+            }
+            "pipe" | "pipe2" | "socketpair" => {
+                let name = ev.path.clone().unwrap_or_else(|| format!("pipe:[event {}]", ev.id));
+                let key = ObjKey::new(NodeKind::Pipe, boot, name);
+                let mut fds: Vec<i32> = ["read_fd", "write_fd"].iter().filter_map(|n| ev.arg_i64(n)).map(|v| v as i32).collect();
+                if let Some(arr) = ev.args.get("fds").and_then(|v| v.as_array()) {
+                    fds.extend(arr.iter().filter_map(|v| v.as_i64()).map(|v| v as i32));
+                }
+                if fds.is_empty() {
+                    self.stats.no_graph_effect += 1;
+                }
+                for fd in fds {
+                    self.bind_fd(db, boot, ev, fd, key.clone())?;
+                }
+            }
+            "dup" | "dup2" | "dup3" | "fcntl" => {
+                let is_dup = call != "fcntl" || matches!(ev.arg_i64("cmd"), Some(0) | Some(1030));
+                let old = Self::fd_arg(ev, &["oldfd", "fd"]);
+                let new = Self::fd_arg(ev, &["newfd"]).or_else(|| ev.ret.filter(|r| *r >= 0).map(|r| r as i32)).or(ev.fd);
+                let real_path = ev.path.as_deref().filter(|p| p.starts_with('/') && *p != "/");
+                match (is_dup, old, new) {
+                    // The collector names the duplicated file: trust it over our table.
+                    (true, _, Some(new)) if real_path.is_some() => {
+                        let key = ObjKey::new(NodeKind::File, 0, real_path.unwrap_or_default());
+                        self.bind_fd(db, boot, ev, new, key)?
+                    }
+                    (true, Some(old), Some(new)) => {
+                        self.proc_node(db, boot, ev)?;
+                        let known = self.procs[&(boot, ev.pid)].fds.get(&old).cloned();
+                        let p = self.proc_mut(boot, ev.pid);
+                        match known {
+                            Some(k) => p.fds.insert(new, k),
+                            // Unknown source: whatever `new` named before is gone.
+                            None => p.fds.remove(&new),
+                        };
+                    }
+                    _ => self.stats.no_graph_effect += 1,
+                }
+            }
+            "close" => {
+                let fd = Self::fd_arg(ev, &["fd"]).or(ev.fd);
+                match fd {
+                    Some(fd) if self.cached_proc(db, boot, ev.pid)? => {
+                        self.proc_mut(boot, ev.pid).fds.remove(&fd);
+                    }
+                    _ => {}
+                }
+            }
+            c if is_read(c) || is_write(c) => {
+                if ev.ret == Some(0) && c != "ftruncate" && c != "truncate" {
+                    self.stats.no_graph_effect += 1; // EOF / nothing transferred
+                    return Ok(());
+                }
+                let fd = ev.fd.or_else(|| Self::fd_arg(ev, &["fd", "sockfd"]));
+                match self.io_object(db, boot, ev, fd)? {
+                    Some(key) if is_read(c) => self.read(db, boot, ev, &key)?,
+                    Some(key) => {
+                        self.write(db, boot, ev, &key, false, true)?;
+                    }
+                    None => self.stats.unresolved_io += 1,
+                }
+            }
+            "mmap" | "mmap2" => {
+                // A file mapping is a read (code and data flow in) and, when
+                // shared and writable, a write. Anonymous memory has no fd.
+                const PROT_READ: i64 = 1;
+                const PROT_WRITE: i64 = 2;
+                const PROT_EXEC: i64 = 4;
+                const MAP_SHARED: i64 = 1;
+                let prot = ev.arg_i64("prot").unwrap_or(PROT_READ);
+                let flags = ev.arg_i64("flags").unwrap_or(0);
+                let fd = ev.fd.or_else(|| Self::fd_arg(ev, &["fd"])).filter(|fd| *fd >= 0);
+                if fd.is_none() {
+                    self.stats.no_graph_effect += 1;
+                    return Ok(());
+                }
+                match self.io_object(db, boot, ev, fd)? {
+                    Some(key) => {
+                        if prot & (PROT_READ | PROT_EXEC) != 0 {
+                            self.read(db, boot, ev, &key)?;
+                        }
+                        if prot & PROT_WRITE != 0 && flags & MAP_SHARED != 0 {
+                            self.write(db, boot, ev, &key, false, true)?;
+                        }
+                    }
+                    None => self.stats.unresolved_io += 1,
+                }
+            }
+            "sendfile" | "sendfile64" | "splice" | "copy_file_range" | "tee" => {
+                let fd_in = Self::fd_arg(ev, &["in_fd", "fd_in"]);
+                let fd_out = Self::fd_arg(ev, &["out_fd", "fd_out"]);
+                let mut bare = ev.clone();
+                bare.path = None;
+                bare.addr = None;
+                bare.inode = None;
+                let src = self.io_object(db, boot, &bare, fd_in)?;
+                let dst = self.io_object(db, boot, &bare, fd_out)?;
+                match (src, dst) {
+                    (Some(s), Some(d)) => {
+                        self.read(db, boot, ev, &s)?;
+                        self.write(db, boot, ev, &d, false, true)?;
+                    }
+                    _ => self.stats.unresolved_io += 1,
+                }
+            }
+            "unlink" | "unlinkat" | "rmdir" => match &ev.path {
+                Some(p) => {
+                    let key = ObjKey::new(NodeKind::File, 0, p.as_str());
+                    if let Some(mut h) = self.head(db, &key)? {
+                        h.deleted = true;
+                        self.set_head(&key, h);
+                    }
+                }
+                None => self.stats.no_graph_effect += 1,
+            },
+            "rename" | "renameat" | "renameat2" | "link" | "linkat" => match (&ev.path, &ev.path2) {
+                (Some(src), Some(dst)) => {
+                    let skey = ObjKey::new(NodeKind::File, 0, src.as_str());
+                    let dkey = ObjKey::new(NodeKind::File, 0, dst.as_str());
+                    let s = self.obj_cause(db, &skey, boot, ev)?;
+                    if let Some(d) = self.write(db, boot, ev, &dkey, true, false)? {
+                        self.edge(db, d, s, EdgeKind::WasDerivedFrom, boot, ev)?;
+                    }
+                    if call.starts_with("rename") {
+                        if let Some(mut h) = self.head(db, &skey)? {
+                            h.deleted = true;
+                            self.set_head(&skey, h);
+                        }
+                    }
+                }
+                _ => self.stats.no_graph_effect += 1,
+            },
+            "setuid" | "setreuid" | "setresuid" | "setfsuid" => {
+                let uid = Self::fd_arg(ev, &["euid", "uid", "fsuid"]).map(|u| u as u32).or(ev.euid);
+                match uid {
+                    Some(uid) => {
+                        self.proc_node(db, boot, ev)?;
+                        if self.procs[&(boot, ev.pid)].euid != Some(uid) {
+                            self.associate(db, boot, ev, uid)?;
+                        }
+                    }
+                    None => self.stats.no_graph_effect += 1,
+                }
+            }
+            _ => self.stats.no_graph_effect += 1,
+        }
+        Ok(())
+    }
+
+    fn fork(&mut self, db: &Connection, boot: i64, ev: &Event, child: u32) -> Result<()> {
+        let parent = self.proc_node(db, boot, ev)?;
+        if self.cached_proc(db, boot, child)? {
+            // The child ran (even exec'd) before the parent's clone returned and
+            // was recorded: link its first node to the parent instead of
+            // starting over. Safe for acyclicity: nothing the parent did before
+            // this clone can depend on the new child.
+            let (fds, euid) = {
+                let p = self.proc_mut(boot, ev.pid);
+                p.frozen = true;
+                (p.fds.clone(), p.euid)
+            };
+            let c = self.proc_mut(boot, child);
+            let root = c.root;
+            for (fd, key) in fds {
+                c.fds.entry(fd).or_insert(key);
+            }
+            if c.euid.is_none() {
+                c.euid = euid;
+            }
+            if root != 0 {
+                self.edge(db, root, parent, EdgeKind::WasInformedBy, boot, ev)?;
+            }
+            return Ok(());
+        }
+        let (name, fds, euid) = {
+            let p = self.proc_mut(boot, ev.pid);
+            p.frozen = true;
+            (p.name.clone(), p.fds.clone(), p.euid)
+        };
+        let attrs = serde_json::json!({"comm": ev.comm, "parent_pid": ev.pid}).to_string();
+        let node = self.new_node(db, NodeKind::Process, boot, &name, 1, Some((child, None)), ev, Some(attrs))?;
+        self.edge(db, node, parent, EdgeKind::WasInformedBy, boot, ev)?;
+        let mut causes = HashSet::new();
+        causes.insert(parent);
+        self.procs.insert((boot, child), Proc { node, exec: node, version: 1, frozen: false, euid, name, root: 0, fds, causes });
+        self.dirty_procs.insert((boot, child));
+        Ok(())
+    }
+
+    fn exec(&mut self, db: &Connection, boot: i64, ev: &Event) -> Result<()> {
+        let old = self.proc_node(db, boot, ev)?;
+        let name = ev
+            .path
+            .clone()
+            .or_else(|| ev.argv.as_ref().and_then(|a| a.first().cloned()))
+            .or_else(|| ev.comm.as_ref().map(|c| format!("[{c}]")))
+            .unwrap_or_else(|| "[unknown]".into());
+        let attrs = serde_json::json!({"comm": ev.comm, "argv": ev.argv, "uid": ev.uid, "euid": ev.euid}).to_string();
+        let node = self.new_node(db, NodeKind::Process, boot, &name, 1, Some((ev.pid, None)), ev, Some(attrs))?;
+        self.edge(db, node, old, EdgeKind::WasInformedBy, boot, ev)?;
+        let mut causes = HashSet::new();
+        causes.insert(old);
+        if let Some(path) = &ev.path {
+            let exe = self.obj_cause(db, &ObjKey::new(NodeKind::File, 0, path.as_str()), boot, ev)?;
+            self.edge(db, node, exe, EdgeKind::Used, boot, ev)?;
+            causes.insert(exe);
+        }
+        let p = self.proc_mut(boot, ev.pid);
+        p.node = node;
+        p.exec = node;
+        p.version = 1;
+        p.frozen = false;
+        p.name = name;
+        p.causes = causes;
+        let before = p.euid;
+        if let Some(uid) = ev.euid.or(ev.uid) {
+            if before != Some(uid) {
+                self.associate(db, boot, ev, uid)?;
+            }
+        }
+        Ok(())
+    }
+}

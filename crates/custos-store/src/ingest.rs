@@ -1,0 +1,386 @@
+//! Batched, idempotent ingest of the JSON Lines stream into the store.
+//!
+//! Each batch is one transaction holding its events, graph nodes/edges, loss
+//! records, rejected lines, the zstd chunk of its raw lines and the builder
+//! state. A batch is *acknowledged* once its COMMIT returned (synchronous=FULL,
+//! so it is on disk); [`IngestOptions::on_commit`] is called right after.
+
+use crate::archive::Recorder;
+use crate::graph::{Graph, GraphStats};
+use crate::record::{parse_line, Record};
+use anyhow::{Context, Result};
+use rusqlite::{params, Connection};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// What a committed batch reports (printed by `custos ingest` as an `ack` line).
+#[derive(Debug, Clone, Serialize)]
+pub struct Ack {
+    pub batch: u64,
+    /// Every input line up to and including this one is in the store.
+    pub lines_through: u64,
+    pub events_new: u64,
+    pub events_duplicate: u64,
+    pub malformed: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct IngestSummary {
+    pub lines: u64,
+    pub events_new: u64,
+    pub events_duplicate: u64,
+    pub losses_new: u64,
+    pub lost_events: u64,
+    pub malformed: u64,
+    pub unknown_types: u64,
+    pub batches: u64,
+    pub graph: GraphStats,
+    pub seconds: f64,
+}
+
+pub struct IngestOptions {
+    /// Lines per transaction.
+    pub batch_lines: usize,
+    /// A batch is also committed when this much time passed (live streams).
+    pub batch_interval: Duration,
+    /// Recorded in the `ingests` table.
+    pub source: String,
+    /// Malformed lines reported on stderr before going quiet (all are kept in `rejects`).
+    pub report_malformed: u64,
+    pub archive: Option<Recorder>,
+}
+
+impl Default for IngestOptions {
+    fn default() -> Self {
+        Self {
+            batch_lines: 20_000,
+            batch_interval: Duration::from_secs(1),
+            source: "-".into(),
+            report_malformed: 20,
+            archive: None,
+        }
+    }
+}
+
+/// Writes a stream into a store. Library entry point for `custos collect` too:
+/// `Ingestor::open`, then `push_line` per line, `commit_if_due` now and then, `finish`.
+pub struct Ingestor {
+    conn: Connection,
+    graph: Graph,
+    opts: IngestOptions,
+    ingest_id: i64,
+    boots: HashMap<String, i64>,
+    current_boot: String,
+    in_tx: bool,
+    tx_started: Instant,
+    batch_raw: Vec<u8>,
+    batch_slots: i64,
+    batch_lines: usize,
+    next_chunk: i64,
+    line_no: u64,
+    /// The batch's events, applied in time order at commit (see `apply_pending`).
+    pending: Vec<Pending>,
+    summary: IngestSummary,
+    started: Instant,
+    _lock: File,
+}
+
+struct Pending {
+    time_ns: u64,
+    line_no: u64,
+    boot: i64,
+    event: Box<crate::record::Event>,
+    line: String,
+}
+
+/// Boot identity used when the stream names none (see docs/event-schema.md, `boot_id`).
+pub const UNKNOWN_BOOT: &str = "unknown";
+
+fn now_ns() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
+}
+
+impl Ingestor {
+    pub fn open(db: &Path, opts: IngestOptions) -> Result<Self> {
+        let lock_path = format!("{}-lock", db.display());
+        let lock = File::create(&lock_path).with_context(|| format!("creating writer lock {lock_path}"))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                anyhow::bail!("another `custos ingest` is writing to {}; wait for it or use another --db", db.display())
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(e).with_context(|| format!("locking {lock_path}")),
+        }
+        let conn = crate::schema::open_rw(db)?;
+        let graph = Graph::load(&conn)?;
+        conn.execute("INSERT INTO ingests(source, started_ns) VALUES(?1, ?2)", params![opts.source, now_ns()])?;
+        let ingest_id = conn.last_insert_rowid();
+        let next_chunk: i64 = conn.query_row("SELECT COALESCE(MAX(chunk), 0) + 1 FROM raw_chunks", [], |r| r.get(0))?;
+        Ok(Self {
+            conn,
+            graph,
+            opts,
+            ingest_id,
+            boots: HashMap::new(),
+            current_boot: UNKNOWN_BOOT.into(),
+            in_tx: false,
+            tx_started: Instant::now(),
+            batch_raw: Vec::with_capacity(8 << 20),
+            batch_slots: 0,
+            batch_lines: 0,
+            next_chunk,
+            line_no: 0,
+            pending: Vec::new(),
+            summary: IngestSummary::default(),
+            started: Instant::now(),
+            _lock: lock,
+        })
+    }
+
+    pub fn connection(&self) -> &Connection {
+        &self.conn
+    }
+
+    fn boot(&mut self, id: Option<&str>) -> Result<i64> {
+        let id = id.unwrap_or(&self.current_boot);
+        if let Some(b) = self.boots.get(id) {
+            return Ok(*b);
+        }
+        self.conn.execute("INSERT OR IGNORE INTO boots(boot_id) VALUES(?1)", [id])?;
+        let b: i64 = self.conn.query_row("SELECT boot FROM boots WHERE boot_id = ?1", [id], |r| r.get(0))?;
+        self.boots.insert(id.to_string(), b);
+        Ok(b)
+    }
+
+    fn keep_raw(&mut self, line: &str) -> i64 {
+        self.batch_raw.extend_from_slice(line.as_bytes());
+        self.batch_raw.push(b'\n');
+        self.batch_slots += 1;
+        self.batch_slots - 1
+    }
+
+    fn begin(&mut self) -> Result<()> {
+        if !self.in_tx {
+            self.conn.execute_batch("BEGIN IMMEDIATE").context("starting a batch transaction")?;
+            self.in_tx = true;
+            self.tx_started = Instant::now();
+        }
+        Ok(())
+    }
+
+    /// Ingests one line of input (without its newline). Bytes that are not
+    /// UTF-8 are a malformed line; use [`Ingestor::push_bytes`] for raw input.
+    pub fn push_line(&mut self, line: &str) -> Result<Option<Ack>> {
+        self.line_no += 1;
+        self.summary.lines += 1;
+        if let Some(a) = self.opts.archive.as_mut() {
+            a.write_line(line)?;
+        }
+        let line = line.trim_end_matches('\r');
+        if line.trim().is_empty() {
+            return Ok(None);
+        }
+        self.begin()?;
+        self.batch_lines += 1;
+        match parse_line(line) {
+            Err(msg) => self.reject(line, &msg)?,
+            Ok(Record::Event(ev)) => {
+                let boot = self.boot(ev.boot_id.as_deref())?;
+                self.pending.push(Pending { time_ns: ev.time_ns, line_no: self.line_no, boot, event: ev, line: line.to_string() });
+            }
+            Ok(Record::Loss(l)) => {
+                let boot = self.boot(l.boot_id.as_deref())?;
+                let fresh = self
+                    .conn
+                    .prepare_cached(
+                        "INSERT OR IGNORE INTO losses(boot, cpu, category, first_seq, last_seq, count, start_ns, end_ns) VALUES(?1,?2,?3,?4,?5,?6,?7,?8)",
+                    )?
+                    .execute(params![
+                        boot,
+                        l.cpu,
+                        l.category,
+                        l.first_seq.map(|v| v as i64).unwrap_or(-1),
+                        l.last_seq.map(|v| v as i64).unwrap_or(-1),
+                        l.count as i64,
+                        l.start_ns as i64,
+                        l.end_ns as i64
+                    ])?;
+                if fresh == 1 {
+                    self.keep_raw(line);
+                    self.summary.losses_new += 1;
+                    self.summary.lost_events += l.count;
+                }
+            }
+            Ok(Record::Boot(id)) => {
+                self.current_boot = id;
+                self.boot(None)?;
+            }
+            Ok(Record::Stats { boot_id, time_ns }) => {
+                let boot = self.boot(boot_id.as_deref())?;
+                self.conn
+                    .prepare_cached("INSERT OR IGNORE INTO stats(boot, time_ns, line) VALUES(?1,?2,?3)")?
+                    .execute(params![boot, time_ns as i64, line])?;
+            }
+            Ok(Record::Other(_)) => {
+                self.summary.unknown_types += 1;
+                self.keep_raw(line);
+            }
+        }
+        if self.batch_lines >= self.opts.batch_lines {
+            return self.commit();
+        }
+        Ok(None)
+    }
+
+    /// Like [`Ingestor::push_line`] for bytes straight from a file.
+    pub fn push_bytes(&mut self, bytes: &[u8]) -> Result<Option<Ack>> {
+        match std::str::from_utf8(bytes) {
+            Ok(s) => self.push_line(s),
+            Err(e) => {
+                self.line_no += 1;
+                self.summary.lines += 1;
+                let lossy = String::from_utf8_lossy(bytes).into_owned();
+                if let Some(a) = self.opts.archive.as_mut() {
+                    a.write_line(&lossy)?;
+                }
+                self.begin()?;
+                self.batch_lines += 1;
+                self.reject(&lossy, &format!("not UTF-8 ({e})"))?;
+                Ok(None)
+            }
+        }
+    }
+
+    fn reject(&mut self, line: &str, msg: &str) -> Result<()> {
+        self.summary.malformed += 1;
+        if self.summary.malformed <= self.opts.report_malformed {
+            eprintln!("custos ingest: {}: line {}: {msg}; skipped (kept in the rejects table)", self.opts.source, self.line_no);
+        } else if self.summary.malformed == self.opts.report_malformed + 1 {
+            eprintln!("custos ingest: {}: more malformed lines; not reporting each (see the summary)", self.opts.source);
+        }
+        self.conn
+            .prepare_cached("INSERT OR REPLACE INTO rejects(ingest, line_no, error, line) VALUES(?1,?2,?3,?4)")?
+            .execute(params![self.ingest_id, self.line_no as i64, msg, line])?;
+        Ok(())
+    }
+
+    /// Commits when the batch interval has passed (call while waiting for input).
+    pub fn commit_if_due(&mut self) -> Result<Option<Ack>> {
+        if self.in_tx && self.tx_started.elapsed() >= self.opts.batch_interval {
+            return self.commit();
+        }
+        Ok(None)
+    }
+
+    /// Commits the open batch, if any.
+    pub fn commit(&mut self) -> Result<Option<Ack>> {
+        if !self.in_tx {
+            return Ok(None);
+        }
+        let result = self.commit_inner();
+        if result.is_err() {
+            let _ = self.conn.execute_batch("ROLLBACK");
+            self.in_tx = false;
+            self.pending.clear();
+            self.batch_raw.clear();
+            self.batch_slots = 0;
+            self.batch_lines = 0;
+            self.graph.reset_cache(&self.conn)?;
+        }
+        result.map(Some)
+    }
+
+    /// The collector's rings deliver events per ring and per CPU, so the stream
+    /// is only roughly in time order (a read can arrive before the write that
+    /// fed it). Each batch's events are applied sorted by time (ties keep
+    /// stream order); de-duplication happens here, at insert.
+    fn apply_pending(&mut self) -> Result<()> {
+        let mut pending = std::mem::take(&mut self.pending);
+        pending.sort_by_key(|p| (p.time_ns, p.line_no));
+        for p in pending {
+            let slot = self.batch_slots;
+            let fresh = self
+                .conn
+                .prepare_cached("INSERT OR IGNORE INTO events(boot, event_id, time_ns, chunk, slot) VALUES(?1,?2,?3,?4,?5)")?
+                .execute(params![p.boot, p.event.id as i64, p.time_ns as i64, self.next_chunk, slot])?;
+            if fresh == 1 {
+                self.keep_raw(&p.line);
+                self.summary.events_new += 1;
+                self.graph
+                    .apply(&self.conn, p.boot, &p.event)
+                    .with_context(|| format!("line {}: applying event {} to the graph", p.line_no, p.event.id))?;
+            } else {
+                self.summary.events_duplicate += 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn commit_inner(&mut self) -> Result<Ack> {
+        self.apply_pending()?;
+        if self.batch_slots > 0 {
+            let blob = zstd::bulk::compress(&self.batch_raw, 3).context("compressing raw lines")?;
+            self.conn
+                .prepare_cached("INSERT INTO raw_chunks(chunk, ingest, lines, zstd) VALUES(?1,?2,?3,?4)")?
+                .execute(params![self.next_chunk, self.ingest_id, self.batch_slots, blob])?;
+            self.next_chunk += 1;
+        }
+        self.graph.flush(&self.conn)?;
+        let s = &self.summary;
+        self.conn.execute(
+            "UPDATE ingests SET lines = ?2, events_new = ?3, events_duplicate = ?4, malformed = ?5, losses = ?6 WHERE ingest = ?1",
+            params![self.ingest_id, s.lines as i64, s.events_new as i64, s.events_duplicate as i64, s.malformed as i64, s.losses_new as i64],
+        )?;
+        self.conn.execute_batch("COMMIT").context("committing a batch")?;
+        self.in_tx = false;
+        self.batch_raw.clear();
+        self.batch_slots = 0;
+        self.batch_lines = 0;
+        self.summary.batches += 1;
+        if let Some(a) = self.opts.archive.as_mut() {
+            a.flush()?;
+        }
+        Ok(Ack {
+            batch: self.summary.batches,
+            lines_through: self.line_no,
+            events_new: self.summary.events_new,
+            events_duplicate: self.summary.events_duplicate,
+            malformed: self.summary.malformed,
+        })
+    }
+
+    /// Commits the rest, closes the archive, returns the totals.
+    pub fn finish(mut self) -> Result<(IngestSummary, Option<Ack>)> {
+        let ack = self.commit()?;
+        if let Some(a) = self.opts.archive.take() {
+            a.finish()?;
+        }
+        self.conn.execute("UPDATE ingests SET finished_ns = ?2 WHERE ingest = ?1", params![self.ingest_id, now_ns()])?;
+        // Fold the WAL back so the store is one self-contained file at rest.
+        self.conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(())).context("checkpointing the WAL")?;
+        self.summary.graph = self.graph.stats.clone();
+        self.summary.seconds = self.started.elapsed().as_secs_f64();
+        Ok((self.summary, ack))
+    }
+
+    pub fn summary(&self) -> &IngestSummary {
+        &self.summary
+    }
+}
+
+/// Reads the raw JSON line of an event back out of its compressed chunk.
+pub fn raw_event(conn: &Connection, boot: i64, event_id: i64) -> Result<Option<String>> {
+    let row: Option<(i64, i64)> = conn
+        .query_row("SELECT chunk, slot FROM events WHERE boot = ?1 AND event_id = ?2", params![boot, event_id], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .ok();
+    let Some((chunk, slot)) = row else { return Ok(None) };
+    let blob: Vec<u8> = conn.query_row("SELECT zstd FROM raw_chunks WHERE chunk = ?1", [chunk], |r| r.get(0))?;
+    let text = zstd::stream::decode_all(&blob[..]).context("decompressing a raw chunk")?;
+    let text = String::from_utf8(text).context("raw chunk is not UTF-8")?;
+    Ok(text.lines().nth(slot as usize).map(str::to_string))
+}

@@ -1,0 +1,611 @@
+//! Provenance queries over the store: ancestors, descendants, a causal path,
+//! what a process touched, who touched a file; each answer carries the loss
+//! records that overlap it in time (the completeness annotation).
+
+use crate::schema::{EdgeKind, NodeKind};
+use crate::timefmt::format_ns;
+use anyhow::{bail, Context, Result};
+use rusqlite::{params, Connection, OptionalExtension};
+use serde::Serialize;
+use std::collections::{HashMap, HashSet, VecDeque};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeInfo {
+    pub node: i64,
+    pub kind: &'static str,
+    pub boot: i64,
+    pub name: String,
+    pub version: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exec: Option<i64>,
+    pub time_ns: i64,
+    pub time: String,
+    pub event_id: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attrs: Option<serde_json::Value>,
+    /// Distance from the query's start node(s), when the query is a traversal.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub depth: Option<u32>,
+}
+
+impl NodeInfo {
+    pub fn node_kind(&self) -> NodeKind {
+        match self.kind {
+            "process" => NodeKind::Process,
+            "socket" => NodeKind::Socket,
+            "pipe" => NodeKind::Pipe,
+            "user" => NodeKind::User,
+            _ => NodeKind::File,
+        }
+    }
+    /// One-line human label: `cc1 pid 42 v2`, `/tmp/a.o v3`.
+    pub fn label(&self) -> String {
+        match self.node_kind() {
+            NodeKind::Process => {
+                let v = if self.version > 1 { format!(" v{}", self.version) } else { String::new() };
+                format!("{} pid {}{}", self.name, self.pid.unwrap_or(0), v)
+            }
+            NodeKind::User => self.name.clone(),
+            _ => format!("{} v{}", self.name, self.version),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq, Hash)]
+pub struct EdgeInfo {
+    pub effect: i64,
+    pub cause: i64,
+    #[serde(serialize_with = "ser_kind")]
+    pub kind: EdgeKind,
+    pub event_id: i64,
+    pub time_ns: i64,
+    pub boot: i64,
+}
+
+fn ser_kind<S: serde::Serializer>(k: &EdgeKind, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_str(k.name())
+}
+
+/// A loss record overlapping the answer: "may be incomplete: N events lost on CPU c between t1 and t2".
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct LossNote {
+    pub boot: i64,
+    pub cpu: i64,
+    pub category: String,
+    pub count: i64,
+    pub start_ns: i64,
+    pub end_ns: i64,
+}
+
+impl LossNote {
+    pub fn message(&self) -> String {
+        format!(
+            "may be incomplete: {} events lost on CPU {} between {} and {}",
+            self.count,
+            self.cpu,
+            format_ns(self.start_ns as u64),
+            format_ns(self.end_ns as u64)
+        )
+    }
+}
+
+/// One row of a touched-by / who-touched answer.
+#[derive(Debug, Clone, Serialize)]
+pub struct TouchRow {
+    pub time_ns: i64,
+    pub time: String,
+    /// `read` or `wrote`
+    pub action: &'static str,
+    pub process: i64,
+    pub object: i64,
+    pub event_id: i64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Answer {
+    pub query: String,
+    pub start: Vec<i64>,
+    pub nodes: Vec<NodeInfo>,
+    pub edges: Vec<EdgeInfo>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rows: Vec<TouchRow>,
+    /// For `path`: which way causality runs, or that there is no path.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Earliest and latest time (ns) in the answer's subgraph.
+    pub span_ns: Option<(i64, i64)>,
+    pub complete: bool,
+    pub losses: Vec<LossNote>,
+}
+
+impl Answer {
+    pub fn node(&self, id: i64) -> Option<&NodeInfo> {
+        self.nodes.iter().find(|n| n.node == id)
+    }
+}
+
+/// Holds one read transaction across many point lookups. Outside a
+/// transaction SQLite takes and drops its file locks on every statement
+/// (two fcntl and an fstat each): that, not the b-tree, dominated the walk.
+pub struct ReadTx<'c> {
+    conn: &'c Connection,
+    owned: bool,
+}
+
+impl<'c> ReadTx<'c> {
+    pub fn begin(conn: &'c Connection) -> Result<Self> {
+        let owned = conn.is_autocommit();
+        if owned {
+            conn.execute_batch("BEGIN DEFERRED").context("starting a read transaction")?;
+        }
+        Ok(Self { conn, owned })
+    }
+}
+
+impl Drop for ReadTx<'_> {
+    fn drop(&mut self) {
+        if self.owned {
+            let _ = self.conn.execute_batch("COMMIT");
+        }
+    }
+}
+
+/// Reads a node's cause list through SQLite's incremental-blob API: one
+/// integer-keyed seek per node, no statement to step (see docs/store.md).
+pub struct CauseReader<'c> {
+    conn: &'c Connection,
+    blob: Option<rusqlite::blob::Blob<'c>>,
+    pub buf: Vec<u8>,
+}
+
+impl<'c> CauseReader<'c> {
+    pub fn new(conn: &'c Connection) -> Self {
+        Self { conn, blob: None, buf: Vec::with_capacity(1024) }
+    }
+
+    /// Loads `node`'s entries into `self.buf` (empty if it has none).
+    pub fn load(&mut self, node: i64) -> Result<()> {
+        let ok = match self.blob.as_mut() {
+            Some(b) => b.reopen(node).is_ok(),
+            None => match self.conn.blob_open(rusqlite::MAIN_DB, "causes", "list", node, true) {
+                Ok(b) => {
+                    self.blob = Some(b);
+                    true
+                }
+                Err(_) => false,
+            },
+        };
+        self.buf.clear();
+        if !ok {
+            // A failed reopen aborts the handle; start a fresh one next time.
+            self.blob = None;
+            return Ok(());
+        }
+        let b = self.blob.as_ref().expect("opened above");
+        self.buf.resize(b.len(), 0);
+        b.read_at_exact(&mut self.buf, 0).context("reading a cause list")?;
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Window {
+    pub since: Option<i64>,
+    pub until: Option<i64>,
+}
+
+impl Window {
+    fn admits(&self, t: i64) -> bool {
+        self.since.is_none_or(|s| t >= s) && self.until.is_none_or(|u| t <= u)
+    }
+}
+
+/// Node id → value with the cheap hasher.
+pub type NodeMap<V> = HashMap<i64, V, std::hash::BuildHasherDefault<NodeHasher>>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// Follow edges effect → cause.
+    Ancestors,
+    /// Follow edges cause → effect.
+    Descendants,
+}
+
+pub fn node_info(conn: &Connection, id: i64) -> Result<Option<NodeInfo>> {
+    conn.prepare_cached("SELECT node, kind, boot, name, version, pid, exec, time_ns, event_id, attrs FROM nodes WHERE node = ?1")?
+        .query_row([id], |r| {
+            let kind: i64 = r.get(1)?;
+            let t: i64 = r.get(7)?;
+            let attrs: Option<String> = r.get(9)?;
+            Ok(NodeInfo {
+                node: r.get(0)?,
+                kind: NodeKind::from_i64(kind).map(|k| k.name()).unwrap_or("unknown"),
+                boot: r.get(2)?,
+                name: r.get(3)?,
+                version: r.get(4)?,
+                pid: r.get(5)?,
+                exec: r.get(6)?,
+                time_ns: t,
+                time: format_ns(t as u64),
+                event_id: r.get::<_, Option<i64>>(8)?.unwrap_or(0),
+                attrs: attrs.and_then(|a| serde_json::from_str(&a).ok()),
+                depth: None,
+            })
+        })
+        .optional()
+        .context("reading a node")
+}
+
+fn ids(conn: &Connection, sql: &str, p: impl rusqlite::Params) -> Result<Vec<i64>> {
+    let mut st = conn.prepare_cached(sql)?;
+    let v = st.query_map(p, |r| r.get(0))?.collect::<rusqlite::Result<Vec<i64>>>()?;
+    Ok(v)
+}
+
+const SPEC_HELP: &str = "give a node id (42 or n42), a path (/etc/passwd, /tmp/x@v2 for one version), pid:N, sock:ADDR, pipe:[INODE] or uid:N";
+
+/// Resolves a user's name for something to node ids.
+/// `latest`: for a path or socket, only its newest version (what "this file" means now).
+pub fn resolve(conn: &Connection, spec: &str, latest: bool) -> Result<Vec<i64>> {
+    let spec = spec.trim();
+    let num = spec.strip_prefix('n').unwrap_or(spec);
+    if let Ok(id) = num.parse::<i64>() {
+        if node_info(conn, id)?.is_none() {
+            bail!("node {id} does not exist in this store");
+        }
+        return Ok(vec![id]);
+    }
+    let found = if let Some(pid) = spec.strip_prefix("pid:") {
+        let pid: i64 = pid.parse().with_context(|| format!("{spec:?}: pid:N needs a number"))?;
+        // The newest version of every execution that had this pid.
+        ids(conn, "SELECT MAX(node) FROM nodes WHERE pid = ?1 AND kind = 1 GROUP BY exec ORDER BY 1", [pid])?
+    } else if spec.starts_with("uid:") {
+        ids(conn, "SELECT node FROM nodes WHERE name = ?1 AND kind = 5", [spec])?
+    } else {
+        let (name, kind, version) = if let Some(a) = spec.strip_prefix("sock:").or_else(|| spec.strip_prefix("socket:")) {
+            (a, NodeKind::Socket, None)
+        } else if spec.starts_with("pipe:[") {
+            (spec, NodeKind::Pipe, None)
+        } else if let Some((p, v)) = spec.rsplit_once("@v").filter(|(_, v)| v.parse::<i64>().is_ok()) {
+            (p, NodeKind::File, v.parse::<i64>().ok())
+        } else {
+            (spec, NodeKind::File, None)
+        };
+        let all = ids(conn, "SELECT node FROM nodes WHERE name = ?1 AND kind = ?2 ORDER BY version, node", params![name, kind as i64])?;
+        match version {
+            Some(v) => ids(conn, "SELECT node FROM nodes WHERE name = ?1 AND kind = ?2 AND version = ?3", params![name, kind as i64, v])?,
+            None if latest => all.last().copied().into_iter().collect(),
+            None => all,
+        }
+    };
+    if found.is_empty() {
+        bail!("nothing in the store matches {spec:?}; {SPEC_HELP}");
+    }
+    Ok(found)
+}
+
+/// Process nodes for `touched-by`: every version of every matching execution.
+pub fn resolve_processes(conn: &Connection, spec: &str) -> Result<Vec<i64>> {
+    let start = match resolve(conn, spec, false) {
+        Ok(v) => v,
+        Err(e) => {
+            // Also accept an executable path or command name.
+            let v = ids(
+                conn,
+                "SELECT node FROM nodes WHERE kind = 1 AND (name = ?1 OR name = '[' || ?1 || ']') ORDER BY node",
+                [spec],
+            )?;
+            if v.is_empty() {
+                return Err(e.context(format!("no process named {spec:?} either")));
+            }
+            v
+        }
+    };
+    let mut out = Vec::new();
+    let mut seen = HashSet::new();
+    for n in start {
+        let info = node_info(conn, n)?.context("node vanished")?;
+        let Some(exec) = info.exec else {
+            bail!("{spec:?} resolves to a {} ({}), not a process; use pid:N or a node id", info.kind, info.name);
+        };
+        for v in ids(conn, "SELECT node FROM nodes WHERE exec = ?1 ORDER BY node", [exec])? {
+            if seen.insert(v) {
+                out.push(v);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Breadth-first walk; returns each reached node's depth and every edge crossed.
+/// This is the ancestry engine: one indexed point lookup per node (see docs/store.md).
+pub fn traverse(
+    conn: &Connection,
+    roots: &[i64],
+    dir: Direction,
+    max_depth: Option<u32>,
+    window: Window,
+) -> Result<(NodeMap<u32>, Vec<EdgeInfo>)> {
+    let _tx = ReadTx::begin(conn)?;
+    let mut depth: NodeMap<u32> = roots.iter().map(|r| (*r, 0)).collect();
+    let mut queue: VecDeque<i64> = roots.iter().copied().collect();
+    let mut edges = Vec::new();
+    if dir == Direction::Ancestors {
+        let mut reader = CauseReader::new(conn);
+        while let Some(n) = queue.pop_front() {
+            let d = depth[&n];
+            if max_depth.is_some_and(|m| d >= m) {
+                continue;
+            }
+            reader.load(n)?;
+            for c in crate::graph::decode_causes(&reader.buf) {
+                if !window.admits(c.time_ns) {
+                    continue;
+                }
+                let kind = EdgeKind::from_i64(c.kind as i64).context("unknown edge kind in store")?;
+                edges.push(EdgeInfo { effect: n, cause: c.cause, kind, event_id: c.event_id, time_ns: c.time_ns, boot: c.boot });
+                if let std::collections::hash_map::Entry::Vacant(v) = depth.entry(c.cause) {
+                    v.insert(d + 1);
+                    queue.push_back(c.cause);
+                }
+            }
+        }
+        return Ok((depth, edges));
+    }
+    let mut st = conn.prepare_cached("SELECT effect, kind, event_id, time_ns, boot FROM edges WHERE cause = ?1")?;
+    while let Some(n) = queue.pop_front() {
+        let d = depth[&n];
+        if max_depth.is_some_and(|m| d >= m) {
+            continue;
+        }
+        let mut rows = st.query([n])?;
+        while let Some(r) = rows.next()? {
+            let other: i64 = r.get(0)?;
+            let t: i64 = r.get(3)?;
+            if !window.admits(t) {
+                continue;
+            }
+            let kind = EdgeKind::from_i64(r.get(1)?).context("unknown edge kind in store")?;
+            let (effect, cause) = (other, n);
+            edges.push(EdgeInfo { effect, cause, kind, event_id: r.get(2)?, time_ns: t, boot: r.get(4)? });
+            if let std::collections::hash_map::Entry::Vacant(v) = depth.entry(other) {
+                v.insert(d + 1);
+                queue.push_back(other);
+            }
+        }
+    }
+    Ok((depth, edges))
+}
+
+/// Ancestor count by a recursive CTE, kept for the benchmark's design comparison.
+pub fn ancestors_cte_count(conn: &Connection, root: i64) -> Result<i64> {
+    Ok(conn.prepare_cached(
+        "WITH RECURSIVE anc(n) AS (SELECT ?1 UNION SELECT e.cause FROM edges e JOIN anc ON e.effect = anc.n) SELECT COUNT(*) - 1 FROM anc",
+    )?
+    .query_row([root], |r| r.get(0))?)
+}
+
+fn losses_for(conn: &Connection, boots: &HashSet<i64>, span: Option<(i64, i64)>) -> Result<Vec<LossNote>> {
+    let Some((lo, hi)) = span else { return Ok(vec![]) };
+    let mut st = conn.prepare_cached(
+        "SELECT boot, cpu, category, count, start_ns, end_ns FROM losses WHERE start_ns <= ?2 AND end_ns >= ?1 ORDER BY start_ns, cpu",
+    )?;
+    let all = st
+        .query_map(params![lo, hi], |r| {
+            Ok(LossNote { boot: r.get(0)?, cpu: r.get(1)?, category: r.get(2)?, count: r.get(3)?, start_ns: r.get(4)?, end_ns: r.get(5)? })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(all.into_iter().filter(|l| boots.contains(&l.boot)).collect())
+}
+
+fn finish(conn: &Connection, query: String, start: Vec<i64>, depth: NodeMap<u32>, edges: Vec<EdgeInfo>, rows: Vec<TouchRow>, path: Option<String>) -> Result<Answer> {
+    let mut nodes = Vec::with_capacity(depth.len());
+    for (id, d) in &depth {
+        let mut n = node_info(conn, *id)?.with_context(|| format!("node {id} referenced by an edge is missing"))?;
+        n.depth = Some(*d);
+        nodes.push(n);
+    }
+    nodes.sort_by_key(|n| (n.depth, n.node));
+    // The span is when the answer's causal facts happened: its edge times. A
+    // long-lived node (a user, a header first read hours ago) does not stretch
+    // it back to its creation; a lone node with no edges spans its own creation.
+    let times: Vec<i64> =
+        if edges.is_empty() { nodes.iter().map(|n| n.time_ns).collect() } else { edges.iter().map(|e| e.time_ns).collect() };
+    let times = times.into_iter();
+    let span = times.fold(None, |acc: Option<(i64, i64)>, t| Some(acc.map_or((t, t), |(a, b)| (a.min(t), b.max(t)))));
+    let boots: HashSet<i64> = nodes.iter().map(|n| n.boot).chain(edges.iter().map(|e| e.boot)).collect();
+    let losses = losses_for(conn, &boots, span)?;
+    Ok(Answer { query, start, nodes, edges, rows, path, span_ns: span, complete: losses.is_empty(), losses })
+}
+
+pub fn ancestry(conn: &Connection, spec: &str, dir: Direction, max_depth: Option<u32>, window: Window) -> Result<Answer> {
+    let _tx = ReadTx::begin(conn)?;
+    let start = resolve(conn, spec, true)?;
+    let (depth, edges) = traverse(conn, &start, dir, max_depth, window)?;
+    let what = if dir == Direction::Ancestors { "ancestors" } else { "descendants" };
+    finish(conn, format!("{what} {spec}"), start, depth, edges, vec![], None)
+}
+
+/// Shortest causal path between two things: `a` depends on `b` or `b` on `a`.
+pub fn path(conn: &Connection, a: &str, b: &str) -> Result<Answer> {
+    let from = resolve(conn, a, false)?;
+    let to = resolve(conn, b, false)?;
+    for (src, dst, label) in [(&from, &to, format!("{a} depends on {b}")), (&to, &from, format!("{b} depends on {a}"))] {
+        if let Some(edges) = shortest(conn, src, dst)? {
+            let mut depth = NodeMap::default();
+            for (i, e) in edges.iter().enumerate() {
+                depth.entry(e.effect).or_insert(i as u32);
+                depth.entry(e.cause).or_insert(i as u32 + 1);
+            }
+            if edges.is_empty() {
+                depth.insert(src[0], 0);
+            }
+            let start = vec![edges.first().map(|e| e.effect).unwrap_or(src[0])];
+            return finish(conn, format!("path {a} {b}"), start, depth, edges, vec![], Some(label));
+        }
+    }
+    let mut depth = NodeMap::default();
+    depth.insert(from[from.len() - 1], 0);
+    depth.insert(to[to.len() - 1], 0);
+    finish(conn, format!("path {a} {b}"), vec![], depth, vec![], vec![], Some("no causal path".into()))
+}
+
+fn shortest(conn: &Connection, src: &[i64], dst: &[i64]) -> Result<Option<Vec<EdgeInfo>>> {
+    let _tx = ReadTx::begin(conn)?;
+    let targets: HashSet<i64> = dst.iter().copied().collect();
+    let mut st = conn.prepare_cached("SELECT cause, kind, event_id, time_ns, boot FROM edges WHERE effect = ?1")?;
+    let mut parent: HashMap<i64, Option<EdgeInfo>> = src.iter().map(|s| (*s, None)).collect();
+    let mut queue: VecDeque<i64> = src.iter().copied().collect();
+    while let Some(n) = queue.pop_front() {
+        if targets.contains(&n) {
+            let mut out = Vec::new();
+            let mut cur = n;
+            while let Some(Some(e)) = parent.get(&cur) {
+                out.push(*e);
+                cur = e.effect;
+            }
+            out.reverse();
+            return Ok(Some(out));
+        }
+        let mut rows = st.query([n])?;
+        while let Some(r) = rows.next()? {
+            let cause: i64 = r.get(0)?;
+            if parent.contains_key(&cause) {
+                continue;
+            }
+            let kind = EdgeKind::from_i64(r.get(1)?).context("unknown edge kind in store")?;
+            parent.insert(cause, Some(EdgeInfo { effect: n, cause, kind, event_id: r.get(2)?, time_ns: r.get(3)?, boot: r.get(4)? }));
+            queue.push_back(cause);
+        }
+    }
+    Ok(None)
+}
+
+fn touch_edges(conn: &Connection, sql: &str, node: i64) -> Result<Vec<EdgeInfo>> {
+    let mut st = conn.prepare_cached(sql)?;
+    let v = st
+        .query_map([node], |r| {
+            Ok(EdgeInfo {
+                effect: r.get(0)?,
+                cause: r.get(1)?,
+                kind: EdgeKind::from_i64(r.get(2)?).unwrap_or(EdgeKind::Used),
+                event_id: r.get(3)?,
+                time_ns: r.get(4)?,
+                boot: r.get(5)?,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(v)
+}
+
+const READS_OF_PROC: &str = "SELECT e.effect, e.cause, e.kind, e.event_id, e.time_ns, e.boot FROM edges e JOIN nodes n ON n.node = e.cause WHERE e.effect = ?1 AND e.kind = 1 AND n.kind <> 1";
+const WRITES_OF_PROC: &str = "SELECT e.effect, e.cause, e.kind, e.event_id, e.time_ns, e.boot FROM edges e JOIN nodes n ON n.node = e.effect WHERE e.cause = ?1 AND e.kind = 2 AND n.kind <> 1";
+const READERS_OF: &str = "SELECT effect, cause, kind, event_id, time_ns, boot FROM edges WHERE cause = ?1 AND kind = 1";
+const WRITER_OF: &str = "SELECT effect, cause, kind, event_id, time_ns, boot FROM edges WHERE effect = ?1 AND kind = 2";
+
+fn touch_answer(conn: &Connection, query: String, start: Vec<i64>, edges: Vec<EdgeInfo>) -> Result<Answer> {
+    let mut rows: Vec<TouchRow> = edges
+        .iter()
+        .map(|e| {
+            let (action, process, object) = if e.kind == EdgeKind::Used { ("read", e.effect, e.cause) } else { ("wrote", e.cause, e.effect) };
+            TouchRow { time_ns: e.time_ns, time: format_ns(e.time_ns as u64), action, process, object, event_id: e.event_id }
+        })
+        .collect();
+    rows.sort_by_key(|r| (r.time_ns, r.event_id));
+    let mut depth: NodeMap<u32> = start.iter().map(|s| (*s, 0)).collect();
+    for e in &edges {
+        depth.entry(e.effect).or_insert(1);
+        depth.entry(e.cause).or_insert(1);
+    }
+    finish(conn, query, start, depth, edges, rows, None)
+}
+
+/// Every artifact version the process (all versions of its executions) read or wrote.
+pub fn touched_by(conn: &Connection, spec: &str, window: Window) -> Result<Answer> {
+    let procs = resolve_processes(conn, spec)?;
+    let mut edges = Vec::new();
+    for p in &procs {
+        edges.extend(touch_edges(conn, READS_OF_PROC, *p)?);
+        edges.extend(touch_edges(conn, WRITES_OF_PROC, *p)?);
+    }
+    edges.retain(|e| window.admits(e.time_ns));
+    touch_answer(conn, format!("touched-by {spec}"), procs, edges)
+}
+
+/// Every process that read or wrote any version of the file (or socket/pipe).
+pub fn who_touched(conn: &Connection, spec: &str, window: Window) -> Result<Answer> {
+    let versions = resolve(conn, spec, false)?;
+    let mut edges = Vec::new();
+    for v in &versions {
+        edges.extend(touch_edges(conn, READERS_OF, *v)?);
+        edges.extend(touch_edges(conn, WRITER_OF, *v)?);
+    }
+    edges.retain(|e| window.admits(e.time_ns));
+    touch_answer(conn, format!("who-touched {spec}"), versions, edges)
+}
+
+/// A cheap hasher for node ids (SipHash costs more than the rest of a BFS step).
+#[derive(Default, Clone, Copy)]
+pub struct NodeHasher(u64);
+impl std::hash::Hasher for NodeHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(5) ^ *b as u64).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+        }
+    }
+    fn write_i64(&mut self, v: i64) {
+        self.0 = (v as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29);
+    }
+}
+pub type NodeSet = HashSet<i64, std::hash::BuildHasherDefault<NodeHasher>>;
+
+/// The ancestor set only (no edges, no depths): the benchmark's "ancestry query".
+/// Same walk as [`traverse`], without building the answer.
+pub fn ancestor_ids(conn: &Connection, root: i64) -> Result<NodeSet> {
+    let _tx = ReadTx::begin(conn)?;
+    let mut reader = CauseReader::new(conn);
+    let mut seen = NodeSet::default();
+    seen.insert(root);
+    let mut stack = vec![root];
+    while let Some(n) = stack.pop() {
+        reader.load(n)?;
+        for c in crate::graph::decode_causes(&reader.buf) {
+            if seen.insert(c.cause) {
+                stack.push(c.cause);
+            }
+        }
+    }
+    seen.remove(&root);
+    Ok(seen)
+}
+
+#[cfg(test)]
+#[path = "query_tests.rs"]
+mod tests;
+
+/// The ancestor set through the edge table (one prepared point query per node),
+/// kept for the benchmark's design comparison with the cause-list walk.
+pub fn ancestor_ids_by_edge_table(conn: &Connection, root: i64) -> Result<NodeSet> {
+    let _tx = ReadTx::begin(conn)?;
+    let mut st = conn.prepare_cached("SELECT cause FROM edges WHERE effect = ?1")?;
+    let mut seen = NodeSet::default();
+    seen.insert(root);
+    let mut stack = vec![root];
+    while let Some(n) = stack.pop() {
+        st.raw_bind_parameter(1, n)?;
+        let mut rows = st.raw_query();
+        while let Some(r) = rows.next()? {
+            let c: i64 = r.get(0)?;
+            if seen.insert(c) {
+                stack.push(c);
+            }
+        }
+    }
+    seen.remove(&root);
+    Ok(seen)
+}

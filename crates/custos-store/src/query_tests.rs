@@ -1,0 +1,513 @@
+//! Known answers on small hand-built streams (JSON Lines per docs/event-schema.md).
+
+use super::*;
+use crate::ingest::{IngestOptions, Ingestor};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+
+/// Builds events with increasing ids and times (1 s apart, from T0).
+struct Stream {
+    lines: Vec<String>,
+    seq: u64,
+}
+const T0: u64 = 1_763_700_000_000_000_000;
+const SEC: u64 = 1_000_000_000;
+
+impl Stream {
+    fn new() -> Self {
+        Self { lines: vec![json!({"type":"boot","boot_id":"test-boot"}).to_string()], seq: 0 }
+    }
+    fn t(&self) -> u64 {
+        T0 + self.seq * SEC
+    }
+    fn ev(&mut self, pid: u32, comm: &str, syscall: &str, extra: Value) -> u64 {
+        self.seq += 1;
+        let cpu = self.seq % 2;
+        let mut v = json!({"type":"event","id": (cpu << 48) | self.seq, "cpu": cpu, "seq": self.seq, "time_ns": self.t(),
+            "pid": pid, "tid": pid, "ppid": 1, "uid": 1000, "gid": 1000, "euid": 1000, "egid": 1000,
+            "comm": comm, "syscall": syscall, "category": "file"});
+        for (k, x) in extra.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        self.lines.push(v.to_string());
+        self.t()
+    }
+    fn fork(&mut self, pid: u32, comm: &str, child: u32) -> u64 {
+        self.ev(pid, comm, "clone", json!({"ret": child, "child_pid": child}))
+    }
+    fn exec(&mut self, pid: u32, path: &str) -> u64 {
+        let comm = path.rsplit('/').next().unwrap().to_string();
+        self.ev(pid, &comm, "execve", json!({"ret": 0, "path": path, "argv": [comm]}))
+    }
+    fn read(&mut self, pid: u32, path: &str) -> u64 {
+        self.ev(pid, "x", "read", json!({"ret": 100, "fd": 9, "path": path}))
+    }
+    fn write(&mut self, pid: u32, path: &str) -> u64 {
+        self.ev(pid, "x", "write", json!({"ret": 100, "fd": 9, "path": path}))
+    }
+    fn loss(&mut self, cpu: u32, count: u64, start: u64, end: u64) {
+        self.lines.push(json!({"type":"loss","cpu":cpu,"first_seq":1000+start % 1000,"last_seq":1000 + start % 1000 + count - 1,"count":count,"category":"events","start_ns":start,"end_ns":end}).to_string());
+    }
+    fn ingest(&self, db: &Path) -> crate::IngestSummary {
+        let mut ing = Ingestor::open(db, IngestOptions { batch_lines: 7, ..Default::default() }).unwrap();
+        for l in &self.lines {
+            ing.push_line(l).unwrap();
+        }
+        ing.finish().unwrap().0
+    }
+}
+
+fn db() -> (tempfile::TempDir, PathBuf) {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("t.db");
+    (d, p)
+}
+
+fn labels(a: &Answer) -> Vec<String> {
+    let start: HashSet<i64> = a.start.iter().copied().collect();
+    let mut v: Vec<String> = a.nodes.iter().filter(|n| !start.contains(&n.node)).map(|n| n.label()).collect();
+    v.sort();
+    v
+}
+
+/// A small build: bash forks gcc (reads main.c via fd, stdio.h by path, writes
+/// main.o twice), bash forks ld (reads main.o, writes app, renames it), then
+/// another process rewrites main.o.
+fn build_stream() -> Stream {
+    let mut s = Stream::new();
+    s.fork(100, "bash", 101);
+    s.exec(101, "/usr/bin/gcc");
+    s.ev(101, "gcc", "openat", json!({"ret": 3, "fd": 3, "path": "/src/main.c"}));
+    s.ev(101, "gcc", "read", json!({"ret": 100, "fd": 3})); // no path: resolved through the fd table
+    s.read(101, "/usr/include/stdio.h");
+    s.ev(101, "gcc", "openat", json!({"ret": 4, "fd": 4, "path": "/tmp/main.o"}));
+    s.ev(101, "gcc", "write", json!({"ret": 100, "fd": 4}));
+    s.ev(101, "gcc", "write", json!({"ret": 100, "fd": 4})); // same writer, unread: same version
+    s.ev(101, "gcc", "exit_group", json!({}));
+    s.fork(100, "bash", 102);
+    s.exec(102, "/usr/bin/ld");
+    s.read(102, "/tmp/main.o");
+    s.write(102, "/out/app");
+    s.ev(102, "ld", "rename", json!({"ret": 0, "path": "/out/app", "path2": "/out/app.final"}));
+    s.ev(102, "ld", "exit_group", json!({}));
+    s.fork(100, "bash", 103);
+    s.write(103, "/tmp/main.o");
+    s
+}
+
+#[test]
+fn ancestors_of_a_renamed_build_output() {
+    let (_d, p) = db();
+    let s = build_stream();
+    let sum = s.ingest(&p);
+    assert_eq!(sum.malformed, 0);
+    let conn = crate::schema::open_ro(&p).unwrap();
+    let a = ancestry(&conn, "/out/app.final", Direction::Ancestors, None, Window::default()).unwrap();
+    assert_eq!(
+        labels(&a),
+        vec![
+            "/out/app v1",
+            "/src/main.c v0",
+            "/tmp/main.o v1",
+            "/usr/bin/gcc pid 101",
+            "/usr/bin/gcc v0",
+            "/usr/bin/ld pid 102",
+            "/usr/bin/ld v0",
+            "/usr/include/stdio.h v0",
+            "[bash] pid 100",
+            "[bash] pid 101",
+            "[bash] pid 102",
+            "uid:1000",
+        ]
+    );
+    // The later rewrite of main.o (by pid 103) is not an ancestor; the version chain is.
+    let v2 = resolve(&conn, "/tmp/main.o@v2", true).unwrap();
+    let d = ancestry(&conn, "/src/main.c", Direction::Descendants, None, Window::default()).unwrap();
+    assert!(d.nodes.iter().any(|n| n.node == v2[0]), "v2 wasDerivedFrom v1, so it descends from main.c");
+    assert_eq!(
+        labels(&d),
+        vec!["/out/app v1", "/out/app.final v1", "/tmp/main.o v1", "/tmp/main.o v2", "/usr/bin/gcc pid 101", "/usr/bin/ld pid 102"]
+    );
+    // Depth limit: one step back from app.final is its rename source and ld.
+    let a1 = ancestry(&conn, "/out/app.final", Direction::Ancestors, Some(1), Window::default()).unwrap();
+    assert_eq!(labels(&a1), vec!["/out/app v1", "/usr/bin/ld pid 102"]);
+    let kinds: HashSet<&str> = a1.edges.iter().map(|e| e.kind.name()).collect();
+    assert_eq!(kinds, ["wasDerivedFrom", "wasGeneratedBy"].into_iter().collect());
+}
+
+#[test]
+fn time_window_limits_the_walk() {
+    let (_d, p) = db();
+    let s = build_stream();
+    s.ingest(&p);
+    let conn = crate::schema::open_ro(&p).unwrap();
+    // Event n happens at T0+n s: ld reads main.o at 12, writes /out/app at 13, renames at 14.
+    let w = Window { since: None, until: Some((T0 + 11 * SEC) as i64) };
+    let a = ancestry(&conn, "/out/app.final", Direction::Ancestors, None, w).unwrap();
+    // Every edge into app.final's past is at T0+12s or later: nothing is admitted.
+    assert!(a.edges.is_empty(), "{:?}", a.edges);
+    assert_eq!(a.nodes.len(), 1, "only the target itself");
+    let w = Window { since: Some((T0 + 12 * SEC) as i64), until: None };
+    let a = ancestry(&conn, "/out/app.final", Direction::Ancestors, None, w).unwrap();
+    assert_eq!(labels(&a), vec!["/out/app v1", "/tmp/main.o v1", "/usr/bin/ld pid 102"]);
+}
+
+#[test]
+fn exec_chain_and_path() {
+    let (_d, p) = db();
+    let mut s = Stream::new();
+    // init(1) → sh(10) → sh(11) → python(12) writes /data/result
+    s.fork(1, "init", 10);
+    s.exec(10, "/bin/sh");
+    s.fork(10, "sh", 11);
+    s.exec(11, "/bin/sh");
+    s.exec(11, "/usr/bin/python3"); // exec twice in one pid: two executions
+    s.read(11, "/data/input.csv");
+    s.write(11, "/data/result");
+    s.ingest(&p);
+    let conn = crate::schema::open_ro(&p).unwrap();
+    let a = ancestry(&conn, "/data/result", Direction::Ancestors, None, Window::default()).unwrap();
+    let procs: Vec<String> = a.nodes.iter().filter(|n| n.kind == "process").map(|n| n.label()).collect();
+    assert_eq!(
+        procs,
+        ["/usr/bin/python3 pid 11", "/bin/sh pid 11", "/bin/sh pid 11", "/bin/sh pid 10", "[init] pid 10", "[init] pid 1"]
+    );
+    let depths: Vec<u32> = a.nodes.iter().filter(|n| n.kind == "process").map(|n| n.depth.unwrap()).collect();
+    assert_eq!(depths, vec![1, 2, 3, 4, 5, 6], "one exec or fork per step up the chain");
+    let path_answer = path(&conn, "/data/result", "pid:1").unwrap();
+    assert_eq!(path_answer.path.as_deref(), Some("/data/result depends on pid:1"));
+    assert_eq!(path_answer.edges.len(), 6);
+    let back = path(&conn, "pid:1", "/data/result").unwrap();
+    assert_eq!(back.path.as_deref(), Some("/data/result depends on pid:1"));
+    let none = path(&conn, "/data/input.csv", "/bin/sh").unwrap();
+    assert_eq!(none.path.as_deref(), Some("no causal path"));
+    assert!(none.edges.is_empty());
+}
+
+/// Topological check over the whole edge table: the graph must be a DAG.
+fn assert_acyclic(conn: &Connection) {
+    let mut st = conn.prepare("SELECT effect, cause FROM edges").unwrap();
+    let edges: Vec<(i64, i64)> = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(|e| e.unwrap()).collect();
+    let mut indeg: HashMap<i64, usize> = HashMap::new();
+    let mut out: HashMap<i64, Vec<i64>> = HashMap::new();
+    for (e, c) in &edges {
+        *indeg.entry(*c).or_default() += 1;
+        indeg.entry(*e).or_default();
+        out.entry(*e).or_default().push(*c);
+    }
+    let mut ready: Vec<i64> = indeg.iter().filter(|(_, d)| **d == 0).map(|(n, _)| *n).collect();
+    let mut seen = 0;
+    while let Some(n) = ready.pop() {
+        seen += 1;
+        for c in out.get(&n).cloned().unwrap_or_default() {
+            let d = indeg.get_mut(&c).unwrap();
+            *d -= 1;
+            if *d == 0 {
+                ready.push(c);
+            }
+        }
+    }
+    assert_eq!(seen, indeg.len(), "the provenance graph has a cycle");
+}
+
+#[test]
+fn process_versions_keep_the_graph_acyclic_and_precise() {
+    let (_d, p) = db();
+    let mut s = Stream::new();
+    // P reads A, writes B, then reads C and writes D: B must not depend on C.
+    s.read(20, "/a");
+    s.write(20, "/b");
+    s.read(20, "/c");
+    s.write(20, "/d");
+    // The classic cycle: P writes F, Q reads F and writes G, P reads G.
+    s.write(30, "/f");
+    s.read(31, "/f");
+    s.write(31, "/g");
+    s.read(30, "/g");
+    s.write(30, "/h");
+    // Reading back one's own write adds nothing.
+    s.write(40, "/self");
+    s.read(40, "/self");
+    s.ingest(&p);
+    let conn = crate::schema::open_ro(&p).unwrap();
+    assert_acyclic(&conn);
+    let b = ancestry(&conn, "/b", Direction::Ancestors, None, Window::default()).unwrap();
+    assert_eq!(labels(&b), vec!["/a v0", "[test] pid 20", "uid:1000"].into_iter().map(|l| l.replace("[test]", "[x]")).collect::<Vec<_>>());
+    let d = ancestry(&conn, "/d", Direction::Ancestors, None, Window::default()).unwrap();
+    assert_eq!(labels(&d), vec!["/a v0", "/c v0", "[x] pid 20", "[x] pid 20 v2", "uid:1000"]);
+    let h = ancestry(&conn, "/h", Direction::Ancestors, None, Window::default()).unwrap();
+    assert!(labels(&h).contains(&"/g v1".to_string()) && labels(&h).contains(&"/f v1".to_string()));
+    let own = ancestry(&conn, "pid:40", Direction::Ancestors, None, Window::default()).unwrap();
+    assert_eq!(labels(&own), vec!["uid:1000"], "no used edge back to its own output");
+}
+
+#[test]
+fn pipes_sockets_and_fd_tracking() {
+    let (_d, p) = db();
+    let mut s = Stream::new();
+    // sh creates a pipe, forks a writer and a reader that inherit it.
+    s.ev(50, "sh", "pipe2", json!({"ret": 0, "path": "pipe:[4242]", "args": {"read_fd": 3, "write_fd": 4}}));
+    s.fork(50, "sh", 51);
+    s.fork(50, "sh", 52);
+    s.ev(51, "producer", "write", json!({"ret": 10, "fd": 4}));
+    s.ev(52, "consumer", "dup2", json!({"ret": 0, "args": {"oldfd": 3, "newfd": 0}}));
+    s.ev(52, "consumer", "close", json!({"ret": 0, "args": {"fd": 3}}));
+    s.ev(52, "consumer", "read", json!({"ret": 10, "fd": 0}));
+    s.ev(52, "consumer", "write", json!({"ret": 10, "path": "/out/consumed"}));
+    // A download: connect, receive on the socket fd, write a file; then send back.
+    s.ev(60, "curl", "connect", json!({"ret": 0, "args": {"fd": 5}, "addr": "93.184.216.34:443"}));
+    s.ev(60, "curl", "recvfrom", json!({"ret": 1400, "fd": 5, "path": "socket:[99]"}));
+    s.write(60, "/tmp/download");
+    s.ev(60, "curl", "sendto", json!({"ret": 20, "fd": 5}));
+    s.ev(60, "curl", "read", json!({"ret": 20, "fd": 77})); // unknown fd, no path: counted, not guessed
+    let sum = s.ingest(&p);
+    assert_eq!(sum.graph.unresolved_io, 1);
+    let conn = crate::schema::open_ro(&p).unwrap();
+    let a = ancestry(&conn, "/out/consumed", Direction::Ancestors, None, Window::default()).unwrap();
+    let l = labels(&a);
+    assert!(l.contains(&"pipe:[4242] v1".to_string()), "{l:?}");
+    assert!(a.nodes.iter().any(|n| n.kind == "process" && n.pid == Some(51)), "the writer is an ancestor: {l:?}");
+    let kinds: HashSet<&str> = a.nodes.iter().map(|n| n.kind).collect();
+    assert!(kinds.contains("pipe"));
+    let dl = ancestry(&conn, "/tmp/download", Direction::Ancestors, None, Window::default()).unwrap();
+    assert!(labels(&dl).contains(&"93.184.216.34:443 v0".to_string()), "{:?}", labels(&dl));
+    let sock = resolve(&conn, "sock:93.184.216.34:443", true).unwrap();
+    let si = node_info(&conn, sock[0]).unwrap().unwrap();
+    assert_eq!((si.kind, si.version), ("socket", 1), "the send made a new version of the endpoint");
+}
+
+#[test]
+fn touched_by_and_who_touched() {
+    let (_d, p) = db();
+    let s = build_stream();
+    s.ingest(&p);
+    let conn = crate::schema::open_ro(&p).unwrap();
+    let t = touched_by(&conn, "pid:101", Window::default()).unwrap();
+    let rows: Vec<(String, String)> =
+        t.rows.iter().map(|r| (r.action.to_string(), t.node(r.object).unwrap().label())).collect();
+    assert_eq!(
+        rows,
+        vec![
+            ("read".to_string(), "/usr/bin/gcc v0".to_string()),
+            ("read".into(), "/src/main.c v0".into()),
+            ("read".into(), "/usr/include/stdio.h v0".into()),
+            ("wrote".into(), "/tmp/main.o v1".into()),
+        ]
+    );
+    let w = who_touched(&conn, "/tmp/main.o", Window::default()).unwrap();
+    let rows: Vec<(String, Option<i64>)> = w.rows.iter().map(|r| (r.action.to_string(), w.node(r.process).unwrap().pid)).collect();
+    assert_eq!(rows, vec![("wrote".to_string(), Some(101)), ("read".into(), Some(102)), ("wrote".into(), Some(103))]);
+    assert!(touched_by(&conn, "/tmp/main.o", Window::default()).is_err(), "a file is not a process");
+    assert!(resolve(&conn, "/nonexistent", true).unwrap_err().to_string().contains("nothing in the store"));
+}
+
+#[test]
+fn completeness_annotation_exactly_when_a_loss_overlaps() {
+    let (_d, p) = db();
+    let mut s = Stream::new();
+    s.read(70, "/early/in"); // T0+1s
+    s.write(70, "/early/out"); // T0+2s
+    for i in 0..5 {
+        s.read(80 + i, "/filler"); // T0+3..7s, unrelated processes
+    }
+    let late_start = s.read(90, "/late/in"); // T0+8s
+    let late_end = s.write(90, "/late/out"); // T0+9s
+    s.loss(3, 7, T0 + 4 * SEC, T0 + 6 * SEC); // overlaps neither: between the two spans
+    s.loss(1, 42, late_end, late_end + SEC); // touches the late span at its last instant
+    s.ingest(&p);
+    let conn = crate::schema::open_ro(&p).unwrap();
+    let early = ancestry(&conn, "/early/out", Direction::Ancestors, None, Window::default()).unwrap();
+    assert!(early.complete, "losses at T0+4..6s do not overlap {:?}", early.span_ns);
+    assert!(early.losses.is_empty());
+    let late = ancestry(&conn, "/late/out", Direction::Ancestors, None, Window::default()).unwrap();
+    assert_eq!(late.span_ns, Some((late_start as i64, late_end as i64)));
+    assert!(!late.complete);
+    assert_eq!(late.losses.len(), 1);
+    let msg = late.losses[0].message();
+    assert!(msg.starts_with("may be incomplete: 42 events lost on CPU 1 between "), "{msg}");
+    assert!(crate::render::text(&late).contains("WARNING: may be incomplete: 42 events lost on CPU 1"));
+    assert!(!crate::render::text(&early).contains("may be incomplete"));
+    // Widening the early question to everything /filler fed overlaps the CPU 3 loss.
+    let filler = ancestry(&conn, "/filler", Direction::Descendants, None, Window::default()).unwrap();
+    assert_eq!(filler.losses.iter().map(|l| l.cpu).collect::<Vec<_>>(), vec![3]);
+}
+
+#[test]
+fn reingest_does_not_duplicate_and_malformed_lines_are_skipped() {
+    let (_d, p) = db();
+    let mut s = build_stream();
+    s.lines.insert(3, "{not json".into());
+    s.lines.insert(6, r#"{"type":"event","id":5}"#.into());
+    s.lines.insert(9, "".into());
+    let first = s.ingest(&p);
+    assert_eq!(first.malformed, 2);
+    let conn = crate::schema::open_ro(&p).unwrap();
+    let count = |sql: &str| -> i64 { conn.query_row(sql, [], |r| r.get(0)).unwrap() };
+    let (events, nodes, edges) = (count("SELECT COUNT(*) FROM events"), count("SELECT COUNT(*) FROM nodes"), count("SELECT COUNT(*) FROM edges"));
+    assert_eq!(events as u64, first.events_new);
+    let rejects: Vec<(i64, String)> = conn
+        .prepare("SELECT line_no, error FROM rejects ORDER BY line_no")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect();
+    assert_eq!(rejects.iter().map(|r| r.0).collect::<Vec<_>>(), vec![4, 7], "1-based line numbers");
+    assert!(rejects[1].1.contains("time_ns"));
+    let again = s.ingest(&p);
+    assert_eq!(again.events_new, 0);
+    assert_eq!(again.events_duplicate, first.events_new);
+    assert_eq!(count("SELECT COUNT(*) FROM events"), events);
+    assert_eq!(count("SELECT COUNT(*) FROM nodes"), nodes);
+    assert_eq!(count("SELECT COUNT(*) FROM edges"), edges);
+    // The raw line is kept, byte for byte.
+    let (boot, id): (i64, i64) = conn.query_row("SELECT boot, event_id FROM events ORDER BY time_ns LIMIT 1", [], |r| Ok((r.get(0)?, r.get(1)?))).unwrap();
+    assert_eq!(crate::ingest::raw_event(&conn, boot, id).unwrap().as_deref(), Some(s.lines[1].as_str()));
+}
+
+#[test]
+fn a_stream_split_across_ingests_continues_version_chains() {
+    let (_d, p) = db();
+    let s = build_stream();
+    let (_d2, whole) = db();
+    s.ingest(&whole);
+    // Same stream in two runs: the builder state persisted in the store carries over.
+    let mut a = Stream::new();
+    a.lines = s.lines[..9].to_vec();
+    let mut b = Stream::new();
+    b.lines = s.lines[9..].to_vec();
+    a.ingest(&p);
+    b.lines.insert(0, s.lines[0].clone());
+    b.ingest(&p);
+    let c1 = crate::schema::open_ro(&whole).unwrap();
+    let c2 = crate::schema::open_ro(&p).unwrap();
+    let ans = |c: &Connection| labels(&ancestry(c, "/out/app.final", Direction::Ancestors, None, Window::default()).unwrap());
+    assert_eq!(ans(&c1), ans(&c2));
+    let n = |c: &Connection| -> (i64, i64) {
+        (c.query_row("SELECT COUNT(*) FROM nodes", [], |r| r.get(0)).unwrap(), c.query_row("SELECT COUNT(*) FROM edges", [], |r| r.get(0)).unwrap())
+    };
+    assert_eq!(n(&c1), n(&c2));
+}
+
+#[test]
+fn dot_and_prov_json() {
+    let (_d, p) = db();
+    let mut s = build_stream();
+    s.loss(0, 5, T0, T0 + 100 * SEC);
+    s.ingest(&p);
+    let conn = crate::schema::open_ro(&p).unwrap();
+    let a = ancestry(&conn, "/out/app.final", Direction::Ancestors, None, Window::default()).unwrap();
+    let dot = crate::render::dot(&a);
+    assert!(dot.contains("shape=box") && dot.contains("shape=ellipse") && dot.contains("shape=house"));
+    assert!(dot.contains("incomplete [shape=note"));
+    let dir = tempfile::tempdir().unwrap();
+    let dp = dir.path().join("a.dot");
+    std::fs::write(&dp, &dot).unwrap();
+    crate::cli::render_svg(&dp, &dir.path().join("a.svg")).expect("Graphviz parses our DOT");
+    assert!(std::fs::read_to_string(dir.path().join("a.svg")).unwrap().contains("<svg"));
+    let prov: Value = serde_json::from_str(&crate::render::prov_json(&a).unwrap()).unwrap();
+    assert_eq!(prov["activity"].as_object().unwrap().len(), a.nodes.iter().filter(|n| n.kind == "process").count());
+    assert_eq!(prov["wasDerivedFrom"].as_object().unwrap().len(), 1);
+    let used = prov["used"].as_object().unwrap().values().next().unwrap();
+    assert!(used["prov:activity"].as_str().unwrap().starts_with("custos:n") && used["prov:time"].is_string());
+    assert_eq!(prov["custos:completeness"]["complete"], false);
+}
+
+#[test]
+fn out_of_order_delivery_is_applied_in_time_order() {
+    // As the real collector delivers: per ring and per CPU, so a child's exec can
+    // precede the parent's clone record (clone returns in the parent after the
+    // child ran), and a reader's record can precede the writer's.
+    let (_d, p) = db();
+    let mut s = Stream::new();
+    let line = |id: u64, t: u64, pid: u32, syscall: &str, extra: Value| {
+        let mut v = json!({"type":"event","id":id,"cpu":0,"seq":id,"time_ns":T0 + t * SEC,"pid":pid,"tid":pid,"uid":0,"euid":0,
+            "comm":"x","syscall":syscall});
+        for (k, x) in extra.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        v.to_string()
+    };
+    s.lines.push(line(1, 1, 10, "write", json!({"ret": 5, "path": "/seed"})));
+    s.lines.push(line(4, 4, 11, "execve", json!({"ret": 0, "path": "/usr/bin/reader", "argv": ["reader"]})));
+    s.lines.push(line(6, 6, 11, "read", json!({"ret": 5, "path": "/shared"}))); // delivered before the write it read
+    s.lines.push(line(3, 5, 10, "clone", json!({"ret": 11, "child_pid": 11}))); // the parent's clone returns late
+    s.lines.push(line(5, 5, 12, "write", json!({"ret": 5, "path": "/shared"})));
+    s.lines.push(line(7, 7, 11, "write", json!({"ret": 5, "path": "/result"})));
+    s.ingest(&p);
+    let conn = crate::schema::open_ro(&p).unwrap();
+    let a = ancestry(&conn, "/result", Direction::Ancestors, None, Window::default()).unwrap();
+    let l = labels(&a);
+    assert!(l.contains(&"/shared v1".to_string()), "the read saw the write's version: {l:?}");
+    assert!(a.nodes.iter().any(|n| n.pid == Some(12)), "the writer is an ancestor: {l:?}");
+    assert!(a.nodes.iter().any(|n| n.pid == Some(10)), "the late clone still links the child to its parent: {l:?}");
+    assert!(!l.contains(&"/seed v1".to_string()), "the parent's earlier write is not an input: {l:?}");
+    let execs: Vec<&NodeInfo> = a.nodes.iter().filter(|n| n.pid == Some(11) && n.name == "/usr/bin/reader").collect();
+    assert_eq!(execs.len(), 1, "the exec is not replaced by the late clone: {l:?}");
+}
+
+/// The ancestry index (cause lists) must hold exactly the edge table's rows.
+fn assert_cause_lists_match_edges(conn: &Connection) {
+    let nodes: Vec<i64> = conn.prepare("SELECT node FROM nodes").unwrap().query_map([], |r| r.get(0)).unwrap().map(|r| r.unwrap()).collect();
+    let rows: i64 = conn.query_row("SELECT COUNT(*) FROM causes", [], |r| r.get(0)).unwrap();
+    assert_eq!(rows as usize, nodes.len(), "one cause list per node");
+    for n in nodes {
+        let list: Vec<u8> = conn.query_row("SELECT list FROM causes WHERE node = ?1", [n], |r| r.get(0)).unwrap();
+        let mut from_list: Vec<(i64, i64, i64, i64)> =
+            crate::graph::decode_causes(&list).map(|c| (c.cause, c.kind as i64, c.event_id, c.time_ns)).collect();
+        let mut from_edges: Vec<(i64, i64, i64, i64)> = conn
+            .prepare("SELECT cause, kind, event_id, time_ns FROM edges WHERE effect = ?1")
+            .unwrap()
+            .query_map([n], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+            .unwrap()
+            .map(|r| r.unwrap())
+            .collect();
+        from_list.sort();
+        from_edges.sort();
+        assert_eq!(from_list, from_edges, "node {n}");
+        let by_list = ancestor_ids(conn, n).unwrap();
+        let by_table = ancestor_ids_by_edge_table(conn, n).unwrap();
+        assert_eq!(by_list, by_table, "ancestors of {n}");
+    }
+}
+
+#[test]
+fn ancestry_index_matches_the_edge_table() {
+    // Batches of 7 lines: long-lived processes gain causes across batches (the append path).
+    for s in [build_stream(), {
+        let mut s = Stream::new();
+        for i in 0..40 {
+            s.read(20, &format!("/in/{i}"));
+            if i % 5 == 0 {
+                s.write(20, "/out");
+            }
+        }
+        s
+    }] {
+        let (_d, p) = db();
+        s.ingest(&p);
+        let conn = crate::schema::open_ro(&p).unwrap();
+        assert_cause_lists_match_edges(&conn);
+    }
+}
+
+#[test]
+fn file_mappings_are_reads_and_shared_writable_ones_writes() {
+    let (_d, p) = db();
+    let mut s = Stream::new();
+    s.exec(30, "/usr/bin/app");
+    // The dynamic loader maps libc read+exec (private): a used edge.
+    s.ev(30, "app", "mmap", json!({"ret": 1, "fd": 3, "path": "/usr/lib/libc.so.6", "args": {"prot": 5, "flags": 2066, "fd": 3}}));
+    // Anonymous memory: nothing.
+    s.ev(30, "app", "mmap", json!({"ret": 1, "args": {"prot": 3, "flags": 34, "fd": -1}}));
+    // A shared writable mapping of a data file: a write.
+    s.ev(30, "app", "mmap", json!({"ret": 1, "fd": 4, "path": "/var/db/data", "args": {"prot": 3, "flags": 1, "fd": 4}}));
+    s.ingest(&p);
+    let conn = crate::schema::open_ro(&p).unwrap();
+    let a = ancestry(&conn, "/var/db/data", Direction::Ancestors, None, Window::default()).unwrap();
+    let l = labels(&a);
+    assert!(l.contains(&"/usr/lib/libc.so.6 v0".to_string()), "{l:?}");
+    assert!(l.contains(&"/var/db/data v0".to_string()), "mapped for reading too: {l:?}");
+    assert_eq!(a.start.len(), 1);
+    assert_eq!(node_info(&conn, a.start[0]).unwrap().unwrap().version, 1, "the shared writable mapping made version 1");
+}

@@ -1,0 +1,218 @@
+//! Answers for people (tables), programs (JSON), pictures (DOT/SVG) and
+//! other provenance tools (W3C PROV-JSON).
+
+use crate::query::{Answer, NodeInfo};
+use crate::schema::{EdgeKind, NodeKind};
+use crate::timefmt::format_ns;
+use anyhow::{Context, Result};
+use serde_json::{json, Map, Value};
+use std::fmt::Write as _;
+
+fn table(out: &mut String, header: &[&str], rows: &[Vec<String>]) {
+    let mut width: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            width[i] = width[i].max(c.chars().count());
+        }
+    }
+    let line = |out: &mut String, cells: Vec<&str>| {
+        let last = cells.len() - 1;
+        for (i, c) in cells.iter().enumerate() {
+            if i == last {
+                let _ = write!(out, "{c}");
+            } else {
+                let _ = write!(out, "{c:<w$}  ", w = width[i]);
+            }
+        }
+        out.push('\n');
+    };
+    line(out, header.to_vec());
+    for r in rows {
+        line(out, r.iter().map(String::as_str).collect());
+    }
+}
+
+fn short_time(ns: i64) -> String {
+    // 2026-11-21T10:15:04.123456Z: microseconds are enough to read.
+    let s = format_ns(ns as u64);
+    format!("{}Z", &s[..26])
+}
+
+/// The human-readable answer.
+pub fn text(a: &Answer) -> String {
+    let mut out = String::new();
+    let by_id: std::collections::HashMap<i64, &NodeInfo> = a.nodes.iter().map(|n| (n.node, n)).collect();
+    let node = |id: i64| by_id.get(&id).copied();
+    for l in &a.losses {
+        let _ = writeln!(out, "WARNING: {}", l.message());
+    }
+    if let Some(p) = &a.path {
+        let _ = writeln!(out, "{}: {p}", a.query);
+    }
+    if !a.rows.is_empty() || a.query.starts_with("touched-by") || a.query.starts_with("who-touched") {
+        let rows: Vec<Vec<String>> = a
+            .rows
+            .iter()
+            .map(|r| {
+                let p = node(r.process).map(NodeInfo::label).unwrap_or_default();
+                let o = node(r.object).map(|n| format!("{} {}", n.kind, n.label())).unwrap_or_default();
+                vec![short_time(r.time_ns), r.action.to_string(), p, o, format!("{:#x}", r.event_id)]
+            })
+            .collect();
+        table(&mut out, &["TIME", "ACTION", "PROCESS", "OBJECT", "EVENT"], &rows);
+        let _ = writeln!(out, "{} rows", a.rows.len());
+    } else {
+        let mut via: std::collections::HashMap<i64, &crate::query::EdgeInfo> = std::collections::HashMap::new();
+        for e in &a.edges {
+            // The edge that first reached a node (the BFS tree edge) explains why it is listed.
+            let (from, to) = if a.query.starts_with("descendants") { (e.cause, e.effect) } else { (e.effect, e.cause) };
+            let (df, dt) = (node(from).and_then(|n| n.depth), node(to).and_then(|n| n.depth));
+            if matches!((df, dt), (Some(x), Some(y)) if y == x + 1) {
+                via.entry(to).or_insert(e);
+            }
+        }
+        let rows: Vec<Vec<String>> = a
+            .nodes
+            .iter()
+            .map(|n| {
+                let (kind, ev) = via.get(&n.node).map(|e| (e.kind.name().to_string(), format!("{:#x}", e.event_id))).unwrap_or_default();
+                vec![
+                    n.depth.map(|d| d.to_string()).unwrap_or_default(),
+                    n.node.to_string(),
+                    n.kind.to_string(),
+                    n.label(),
+                    short_time(n.time_ns),
+                    kind,
+                    ev,
+                ]
+            })
+            .collect();
+        table(&mut out, &["DEPTH", "NODE", "KIND", "WHAT", "CREATED", "VIA", "EVENT"], &rows);
+        let _ = writeln!(out, "{} nodes, {} edges", a.nodes.len(), a.edges.len());
+    }
+    if a.complete {
+        let _ = writeln!(out, "complete: no loss recorded in the answer's time span");
+    }
+    out
+}
+
+pub fn json(a: &Answer) -> Result<String> {
+    serde_json::to_string_pretty(a).context("encoding the answer as JSON")
+}
+
+fn esc(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('"', "\\\"")
+}
+
+/// Graphviz DOT: processes are blue boxes (PROV activities), files yellow
+/// ellipses (entities), sockets green diamonds, pipes grey cylinders, users
+/// orange houses (agents); edges point from effect to cause as in PROV.
+pub fn dot(a: &Answer) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "digraph provenance {{");
+    let _ = writeln!(out, "  rankdir=BT;\n  node [fontname=\"Helvetica\", fontsize=10];\n  edge [fontname=\"Helvetica\", fontsize=8];");
+    let _ = writeln!(out, "  label=\"{}\"; labelloc=t;", esc(&a.query));
+    let starts: std::collections::HashSet<i64> = a.start.iter().copied().collect();
+    for n in &a.nodes {
+        let (shape, fill) = match n.node_kind() {
+            NodeKind::Process => ("box", "#9fb1fc"),
+            NodeKind::File => ("ellipse", "#fffc87"),
+            NodeKind::Socket => ("diamond", "#a6e3a1"),
+            NodeKind::Pipe => ("cylinder", "#d0d0d0"),
+            NodeKind::User => ("house", "#fed37f"),
+        };
+        let pen = if starts.contains(&n.node) { ", penwidth=3" } else { "" };
+        let _ = writeln!(
+            out,
+            "  n{} [shape={shape}, style=filled, fillcolor=\"{fill}\"{pen}, label=\"{}\\n#{} {}\"];",
+            n.node,
+            esc(&n.label()),
+            n.node,
+            &short_time(n.time_ns)[11..]
+        );
+    }
+    for e in &a.edges {
+        let style = match e.kind {
+            EdgeKind::Used => "solid",
+            EdgeKind::WasGeneratedBy => "bold",
+            EdgeKind::WasInformedBy => "dashed",
+            EdgeKind::WasDerivedFrom => "dotted",
+            EdgeKind::WasAssociatedWith => "tapered",
+        };
+        let _ = writeln!(out, "  n{} -> n{} [label=\"{}\", style={style}];", e.effect, e.cause, e.kind.name());
+    }
+    if !a.losses.is_empty() {
+        let text: Vec<String> = a.losses.iter().map(|l| esc(&l.message())).collect();
+        let _ = writeln!(out, "  incomplete [shape=note, color=red, fontcolor=red, label=\"{}\"];", text.join("\\n"));
+    }
+    out.push_str("}\n");
+    out
+}
+
+fn qn(id: i64) -> String {
+    format!("custos:n{id}")
+}
+
+/// W3C PROV-JSON (https://www.w3.org/submissions/prov-json/).
+pub fn prov_json(a: &Answer) -> Result<String> {
+    let mut entity = Map::new();
+    let mut activity = Map::new();
+    let mut agent = Map::new();
+    for n in &a.nodes {
+        let mut attrs = Map::new();
+        attrs.insert("prov:type".into(), json!(format!("custos:{}", n.kind)));
+        attrs.insert("prov:label".into(), json!(n.label()));
+        attrs.insert("custos:name".into(), json!(n.name));
+        attrs.insert("custos:version".into(), json!(n.version));
+        attrs.insert("custos:event".into(), json!(n.event_id));
+        match n.node_kind() {
+            NodeKind::Process => {
+                attrs.insert("prov:startTime".into(), json!(format_ns(n.time_ns as u64)));
+                if let Some(pid) = n.pid {
+                    attrs.insert("custos:pid".into(), json!(pid));
+                }
+                activity.insert(qn(n.node), Value::Object(attrs));
+            }
+            NodeKind::User => {
+                agent.insert(qn(n.node), Value::Object(attrs));
+            }
+            _ => {
+                entity.insert(qn(n.node), Value::Object(attrs));
+            }
+        }
+    }
+    let mut rel: std::collections::BTreeMap<&str, Map<String, Value>> = Default::default();
+    for (i, e) in a.edges.iter().enumerate() {
+        let (k1, k2) = match e.kind {
+            EdgeKind::Used => ("prov:activity", "prov:entity"),
+            EdgeKind::WasGeneratedBy => ("prov:entity", "prov:activity"),
+            EdgeKind::WasInformedBy => ("prov:informed", "prov:informant"),
+            EdgeKind::WasDerivedFrom => ("prov:generatedEntity", "prov:usedEntity"),
+            EdgeKind::WasAssociatedWith => ("prov:activity", "prov:agent"),
+        };
+        let mut m = Map::new();
+        m.insert(k1.into(), json!(qn(e.effect)));
+        m.insert(k2.into(), json!(qn(e.cause)));
+        if matches!(e.kind, EdgeKind::Used | EdgeKind::WasGeneratedBy) {
+            m.insert("prov:time".into(), json!(format_ns(e.time_ns as u64)));
+        } else {
+            m.insert("custos:time".into(), json!(format_ns(e.time_ns as u64)));
+        }
+        m.insert("custos:event".into(), json!(e.event_id));
+        rel.entry(e.kind.name()).or_default().insert(format!("_:e{i}"), Value::Object(m));
+    }
+    let mut doc = Map::new();
+    doc.insert("prefix".into(), json!({"custos": "https://example.invalid/custos/ns#"}));
+    doc.insert("entity".into(), Value::Object(entity));
+    doc.insert("activity".into(), Value::Object(activity));
+    doc.insert("agent".into(), Value::Object(agent));
+    for (k, v) in rel {
+        doc.insert(k.into(), Value::Object(v));
+    }
+    // Completeness travels with the document as a bundle-level note.
+    doc.insert(
+        "custos:completeness".into(),
+        json!({"complete": a.complete, "losses": a.losses.iter().map(|l| l.message()).collect::<Vec<_>>()}),
+    );
+    serde_json::to_string_pretty(&Value::Object(doc)).context("encoding PROV-JSON")
+}

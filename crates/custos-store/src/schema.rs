@@ -1,0 +1,251 @@
+//! The database layout. One SQLite file in WAL mode; see docs/store.md for why.
+
+use anyhow::{Context, Result};
+use rusqlite::{Connection, OpenFlags};
+use std::path::Path;
+
+/// Bumped whenever the layout changes; a database with another version is refused.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// Node kinds (the `nodes.kind` column).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum NodeKind {
+    Process = 1,
+    File = 2,
+    Socket = 3,
+    Pipe = 4,
+    User = 5,
+}
+
+impl NodeKind {
+    pub fn from_i64(v: i64) -> Option<Self> {
+        Some(match v {
+            1 => Self::Process,
+            2 => Self::File,
+            3 => Self::Socket,
+            4 => Self::Pipe,
+            5 => Self::User,
+            _ => return None,
+        })
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Process => "process",
+            Self::File => "file",
+            Self::Socket => "socket",
+            Self::Pipe => "pipe",
+            Self::User => "user",
+        }
+    }
+}
+
+/// Edge kinds in W3C PROV terms. Every edge points from effect to cause.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum EdgeKind {
+    /// process (effect) read an artifact version (cause)
+    Used = 1,
+    /// artifact version (effect) was written by a process (cause)
+    WasGeneratedBy = 2,
+    /// process (effect) was forked/exec'd/continued from a process (cause)
+    WasInformedBy = 3,
+    /// artifact version (effect) derives from an earlier version or a rename source (cause)
+    WasDerivedFrom = 4,
+    /// process (effect) acted for a user (cause)
+    WasAssociatedWith = 5,
+}
+
+impl EdgeKind {
+    pub fn from_i64(v: i64) -> Option<Self> {
+        Some(match v {
+            1 => Self::Used,
+            2 => Self::WasGeneratedBy,
+            3 => Self::WasInformedBy,
+            4 => Self::WasDerivedFrom,
+            5 => Self::WasAssociatedWith,
+            _ => return None,
+        })
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Used => "used",
+            Self::WasGeneratedBy => "wasGeneratedBy",
+            Self::WasInformedBy => "wasInformedBy",
+            Self::WasDerivedFrom => "wasDerivedFrom",
+            Self::WasAssociatedWith => "wasAssociatedWith",
+        }
+    }
+}
+
+const DDL: &str = r#"
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;
+-- One row per boot identity; event ids are unique only within a boot.
+CREATE TABLE IF NOT EXISTS boots(boot INTEGER PRIMARY KEY, boot_id TEXT NOT NULL UNIQUE);
+-- Raw JSON Lines, zstd-compressed per committed batch; events point into them.
+CREATE TABLE IF NOT EXISTS raw_chunks(
+    chunk INTEGER PRIMARY KEY,
+    ingest INTEGER NOT NULL,
+    lines INTEGER NOT NULL,
+    zstd BLOB NOT NULL);
+-- Every accepted event once: (boot, event_id) is the de-duplication key.
+CREATE TABLE IF NOT EXISTS events(
+    boot INTEGER NOT NULL,
+    event_id INTEGER NOT NULL,
+    time_ns INTEGER NOT NULL,
+    chunk INTEGER NOT NULL,
+    slot INTEGER NOT NULL,
+    PRIMARY KEY(boot, event_id)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS nodes(
+    node INTEGER PRIMARY KEY,
+    kind INTEGER NOT NULL,
+    boot INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    pid INTEGER,
+    exec INTEGER,
+    time_ns INTEGER NOT NULL,
+    event_id INTEGER,
+    attrs TEXT);
+CREATE INDEX IF NOT EXISTS nodes_by_name ON nodes(name, kind);
+CREATE INDEX IF NOT EXISTS nodes_by_pid ON nodes(pid) WHERE pid IS NOT NULL;
+CREATE INDEX IF NOT EXISTS nodes_by_exec ON nodes(exec) WHERE exec IS NOT NULL;
+-- Clustered on the effect: an ancestry step is one b-tree seek plus a short scan.
+CREATE TABLE IF NOT EXISTS edges(
+    effect INTEGER NOT NULL,
+    cause INTEGER NOT NULL,
+    kind INTEGER NOT NULL,
+    event_id INTEGER NOT NULL,
+    time_ns INTEGER NOT NULL,
+    boot INTEGER NOT NULL,
+    PRIMARY KEY(effect, cause, kind, event_id)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS edges_by_cause ON edges(cause, effect, kind, time_ns);
+-- The ancestry index: every node's outgoing edges (its causes) packed in one
+-- blob (see graph::CAUSE_ENTRY), one row per node keyed by node id, so a walk
+-- step is one integer-keyed seek read through the incremental-blob API.
+CREATE TABLE IF NOT EXISTS causes(node INTEGER PRIMARY KEY, list BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS losses(
+    boot INTEGER NOT NULL,
+    cpu INTEGER NOT NULL,
+    category TEXT NOT NULL,
+    first_seq INTEGER NOT NULL,
+    last_seq INTEGER NOT NULL,
+    count INTEGER NOT NULL,
+    start_ns INTEGER NOT NULL,
+    end_ns INTEGER NOT NULL,
+    PRIMARY KEY(boot, cpu, category, first_seq, start_ns)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS losses_by_time ON losses(start_ns, end_ns);
+CREATE TABLE IF NOT EXISTS stats(
+    boot INTEGER NOT NULL,
+    time_ns INTEGER NOT NULL,
+    line TEXT NOT NULL,
+    PRIMARY KEY(boot, time_ns)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS ingests(
+    ingest INTEGER PRIMARY KEY,
+    source TEXT NOT NULL,
+    started_ns INTEGER NOT NULL,
+    finished_ns INTEGER,
+    lines INTEGER NOT NULL DEFAULT 0,
+    events_new INTEGER NOT NULL DEFAULT 0,
+    events_duplicate INTEGER NOT NULL DEFAULT 0,
+    malformed INTEGER NOT NULL DEFAULT 0,
+    losses INTEGER NOT NULL DEFAULT 0);
+-- Malformed lines are kept verbatim so nothing is lost.
+CREATE TABLE IF NOT EXISTS rejects(
+    ingest INTEGER NOT NULL,
+    line_no INTEGER NOT NULL,
+    error TEXT NOT NULL,
+    line TEXT NOT NULL,
+    PRIMARY KEY(ingest, line_no)) WITHOUT ROWID;
+-- Graph-builder state, committed with every batch so a later ingest of the
+-- same stream (or after a crash) continues the version chains correctly.
+CREATE TABLE IF NOT EXISTS heads(
+    kind INTEGER NOT NULL,
+    scope INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    node INTEGER NOT NULL,
+    version INTEGER NOT NULL,
+    frozen INTEGER NOT NULL,
+    generator INTEGER NOT NULL,
+    deleted INTEGER NOT NULL,
+    PRIMARY KEY(kind, scope, name)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS procs(
+    boot INTEGER NOT NULL,
+    pid INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    PRIMARY KEY(boot, pid)) WITHOUT ROWID;
+"#;
+
+fn tune(conn: &Connection) -> Result<()> {
+    // 256 MiB of mmap and 64 MiB of page cache: the ancestry walk is random
+    // point lookups, so keeping the b-tree interior pages hot matters most.
+    conn.execute_batch(
+        "PRAGMA mmap_size = 268435456;
+         PRAGMA cache_size = -65536;
+         PRAGMA temp_store = MEMORY;",
+    )
+    .context("setting connection pragmas")?;
+    conn.busy_timeout(std::time::Duration::from_secs(30))?;
+    Ok(())
+}
+
+/// Opens (creating if needed) a store for writing.
+pub fn open_rw(path: &Path) -> Result<Connection> {
+    let conn = Connection::open(path)
+        .with_context(|| format!("opening store {}", path.display()))?;
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
+        .with_context(|| format!("switching {} to WAL mode (is it a SQLite database?)", path.display()))?;
+    if mode != "wal" {
+        anyhow::bail!("{}: could not enable WAL mode (got {mode})", path.display());
+    }
+    // NORMAL is durable at every WAL checkpoint and crash-consistent always;
+    // FULL additionally fsyncs each commit, which is what "acknowledged" promises.
+    conn.execute_batch("PRAGMA synchronous = FULL;")?;
+    tune(&conn)?;
+    // Ingest inserts into several B-trees keyed by random values (paths, cause
+    // ids); a larger page cache for the one writer keeps their interiors hot.
+    conn.execute_batch("PRAGMA cache_size = -524288;")?;
+    conn.execute_batch(DDL)
+        .with_context(|| format!("creating tables in {}", path.display()))?;
+    check_version(&conn, path, true)?;
+    Ok(conn)
+}
+
+/// Opens an existing store for queries.
+pub fn open_ro(path: &Path) -> Result<Connection> {
+    if !path.exists() {
+        anyhow::bail!(
+            "store {} does not exist; create it with `custos ingest --db {} EVENTS.jsonl`",
+            path.display(),
+            path.display()
+        );
+    }
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .with_context(|| format!("opening store {}", path.display()))?;
+    tune(&conn)?;
+    check_version(&conn, path, false)?;
+    Ok(conn)
+}
+
+fn check_version(conn: &Connection, path: &Path, create: bool) -> Result<()> {
+    let v: Option<i64> = conn
+        .query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0))
+        .ok();
+    match v {
+        Some(SCHEMA_VERSION) => Ok(()),
+        Some(other) => anyhow::bail!(
+            "{} has store schema version {other}, this custos understands {SCHEMA_VERSION}; re-ingest the archived JSON Lines into a new store",
+            path.display()
+        ),
+        None if create => {
+            conn.execute(
+                "INSERT INTO meta(key, value) VALUES('schema_version', ?1)",
+                [SCHEMA_VERSION],
+            )?;
+            Ok(())
+        }
+        None => anyhow::bail!("{} is not a custos store (no schema version)", path.display()),
+    }
+}

@@ -1,0 +1,97 @@
+//! Nanosecond Unix times to and from RFC 3339 (UTC), without a date crate.
+
+use anyhow::{bail, Context, Result};
+
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = if y >= 0 { y } else { y - 399 } / 400;
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146097 + doe - 719468
+}
+
+fn civil_from_days(z: i64) -> (i64, i64, i64) {
+    let z = z + 719468;
+    let era = if z >= 0 { z } else { z - 146096 } / 146097;
+    let doe = z - era * 146097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+/// `2026-11-21T10:15:04.123456789Z`
+pub fn format_ns(ns: u64) -> String {
+    let secs = (ns / 1_000_000_000) as i64;
+    let frac = ns % 1_000_000_000;
+    let (y, m, d) = civil_from_days(secs.div_euclid(86400));
+    let rem = secs.rem_euclid(86400);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{frac:09}Z",
+        rem / 3600,
+        (rem / 60) % 60,
+        rem % 60
+    )
+}
+
+/// Accepts nanoseconds since the epoch (`1763720104000000000`) or RFC 3339 in
+/// UTC (`2026-11-21T10:15:04Z`, fractional seconds optional).
+pub fn parse_time(s: &str) -> Result<u64> {
+    let s = s.trim();
+    if let Ok(ns) = s.parse::<u64>() {
+        return Ok(ns);
+    }
+    let err = || {
+        format!("time {s:?}: expected nanoseconds since the epoch or RFC 3339 UTC like 2026-11-21T10:15:04Z")
+    };
+    let b = s.as_bytes();
+    if b.len() < 19 || b[4] != b'-' || b[7] != b'-' || !(b[10] == b'T' || b[10] == b' ') || b[13] != b':' || b[16] != b':' {
+        bail!(err());
+    }
+    let num = |r: std::ops::Range<usize>| -> Result<i64> {
+        s.get(r).and_then(|x| x.parse::<i64>().ok()).with_context(err)
+    };
+    let (y, mo, d, h, mi, se) = (num(0..4)?, num(5..7)?, num(8..10)?, num(11..13)?, num(14..16)?, num(17..19)?);
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || se > 60 {
+        bail!(err());
+    }
+    let mut rest = &s[19..];
+    let mut frac_ns = 0u64;
+    if let Some(r) = rest.strip_prefix('.') {
+        let digits: String = r.chars().take_while(|c| c.is_ascii_digit()).collect();
+        if digits.is_empty() || digits.len() > 9 {
+            bail!(err());
+        }
+        frac_ns = format!("{digits:0<9}").parse().with_context(err)?;
+        rest = &r[digits.len()..];
+    }
+    if !(rest.is_empty() || rest == "Z" || rest == "+00:00") {
+        bail!("{}; only UTC (Z) is accepted", err());
+    }
+    let secs = days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + se;
+    if secs < 0 {
+        bail!(err());
+    }
+    Ok(secs as u64 * 1_000_000_000 + frac_ns)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn round_trip() {
+        let ns = 1_763_720_104_123_456_789u64;
+        let s = format_ns(ns);
+        assert_eq!(s, "2025-11-21T10:15:04.123456789Z");
+        assert_eq!(parse_time(&s).unwrap(), ns);
+        assert_eq!(parse_time("2025-11-21T10:15:04Z").unwrap(), 1_763_720_104_000_000_000);
+        assert_eq!(parse_time("12345").unwrap(), 12345);
+        assert!(parse_time("yesterday").is_err());
+        assert!(parse_time("2025-11-21T10:15:04+02:00").is_err());
+    }
+}
