@@ -416,6 +416,7 @@ impl<'a> Scheduler<'a> {
                 sum.consumer_decisions += s.consumer_decisions;
                 sum.direct_dispatches += s.direct_dispatches;
                 sum.pinned_enqueues += s.pinned_enqueues;
+                sum.kthread_dispatches += s.kthread_dispatches;
                 sum.keep_running += s.keep_running;
                 sum.budget_timer_fires += s.budget_timer_fires;
                 sum.idle_kicks += s.idle_kicks;
@@ -473,6 +474,7 @@ impl<'a> Scheduler<'a> {
             consumer_decisions: sum.consumer_decisions,
             direct_dispatches: sum.direct_dispatches,
             pinned_enqueues: sum.pinned_enqueues,
+            kthread_dispatches: sum.kthread_dispatches,
             keep_running: sum.keep_running,
             budget_timer_fires: sum.budget_timer_fires,
             idle_kicks: sum.idle_kicks,

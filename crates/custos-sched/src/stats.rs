@@ -54,6 +54,8 @@ pub struct Metrics {
     pub direct_dispatches: u64,
     #[stat(desc = "Enqueues of one-CPU tasks onto their CPU's queues")]
     pub pinned_enqueues: u64,
+    #[stat(desc = "Per-CPU kthreads run next on their CPU, outside the queues")]
+    pub kthread_dispatches: u64,
     #[stat(desc = "Slices refilled for a task with nothing else to run")]
     pub keep_running: u64,
     #[stat(desc = "Idle CPUs woken when a budgeted queue became eligible")]
@@ -163,6 +165,9 @@ impl Metrics {
                 .direct_dispatches
                 .saturating_sub(prev.direct_dispatches),
             pinned_enqueues: self.pinned_enqueues.saturating_sub(prev.pinned_enqueues),
+            kthread_dispatches: self
+                .kthread_dispatches
+                .saturating_sub(prev.kthread_dispatches),
             keep_running: self.keep_running.saturating_sub(prev.keep_running),
             budget_timer_fires: self
                 .budget_timer_fires

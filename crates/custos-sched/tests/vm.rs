@@ -27,7 +27,7 @@ const TABLE7: [(&str, &[f64]); 6] = [
 /// log-spacing of the others, but shrink the spread t̂_N/t̂_2 to its 0.4th
 /// power. Unscaled, E6's Eq. 3 bound at the VM's 4 ms slice (HZ=250) is
 /// s·N·7e5 ≈ 3 h, far past sched_ext's 30 s watchdog; scaled it is 3.5 s,
-/// under the 10 s starvation guard these runs use.
+/// under the 5 s starvation guard these runs use.
 const SPREAD_EXPONENT: f64 = 0.4;
 /// Finite tasks in the lowest queue (the paper sweeps 2..100).
 const M_N: u32 = 3;

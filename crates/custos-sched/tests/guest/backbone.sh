@@ -127,7 +127,7 @@ worst_case() {
 	done
 	# 4 ms: the tick of the VM kernel (HZ=250) enforces slices no shorter.
 	# The guard sits above Eq. 3's bound for every scaled setting (E6: 3.5 s).
-	$BIN --slice-us 4000 --waiting-time-ns "$wts" $forces --starvation-guard-ms 10000 \
+	$BIN --slice-us 4000 --waiting-time-ns "$wts" $forces --starvation-guard-ms 5000 \
 		--stats-json "$OUT/wc-$name.json" $WC_EXTRA >"$OUT/wc-$name.log" 2>&1 &
 	pid=$!
 	wait_state enabled 60 || { echo "wc.$name.attached no"; kill -INT $pid; return; }
