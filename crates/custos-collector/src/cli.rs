@@ -17,7 +17,8 @@ use crate::syscalls::SYSCALLS;
 /// Record provenance (processes, files, sockets) as JSON Lines, losing nothing silently.
 #[derive(Args, Debug, Clone)]
 pub struct CollectArgs {
-    /// Write events here (JSON Lines, docs/event-schema.md); `-` or absent: stdout.
+    /// Write events here (JSON Lines, docs/event-schema.md); `-` or absent: stdout
+    /// (absent with --db or --archive: only there).
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Only these syscalls: comma-separated names or categories (process, file,
@@ -58,6 +59,28 @@ extern "C" fn on_signal(_: libc::c_int) {
 }
 
 pub fn run(args: CollectArgs) -> Result<i32> {
+    run_with_sink(args, None)
+}
+
+/// Copies the stream to two writers (the `-o` output and a sink).
+struct Tee(Box<dyn Write>, Box<dyn Write>);
+
+impl Write for Tee {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write_all(buf)?;
+        self.1.write_all(buf)?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()?;
+        self.1.flush()
+    }
+}
+
+/// Like [`run`], with the stream also (or, without `-o`, only) written to
+/// `sink` — the provenance store or an archive, set up by the caller.
+pub fn run_with_sink(args: CollectArgs, sink: Option<Box<dyn Write>>) -> Result<i32> {
     if args.list_syscalls {
         for s in SYSCALLS {
             println!("{:<18} {:<11} {}", s.name, s.category.as_str(), if s.critical { "critical" } else { "" });
@@ -80,12 +103,20 @@ pub fn run(args: CollectArgs) -> Result<i32> {
         poll_interval: Duration::from_millis(100),
         stats_interval,
     };
-    let out: Box<dyn Write> = match &args.output {
-        Some(p) if p.as_os_str() != "-" => Box::new(BufWriter::with_capacity(
+    let output: Option<Box<dyn Write>> = match &args.output {
+        Some(p) if p.as_os_str() != "-" => Some(Box::new(BufWriter::with_capacity(
             1 << 20,
             File::create(p).with_context(|| format!("creating output file {}", p.display()))?,
-        )),
-        _ => Box::new(BufWriter::with_capacity(1 << 20, std::io::stdout())),
+        ))),
+        Some(_) => Some(Box::new(BufWriter::with_capacity(1 << 20, std::io::stdout()))),
+        None if sink.is_some() => None,
+        None => Some(Box::new(BufWriter::with_capacity(1 << 20, std::io::stdout()))),
+    };
+    let out: Box<dyn Write> = match (output, sink) {
+        (Some(o), Some(s)) => Box::new(Tee(o, Box::new(BufWriter::with_capacity(1 << 20, s)))),
+        (Some(o), None) => o,
+        (None, Some(s)) => Box::new(BufWriter::with_capacity(1 << 20, s)),
+        (None, None) => unreachable!("stdout is the default output"),
     };
 
     // SAFETY: installing a handler that only stores to an atomic.

@@ -279,9 +279,15 @@ fn drain<W: Write>(
 ) -> Result<Summary> {
     let nr_cpus = libbpf_rs::num_possible_cpus().context("counting CPUs")?;
     let consumer = Rc::new(RefCell::new(Consumer::new(out, nr_cpus)));
+    consumer.borrow_mut().write_boot()?;
     let mut builder = RingBufferBuilder::new();
     let (c1, c2, c3) = (consumer.clone(), consumer.clone(), consumer.clone());
+    // Attributes first: they are committed before their metadata, so an
+    // event then usually finds its attributes waiting and is written at
+    // once, in its ring's order (a later read of the same file can then
+    // borrow the path its open resolved).
     builder
+        .add(&skel.maps.ring_attrs, move |d| c3.borrow_mut().on_attrs(d))?
         .add(&skel.maps.ring_critical, move |d| {
             let mut c = c1.borrow_mut();
             if d.len() == std::mem::size_of::<crate::bpf_skel::types::custos_event>() {
@@ -290,8 +296,7 @@ fn drain<W: Write>(
                 c.on_attrs(d)
             }
         })?
-        .add(&skel.maps.ring_events, move |d| c2.borrow_mut().on_metadata(d))?
-        .add(&skel.maps.ring_attrs, move |d| c3.borrow_mut().on_attrs(d))?;
+        .add(&skel.maps.ring_events, move |d| c2.borrow_mut().on_metadata(d))?;
     let rings = builder.build().context("setting up the ring buffer consumer")?;
     on_ready();
 
@@ -299,7 +304,7 @@ fn drain<W: Write>(
     let mut metrics = Metrics::new(nr_cpus);
     let mut last_stats = Instant::now();
     let mut last_tick = Instant::now();
-    // Rings are drained in bounded rounds, critical first, so the features
+    // Rings are drained in bounded rounds (attributes, critical, events), so the features
     // and loss records stay current while a flood keeps the rings busy.
     let rb = rings.as_libbpf_object().as_ptr();
     // SAFETY: indices 0..3 are the three rings added above.

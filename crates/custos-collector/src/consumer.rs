@@ -132,6 +132,13 @@ impl<W: Write> Consumer<W> {
         }
     }
 
+    /// The stream's first line: which boot the event ids belong to.
+    pub fn write_boot(&mut self) -> Result<()> {
+        let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .context("reading /proc/sys/kernel/random/boot_id")?;
+        self.write_line(&serde_json::json!({ "type": "boot", "boot_id": boot_id.trim() }))
+    }
+
     pub fn wall_ns(&self, ktime_ns: u64) -> u64 {
         ktime_ns + self.boot_offset_ns
     }
@@ -321,6 +328,17 @@ impl<W: Write> Consumer<W> {
                 path = self.file_paths.get(&key).cloned();
             }
         }
+        // Pipes and sockets have no place in the tree: name them as the
+        // kernel does in /proc/PID/fd. Other anonymous files get no path.
+        if file.is_some() && path.as_deref().is_none_or(|p| p == "/") {
+            let kind = ev.file_mode & S_IFMT;
+            path = match kind {
+                S_IFIFO => Some(format!("pipe:[{}]", ev.ino)),
+                S_IFSOCK => Some(format!("socket:[{}]", ev.ino)),
+                S_IFDIR => path,
+                _ => None,
+            };
+        }
         let comm_len = ev.comm.iter().position(|&c| c == 0).unwrap_or(ev.comm.len());
         // SAFETY: i8 and u8 have the same layout.
         let comm: &[u8] = unsafe { std::slice::from_raw_parts(ev.comm.as_ptr().cast(), comm_len) };
@@ -364,6 +382,21 @@ impl<W: Write> Consumer<W> {
                     Arg::OpenFlags => args.u64("flags", v as u32 as u64),
                     Arg::Prot => args.u64("prot", v),
                     Arg::AddrLen => args.u64("addrlen", v as u32 as u64),
+                    Arg::FdPair if has_ret && ev.ret == 0 => {
+                        let [a, b] = ev.fd_pair;
+                        if s.name != "socketpair" {
+                            args.i64("read_fd", a as i64);
+                            args.i64("write_fd", b as i64);
+                        }
+                        args.key("fds");
+                        let out = args.buf();
+                        out.push(b'[');
+                        out.extend_from_slice(itoa::Buffer::new().format(a).as_bytes());
+                        out.push(b',');
+                        out.extend_from_slice(itoa::Buffer::new().format(b).as_bytes());
+                        out.push(b']');
+                    }
+                    Arg::FdPair => {}
                     Arg::Skip | Arg::Path | Arg::Path2 | Arg::Argv | Arg::Addr | Arg::AddrLenPtr => {}
                 }
             }
@@ -432,6 +465,11 @@ impl<W: Write> Consumer<W> {
         j.end();
     }
 }
+
+const S_IFMT: u32 = 0o170000;
+const S_IFIFO: u32 = 0o010000;
+const S_IFSOCK: u32 = 0o140000;
+const S_IFDIR: u32 = 0o040000;
 
 /// A JSON object written field by field into a byte buffer.
 struct JsonObj<'a> {

@@ -78,6 +78,8 @@ pub enum Arg {
     OpenFlags,
     /// mmap/mprotect protection (`prot`): only PROT_EXEC is traced.
     Prot,
+    /// int[2] the kernel fills with two new fds (`read_fd`, `write_fd` / `fds`).
+    FdPair,
 }
 
 #[derive(Debug)]
@@ -124,7 +126,7 @@ impl Syscall {
             argv_arg: find(|a| matches!(a, Arg::Argv)),
             open_flags_arg: find(|a| matches!(a, Arg::OpenFlags)),
             prot_arg: find(|a| matches!(a, Arg::Prot)),
-            pad: 0,
+            fdpair_arg: find(|a| matches!(a, Arg::FdPair)),
             flags: self.flags
                 | if self.args.iter().any(|a| matches!(a, Arg::AddrLenPtr)) { SPEC_ADDR_OUT } else { 0 },
         }
@@ -224,13 +226,17 @@ pub static SYSCALLS: &[Syscall] = &[
     sc!("dup", 32, File, false, [Fd]),
     sc!("dup2", 33, File, false, [Fd, Int("newfd")]),
     sc!("dup3", 292, File, false, [Fd, Int("newfd"), Int("flags")]),
+    sc!("fcntl", 72, File, false, [Fd, Int("cmd"), Uint("arg")]),
+    sc!("sendfile", 40, File, false, [Int("out_fd"), Int("in_fd"), Skip, Uint("count")]),
+    sc!("splice", 275, File, false, [Int("fd_in"), Skip, Int("fd_out"), Skip, Uint("len"), Uint("flags")]),
+    sc!("copy_file_range", 326, File, false, [Int("fd_in"), Skip, Int("fd_out"), Skip, Uint("len"), Uint("flags")]),
     sc!("setxattr", 188, File, false, [Path, Skip, Skip, Uint("size"), Int("flags")]),
     sc!("lsetxattr", 189, File, false, [Path, Skip, Skip, Uint("size"), Int("flags")]),
     sc!("fsetxattr", 190, File, false, [Fd, Skip, Skip, Uint("size"), Int("flags")], FDP),
     sc!("removexattr", 197, File, false, [Path, Skip]),
     // ipc
-    sc!("pipe", 22, Ipc, false, [Skip]),
-    sc!("pipe2", 293, Ipc, false, [Skip, Int("flags")]),
+    sc!("pipe", 22, Ipc, false, [FdPair]),
+    sc!("pipe2", 293, Ipc, false, [FdPair, Int("flags")]),
     sc!("memfd_create", 319, Ipc, false, [Path, Uint("flags")], SPEC_PATH_RAW),
     // memory (executable mappings only)
     sc!("mmap", 9, Memory, false, [Uint("addr"), Uint("length"), Prot, Uint("flags"), Fd, Uint("offset")], SPEC_PROT_EXEC | FDP),
@@ -245,7 +251,7 @@ pub static SYSCALLS: &[Syscall] = &[
     sc!("delete_module", 176, Module, true, [Path, Uint("flags")], SPEC_PATH_RAW),
     // network
     sc!("socket", 41, Network, false, [Int("family"), Int("type"), Int("protocol")]),
-    sc!("socketpair", 53, Network, false, [Int("family"), Int("type"), Int("protocol"), Skip]),
+    sc!("socketpair", 53, Network, false, [Int("family"), Int("type"), Int("protocol"), FdPair]),
     sc!("connect", 42, Network, true, [Fd, Addr, AddrLen]),
     sc!("accept", 43, Network, true, [Fd, Addr, AddrLenPtr]),
     sc!("accept4", 288, Network, true, [Fd, Addr, AddrLenPtr, Int("flags")]),

@@ -34,18 +34,20 @@ fn scripted_workload_is_recorded_with_paths_pids_argv_and_returns() {
     let out = d.clone() + "/events.jsonl";
     let script = format!(
         "cd {d} && echo hello > a.txt && mv a.txt b.txt && rm b.txt && \
-         /bin/echo provenance 'two words' >/dev/null && \
+         /bin/echo provenance 'two words' >/dev/null && echo piped | cat >/dev/null && \
          exec 3<>/dev/tcp/127.0.0.1/{port} && echo ping >&3"
     );
     // Only what the assertions need: on a shared 2-core machine the whole
     // set would also record every compile running next to the test.
     let opts = Options {
-        syscalls: Some("execve,clone,clone3,fork,vfork,openat,write,rename,renameat,renameat2,unlink,unlinkat,socket,connect".into()),
+        syscalls: Some("execve,clone,clone3,fork,vfork,openat,write,rename,renameat,renameat2,unlink,unlinkat,socket,connect,pipe,pipe2".into()),
         ..quiet_options()
     };
     let run = run_collector(opts, out.as_ref(), || assert!(sh(&script).success()));
     assert_eq!(acceptor.join().unwrap(), "ping\n");
 
+    assert_eq!(run.lines[0]["type"], "boot", "the stream starts with its boot");
+    assert_eq!(run.lines[0]["boot_id"], std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap().trim());
     let me = std::process::id() as u64;
     assert!(run.events().all(|e| e["pid"] != me), "the collector's own process is excluded");
 
@@ -88,6 +90,17 @@ fn scripted_workload_is_recorded_with_paths_pids_argv_and_returns() {
     assert_eq!(echo["ppid"], p);
     assert_eq!(echo["ret"], 0);
     find(&run, "clone of echo", |e| e["pid"] == p && e["child_pid"] == echo["pid"]);
+
+    // A pipe: both fds, named like /proc/PID/fd names it, and the write into it.
+    let pipe = find(&run, "pipe", |e| e["pid"] == p && e["syscall"].as_str().unwrap().starts_with("pipe"));
+    assert_eq!(pipe["ret"], 0);
+    let (r, w) = (pipe["args"]["read_fd"].as_i64().unwrap(), pipe["args"]["write_fd"].as_i64().unwrap());
+    assert!(r >= 0 && w >= 0 && r != w);
+    let name = pipe["path"].as_str().unwrap();
+    assert!(name.starts_with("pipe:[") && name.ends_with(']'), "{name}");
+    let into = find(&run, "write into the pipe", |e| e["syscall"] == "write" && e["path"] == name);
+    assert_eq!(into["ppid"], p);
+    assert_eq!(into["inode"], pipe["inode"]);
 
     let connect = find(&run, "connect", |e| e["pid"] == p && e["syscall"] == "connect");
     assert_eq!(connect["addr"], format!("127.0.0.1:{port}"));

@@ -15,6 +15,7 @@ pub mod query;
 pub mod record;
 pub mod render;
 pub mod schema;
+pub mod sink;
 pub mod synth;
 pub mod timefmt;
 

@@ -186,22 +186,15 @@ pub fn shared_dirs() -> Vec<PathBuf> {
     if let Some(dir) = std::env::var_os("CUSTOS_SHARED_KERNELS") {
         return vec![PathBuf::from(dir)];
     }
-    let mut starts = Vec::new();
-    if let Ok(cwd) = std::env::current_dir() {
-        starts.push(cwd);
-    }
-    if let Ok(exe) = std::env::current_exe() {
-        starts.push(exe);
-    }
-    for start in starts {
-        for dir in start.ancestors() {
-            let candidate = dir.join("shared").join("kernels");
-            if candidate.is_dir() {
-                return vec![candidate];
-            }
-        }
-    }
-    Vec::new()
+    checkout_ancestors().into_iter().map(|dir| dir.join("shared").join("kernels")).find(|d| d.is_dir()).into_iter().collect()
+}
+
+/// Directories the Custos checkout may be in or under, nearest first: the
+/// ancestors of the working directory, then of this executable (which lives
+/// in the checkout's `target/`).
+pub(crate) fn checkout_ancestors() -> Vec<PathBuf> {
+    let starts = [std::env::current_dir().ok(), std::env::current_exe().ok()];
+    starts.into_iter().flatten().flat_map(|s| s.ancestors().map(Path::to_path_buf).collect::<Vec<_>>()).collect()
 }
 
 /// A kernel directory that could not be used, and why.

@@ -197,6 +197,8 @@ ctl={ctl}
   cp {config} "/boot/config-$(uname -r)"
   mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
 ) > "$ctl/setup.log" 2>&1 || {{ touch "$ctl/setup-failed"; exit 1; }}
+# The kernel's log, so that a guest that dies can still say why.
+(dmesg --follow > "$ctl/dmesg" 2>&1 &)
 cat /proc/uptime > "$ctl/started"
 cd {cwd} 2>/dev/null || cd /
 {exports}{argv} < /dev/null > "$ctl/stdout" 2> "$ctl/stderr"
@@ -305,7 +307,8 @@ fn boot(spec: &VmSpec, tools: &tools::Tools, ctl: &Path, streams: Streams, kvm: 
     let mut append = vec![GUEST_CMDLINE.to_string()];
     append.extend(spec.append.iter().cloned());
     let mut cmd = Command::new(&tools.vng);
-    cmd.arg("--run").arg(&spec.kernel.vmlinuz);
+    // --verbose puts the serial console (kernel messages, panics) into vng.log.
+    cmd.arg("--verbose").arg("--run").arg(&spec.kernel.vmlinuz);
     if !kvm {
         cmd.arg("--disable-kvm");
     }
@@ -387,7 +390,12 @@ fn boot(spec: &VmSpec, tools: &tools::Tools, ctl: &Path, streams: Streams, kvm: 
         } else {
             format!("the guest never started the command (vng exited with {status}); is the kernel bootable? `custos vm kernel` provisions a known-good one")
         };
-        return Err(VmError::GuestFailed { reason, log_tail: log_tail(&ctl.join("vng.log"), 15) }.into());
+        let mut tail = log_tail(&ctl.join("vng.log"), 15);
+        let kernel = log_tail(&ctl.join("dmesg"), 25);
+        if !kernel.is_empty() {
+            tail = format!("{tail}\nlast kernel messages:\n{kernel}");
+        }
+        return Err(VmError::GuestFailed { reason, log_tail: tail }.into());
     };
     let (stdout, stderr) = match streams {
         Streams::Forward => {

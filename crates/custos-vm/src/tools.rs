@@ -11,24 +11,13 @@ use std::path::{Path, PathBuf};
 /// Directories that may hold the tools, in search order.
 fn search_dirs() -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = std::env::var_os("PATH").map(|p| std::env::split_paths(&p).collect()).unwrap_or_default();
-    let mut starts = Vec::new();
-    if let Some(t) = std::env::var_os("CUSTOS_TOOLS_DIR") {
-        starts.push(PathBuf::from(t));
-    }
-    if let Ok(cwd) = std::env::current_dir() {
-        starts.push(cwd);
-    }
-    if let Ok(exe) = std::env::current_exe() {
-        starts.push(exe);
-    }
-    for start in starts {
-        for dir in start.ancestors() {
-            for tools in [dir.to_path_buf(), dir.join(".tools")] {
-                for bin in ["venv/bin", "cargo/bin"] {
-                    let candidate = tools.join(bin);
-                    if candidate.is_dir() && !dirs.contains(&candidate) {
-                        dirs.push(candidate);
-                    }
+    let explicit = std::env::var_os("CUSTOS_TOOLS_DIR").map(PathBuf::from);
+    for dir in explicit.into_iter().chain(crate::kernel::checkout_ancestors()) {
+        for tools in [dir.clone(), dir.join(".tools")] {
+            for bin in ["venv/bin", "cargo/bin"] {
+                let candidate = tools.join(bin);
+                if candidate.is_dir() && !dirs.contains(&candidate) {
+                    dirs.push(candidate);
                 }
             }
         }

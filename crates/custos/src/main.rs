@@ -3,6 +3,8 @@
 
 use clap::{Parser, Subcommand};
 
+mod collect;
+
 #[derive(Parser)]
 #[command(name = "custos", version, about = "Complete Linux provenance under the super producer attack")]
 struct Cli {
@@ -15,27 +17,27 @@ enum Command {
     /// Boot a sched_ext-capable kernel in a VM and run a command inside it.
     #[command(subcommand)]
     Vm(custos_vm::cli::VmCommand),
-    /// Run the sched_ext scheduler that keeps provenance consumers fed.
-    Sched(custos_sched::cli::SchedArgs),
     /// Record provenance events (eBPF) as JSON Lines; every loss is counted and reported.
-    Collect(custos_collector::cli::CollectArgs),
+    Collect(collect::CollectCmd),
     /// Ingest the collector's JSON Lines into the provenance store.
     Ingest(custos_store::cli::IngestArgs),
     /// Ask the provenance store: ancestors, descendants, path, touched-by, who-touched.
     Query(custos_store::cli::QueryArgs),
     /// Draw a query's answer as DOT/SVG or export it as W3C PROV-JSON.
     Graph(custos_store::cli::GraphArgs),
+    /// Run the sched_ext scheduler that keeps provenance consumers fed.
+    Sched(custos_sched::cli::SchedArgs),
 }
 
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Vm(cmd) => custos_vm::cli::run(cmd),
-        Command::Sched(args) => custos_sched::cli::run(args),
-        Command::Collect(args) => custos_collector::cli::run(args),
+        Command::Collect(cmd) => collect::run(cmd),
         Command::Ingest(args) => custos_store::cli::ingest(args),
         Command::Query(args) => custos_store::cli::query(args),
         Command::Graph(args) => custos_store::cli::graph(args),
+        Command::Sched(args) => custos_sched::cli::run(args),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -3,12 +3,19 @@
 
 use std::process::Command;
 
+/// One collector per machine: the tests that start one take turns.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
 #[test]
 fn collect_runs_a_command_records_it_and_balances_the_account() {
+    let _g = serial();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().canonicalize().unwrap();
     let out = d.join("events.jsonl");

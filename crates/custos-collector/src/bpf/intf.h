@@ -88,7 +88,7 @@ struct custos_syscall_spec {
 	__s8 argv_arg;       /* exec argv */
 	__s8 open_flags_arg; /* open flags: write intent makes it critical */
 	__s8 prot_arg;       /* mmap/mprotect prot */
-	__u8 pad;
+	__s8 fdpair_arg;     /* int[2] the kernel fills (pipe, pipe2, socketpair) */
 	__u16 flags;         /* enum custos_spec_flags */
 };
 
@@ -119,6 +119,8 @@ struct custos_event {
 	__u16 nr;            /* syscall nr, or CUSTOS_HOOK_* */
 	__u16 flags;         /* enum custos_event_flags */
 	__u32 open_flags;    /* decoded open flags (openat2, file_open) */
+	__u32 file_mode;     /* with HAS_FILE: i_mode (type bits name pipes, sockets) */
+	__s32 fd_pair[2];    /* pipe/pipe2/socketpair: the two new fds */
 	char comm[16];
 };
 

@@ -596,6 +596,7 @@ static __always_inline void set_file_identity(struct custos_event *e, struct fil
 
 	e->ino = BPF_CORE_READ(inode, i_ino);
 	e->dev = BPF_CORE_READ(inode, i_sb, s_dev);
+	e->file_mode = BPF_CORE_READ(inode, i_mode);
 	e->flags |= CUSTOS_EV_HAS_FILE;
 }
 
@@ -679,7 +680,12 @@ static __always_inline int emit_syscall(__u32 nr, const struct custos_syscall_sp
 	    WRITE_INTENT(open_flags))
 		critical = 1;
 
-	if ((spec->flags & CUSTOS_SPEC_RET_FD_PATH) && has_ret && ret >= 0)
+	if (spec->fdpair_arg >= 0 && has_ret && ret == 0) {
+		/* The two fds the kernel wrote back; the pipe's inode names it. */
+		bpf_probe_read_user(e->fd_pair, sizeof(e->fd_pair),
+				    (void *)arg_at(args, spec->fdpair_arg));
+		f = fd_file(t, e->fd_pair[0]);
+	} else if ((spec->flags & CUSTOS_SPEC_RET_FD_PATH) && has_ret && ret >= 0)
 		f = fd_file(t, ret);
 	else if (spec->fd_arg >= 0)
 		f = fd_file(t, (__s32)arg_at(args, spec->fd_arg));

@@ -1,0 +1,48 @@
+//! `custos collect` with the store attached: the collector's options plus
+//! `--db` and `--archive`, which send the stream straight into the provenance
+//! store and/or a compressed archive as it is recorded.
+//!
+//! This lives in the binary because it joins two crates that otherwise do not
+//! know each other: the collector writes a stream, the store reads one.
+
+use anyhow::Result;
+use clap::Args;
+use std::path::PathBuf;
+
+#[derive(Args, Debug)]
+pub struct CollectCmd {
+    #[command(flatten)]
+    pub collect: custos_collector::cli::CollectArgs,
+    /// Also ingest the events into this provenance store (SQLite) as they are recorded.
+    #[arg(long, value_name = "FILE")]
+    pub db: Option<PathBuf>,
+    /// Also record the raw stream, compressed (`.zst` or `.gz`).
+    #[arg(long, value_name = "FILE")]
+    pub archive: Option<PathBuf>,
+}
+
+pub fn run(cmd: CollectCmd) -> Result<i32> {
+    if cmd.db.is_none() && cmd.archive.is_none() {
+        return custos_collector::cli::run(cmd.collect);
+    }
+    let (sink, writer) = custos_store::sink::LiveSink::start(cmd.db.as_deref(), cmd.archive.as_deref(), "custos collect")?;
+    let code = custos_collector::cli::run_with_sink(cmd.collect, Some(Box::new(writer)));
+    // Whatever the collector's outcome, what it delivered is written out.
+    let summary = sink.finish()?;
+    if let (Some(db), Some(s)) = (&cmd.db, &summary.ingest) {
+        eprintln!(
+            "custos collect: stored in {}: {} new events, {} loss records ({} events lost), {} malformed lines; {} nodes and {} edges added",
+            db.display(),
+            s.events_new,
+            s.losses_new,
+            s.lost_events,
+            s.malformed,
+            s.graph.nodes,
+            s.graph.edges
+        );
+    }
+    if let Some(a) = &cmd.archive {
+        eprintln!("custos collect: archived to {}", a.display());
+    }
+    code
+}
