@@ -106,6 +106,10 @@ pub struct SchedArgs {
     #[arg(long, value_name = "SECS")]
     pub monitor: Option<f64>,
 
+    /// Describe every statistic and exit.
+    #[arg(long)]
+    pub help_stats: bool,
+
     /// On exit, write the statistics of the whole run to this JSON file.
     #[arg(long, value_name = "PATH")]
     pub stats_json: Option<PathBuf>,
@@ -124,9 +128,9 @@ pub(crate) fn parse_forcing(items: &[String], what: &str) -> Result<Vec<(String,
     items
         .iter()
         .map(|item| {
-            let (key, q) = item
-                .rsplit_once('=')
-                .with_context(|| format!("--{what} {item:?}: expected KEY=QUEUE, e.g. stress-ng=3"))?;
+            let (key, q) = item.rsplit_once('=').with_context(|| {
+                format!("--{what} {item:?}: expected KEY=QUEUE, e.g. stress-ng=3")
+            })?;
             let q: u32 = q
                 .parse()
                 .with_context(|| format!("--{what} {item:?}: queue {q:?} is not a number"))?;
@@ -139,7 +143,11 @@ pub(crate) fn parse_forcing(items: &[String], what: &str) -> Result<Vec<(String,
 }
 
 fn init_logging(verbose: bool) {
-    let level = if verbose { simplelog::LevelFilter::Debug } else { simplelog::LevelFilter::Info };
+    let level = if verbose {
+        simplelog::LevelFilter::Debug
+    } else {
+        simplelog::LevelFilter::Info
+    };
     let cfg = simplelog::ConfigBuilder::new()
         .set_time_level(simplelog::LevelFilter::Off)
         .set_target_level(simplelog::LevelFilter::Off)
@@ -167,6 +175,10 @@ fn start_monitor(secs: f64, shutdown: Arc<AtomicBool>) -> Result<std::thread::Jo
 
 /// Entry point of `custos sched`; returns the process exit code.
 pub fn run(args: SchedArgs) -> Result<i32> {
+    if args.help_stats {
+        crate::stats::server_data().describe_meta(&mut std::io::stdout(), None)?;
+        return Ok(0);
+    }
     init_logging(args.verbose);
     let shutdown = Arc::new(AtomicBool::new(false));
     {

@@ -13,7 +13,12 @@
 //! `include/custos/provenance_features.h`), nor learning a policy.
 
 pub mod bpf_intf {
-    #![allow(non_upper_case_globals, non_camel_case_types, non_snake_case, dead_code)]
+    #![allow(
+        non_upper_case_globals,
+        non_camel_case_types,
+        non_snake_case,
+        dead_code
+    )]
     include!(concat!(env!("OUT_DIR"), "/bpf_intf.rs"));
 }
 mod bpf_skel {

@@ -4,7 +4,11 @@
 use clap::Parser;
 
 #[derive(Parser)]
-#[command(name = "custos-sched", version, about = "Custos sched_ext scheduler (same as `custos sched`)")]
+#[command(
+    name = "custos-sched",
+    version,
+    about = "Custos sched_ext scheduler (same as `custos sched`)"
+)]
 struct Cli {
     #[command(flatten)]
     args: custos_sched::cli::SchedArgs,

@@ -27,7 +27,9 @@ const SCHED_EXT_STATE: &str = "/sys/kernel/sched_ext/state";
 
 /// `/sys/kernel/sched_ext/state` ("enabled", "disabled", ...), None without sched_ext.
 pub fn sched_ext_state() -> Option<String> {
-    std::fs::read_to_string(SCHED_EXT_STATE).ok().map(|s| s.trim().to_string())
+    std::fs::read_to_string(SCHED_EXT_STATE)
+        .ok()
+        .map(|s| s.trim().to_string())
 }
 
 /// Fails clearly on kernels that cannot run a sched_ext scheduler.
@@ -69,7 +71,10 @@ pub struct Config {
 impl Config {
     pub fn from_args(args: &SchedArgs) -> Result<Self> {
         if !(50..=1_000_000).contains(&args.slice_us) {
-            bail!("--slice-us must be between 50 us and 1 s (got {})", args.slice_us);
+            bail!(
+                "--slice-us must be between 50 us and 1 s (got {})",
+                args.slice_us
+            );
         }
         let waiting_time_ns = match &args.waiting_time_ns {
             Some(list) => waiting_time::parse_list(list)?,
@@ -167,7 +172,11 @@ struct Scheduler<'a> {
 
 /// Makes the consumers map equal to --consumer-pid plus the live --consumer
 /// names, given what it held (`known`); returns what it holds now.
-fn register_consumers(skel: &BpfSkel<'_>, args: &SchedArgs, known: &BTreeSet<u32>) -> Result<BTreeSet<u32>> {
+fn register_consumers(
+    skel: &BpfSkel<'_>,
+    args: &SchedArgs,
+    known: &BTreeSet<u32>,
+) -> Result<BTreeSet<u32>> {
     let mut want = pressure::pids_by_name(&args.consumers)?;
     want.extend(args.consumer_pids.iter().copied());
     for gone in known.difference(&want) {
@@ -190,7 +199,9 @@ fn collector_pins(pin_dir: &Path) -> Option<(PathBuf, PathBuf)> {
 }
 
 fn custos_str(c: &[u8]) -> &str {
-    std::str::from_utf8(c).unwrap_or_default().trim_end_matches('\0')
+    std::str::from_utf8(c)
+        .unwrap_or_default()
+        .trim_end_matches('\0')
 }
 
 impl<'a> Scheduler<'a> {
@@ -203,15 +214,24 @@ impl<'a> Scheduler<'a> {
 
         let mut builder = BpfSkelBuilder::default();
         builder.obj_builder.debug(args.verbose);
-        let mut skel = scx_ops_open!(builder, open_object, custos_ops, None::<libbpf_rs::libbpf_sys::bpf_object_open_opts>)
-            .context("cannot open the BPF scheduler")?;
+        let mut skel = scx_ops_open!(
+            builder,
+            open_object,
+            custos_ops,
+            None::<libbpf_rs::libbpf_sys::bpf_object_open_opts>
+        )
+        .context("cannot open the BPF scheduler")?;
         skel.struct_ops.custos_ops_mut().exit_dump_len = args.exit_dump_len;
         // Only ENQ_LAST: a budgeted task that used its slice must go back to
         // its queue instead of silently running on.
         skel.struct_ops.custos_ops_mut().flags =
             *scx_utils::compat::SCX_OPS_ENQ_LAST | *scx_utils::compat::SCX_OPS_KEEP_BUILTIN_IDLE;
 
-        let rodata = skel.maps.rodata_data.as_mut().context("BPF object has no rodata")?;
+        let rodata = skel
+            .maps
+            .rodata_data
+            .as_mut()
+            .context("BPF object has no rodata")?;
         rodata.slice_ns = config.slice_ns;
         rodata.starvation_guard_ns = config.starvation_guard_ns;
         rodata.nr_queues = config.nr_queues();
@@ -225,31 +245,40 @@ impl<'a> Scheduler<'a> {
         rodata.availability_high = config.availability_high;
         rodata.queue_forcing = !config.forced_comm.is_empty() || !config.forced_pid.is_empty();
 
-        let collector_features = match collector_pins(&args.pin_dir) {
-            Some((task, global)) => {
-                skel.maps
-                    .task_features
-                    .reuse_pinned_map(&task)
-                    .with_context(|| format!("cannot reuse the collector's map {}", task.display()))?;
-                skel.maps
-                    .global_features
-                    .reuse_pinned_map(&global)
-                    .with_context(|| format!("cannot reuse the collector's map {}", global.display()))?;
-                info!("provenance features: reusing the collector's maps in {}", args.pin_dir.display());
-                true
-            }
-            None => {
-                info!(
+        let collector_features =
+            match collector_pins(&args.pin_dir) {
+                Some((task, global)) => {
+                    skel.maps
+                        .task_features
+                        .reuse_pinned_map(&task)
+                        .with_context(|| {
+                            format!("cannot reuse the collector's map {}", task.display())
+                        })?;
+                    skel.maps
+                        .global_features
+                        .reuse_pinned_map(&global)
+                        .with_context(|| {
+                            format!("cannot reuse the collector's map {}", global.display())
+                        })?;
+                    info!(
+                        "provenance features: reusing the collector's maps in {}",
+                        args.pin_dir.display()
+                    );
+                    true
+                }
+                None => {
+                    info!(
                     "provenance features: no collector maps in {}; running with zero provenance \
                      features (only --consumer/--consumer-pid{} protect consumers)",
                     args.pin_dir.display(),
                     if args.audit_pressure { " and the audit backlog" } else { "" }
                 );
-                false
-            }
-        };
+                    false
+                }
+            };
 
-        let mut skel = scx_ops_load!(skel, custos_ops, uei).context("cannot load the BPF scheduler")?;
+        let mut skel =
+            scx_ops_load!(skel, custos_ops, uei).context("cannot load the BPF scheduler")?;
 
         for (comm, q) in &config.forced_comm {
             let mut key = [0u8; bpf_intf::custos_sched_consts_CUSTOS_COMM_LEN as usize];
@@ -269,7 +298,8 @@ impl<'a> Scheduler<'a> {
         // Consumers are known before the first decision, so none is ever budgeted.
         let consumers = register_consumers(&skel, args, &BTreeSet::new())?;
 
-        let struct_ops = Some(scx_ops_attach!(skel, custos_ops).context("cannot attach the BPF scheduler")?);
+        let struct_ops =
+            Some(scx_ops_attach!(skel, custos_ops).context("cannot attach the BPF scheduler")?);
         info!(
             "custos scheduler attached: slice {} us, waiting times {:?} ns, policy budget queue {}{}",
             config.slice_ns / 1000,
@@ -324,7 +354,12 @@ impl<'a> Scheduler<'a> {
         match pressure::audit_status() {
             Ok(s) => {
                 // external_availability starts at 128, so it lives in .data.
-                self.skel.maps.data_data.as_mut().unwrap().external_availability = s.availability();
+                self.skel
+                    .maps
+                    .data_data
+                    .as_mut()
+                    .unwrap()
+                    .external_availability = s.availability();
                 self.skel.maps.bss_data.as_mut().unwrap().external_lag = s.backlog as u64;
                 self.last_audit_error = None;
             }
@@ -354,14 +389,20 @@ impl<'a> Scheduler<'a> {
         // SAFETY: plain-old-data counters; all zeroes is the empty sum.
         let mut sum: bpf_intf::custos_sched_stats = unsafe { std::mem::zeroed() };
         let mut nr_cpus = 0u64;
-        if let Ok(Some(per_cpu)) = self.skel.maps.stats.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY) {
+        if let Ok(Some(per_cpu)) = self
+            .skel
+            .maps
+            .stats
+            .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
+        {
             for raw in per_cpu {
                 if raw.len() < std::mem::size_of::<bpf_intf::custos_sched_stats>() {
                     continue;
                 }
                 nr_cpus += 1;
                 // SAFETY: the map's value is this plain-old-data struct.
-                let s: bpf_intf::custos_sched_stats = unsafe { std::ptr::read_unaligned(raw.as_ptr().cast()) };
+                let s: bpf_intf::custos_sched_stats =
+                    unsafe { std::ptr::read_unaligned(raw.as_ptr().cast()) };
                 for q in 0..sum.dispatches.len() {
                     sum.dispatches[q] += s.dispatches[q];
                     sum.wait_ns[q] += s.wait_ns[q];
@@ -375,6 +416,7 @@ impl<'a> Scheduler<'a> {
                 sum.consumer_decisions += s.consumer_decisions;
                 sum.direct_dispatches += s.direct_dispatches;
                 sum.pinned_enqueues += s.pinned_enqueues;
+                sum.kthread_dispatches += s.kthread_dispatches;
                 sum.keep_running += s.keep_running;
                 sum.budget_timer_fires += s.budget_timer_fires;
                 sum.idle_kicks += s.idle_kicks;
@@ -388,13 +430,21 @@ impl<'a> Scheduler<'a> {
                 // Direct dispatches are primary tasks that skipped the queue.
                 let runs = sum.dispatches[q] + if q == 0 { sum.direct_dispatches } else { 0 };
                 QueueMetrics {
-                    waiting_time_ns: if q == 0 { 0 } else { self.config.waiting_time_ns[q - 1] },
+                    waiting_time_ns: if q == 0 {
+                        0
+                    } else {
+                        self.config.waiting_time_ns[q - 1]
+                    },
                     dispatches: sum.dispatches[q],
                     hungry_factor_picks: sum.hungry_picks[q],
                     starvation_guard_picks: sum.starvation_guard_picks[q],
                     policy_decisions: sum.policy_decisions[q],
                     wait_total_ns: sum.wait_ns[q],
-                    wait_avg_us: if runs > 0 { sum.wait_ns[q] as f64 / runs as f64 / 1000.0 } else { 0.0 },
+                    wait_avg_us: if runs > 0 {
+                        sum.wait_ns[q] as f64 / runs as f64 / 1000.0
+                    } else {
+                        0.0
+                    },
                     wait_max_us: sum.wait_max_ns[q] as f64 / 1000.0,
                 }
             })
@@ -424,6 +474,7 @@ impl<'a> Scheduler<'a> {
             consumer_decisions: sum.consumer_decisions,
             direct_dispatches: sum.direct_dispatches,
             pinned_enqueues: sum.pinned_enqueues,
+            kthread_dispatches: sum.kthread_dispatches,
             keep_running: sum.keep_running,
             budget_timer_fires: sum.budget_timer_fires,
             idle_kicks: sum.idle_kicks,
@@ -446,7 +497,10 @@ impl<'a> Scheduler<'a> {
     }
 
     fn run(&mut self, shutdown: Arc<AtomicBool>) -> Result<UserExitInfo> {
-        let deadline = self.args.duration.map(|s| self.attached_at + Duration::from_secs_f64(s));
+        let deadline = self
+            .args
+            .duration
+            .map(|s| self.attached_at + Duration::from_secs_f64(s));
         let channels = self.stats_server.as_ref().map(|s| s.channels());
         let mut last_consumer_scan = Instant::now();
         while !shutdown.load(Ordering::Relaxed) && !self.exited() {
@@ -476,7 +530,7 @@ impl<'a> Scheduler<'a> {
                 .with_context(|| format!("cannot write statistics to {}", path.display()))?;
         }
         info!("custos scheduler detached");
-        uei_report!(&self.skel, uei)
+        uei_report!(&self.skel, uei).context("the kernel ejected the custos scheduler")
     }
 }
 

@@ -54,6 +54,8 @@ pub struct Metrics {
     pub direct_dispatches: u64,
     #[stat(desc = "Enqueues of one-CPU tasks onto their CPU's queues")]
     pub pinned_enqueues: u64,
+    #[stat(desc = "Per-CPU kthreads run next on their CPU, outside the queues")]
+    pub kthread_dispatches: u64,
     #[stat(desc = "Slices refilled for a task with nothing else to run")]
     pub keep_running: u64,
     #[stat(desc = "Idle CPUs woken when a budgeted queue became eligible")]
@@ -64,7 +66,9 @@ pub struct Metrics {
     pub starvation_guard_picks: u64,
     #[stat(desc = "Feature-maintenance calls")]
     pub feature_updates: u64,
-    #[stat(desc = "Feature updates over 100 us (CPU taken away mid-update), left out of feature_ns")]
+    #[stat(
+        desc = "Feature updates over 100 us (CPU taken away mid-update), left out of feature_ns"
+    )]
     pub feature_outliers: u64,
     #[stat(desc = "Time spent maintaining features, in ns")]
     pub feature_ns: u64,
@@ -129,8 +133,12 @@ impl Metrics {
                 QueueMetrics {
                     waiting_time_ns: c.waiting_time_ns,
                     dispatches,
-                    hungry_factor_picks: c.hungry_factor_picks.saturating_sub(p.hungry_factor_picks),
-                    starvation_guard_picks: c.starvation_guard_picks.saturating_sub(p.starvation_guard_picks),
+                    hungry_factor_picks: c
+                        .hungry_factor_picks
+                        .saturating_sub(p.hungry_factor_picks),
+                    starvation_guard_picks: c
+                        .starvation_guard_picks
+                        .saturating_sub(p.starvation_guard_picks),
                     policy_decisions: c.policy_decisions.saturating_sub(p.policy_decisions),
                     wait_total_ns,
                     wait_avg_us: c.wait_avg_us_since(&p),
@@ -144,15 +152,30 @@ impl Metrics {
         let mut d = Self {
             interval_s,
             queues,
-            policy_to_budgeted: self.policy_to_budgeted.saturating_sub(prev.policy_to_budgeted),
-            policy_to_primary: self.policy_to_primary.saturating_sub(prev.policy_to_primary),
-            consumer_decisions: self.consumer_decisions.saturating_sub(prev.consumer_decisions),
-            direct_dispatches: self.direct_dispatches.saturating_sub(prev.direct_dispatches),
+            policy_to_budgeted: self
+                .policy_to_budgeted
+                .saturating_sub(prev.policy_to_budgeted),
+            policy_to_primary: self
+                .policy_to_primary
+                .saturating_sub(prev.policy_to_primary),
+            consumer_decisions: self
+                .consumer_decisions
+                .saturating_sub(prev.consumer_decisions),
+            direct_dispatches: self
+                .direct_dispatches
+                .saturating_sub(prev.direct_dispatches),
             pinned_enqueues: self.pinned_enqueues.saturating_sub(prev.pinned_enqueues),
+            kthread_dispatches: self
+                .kthread_dispatches
+                .saturating_sub(prev.kthread_dispatches),
             keep_running: self.keep_running.saturating_sub(prev.keep_running),
-            budget_timer_fires: self.budget_timer_fires.saturating_sub(prev.budget_timer_fires),
+            budget_timer_fires: self
+                .budget_timer_fires
+                .saturating_sub(prev.budget_timer_fires),
             idle_kicks: self.idle_kicks.saturating_sub(prev.idle_kicks),
-            starvation_guard_picks: self.starvation_guard_picks.saturating_sub(prev.starvation_guard_picks),
+            starvation_guard_picks: self
+                .starvation_guard_picks
+                .saturating_sub(prev.starvation_guard_picks),
             feature_updates,
             feature_ns,
             feature_outliers: self.feature_outliers.saturating_sub(prev.feature_outliers),
@@ -170,7 +193,11 @@ impl Metrics {
             0.0
         };
         let cpu_ns = self.interval_s * 1e9 * self.nr_cpus.max(1) as f64;
-        self.feature_cpu_pct = if cpu_ns > 0.0 { self.feature_ns as f64 / cpu_ns * 100.0 } else { 0.0 };
+        self.feature_cpu_pct = if cpu_ns > 0.0 {
+            self.feature_ns as f64 / cpu_ns * 100.0
+        } else {
+            0.0
+        };
     }
 }
 
@@ -207,7 +234,10 @@ pub fn server_data() -> StatsServerData<(), Metrics> {
 pub fn monitor(intv: Duration, shutdown: Arc<AtomicBool>) -> Result<()> {
     let mut announced = false;
     while !shutdown.load(Ordering::Relaxed) {
-        let mut client = match StatsClient::new().set_sched_path(STATS_SCHED_PATH).connect(None) {
+        let mut client = match StatsClient::new()
+            .set_sched_path(STATS_SCHED_PATH)
+            .connect(None)
+        {
             Ok(c) => c,
             Err(e) => {
                 if !announced {

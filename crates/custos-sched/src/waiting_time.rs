@@ -100,7 +100,10 @@ mod tests {
         assert!(waiting_times(1, 3, Scale::Exponential).is_err());
         assert!(parse_list("1e2,x").is_err());
         assert!(parse_list("0").is_err());
-        assert_eq!(parse_list("1e2, 7e3,5e5").unwrap(), vec![100, 7000, 500_000]);
+        assert_eq!(
+            parse_list("1e2, 7e3,5e5").unwrap(),
+            vec![100, 7000, 500_000]
+        );
     }
 
     #[test]

@@ -73,6 +73,7 @@ struct custos_sched_stats {
 	u64 consumer_decisions;			 /* policy decisions for consumer tasks */
 	u64 direct_dispatches;			 /* to an idle CPU, bypassing the queues */
 	u64 pinned_enqueues;			 /* one-CPU tasks put on per-CPU queues */
+	u64 kthread_dispatches;			 /* per-CPU kthreads run next on their CPU */
 	u64 keep_running;			 /* slice refilled for the running task */
 	u64 budget_timer_fires;			 /* idle CPU woken when a queue became eligible */
 	u64 idle_kicks;				 /* idle CPUs kicked on enqueue */

@@ -26,6 +26,7 @@ char _license[] SEC("license") = "GPL";
 
 #define NSEC_PER_MSEC	1000000ULL
 #define NSEC_PER_SEC	1000000000ULL
+#define PF_KTHREAD	0x00200000
 
 UEI_DEFINE(uei);
 
@@ -536,6 +537,20 @@ void BPF_STRUCT_OPS(custos_enqueue, struct task_struct *p, u64 enq_flags)
 		q = tctx->decided ? tctx->queue : decide_queue(p, tctx);
 		tctx->decided = false;
 		tctx->enqueued_at = bpf_ktime_get_ns();
+	}
+
+	/*
+	 * Per-CPU kthreads (ksoftirqd, kworkers, ...) are the kernel's own
+	 * plumbing, never producers: run them next on their CPU. Queued, they
+	 * would sit in the primary queue, which a CPU saturated by eligible
+	 * budgeted queues never serves (h_1 = 0), and everything waiting on
+	 * their work would stall with them.
+	 */
+	if ((p->flags & PF_KTHREAD) && is_pinned(p)) {
+		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, enq_flags);
+		if (st)
+			st->kthread_dispatches++;
+		return;
 	}
 
 	if (is_pinned(p)) {

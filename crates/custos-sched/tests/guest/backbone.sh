@@ -30,8 +30,24 @@ lifecycle() {
 	wait_state enabled 60
 	echo "lifecycle.attached $(state)"
 	echo "lifecycle.ops $(cat /sys/kernel/sched_ext/root/ops 2>/dev/null)"
-	sleep 2
+	$BIN --monitor 1 >"$OUT/monitor.log" 2>&1 &
+	mon=$!
+	sleep 3
+	kill -INT $mon
+	wait $mon
+	echo "lifecycle.monitor_rc $?"
 	stop_sched $pid lifecycle
+}
+
+# The kernel takes the scheduler away (sysrq-S): it must say why and fail.
+ejection() {
+	$BIN >"$OUT/ejection.log" 2>&1 &
+	pid=$!
+	wait_state enabled 60 || { echo "ejection.attached no"; kill -INT $pid; return; }
+	echo S >/proc/sysrq-trigger
+	wait $pid
+	echo "ejection.rc $?"
+	echo "ejection.after $(state)"
 }
 
 stress() {
@@ -63,9 +79,9 @@ stress() {
 # ITERATIONS in the last queue ($nq), all pinned to CPU 0 and named for their
 # queue before any of them runs (a task still in the primary queue on a
 # saturated CPU, e.g. taskset before its exec, would wait there). Sets
-# $elapsed (ns from release to the last loop's exit) and $hogs.
+# $elapsed (ns from release to the end of the last loop) and $hogs.
 gated() {
-	rm -rf /tmp/wc_ready; mkdir /tmp/wc_ready
+	rm -rf /tmp/wc_ready /tmp/wc_done; mkdir /tmp/wc_ready /tmp/wc_done
 	# The gate is a FIFO this shell holds open read-write: a line written
 	# before a task reaches its read is still there, so none can miss it.
 	rm -f /tmp/wc_gate; mkfifo /tmp/wc_gate; exec 3<>/tmp/wc_gate
@@ -81,7 +97,7 @@ gated() {
 	done
 	workers=""
 	for k in $(seq 1 "$2"); do
-		taskset -c 0 "/tmp/wc_q$nq" -c "$wait_for_gate; i=0; while [ \$i -lt $3 ]; do i=\$((i+1)); done" &
+		taskset -c 0 "/tmp/wc_q$nq" -c "$wait_for_gate; i=0; while [ \$i -lt $3 ]; do i=\$((i+1)); done; : > /tmp/wc_done/\$\$" &
 		workers="$workers $!"
 	done
 	total=$(($1 * (nq - 1) + $2))
@@ -89,8 +105,12 @@ gated() {
 	sleep 0.5
 	t0=$(now_ns)
 	printf "%${total}s" "" | tr ' ' '\n' >&3
-	wait $workers
+	# The work is done when its marker appears (a shell builtin write); exit
+	# itself can wait on per-CPU kworkers, which are primary and starve on a
+	# saturated CPU by design until the starvation guard.
+	while [ "$(ls /tmp/wc_done | wc -l)" -lt "$2" ]; do sleep 0.02; done
 	elapsed=$(($(now_ns) - t0))
+	wait $workers
 	exec 3>&-
 }
 
@@ -105,7 +125,9 @@ worst_case() {
 		ln -sf "$(command -v dash)" "/tmp/wc_q$q"
 		forces="$forces --force-queue wc_q$q=$q"
 	done
-	$BIN --slice-us 1000 --waiting-time-ns "$wts" $forces \
+	# 4 ms: the tick of the VM kernel (HZ=250) enforces slices no shorter.
+	# The guard sits above Eq. 3's bound for every scaled setting (E6: 3.5 s).
+	$BIN --slice-us 4000 --waiting-time-ns "$wts" $forces --starvation-guard-ms 5000 \
 		--stats-json "$OUT/wc-$name.json" $WC_EXTRA >"$OUT/wc-$name.log" 2>&1 &
 	pid=$!
 	wait_state enabled 60 || { echo "wc.$name.attached no"; kill -INT $pid; return; }
@@ -174,6 +196,7 @@ policy() {
 for section in "$@"; do
 	case $section in
 	lifecycle) lifecycle ;;
+	ejection) ejection ;;
 	stress) stress ;;
 	policy) policy ;;
 	worst_case)
