@@ -395,6 +395,11 @@ fn boot(spec: &VmSpec, tools: &tools::Tools, ctl: &Path, streams: Streams, kvm: 
         if !kernel.is_empty() {
             tail = format!("{tail}\nlast kernel messages:\n{kernel}");
         }
+        // The control directory goes away with the run; a dead guest's whole console stays.
+        let kept = std::env::temp_dir().join(format!("custos-vm-console-{}-{}.log", std::process::id(), start.elapsed().as_millis()));
+        if std::fs::copy(ctl.join("vng.log"), &kept).is_ok() {
+            tail = format!("{tail}\nthe whole console log is kept in {}", kept.display());
+        }
         return Err(VmError::GuestFailed { reason, log_tail: tail }.into());
     };
     let (stdout, stderr) = match streams {
