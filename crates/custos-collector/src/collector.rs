@@ -387,31 +387,27 @@ fn drain<W: Write>(
         c.settle_gaps(&cpu_seq, &drops)?;
         c.flush_waiting();
     }
-    let produced: u64 = cpu_seq.iter().sum();
-    let dropped_critical: u64 = states.iter().map(|s| s.drops[DROP_CRITICAL]).sum();
-    let dropped_events: u64 = states.iter().map(|s| s.drops[DROP_EVENTS]).sum();
-    let dropped_attrs: u64 = states.iter().map(|s| s.drops[DROP_ATTRS]).sum();
+    // The final account and the final stats record are one computation.
     let counters = consumer.borrow().counters.clone();
-    let dropped = dropped_critical + dropped_events;
-    let invariant_holds = produced == counters.delivered + dropped && counters.lost_in_gaps == dropped && counters.late == 0;
-    let missed_reentrant = recursion_misses(skel);
+    let g = global_snapshot(skel);
+    metrics.update(&states, &counters, g.as_ref(), started.elapsed());
+    metrics.missed_reentrant = recursion_misses(skel);
+    let m = &metrics;
+    let invariant_holds = m.produced == counters.delivered + m.dropped && counters.lost_in_gaps == m.dropped && counters.late == 0;
     let summary = Summary {
-        produced,
+        produced: m.produced,
         delivered: counters.delivered,
-        dropped,
-        dropped_critical,
-        dropped_events,
-        dropped_attrs,
+        dropped: m.dropped,
+        dropped_critical: m.dropped_critical,
+        dropped_events: m.dropped_events,
+        dropped_attrs: m.dropped_attrs,
         consumer: counters,
         cpu_seq,
         lsm_active,
         syscalls_attached,
         invariant_holds,
-        missed_reentrant,
+        missed_reentrant: m.missed_reentrant,
     };
-    let g = global_snapshot(skel);
-    metrics.update(&states, &summary.consumer, g.as_ref(), started.elapsed());
-    metrics.missed_reentrant = summary.missed_reentrant;
     let mut c = consumer.borrow_mut();
     let wall = c.wall_ns(monotonic_ns());
     let mut record = serde_json::to_value(metrics.stats_record(wall, true))?;
