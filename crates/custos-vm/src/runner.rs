@@ -310,7 +310,12 @@ fn boot(spec: &VmSpec, tools: &tools::Tools, ctl: &Path, streams: Streams, kvm: 
     // --verbose puts the serial console (kernel messages, panics) into vng.log.
     cmd.arg("--verbose").arg("--run").arg(&spec.kernel.vmlinuz);
     if !kvm {
-        cmd.arg("--disable-kvm");
+        // One TCG thread for all vCPUs. With a thread per vCPU, QEMU does not
+        // keep live kernel text patching coherent across vCPUs: when sched_ext
+        // flips its static keys, another vCPU can execute the patch's int3
+        // and the guest oopses ("Oops: int3" in try_to_wake_up). Slower, but
+        // the kernel under test stays sound.
+        cmd.arg("--disable-kvm").arg("--qemu-opts=-accel tcg,thread=single");
     }
     cmd.args(["--cpus", &spec.cpus.to_string(), "--memory", &spec.memory, "--user", "root"]);
     cmd.arg("--rwdir").arg(ctl);
