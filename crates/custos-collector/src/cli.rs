@@ -160,14 +160,16 @@ pub fn run_with_sink(args: CollectArgs, sink: Option<Box<dyn Write>>) -> Result<
 
     let summary = collect(&opts, out, &STOP, on_ready)?;
     eprintln!(
-        "custos collect: produced {} = delivered {} + dropped {} (critical {}, events {}); incomplete {}; loss records {}",
+        "custos collect: produced {} = delivered {} + dropped {} (critical {}, events {}); incomplete {}; loss records {}; \
+         unnumbered {} (program runs the kernel skipped: already running on that CPU)",
         summary.produced,
         summary.delivered,
         summary.dropped,
         summary.dropped_critical,
         summary.dropped_events,
         summary.consumer.incomplete,
-        summary.consumer.loss_records
+        summary.consumer.loss_records,
+        summary.missed_reentrant
     );
     if let Some(e) = spawn_error.lock().unwrap().take() {
         return Err(e);

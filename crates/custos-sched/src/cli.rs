@@ -54,10 +54,25 @@ pub struct SchedArgs {
     #[arg(long)]
     pub budget_queue: Option<u32>,
 
-    /// A producer is "high rate" at this many provenance events per 100 ms
-    /// window (compared on the policy's log2 scale).
-    #[arg(long, default_value_t = 1024)]
+    /// A producer is "high rate" from this many provenance events per 100 ms
+    /// window on (compared on the policy's log2 scale) ...
+    #[arg(long, default_value_t = 64)]
     pub event_rate_high: u64,
+
+    /// ... and when it makes at least this percentage of all events (rounded
+    /// to the policy's log2 scale: 5 % means 1/16). 100 disables the share test.
+    #[arg(long, default_value_t = 5.0)]
+    pub producer_share: f64,
+
+    /// Ablation: do not let a waking consumer preempt budgeted or ordinary
+    /// tasks; it waits in the primary queue like any other task.
+    #[arg(long)]
+    pub no_consumer_preempt: bool,
+
+    /// Ablation: let budgeted queues run on their waiting times even while
+    /// the rings are nearly full (availability at or below --availability-low).
+    #[arg(long)]
+    pub no_overflow_hold: bool,
 
     /// Budget producers when ring availability falls to this percentage.
     #[arg(long, default_value_t = 25.0)]

@@ -62,6 +62,7 @@ pub struct Config {
     pub waiting_time_ns: Vec<u64>,
     pub budget_queue: u32,
     pub event_rate_high: u8,
+    pub producer_share_steps: u8,
     pub availability_low: u8,
     pub availability_high: u8,
     pub forced_comm: Vec<(String, u32)>,
@@ -104,6 +105,9 @@ impl Config {
                 bail!("{name} is a percentage, 0..100 (got {pct})");
             }
         }
+        if !(args.producer_share > 0.0 && args.producer_share <= 100.0) {
+            bail!("--producer-share is a percentage, above 0 and at most 100 (got {})", args.producer_share);
+        }
         if args.availability_high < args.availability_low {
             bail!(
                 "--availability-high ({}) must not be below --availability-low ({})",
@@ -138,6 +142,7 @@ impl Config {
             waiting_time_ns,
             budget_queue,
             event_rate_high: norm_log2(args.event_rate_high),
+            producer_share_steps: waiting_time::share_steps(args.producer_share),
             availability_low: norm_percent(args.availability_low),
             availability_high: norm_percent(args.availability_high),
             forced_comm,
@@ -241,6 +246,9 @@ impl<'a> Scheduler<'a> {
         rodata.work_conserving = args.work_conserving;
         rodata.budget_queue = config.budget_queue;
         rodata.event_rate_high = config.event_rate_high;
+        rodata.producer_share_steps = config.producer_share_steps;
+        rodata.consumer_preempt = !args.no_consumer_preempt;
+        rodata.overflow_hold = !args.no_overflow_hold;
         rodata.availability_low = config.availability_low;
         rodata.availability_high = config.availability_high;
         rodata.queue_forcing = !config.forced_comm.is_empty() || !config.forced_pid.is_empty();
@@ -420,6 +428,14 @@ impl<'a> Scheduler<'a> {
                 sum.keep_running += s.keep_running;
                 sum.budget_timer_fires += s.budget_timer_fires;
                 sum.idle_kicks += s.idle_kicks;
+                sum.consumer_preemptions += s.consumer_preemptions;
+                sum.consumer_preemptions_primary += s.consumer_preemptions_primary;
+                sum.consumer_queued += s.consumer_queued;
+                sum.consumer_first += s.consumer_first;
+                sum.consumer_next += s.consumer_next;
+                sum.consumer_kept += s.consumer_kept;
+                sum.tick_preemptions += s.tick_preemptions;
+                sum.overflow_holds += s.overflow_holds;
                 sum.feature_ns += s.feature_ns;
                 sum.feature_updates += s.feature_updates;
                 sum.feature_outliers += s.feature_outliers;
@@ -478,6 +494,14 @@ impl<'a> Scheduler<'a> {
             keep_running: sum.keep_running,
             budget_timer_fires: sum.budget_timer_fires,
             idle_kicks: sum.idle_kicks,
+            consumer_preemptions: sum.consumer_preemptions,
+            consumer_preemptions_primary: sum.consumer_preemptions_primary,
+            consumer_queued: sum.consumer_queued,
+            consumer_first: sum.consumer_first,
+            consumer_next: sum.consumer_next,
+            consumer_kept: sum.consumer_kept,
+            tick_preemptions: sum.tick_preemptions,
+            overflow_holds: sum.overflow_holds,
             starvation_guard_picks: sum.starvation_guard_picks.iter().sum(),
             feature_updates: sum.feature_updates,
             feature_ns: sum.feature_ns,

@@ -62,6 +62,22 @@ pub struct Metrics {
     pub budget_timer_fires: u64,
     #[stat(desc = "Idle CPUs kicked on enqueue")]
     pub idle_kicks: u64,
+    #[stat(desc = "Waking consumers that preempted a budgeted task")]
+    pub consumer_preemptions: u64,
+    #[stat(desc = "Waking consumers that preempted an ordinary task (no budgeted one running)")]
+    pub consumer_preemptions_primary: u64,
+    #[stat(desc = "Consumers that kept their CPU past a slice because the rings were under pressure")]
+    pub consumer_kept: u64,
+    #[stat(desc = "Waking consumers put first on their CPU, with nothing to preempt there")]
+    pub consumer_next: u64,
+    #[stat(desc = "Queued consumers dispatched before the budgeted queues")]
+    pub consumer_first: u64,
+    #[stat(desc = "Consumer enqueues that found nothing to preempt and took the primary queue's head")]
+    pub consumer_queued: u64,
+    #[stat(desc = "Dispatches that held the budgeted queues back because the rings were nearly full")]
+    pub overflow_holds: u64,
+    #[stat(desc = "Running tasks whose slice the policy ended at a tick to budget them")]
+    pub tick_preemptions: u64,
     #[stat(desc = "Queues consumed because a task waited past the starvation guard")]
     pub starvation_guard_picks: u64,
     #[stat(desc = "Feature-maintenance calls")]
@@ -90,10 +106,19 @@ impl Metrics {
     pub fn format<W: Write>(&self, w: &mut W) -> Result<()> {
         writeln!(
             w,
-            "[custos] policy: ->budget {} ->primary {} | direct {} pinned {} keep {} timer {} guard {} | \
+            "[custos] policy: ->budget {} ->primary {} tick {} hold {} | consumer preempt {}+{} next {} kept {} queued {} first {} | \
+             direct {} pinned {} keep {} timer {} guard {} | \
              features {:.0} ns/call {:.3}% cpu | consumers {} collector {} avail {}",
             self.policy_to_budgeted,
             self.policy_to_primary,
+            self.tick_preemptions,
+            self.overflow_holds,
+            self.consumer_preemptions,
+            self.consumer_preemptions_primary,
+            self.consumer_next,
+            self.consumer_kept,
+            self.consumer_queued,
+            self.consumer_first,
             self.direct_dispatches,
             self.pinned_enqueues,
             self.keep_running,
@@ -173,6 +198,16 @@ impl Metrics {
                 .budget_timer_fires
                 .saturating_sub(prev.budget_timer_fires),
             idle_kicks: self.idle_kicks.saturating_sub(prev.idle_kicks),
+            consumer_preemptions: self.consumer_preemptions.saturating_sub(prev.consumer_preemptions),
+            consumer_preemptions_primary: self
+                .consumer_preemptions_primary
+                .saturating_sub(prev.consumer_preemptions_primary),
+            consumer_queued: self.consumer_queued.saturating_sub(prev.consumer_queued),
+            consumer_first: self.consumer_first.saturating_sub(prev.consumer_first),
+            consumer_next: self.consumer_next.saturating_sub(prev.consumer_next),
+            consumer_kept: self.consumer_kept.saturating_sub(prev.consumer_kept),
+            tick_preemptions: self.tick_preemptions.saturating_sub(prev.tick_preemptions),
+            overflow_holds: self.overflow_holds.saturating_sub(prev.overflow_holds),
             starvation_guard_picks: self
                 .starvation_guard_picks
                 .saturating_sub(prev.starvation_guard_picks),

@@ -67,6 +67,14 @@ pub fn norm_log2(x: u64) -> u8 {
     (2 * (64 - x.leading_zeros())) as u8
 }
 
+/// A share of all events as the policy compares it: on the log2 scale one
+/// factor of two is 2 steps, so `pct` percent becomes 2·round(log2(100/pct))
+/// steps below the system's rate (5 % → 1/16 → 8 steps; 100 % → 0).
+pub fn share_steps(pct: f64) -> u8 {
+    let pct = pct.clamp(1e-6, 100.0);
+    (2.0 * (100.0 / pct).log2().round()).min(128.0) as u8
+}
+
 /// Uniform features given in percent: [0, 100] onto [0, 128].
 pub fn norm_percent(pct: f64) -> u8 {
     (pct.clamp(0.0, 100.0) * 128.0 / 100.0).round() as u8
@@ -116,5 +124,17 @@ mod tests {
         assert_eq!(norm_log2(u64::MAX), 128);
         assert_eq!(norm_percent(25.0), 32);
         assert_eq!(norm_percent(150.0), 128);
+    }
+
+    #[test]
+    fn producer_share_rounds_to_factors_of_two() {
+        assert_eq!(share_steps(100.0), 0);
+        assert_eq!(share_steps(50.0), 2);
+        assert_eq!(share_steps(5.0), 8); // 1/20 rounds to 1/16
+        assert_eq!(share_steps(1.0), 14); // 1/100 rounds to 1/128
+        // A task at 1/16 of the system's rate passes a 5 % test, at 1/64 it does not.
+        let total = norm_log2(16_000);
+        assert!(norm_log2(1_000) + share_steps(5.0) >= total);
+        assert!(norm_log2(250) + share_steps(5.0) < total);
     }
 }

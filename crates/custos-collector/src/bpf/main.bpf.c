@@ -498,6 +498,19 @@ static __always_inline __u64 wakeup_policy(void *ring)
 }
 
 /*
+ * Programs may run preemptible: LSM hooks always, and since syscall
+ * tracepoints became faultable (7.x) the raw sys_enter/sys_exit ones too.
+ * Preempted between taking a sequence number and committing its record, a
+ * producer could wait in a run queue for seconds (its number would be
+ * settled as lost, then arrive), and another task's program on this CPU
+ * would overwrite the per-CPU scratch records half built. Every stretch
+ * from building a record to committing it therefore runs with preemption
+ * off (a few microseconds).
+ */
+extern void bpf_preempt_disable(void) __ksym;
+extern void bpf_preempt_enable(void) __ksym;
+
+/*
  * Numbers the event, then tries its ring. The metadata slot is reserved
  * before the attributes are sent, so an attribute record is only ever sent
  * for an event that will be delivered.
@@ -516,7 +529,7 @@ __noinline int submit(struct custos_event *ev, struct attr_buf *b, int critical)
 	cs = bpf_map_lookup_elem(&cpu_state, &zero);
 	if (!cs)
 		return 0;
-	/* Atomic: an LSM program can be preempted by another program on this CPU. */
+	/* Atomic: numbers are taken by programs of several kinds on this CPU. */
 	seq = __sync_fetch_and_add(&cs->seq, 1) + 1;
 	ev->id = ((__u64)bpf_get_smp_processor_id() << CUSTOS_ID_CPU_SHIFT) | seq;
 	ev->ktime_ns = now;
@@ -752,8 +765,7 @@ static __always_inline void account_unparked(int critical)
 		__sync_fetch_and_add(&cs->drops[CUSTOS_DROP_EVENTS], 1);
 }
 
-SEC("tp_btf/sys_enter")
-int BPF_PROG(custos_sys_enter, struct pt_regs *regs, long id)
+static __always_inline int sys_enter(struct pt_regs *regs, long id)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tgid = pid_tgid >> 32, key;
@@ -801,8 +813,7 @@ int BPF_PROG(custos_sys_enter, struct pt_regs *regs, long id)
 	return 0;
 }
 
-SEC("tp_btf/sys_exit")
-int BPF_PROG(custos_sys_exit, struct pt_regs *regs, long ret)
+static __always_inline int sys_exit(struct pt_regs *regs, long ret)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tgid = pid_tgid >> 32, nr;
@@ -825,7 +836,32 @@ int BPF_PROG(custos_sys_exit, struct pt_regs *regs, long ret)
 	return emit_syscall(nr, spec, saved.args, ret, 1);
 }
 
+/*
+ * The whole program runs with preemption off (see submit()). Besides the
+ * records, this protects every other syscall on this CPU: the kernel skips
+ * a program that is already running on the CPU (recursion_misses), so one
+ * preempted in the middle would make the next task's syscalls go unrecorded.
+ */
+SEC("tp_btf/sys_enter")
+int BPF_PROG(custos_sys_enter, struct pt_regs *regs, long id)
+{
+	bpf_preempt_disable();
+	sys_enter(regs, id);
+	bpf_preempt_enable();
+	return 0;
+}
+
+SEC("tp_btf/sys_exit")
+int BPF_PROG(custos_sys_exit, struct pt_regs *regs, long ret)
+{
+	bpf_preempt_disable();
+	sys_exit(regs, ret);
+	bpf_preempt_enable();
+	return 0;
+}
+
 /* ---- BPF-LSM hooks: intent before the fact (only where the kernel allows) ---- */
+
 
 SEC("lsm/bprm_check_security")
 int BPF_PROG(custos_bprm_check, struct linux_binprm *bprm)
@@ -840,10 +876,11 @@ int BPF_PROG(custos_bprm_check, struct linux_binprm *bprm)
 
 	if (tgid == collector_tgid)
 		return 0;
+	bpf_preempt_disable();
 	e = new_event(CUSTOS_HOOK_BPRM_CHECK);
 	b = scratch_attrs();
 	if (!e || !b)
-		return 0;
+		goto out;
 	e->flags |= CUSTOS_EV_NO_RET;
 	off = put_file_path(b, off, CUSTOS_ATTR_FILE_PATH, BPF_CORE_READ(bprm, file));
 	/* The caller's argv is still mapped here: the old image is replaced later. */
@@ -856,6 +893,8 @@ int BPF_PROG(custos_bprm_check, struct linux_binprm *bprm)
 	}
 	b->hdr.len = off;
 	submit(e, b, 1);
+out:
+	bpf_preempt_enable();
 	return 0;
 }
 
@@ -869,15 +908,18 @@ int BPF_PROG(custos_file_open, struct file *file)
 
 	if ((__u32)(pid_tgid >> 32) == collector_tgid)
 		return 0;
+	bpf_preempt_disable();
 	e = new_event(CUSTOS_HOOK_FILE_OPEN);
 	b = scratch_attrs();
 	if (!e || !b)
-		return 0;
+		goto out;
 	e->flags |= CUSTOS_EV_NO_RET;
 	flags = BPF_CORE_READ(file, f_flags);
 	e->open_flags = flags;
 	set_file_identity(e, file);
 	b->hdr.len = put_file_path(b, 0, CUSTOS_ATTR_FILE_PATH, file);
 	submit(e, b, WRITE_INTENT(flags));
+out:
+	bpf_preempt_enable();
 	return 0;
 }

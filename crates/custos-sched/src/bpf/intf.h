@@ -59,6 +59,19 @@ struct custos_policy_input {
 	u8  feat[CUSTOS_NR_FEATURES];
 	u8  is_consumer;		/* a provenance consumer: never budgeted */
 	u8  budgeted;			/* the task sits in a budgeted queue now */
+	/*
+	 * Context, not a Table 4 feature: events per window of the whole
+	 * system, on the NR_EVENT scale, so a policy can judge a task's share.
+	 */
+	u8  total_event_rate;
+};
+
+/* What a CPU is running, for the consumer's choice of a CPU to preempt. */
+enum custos_cpu_running {
+	CUSTOS_RUN_IDLE		= 0,
+	CUSTOS_RUN_PRIMARY	= 1,	/* an ordinary task */
+	CUSTOS_RUN_BUDGETED	= 2,	/* a task of a budgeted queue */
+	CUSTOS_RUN_PROTECTED	= 3,	/* a consumer or a per-CPU kthread: never preempted */
 };
 
 /* Per-CPU counters; user space sums them over CPUs. */
@@ -77,6 +90,14 @@ struct custos_sched_stats {
 	u64 keep_running;			 /* slice refilled for the running task */
 	u64 budget_timer_fires;			 /* idle CPU woken when a queue became eligible */
 	u64 idle_kicks;				 /* idle CPUs kicked on enqueue */
+	u64 consumer_preemptions;		 /* a waking consumer preempted a budgeted task */
+	u64 consumer_preemptions_primary;	 /* ... or, with none running, an ordinary one */
+	u64 consumer_kept;			 /* a consumer kept its CPU past its slice (rings pressured) */
+	u64 consumer_next;			 /* a waking consumer runs next without preempting */
+	u64 consumer_queued;
+	u64 consumer_first;			 /* a queued consumer went before the budgeted queues */			 /* a consumer found no CPU to take and queued */
+	u64 tick_preemptions;
+	u64 overflow_holds;			 /* dispatches that held the budgeted queues: rings nearly full */			 /* a running task's slice ended early to budget it */
 	u64 starvation_guard_picks[CUSTOS_MAX_QUEUES]; /* q consumed because its head waited too long */
 	u64 feature_ns;				 /* time spent maintaining features */
 	u64 feature_updates;			 /* feature-maintenance calls measured */

@@ -16,8 +16,15 @@
  * under its queue's budget (pinning must not be a way out of the budget).
  *
  * Which queue a task enters is decided by a policy function, features in,
- * queue out, each time the task is queued. This file ships the static
- * policy; a learned policy replaces custos_policy() only.
+ * queue out, each time the task is queued, and on every tick for the running
+ * task (so a producer that never sleeps is budgeted within a tick, not a
+ * slice). This file ships the static policy; a learned policy replaces
+ * custos_policy() only.
+ *
+ * Consumer protection (beyond seed 000, which only keeps consumers in the
+ * primary queue): a waking consumer takes an idle CPU or preempts a budgeted
+ * task, so it never waits a slice behind a producer while the rings fill.
+ * The budget itself still decides how much producers run in the long run.
  */
 #include <scx/common.bpf.h>
 #include "intf.h"
@@ -60,7 +67,28 @@ const volatile u32 budget_queue = 3;
  * it returns to primary once availability >= availability_high (hysteresis,
  * so a task does not flap at the boundary) or its event rate fell.
  */
-const volatile u8 event_rate_high = 22;	/* log2 scale: ~1000 events/window */
+const volatile u8 event_rate_high = 14;	/* log2 scale: 64 events/window */
+
+/*
+ * A producer must also make a share of all events: its rate on the log2
+ * scale plus producer_share_steps reaches the system's (8 steps = 1/16).
+ * A relative test holds on a slow emulated guest and a busy server alike.
+ */
+const volatile u8 producer_share_steps = 8;
+
+/* A waking consumer preempts a budgeted (or ordinary) task; off for ablations. */
+const volatile bool consumer_preempt = true;
+
+/*
+ * While ring availability is at or below availability_low, budgeted queues
+ * wait (up to the starvation guard) for the consumer to make room, instead
+ * of spending their budget on records the full rings would refuse. Off for
+ * ablations.
+ */
+const volatile bool overflow_hold = true;
+
+/* How often a CPU holding budgeted queues looks at the rings again. */
+#define OVERFLOW_RECHECK_NS	(1ULL * NSEC_PER_MSEC)
 const volatile u8 availability_low = 32;	/* 25% of the ring free */
 const volatile u8 availability_high = 64;	/* 50% of the ring free */
 
@@ -131,6 +159,7 @@ struct task_ctx {
 	u32 queue;		/* queue the task is in or was last put in */
 	bool decided;		/* select_cpu already ran the policy for this wakeup */
 	bool budgeted;		/* policy state for hysteresis */
+	bool consumer;		/* a provenance consumer, as of the last decision */
 	u64 enqueued_at;
 	u64 running_at;
 	/* Table 4 task features, raw */
@@ -192,6 +221,17 @@ struct {
 
 /* When each queue was last consumed by any CPU: the budget is global. */
 u64 last_consumed_ns[CUSTOS_MAX_QUEUES];
+
+/* What each CPU runs now (enum custos_cpu_running); racy reads are fine. */
+u8 cpu_running[CUSTOS_MAX_CPUS];
+
+/*
+ * Events per window of the whole system, EWMA like the per-task rates,
+ * derived from the collector's published total (refreshed every ~100 ms).
+ */
+u64 total_event_rate;
+u64 total_rate_produced;
+u64 total_rate_at_ns;
 
 /* Helpers */
 
@@ -286,12 +326,55 @@ static __always_inline bool is_consumer(const struct task_struct *p,
 	return false;
 }
 
+/*
+ * A task's events per window: the smoothed rate, or the open window's count
+ * when that is already higher, so a burst counts at once, not after the
+ * average caught up. A window the collector has not rolled for two windows
+ * is an old burst, not a current one.
+ */
+static __always_inline u64 task_event_rate(const struct custos_task_features *tf, u64 now,
+					   bool drops)
+{
+	u64 rate = drops ? tf->drop_rate : tf->event_rate;
+	u64 open = drops ? tf->window_drops : tf->window_events;
+
+	if (now <= tf->window_start_ns + 2 * CUSTOS_RATE_WINDOW_NS && open > rate)
+		return open;
+	return rate;
+}
+
+/* Fold the collector's latest total into the system's event rate. */
+static void update_total_rate(const struct custos_global_features *g)
+{
+	u64 at, produced, delta, dt, per_window;
+
+	if (!g || !g->collector_running)
+		return;
+	at = g->updated_ns;
+	produced = g->produced;
+	if (at <= total_rate_at_ns || produced < total_rate_produced)
+		goto reset;
+	dt = at - total_rate_at_ns;
+	if (dt < CUSTOS_RATE_WINDOW_NS / 2)
+		return;
+	delta = produced - total_rate_produced;
+	per_window = dt ? delta * CUSTOS_RATE_WINDOW_NS / dt : 0;
+	total_event_rate = total_event_rate - (total_event_rate >> CUSTOS_RATE_EWMA_SHIFT) +
+			   (per_window >> CUSTOS_RATE_EWMA_SHIFT);
+	if (per_window > total_event_rate)
+		total_event_rate = per_window;	/* a burst counts at once, as per task */
+reset:
+	total_rate_at_ns = at;
+	total_rate_produced = produced;
+}
+
 static void fill_policy_input(const struct task_struct *p, const struct task_ctx *tctx,
 			      struct custos_policy_input *in)
 {
 	const struct custos_global_features *g;
 	const struct custos_task_features *tf;
 	u32 zero = 0, tid = p->pid;
+	u64 now = bpf_ktime_get_ns();
 	u8 avail;
 
 	in->feat[CUSTOS_FEAT_RUNTIME] = norm_log2(tctx->runtime_ns);
@@ -304,10 +387,12 @@ static void fill_policy_input(const struct task_struct *p, const struct task_ctx
 		tctx->queue * CUSTOS_FEATURE_MAX / nr_queues : 0;
 
 	tf = bpf_map_lookup_elem(&task_features, &tid);
-	in->feat[CUSTOS_FEAT_NR_EVENT] = tf ? norm_log2(tf->event_rate) : 0;
-	in->feat[CUSTOS_FEAT_NR_DROP] = tf ? norm_log2(tf->drop_rate) : 0;
+	in->feat[CUSTOS_FEAT_NR_EVENT] = tf ? norm_log2(task_event_rate(tf, now, false)) : 0;
+	in->feat[CUSTOS_FEAT_NR_DROP] = tf ? norm_log2(task_event_rate(tf, now, true)) : 0;
 
 	g = bpf_map_lookup_elem(&global_features, &zero);
+	update_total_rate(g);
+	in->total_event_rate = norm_log2(total_event_rate);
 	avail = ring_availability(g);
 	if (external_availability < avail)
 		avail = external_availability;
@@ -321,13 +406,16 @@ static void fill_policy_input(const struct task_struct *p, const struct task_ctx
 
 /*
  * The static policy: consumers are always primary; a producer with a high
- * event rate while the rings run out of room is budgeted until the pressure
- * is gone. Everything else is primary.
+ * event rate (absolute floor, and a share of all events) while the rings run
+ * out of room is budgeted until the pressure is gone. Everything else is
+ * primary.
  */
 static __always_inline u32 custos_policy(const struct custos_policy_input *in)
 {
 	u8 avail = in->feat[CUSTOS_FEAT_AVAILABILITY];
-	bool producing = in->feat[CUSTOS_FEAT_NR_EVENT] >= event_rate_high;
+	u8 rate = in->feat[CUSTOS_FEAT_NR_EVENT];
+	bool producing = rate >= event_rate_high &&
+			 rate + producer_share_steps >= in->total_event_rate;
 
 	if (in->is_consumer)
 		return CUSTOS_PRIMARY_QUEUE;
@@ -364,6 +452,7 @@ static u32 decide_queue(const struct task_struct *p, struct task_ctx *tctx)
 	} else {
 		fill_policy_input(p, tctx, &in);
 		q = custos_policy(&in);
+		tctx->consumer = in.is_consumer;
 		if (q > nr_queues)
 			q = nr_queues;
 		if (st) {
@@ -421,6 +510,48 @@ static u64 head_wait(u64 dsq, u64 now)
 	}
 	bpf_rcu_read_unlock();
 	return at && now > at ? now - at : 0;
+}
+
+/* Is the head of @dsq a consumer? */
+static bool consumer_at_head(u64 dsq)
+{
+	struct task_struct *p;
+	struct task_ctx *tctx;
+	bool yes = false;
+
+	bpf_rcu_read_lock();
+	p = __COMPAT_scx_bpf_dsq_peek(dsq);
+	if (p) {
+		tctx = bpf_task_storage_get(&task_ctx_stor, p, 0, 0);
+		yes = tctx && tctx->consumer;
+	}
+	bpf_rcu_read_unlock();
+	return yes;
+}
+
+/*
+ * A consumer waiting in the primary queue (its slice ran out while the rings
+ * had room) goes before the budgeted queues: a budgeted queue whose waiting
+ * time is below a slice is always eligible, and the consumer would wait
+ * behind it until the rings overflowed.
+ */
+static bool consume_waiting_consumer(s32 cpu, struct custos_sched_stats *st)
+{
+	u64 dsq;
+
+	if (consumer_at_head(CUSTOS_PRIMARY_QUEUE))
+		dsq = CUSTOS_PRIMARY_QUEUE;
+	else if (consumer_at_head(pinned_dsq(cpu, CUSTOS_PRIMARY_QUEUE)))
+		dsq = pinned_dsq(cpu, CUSTOS_PRIMARY_QUEUE);
+	else
+		return false;
+	if (!scx_bpf_dsq_move_to_local(dsq, 0))
+		return false;
+	if (st) {
+		st->dispatches[CUSTOS_PRIMARY_QUEUE]++;
+		st->consumer_first++;
+	}
+	return true;
 }
 
 /* The starvation guard: consume the copy holding the longest-waiting head. */
@@ -499,6 +630,50 @@ static __always_inline void feature_cost(u64 start)
 	st->feature_updates++;
 }
 
+/*
+ * A CPU a waking consumer may take: one running a budgeted task first (the
+ * producers being held back), else one running an ordinary task. Consumers
+ * and per-CPU kthreads are never preempted. Returns -1 if there is none.
+ */
+static s32 consumer_victim(const struct task_struct *p, s32 prev_cpu, bool *budgeted)
+{
+	s32 cpu, ordinary = -1;
+	u32 nr_cpus = scx_bpf_nr_cpu_ids();
+	u8 r;
+
+	if (prev_cpu >= 0 && prev_cpu < CUSTOS_MAX_CPUS &&
+	    bpf_cpumask_test_cpu(prev_cpu, p->cpus_ptr)) {
+		r = cpu_running[prev_cpu];
+		if (r == CUSTOS_RUN_BUDGETED) {
+			*budgeted = true;
+			return prev_cpu;
+		}
+		if (r == CUSTOS_RUN_PRIMARY)
+			ordinary = prev_cpu;
+	}
+	bpf_for(cpu, 0, nr_cpus) {
+		if (cpu >= CUSTOS_MAX_CPUS)
+			break;
+		if (!bpf_cpumask_test_cpu(cpu, p->cpus_ptr))
+			continue;
+		r = cpu_running[cpu];
+		if (r == CUSTOS_RUN_BUDGETED) {
+			*budgeted = true;
+			return cpu;
+		}
+		if (r == CUSTOS_RUN_PRIMARY && ordinary < 0)
+			ordinary = cpu;
+	}
+	*budgeted = false;
+	return ordinary;
+}
+
+static __always_inline void set_cpu_running(s32 cpu, u8 what)
+{
+	if (cpu >= 0 && cpu < CUSTOS_MAX_CPUS)
+		cpu_running[cpu] = what;
+}
+
 /* sched_ext callbacks, in the order the kernel calls them */
 
 s32 BPF_STRUCT_OPS(custos_select_cpu, struct task_struct *p, s32 prev_cpu, u64 wake_flags)
@@ -523,7 +698,77 @@ s32 BPF_STRUCT_OPS(custos_select_cpu, struct task_struct *p, s32 prev_cpu, u64 w
 			st->direct_dispatches++;
 		return cpu;
 	}
+	/* No idle CPU: a consumer goes where it can preempt (see enqueue). */
+	if (tctx->consumer && consumer_preempt) {
+		bool budgeted;
+
+		cpu = consumer_victim(p, prev_cpu, &budgeted);
+		if (cpu >= 0)
+			return cpu;
+	}
 	return prev_cpu;
+}
+
+/* Free ring space now, collector and external sources alike, in [0, 128]. */
+static u8 availability_now(void)
+{
+	const struct custos_global_features *g;
+	u32 zero = 0;
+	u8 avail;
+
+	g = bpf_map_lookup_elem(&global_features, &zero);
+	avail = ring_availability(g);
+	return external_availability < avail ? external_availability : avail;
+}
+
+/* The rings are under pressure: availability below availability_high. */
+static bool rings_pressured(void)
+{
+	return availability_now() < availability_high;
+}
+
+/*
+ * A consumer woke up with no idle CPU for it: take the CPU select_cpu chose,
+ * preempting what runs there unless that is a consumer or a kthread. A consumer whose slice ran out keeps its CPU while the
+ * rings are under pressure; without pressure it takes the head of the
+ * primary queue, under the budgets and the starvation guard like everyone.
+ */
+static bool enqueue_consumer(struct task_struct *p, u64 enq_flags,
+			     struct custos_sched_stats *st)
+{
+	s32 cpu = scx_bpf_task_cpu(p);
+	u8 r = cpu >= 0 && cpu < CUSTOS_MAX_CPUS ? cpu_running[cpu] : CUSTOS_RUN_PROTECTED;
+
+	/* SCX_DSQ_LOCAL is the task's own CPU here, which its cpumask allows. */
+	if (!consumer_preempt)
+		return false;
+	if (!(enq_flags & SCX_ENQ_WAKEUP)) {
+		if (!rings_pressured())
+			return false;
+		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, enq_flags | SCX_ENQ_HEAD);
+		if (st)
+			st->consumer_kept++;
+		return true;
+	}
+	if (r != CUSTOS_RUN_BUDGETED && r != CUSTOS_RUN_PRIMARY) {
+		/*
+		 * The CPU is between tasks, or runs a kthread or another
+		 * consumer: run next, without preempting. In the shared queue
+		 * the consumer would wait behind every eligible budgeted queue.
+		 */
+		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, enq_flags | SCX_ENQ_HEAD);
+		if (st)
+			st->consumer_next++;
+		return true;
+	}
+	scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, enq_flags | SCX_ENQ_PREEMPT);
+	if (st) {
+		if (r == CUSTOS_RUN_BUDGETED)
+			st->consumer_preemptions++;
+		else
+			st->consumer_preemptions_primary++;
+	}
+	return true;
 }
 
 void BPF_STRUCT_OPS(custos_enqueue, struct task_struct *p, u64 enq_flags)
@@ -553,6 +798,14 @@ void BPF_STRUCT_OPS(custos_enqueue, struct task_struct *p, u64 enq_flags)
 		return;
 	}
 
+	if (tctx && tctx->consumer && q == CUSTOS_PRIMARY_QUEUE) {
+		if (enqueue_consumer(p, enq_flags, st))
+			return;
+		enq_flags |= SCX_ENQ_HEAD;
+		if (st)
+			st->consumer_queued++;
+	}
+
 	if (is_pinned(p)) {
 		cpu = scx_bpf_task_cpu(p);
 		scx_bpf_dsq_insert(p, pinned_dsq(cpu, q), slice_ns, enq_flags);
@@ -578,7 +831,7 @@ void BPF_STRUCT_OPS(custos_dispatch, s32 cpu, struct task_struct *prev)
 	struct cpu_ctx *cctx = this_cpu_ctx();
 	u64 now = bpf_ktime_get_ns(), earliest = 0, tried = 0;
 	struct task_ctx *prev_ctx = NULL;
-	bool prev_queued = prev && (prev->scx.flags & SCX_TASK_QUEUED);
+	bool prev_queued = prev && (prev->scx.flags & SCX_TASK_QUEUED), hold;
 	u32 q, attempt;
 
 	if (prev_queued)
@@ -586,6 +839,15 @@ void BPF_STRUCT_OPS(custos_dispatch, s32 cpu, struct task_struct *prev)
 
 	if (starvation_guard_ns && consume_starving(cpu, now, st))
 		return;
+	if (consumer_preempt && consume_waiting_consumer(cpu, st))
+		return;
+	hold = overflow_hold && availability_now() <= availability_low;
+	if (hold) {
+		earliest = now + OVERFLOW_RECHECK_NS;
+		if (st)
+			st->overflow_holds++;
+		goto primary;
+	}
 
 	/*
 	 * Eq. 2: the hungriest eligible non-empty budgeted queue. If its tasks
@@ -639,6 +901,7 @@ void BPF_STRUCT_OPS(custos_dispatch, s32 cpu, struct task_struct *prev)
 		}
 	}
 
+primary:
 	if (consume_queue(CUSTOS_PRIMARY_QUEUE, cpu, cctx)) {
 		if (st)
 			st->dispatches[CUSTOS_PRIMARY_QUEUE]++;
@@ -648,8 +911,8 @@ void BPF_STRUCT_OPS(custos_dispatch, s32 cpu, struct task_struct *prev)
 	/* Nothing else to run: keep prev if its queue allows it another slice. */
 	if (prev_ctx) {
 		q = prev_ctx->queue & (CUSTOS_MAX_QUEUES - 1);
-		if (q == CUSTOS_PRIMARY_QUEUE || work_conserving ||
-		    now - last_consumed_ns[q] >= waiting_time_ns[q]) {
+		if (q == CUSTOS_PRIMARY_QUEUE ||
+		    (!hold && (work_conserving || now - last_consumed_ns[q] >= waiting_time_ns[q]))) {
 			prev->scx.slice = slice_ns;
 			if (q != CUSTOS_PRIMARY_QUEUE)
 				last_consumed_ns[q] = now;
@@ -659,7 +922,7 @@ void BPF_STRUCT_OPS(custos_dispatch, s32 cpu, struct task_struct *prev)
 		}
 	}
 
-	if (work_conserving) {
+	if (work_conserving && !hold) {
 		bpf_for(q, 1, nr_queues + 1) {
 			if (q >= CUSTOS_MAX_QUEUES)
 				break;
@@ -709,6 +972,10 @@ void BPF_STRUCT_OPS(custos_running, struct task_struct *p)
 		return;
 	tctx->running_at = now;
 	q = tctx->queue & (CUSTOS_MAX_QUEUES - 1);
+	set_cpu_running(scx_bpf_task_cpu(p),
+			tctx->consumer || ((p->flags & PF_KTHREAD) && is_pinned(p)) ?
+				CUSTOS_RUN_PROTECTED :
+			q != CUSTOS_PRIMARY_QUEUE ? CUSTOS_RUN_BUDGETED : CUSTOS_RUN_PRIMARY);
 	if (st && tctx->enqueued_at) {
 		wait = now - tctx->enqueued_at;
 		st->wait_ns[q] += wait;
@@ -728,6 +995,7 @@ void BPF_STRUCT_OPS(custos_stopping, struct task_struct *p, bool runnable)
 	struct task_ctx *tctx = task_ctx(p);
 	u64 now = bpf_ktime_get_ns(), ran;
 
+	set_cpu_running(scx_bpf_task_cpu(p), CUSTOS_RUN_IDLE);
 	if (!tctx)
 		return;
 	ran = now - tctx->running_at;
@@ -749,6 +1017,33 @@ void BPF_STRUCT_OPS(custos_stopping, struct task_struct *p, bool runnable)
 		tctx->nvcsw_avg = ewma(tctx->nvcsw_avg, p->nvcsw - tctx->nvcsw_at_window);
 		tctx->nvcsw_at_window = p->nvcsw;
 		tctx->nvcsw_window_start = now;
+	}
+	feature_cost(now);
+}
+
+/*
+ * The policy again, for the running task: a producer that never sleeps
+ * would otherwise flood the rings for a whole slice before its next enqueue
+ * asks the policy. Ending its slice sends it through enqueue, which parks it.
+ */
+void BPF_STRUCT_OPS(custos_tick, struct task_struct *p)
+{
+	struct custos_policy_input in = {};
+	struct custos_sched_stats *st;
+	struct task_ctx *tctx = task_ctx(p);
+	u64 now = bpf_ktime_get_ns();
+
+	if (!tctx || tctx->queue != CUSTOS_PRIMARY_QUEUE || tctx->consumer ||
+	    (p->flags & PF_KTHREAD))
+		return;
+	if (queue_forcing && forced_queue(p) >= 0)
+		return;
+	fill_policy_input(p, tctx, &in);
+	if (custos_policy(&in) != CUSTOS_PRIMARY_QUEUE) {
+		p->scx.slice = 0;
+		st = cpu_stats();
+		if (st)
+			st->tick_preemptions++;
 	}
 	feature_cost(now);
 }
@@ -844,6 +1139,7 @@ SCX_OPS_DEFINE(custos_ops,
 	       .runnable	= (void *)custos_runnable,
 	       .running		= (void *)custos_running,
 	       .stopping	= (void *)custos_stopping,
+	       .tick		= (void *)custos_tick,
 	       .quiescent	= (void *)custos_quiescent,
 	       .update_idle	= (void *)custos_update_idle,
 	       .init_task	= (void *)custos_init_task,
