@@ -8,8 +8,15 @@
 # refused ("dropped"), and syscalls the kernel never handed to the collector
 # because its program was already running, preempted, on that CPU
 # ("unnumbered"; syscall tracepoint programs run preemptibly since 7.x).
+#
+# Environment: SP_SCHEDULERS (default "default custos"; "bpfland" runs the
+# scx_bpfland peer from .tools/cargo/bin), SP_FILES, SP_WORKERS, SP_RING_KB,
+# SP_OUT (results.jsonl and logs), CUSTOS_BIN. Arguments go to `custos sched`.
 set -u
-bin=${CUSTOS_BIN:-$(cd "$(dirname "$0")/.." && pwd)/target/release}
+root=$(cd "$(dirname "$0")/.." && pwd)
+bin=${CUSTOS_BIN:-$root/target/release}
+bpfland=${BPFLAND:-$root/.tools/cargo/bin/scx_bpfland}
+schedulers=${SP_SCHEDULERS:-default custos}
 files=${SP_FILES:-4000} workers=${SP_WORKERS:-4} ring_kb=${SP_RING_KB:-64}
 out=${SP_OUT:-/tmp/custos-superproducer}
 mkdir -p "$out"
@@ -21,7 +28,7 @@ wait_for() { # condition, tenths of a second
   return 1
 }
 
-run() { # name [sched args...]
+run() { # name [custos sched args...]
   local name=$1; shift
   local events="$out/$name.jsonl"
   rm -rf /sys/fs/bpf/custos /tmp/custos-marker
@@ -30,7 +37,11 @@ run() { # name [sched args...]
   local collector=$! sched=
   wait_for '[ -e /sys/fs/bpf/custos/global_features ]' 100 || { echo "collector did not start" >&2; return 1; }
   if [ "$name" != default ]; then
-    "$bin/custos" sched --stats-json "$out/$name.sched.json" "$@" >"$out/$name.sched.log" 2>&1 &
+    if [ "$name" = bpfland ]; then
+      "$bpfland" >"$out/$name.sched.log" 2>&1 &
+    else
+      "$bin/custos" sched --stats-json "$out/$name.sched.json" "$@" >"$out/$name.sched.log" 2>&1 &
+    fi
     sched=$!
     wait_for '[ "$(cat /sys/kernel/sched_ext/state)" = enabled ]' 300 || { echo "scheduler did not attach" >&2; cat "$out/$name.sched.log" >&2; return 1; }
   fi
@@ -68,12 +79,13 @@ PY
     "$(awk -v d="$dropped" -v u="$unnumbered" -v p="$produced" 'BEGIN { t = p + u; printf "%.1f%%", t ? 100 * (d + u) / t : 0 }')" \
     "$(( (end - start) / 1000000 )) ms" "$marker" "${state}"
   printf '{"scheduler":"%s","produced":%s,"delivered":%s,"dropped":%s,"unnumbered":%s,"runtime_ms":%s,"marker_delivered":%s,"sched_ext_state":"%s"}\n' \
-    "$name" "$produced" "$delivered" "$dropped" "$unnumbered" "$(( (end - start) / 1000000 ))" \
+    "$name" "${produced:-null}" "${delivered:-null}" "${dropped:-null}" "${unnumbered:-null}" "$(( (end - start) / 1000000 ))" \
     "$([ $marker = yes ] && echo true || echo false)" "$state" >>"$out/results.jsonl"
 }
 
 rm -f "$out/results.jsonl"
 echo "super producer: $workers x 'find -exec cat' over $files files, ${ring_kb} KiB rings, $(nproc) CPU(s), kernel $(uname -r)"
 printf '%-8s %10s %10s %9s %11s %7s %11s %8s %s\n' scheduler produced delivered dropped unnumbered loss runtime marker sched_ext
-run default
-run custos "$@"
+for s in $schedulers; do
+  run "$s" "$@"
+done

@@ -21,22 +21,29 @@ def lines_for(sched, rtt, dropped):
         line(sched, "unix", {"round_trip": {"mean_ns": rtt}}),
         line(sched, "forkexec", {"latency": {"mean_ns": 1000}}),
         line(sched, "cpu", {"wall_ns": 5}),
-        line(sched, "superproducer", {"runtime_ns": 10, "produced": 1000, "delivered": 1000 - dropped,
-                                      "dropped": dropped, "marker_critical_writes": 1}),
     ]
+
+
+def sp(sched, dropped, unnumbered=0, produced=1000):
+    return {"scheduler": sched, "produced": produced, "delivered": produced - dropped, "dropped": dropped,
+            "unnumbered": unnumbered, "runtime_ms": 10, "marker_delivered": True, "sched_ext_state": "enabled"}
 
 
 def test_summary_takes_medians_and_loss_percentages():
     data = sched_run.parse(lines_for("default", 100, 250) + lines_for("custos", 110, 0))
-    s = sched_run.summarize(data)
+    s = sched_run.summarize(data, [sp("default", 250), sp("custos", 0)])
     assert s["default"]["pipe_rtt_ns"] == 200  # median of 100, 300, 200
     assert s["default"]["sp_loss_pct"] == 25.0
     assert s["custos"]["sp_loss_pct"] == 0.0
 
 
+def test_skipped_syscalls_count_as_loss():
+    # 500 recorded (100 of them refused by full rings), 500 never numbered.
+    s = sched_run.summarize({}, [sp("default", 100, unnumbered=500, produced=500)])
+    assert s["default"]["sp_loss_pct"] == 60.0
+
+
 def test_a_missing_collector_summary_is_an_error():
-    bad = [l for l in lines_for("default", 1, 0) if "superproducer" not in l]
-    bad.append(line("default", "superproducer", {"runtime_ns": 1, "produced": None, "delivered": None,
-                                                   "dropped": None, "marker_critical_writes": 0}))
+    bad = dict(sp("default", 0), produced=None, delivered=None, dropped=None, unnumbered=None)
     with pytest.raises(ValueError, match="no summary"):
-        sched_run.summarize(sched_run.parse(bad))
+        sched_run.summarize({}, [bad])
