@@ -423,6 +423,7 @@ impl<'a> Scheduler<'a> {
                 sum.to_primary += s.to_primary;
                 sum.consumer_decisions += s.consumer_decisions;
                 sum.direct_dispatches += s.direct_dispatches;
+                sum.sync_wakeups += s.sync_wakeups;
                 sum.pinned_enqueues += s.pinned_enqueues;
                 sum.kthread_dispatches += s.kthread_dispatches;
                 sum.keep_running += s.keep_running;
@@ -489,6 +490,7 @@ impl<'a> Scheduler<'a> {
             policy_to_primary: sum.to_primary,
             consumer_decisions: sum.consumer_decisions,
             direct_dispatches: sum.direct_dispatches,
+            sync_wakeups: sum.sync_wakeups,
             pinned_enqueues: sum.pinned_enqueues,
             kthread_dispatches: sum.kthread_dispatches,
             keep_running: sum.keep_running,

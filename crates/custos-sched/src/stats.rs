@@ -52,6 +52,8 @@ pub struct Metrics {
     pub consumer_decisions: u64,
     #[stat(desc = "Wakeups sent straight to an idle CPU")]
     pub direct_dispatches: u64,
+    #[stat(desc = "Synchronous wakeups run on the waker's CPU (it sleeps next)")]
+    pub sync_wakeups: u64,
     #[stat(desc = "Enqueues of one-CPU tasks onto their CPU's queues")]
     pub pinned_enqueues: u64,
     #[stat(desc = "Per-CPU kthreads run next on their CPU, outside the queues")]
@@ -107,7 +109,7 @@ impl Metrics {
         writeln!(
             w,
             "[custos] policy: ->budget {} ->primary {} tick {} hold {} | consumer preempt {}+{} next {} kept {} queued {} first {} | \
-             direct {} pinned {} keep {} timer {} guard {} | \
+             direct {} sync {} pinned {} keep {} timer {} guard {} | \
              features {:.0} ns/call {:.3}% cpu | consumers {} collector {} avail {}",
             self.policy_to_budgeted,
             self.policy_to_primary,
@@ -120,6 +122,7 @@ impl Metrics {
             self.consumer_queued,
             self.consumer_first,
             self.direct_dispatches,
+            self.sync_wakeups,
             self.pinned_enqueues,
             self.keep_running,
             self.budget_timer_fires,
@@ -190,6 +193,7 @@ impl Metrics {
                 .direct_dispatches
                 .saturating_sub(prev.direct_dispatches),
             pinned_enqueues: self.pinned_enqueues.saturating_sub(prev.pinned_enqueues),
+            sync_wakeups: self.sync_wakeups.saturating_sub(prev.sync_wakeups),
             kthread_dispatches: self
                 .kthread_dispatches
                 .saturating_sub(prev.kthread_dispatches),

@@ -84,7 +84,8 @@ struct custos_sched_stats {
 	u64 to_budgeted;			 /* policy moved a task primary -> budgeted */
 	u64 to_primary;				 /* policy moved a task budgeted -> primary */
 	u64 consumer_decisions;			 /* policy decisions for consumer tasks */
-	u64 direct_dispatches;			 /* to an idle CPU, bypassing the queues */
+	u64 direct_dispatches;
+	u64 sync_wakeups;			 /* synchronous wakeups run on the waker's CPU */			 /* to an idle CPU, bypassing the queues */
 	u64 pinned_enqueues;			 /* one-CPU tasks put on per-CPU queues */
 	u64 kthread_dispatches;			 /* per-CPU kthreads run next on their CPU */
 	u64 keep_running;			 /* slice refilled for the running task */

@@ -674,6 +674,22 @@ static __always_inline void set_cpu_running(s32 cpu, u8 what)
 		cpu_running[cpu] = what;
 }
 
+/* The waker's CPU for a synchronous wakeup of @p, if it may take it now. */
+static bool sync_wakeup_target(const struct task_struct *p, s32 *cpu)
+{
+	struct task_struct *waker = bpf_get_current_task_btf();
+	s32 this_cpu = bpf_get_smp_processor_id();
+
+	if (waker->flags & PF_EXITING)
+		return false;
+	if (!bpf_cpumask_test_cpu(this_cpu, p->cpus_ptr))
+		return false;
+	if (scx_bpf_dsq_nr_queued(SCX_DSQ_LOCAL_ON | this_cpu))
+		return false;
+	*cpu = this_cpu;
+	return true;
+}
+
 /* sched_ext callbacks, in the order the kernel calls them */
 
 s32 BPF_STRUCT_OPS(custos_select_cpu, struct task_struct *p, s32 prev_cpu, u64 wake_flags)
@@ -687,6 +703,21 @@ s32 BPF_STRUCT_OPS(custos_select_cpu, struct task_struct *p, s32 prev_cpu, u64 w
 	tctx->decided = true;
 	if (decide_queue(p, tctx) != CUSTOS_PRIMARY_QUEUE)
 		return prev_cpu;
+
+	/*
+	 * A synchronous wakeup (the waker sleeps next: pipes, sockets, futex
+	 * hand-offs) runs the wakee on the waker's CPU once it is free, if
+	 * nothing else waits there: the pair stays on one CPU instead of paying
+	 * a cross-CPU wakeup per hand-off.
+	 */
+	if ((wake_flags & SCX_WAKE_SYNC) && sync_wakeup_target(p, &cpu)) {
+		tctx->enqueued_at = bpf_ktime_get_ns();
+		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, 0);
+		st = cpu_stats();
+		if (st)
+			st->sync_wakeups++;
+		return cpu;
+	}
 
 	/* A primary task and an idle CPU: no queue to wait in. */
 	cpu = scx_bpf_select_cpu_and(p, prev_cpu, wake_flags, p->cpus_ptr, 0);
