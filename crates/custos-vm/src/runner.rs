@@ -156,15 +156,25 @@ pub fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
+/// `/tmp/X` for a path `/tmp/X/...` (not /tmp itself).
+fn tmp_top_dir(path: &Path) -> Option<PathBuf> {
+    let mut parts = path.strip_prefix("/tmp").ok()?.components();
+    parts.next().map(|top| Path::new("/tmp").join(top))
+}
+
 /// The script the guest runs: prepare a writable /tmp and /boot without
 /// losing shares under /tmp, mark the start, run the command, leave its
 /// exit code. Setup failures are reported apart from the command's stderr.
 fn guest_script(ctl: &Path, spec: &VmSpec, command: &[String], path_env: &str) -> String {
     let q = |p: &Path| sh_quote(&p.to_string_lossy());
-    let mut shares: Vec<String> = spec.shares.iter().map(|p| q(p)).collect();
+    let cwd = spec.cwd.clone().or_else(|| std::env::current_dir().ok()).unwrap_or_else(|| PathBuf::from("/"));
+    // A checkout under /tmp (CI's, say) would vanish under the guest's tmpfs
+    // with the binaries and scripts in it: its top directory there is kept
+    // like a share, first, so deeper shares land on top of it.
+    let mut shares: Vec<String> = tmp_top_dir(&cwd).iter().map(|p| q(p)).collect();
+    shares.extend(spec.shares.iter().map(|p| q(p)));
     shares.push(q(ctl));
     let shares = shares.join(" ");
-    let cwd = spec.cwd.clone().or_else(|| std::env::current_dir().ok()).unwrap_or_else(|| PathBuf::from("/"));
     let mut env = vec![("PATH".to_string(), path_env.to_string()), ("HOME".to_string(), "/root".to_string())];
     for var in ["RUST_BACKTRACE", "RUST_LOG", "TERM"] {
         if let Ok(v) = std::env::var(var) {
@@ -428,5 +438,13 @@ mod tests {
         assert_eq!(sh_quote("it's"), r"'it'\''s'");
         let out = Command::new("sh").arg("-c").arg(format!("printf %s {}", sh_quote("x'y \"$HOME\" `z`"))).output().unwrap();
         assert_eq!(out.stdout, b"x'y \"$HOME\" `z`");
+    }
+
+    #[test]
+    fn a_checkout_under_tmp_keeps_its_top_directory() {
+        assert_eq!(tmp_top_dir(Path::new("/tmp/ci/main/crates/custos")), Some(PathBuf::from("/tmp/ci")));
+        assert_eq!(tmp_top_dir(Path::new("/tmp")), None);
+        assert_eq!(tmp_top_dir(Path::new("/work/main")), None);
+        assert_eq!(tmp_top_dir(Path::new("/tmpx/a")), None);
     }
 }
