@@ -310,6 +310,14 @@ static __always_inline u8 ring_availability(const struct custos_global_features 
 	return avail;
 }
 
+/* Availability in [0, 128]: the fullest ring, or external pressure if worse. */
+static __always_inline u8 availability_of(const struct custos_global_features *g)
+{
+	u8 avail = ring_availability(g);
+
+	return external_availability < avail ? external_availability : avail;
+}
+
 static __always_inline bool is_consumer(const struct task_struct *p,
 					const struct custos_global_features *g)
 {
@@ -375,7 +383,6 @@ static void fill_policy_input(const struct task_struct *p, const struct task_ctx
 	const struct custos_task_features *tf;
 	u32 zero = 0, tid = p->pid;
 	u64 now = bpf_ktime_get_ns();
-	u8 avail;
 
 	in->feat[CUSTOS_FEAT_RUNTIME] = norm_log2(tctx->runtime_ns);
 	in->feat[CUSTOS_FEAT_NVCSW] = norm_log2(tctx->nvcsw_avg);
@@ -393,10 +400,7 @@ static void fill_policy_input(const struct task_struct *p, const struct task_ctx
 	g = bpf_map_lookup_elem(&global_features, &zero);
 	update_total_rate(g);
 	in->total_event_rate = norm_log2(total_event_rate);
-	avail = ring_availability(g);
-	if (external_availability < avail)
-		avail = external_availability;
-	in->feat[CUSTOS_FEAT_AVAILABILITY] = avail;
+	in->feat[CUSTOS_FEAT_AVAILABILITY] = availability_of(g);
 	in->feat[CUSTOS_FEAT_LATENCY] =
 		norm_log2((g && g->collector_running ? g->consumer_lag : 0) + external_lag);
 
@@ -635,7 +639,7 @@ static __always_inline void feature_cost(u64 start)
  * producers being held back), else one running an ordinary task. Consumers
  * and per-CPU kthreads are never preempted. Returns -1 if there is none.
  */
-static s32 consumer_victim(const struct task_struct *p, s32 prev_cpu, bool *budgeted)
+static s32 consumer_victim(const struct task_struct *p, s32 prev_cpu)
 {
 	s32 cpu, ordinary = -1;
 	u32 nr_cpus = scx_bpf_nr_cpu_ids();
@@ -644,10 +648,8 @@ static s32 consumer_victim(const struct task_struct *p, s32 prev_cpu, bool *budg
 	if (prev_cpu >= 0 && prev_cpu < CUSTOS_MAX_CPUS &&
 	    bpf_cpumask_test_cpu(prev_cpu, p->cpus_ptr)) {
 		r = cpu_running[prev_cpu];
-		if (r == CUSTOS_RUN_BUDGETED) {
-			*budgeted = true;
+		if (r == CUSTOS_RUN_BUDGETED)
 			return prev_cpu;
-		}
 		if (r == CUSTOS_RUN_PRIMARY)
 			ordinary = prev_cpu;
 	}
@@ -657,14 +659,11 @@ static s32 consumer_victim(const struct task_struct *p, s32 prev_cpu, bool *budg
 		if (!bpf_cpumask_test_cpu(cpu, p->cpus_ptr))
 			continue;
 		r = cpu_running[cpu];
-		if (r == CUSTOS_RUN_BUDGETED) {
-			*budgeted = true;
+		if (r == CUSTOS_RUN_BUDGETED)
 			return cpu;
-		}
 		if (r == CUSTOS_RUN_PRIMARY && ordinary < 0)
 			ordinary = cpu;
 	}
-	*budgeted = false;
 	return ordinary;
 }
 
@@ -696,7 +695,8 @@ s32 BPF_STRUCT_OPS(custos_select_cpu, struct task_struct *p, s32 prev_cpu, u64 w
 {
 	struct task_ctx *tctx = task_ctx(p);
 	struct custos_sched_stats *st;
-	s32 cpu;
+	s32 cpu = -1;
+	bool sync;
 
 	if (!tctx)
 		return prev_cpu;
@@ -710,46 +710,37 @@ s32 BPF_STRUCT_OPS(custos_select_cpu, struct task_struct *p, s32 prev_cpu, u64 w
 	 * nothing else waits there: the pair stays on one CPU instead of paying
 	 * a cross-CPU wakeup per hand-off.
 	 */
-	if ((wake_flags & SCX_WAKE_SYNC) && sync_wakeup_target(p, &cpu)) {
-		tctx->enqueued_at = bpf_ktime_get_ns();
-		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, 0);
-		st = cpu_stats();
-		if (st)
-			st->sync_wakeups++;
-		return cpu;
-	}
-
-	/* A primary task and an idle CPU: no queue to wait in. */
-	cpu = scx_bpf_select_cpu_and(p, prev_cpu, wake_flags, p->cpus_ptr, 0);
+	sync = (wake_flags & SCX_WAKE_SYNC) && sync_wakeup_target(p, &cpu);
+	/* Else a primary task and an idle CPU: no queue to wait in. */
+	if (!sync)
+		cpu = scx_bpf_select_cpu_and(p, prev_cpu, wake_flags, p->cpus_ptr, 0);
 	if (cpu >= 0) {
 		tctx->enqueued_at = bpf_ktime_get_ns();
 		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, 0);
 		st = cpu_stats();
-		if (st)
-			st->direct_dispatches++;
+		if (st) {
+			if (sync)
+				st->sync_wakeups++;
+			else
+				st->direct_dispatches++;
+		}
 		return cpu;
 	}
 	/* No idle CPU: a consumer goes where it can preempt (see enqueue). */
 	if (tctx->consumer && consumer_preempt) {
-		bool budgeted;
-
-		cpu = consumer_victim(p, prev_cpu, &budgeted);
+		cpu = consumer_victim(p, prev_cpu);
 		if (cpu >= 0)
 			return cpu;
 	}
 	return prev_cpu;
 }
 
-/* Free ring space now, collector and external sources alike, in [0, 128]. */
+/* Free ring space now, from the collector's map and external sources. */
 static u8 availability_now(void)
 {
-	const struct custos_global_features *g;
 	u32 zero = 0;
-	u8 avail;
 
-	g = bpf_map_lookup_elem(&global_features, &zero);
-	avail = ring_availability(g);
-	return external_availability < avail ? external_availability : avail;
+	return availability_of(bpf_map_lookup_elem(&global_features, &zero));
 }
 
 /* The rings are under pressure: availability below availability_high. */
