@@ -13,6 +13,7 @@ use clap::Args;
 
 use crate::collector::{collect, LsmMode, Options};
 use crate::syscalls::SYSCALLS;
+use crate::writer::OffloadWriter;
 
 /// Record provenance (processes, files, sockets) as JSON Lines, losing nothing silently.
 #[derive(Args, Debug, Clone)]
@@ -40,6 +41,11 @@ pub struct CollectArgs {
     /// Size of the attribute ring: paths, argv, addresses (KiB, power of two).
     #[arg(long, default_value_t = 16384, value_name = "KIB")]
     pub attrs_ring_kb: u32,
+    /// Output not yet written that the collector may hold (MiB). The stream
+    /// is written by a thread of its own so that a slow output never stalls
+    /// the draining of the rings; only when this much is waiting does it.
+    #[arg(long, default_value_t = 256, value_name = "MIB")]
+    pub output_buffer_mb: usize,
     /// Stop after this many seconds.
     #[arg(long, value_name = "SECS")]
     pub duration: Option<f64>,
@@ -63,7 +69,7 @@ pub fn run(args: CollectArgs) -> Result<i32> {
 }
 
 /// Copies the stream to two writers (the `-o` output and a sink).
-struct Tee(Box<dyn Write>, Box<dyn Write>);
+struct Tee(Box<dyn Write + Send>, Box<dyn Write + Send>);
 
 impl Write for Tee {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -80,7 +86,7 @@ impl Write for Tee {
 
 /// Like [`run`], with the stream also (or, without `-o`, only) written to
 /// `sink` — the provenance store or an archive, set up by the caller.
-pub fn run_with_sink(args: CollectArgs, sink: Option<Box<dyn Write>>) -> Result<i32> {
+pub fn run_with_sink(args: CollectArgs, sink: Option<Box<dyn Write + Send>>) -> Result<i32> {
     if args.list_syscalls {
         for s in SYSCALLS {
             println!("{:<18} {:<11} {}", s.name, s.category.as_str(), if s.critical { "critical" } else { "" });
@@ -103,7 +109,7 @@ pub fn run_with_sink(args: CollectArgs, sink: Option<Box<dyn Write>>) -> Result<
         poll_interval: Duration::from_millis(100),
         stats_interval,
     };
-    let output: Option<Box<dyn Write>> = match &args.output {
+    let output: Option<Box<dyn Write + Send>> = match &args.output {
         Some(p) if p.as_os_str() != "-" => Some(Box::new(BufWriter::with_capacity(
             1 << 20,
             File::create(p).with_context(|| format!("creating output file {}", p.display()))?,
@@ -112,7 +118,10 @@ pub fn run_with_sink(args: CollectArgs, sink: Option<Box<dyn Write>>) -> Result<
         None if sink.is_some() => None,
         None => Some(Box::new(BufWriter::with_capacity(1 << 20, std::io::stdout()))),
     };
-    let out: Box<dyn Write> = match (output, sink) {
+    if args.output_buffer_mb == 0 || args.output_buffer_mb > 1 << 20 {
+        anyhow::bail!("--output-buffer-mb must be between 1 and 1048576");
+    }
+    let out: Box<dyn Write + Send> = match (output, sink) {
         (Some(o), Some(s)) => Box::new(Tee(o, Box::new(BufWriter::with_capacity(1 << 20, s)))),
         (Some(o), None) => o,
         (None, Some(s)) => Box::new(BufWriter::with_capacity(1 << 20, s)),
@@ -158,10 +167,13 @@ pub fn run_with_sink(args: CollectArgs, sink: Option<Box<dyn Write>>) -> Result<
         }
     };
 
-    let summary = collect(&opts, out, &STOP, on_ready)?;
+    let mut out = OffloadWriter::spawn(out, args.output_buffer_mb << 20).context("starting the output writer")?;
+    let summary = collect(&opts, &mut out, &STOP, on_ready)?;
+    out.finish().context("writing the event stream")?;
     eprintln!(
         "custos collect: produced {} = delivered {} + dropped {} (critical {}, events {}); incomplete {}; loss records {}; \
-         unnumbered {} (program runs the kernel skipped: already running on that CPU)",
+         unnumbered {} (at most: syscalls every copy of the program skipped, busy on that CPU; \
+         the first copy skipped {})",
         summary.produced,
         summary.delivered,
         summary.dropped,
@@ -169,7 +181,8 @@ pub fn run_with_sink(args: CollectArgs, sink: Option<Box<dyn Write>>) -> Result<
         summary.dropped_events,
         summary.consumer.incomplete,
         summary.consumer.loss_records,
-        summary.missed_reentrant
+        summary.skips.unnumbered,
+        summary.skips.first_copy()
     );
     if let Some(e) = spawn_error.lock().unwrap().take() {
         return Err(e);

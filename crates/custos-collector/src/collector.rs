@@ -19,7 +19,7 @@ use crate::bpf_skel::{MainSkel, MainSkelBuilder};
 use crate::consumer::{monotonic_ns, Consumer, ConsumerCounters};
 use crate::features;
 use crate::intf::*;
-use crate::stats::Metrics;
+use crate::stats::{Metrics, Skips};
 use crate::syscalls::{self, Syscall};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -74,9 +74,9 @@ pub struct Summary {
     pub syscalls_attached: usize,
     pub invariant_holds: bool,
     /// Program runs the kernel skipped because the program was already
-    /// running on that CPU (bpf_prog_info.recursion_misses): events never
-    /// numbered, so outside produced/dropped, but counted and reported.
-    pub missed_reentrant: u64,
+    /// running on that CPU: events never numbered, so outside
+    /// produced/dropped, but counted and reported.
+    pub skips: Skips,
 }
 
 /// Whether the kernel runs the BPF LSM at all (CONFIG_BPF_LSM and "bpf" in lsm=).
@@ -220,9 +220,11 @@ pub fn collect<W: Write>(opts: &Options, out: W, stop: &AtomicBool, on_ready: im
             .with_context(|| format!("configuring syscall {}", s.name))?;
     }
 
-    let mut links: Vec<Link> = Vec::with_capacity(4);
-    links.push(skel.progs.custos_sys_enter.attach().context("attaching to raw_syscalls:sys_enter (tp_btf)")?);
-    links.push(skel.progs.custos_sys_exit.attach().context("attaching to raw_syscalls:sys_exit (tp_btf)")?);
+    let mut links: Vec<Link> = Vec::with_capacity(2 * SYSCALL_COPIES + 2);
+    for [enter, exit] in syscall_copies(&skel) {
+        links.push(enter.attach().context("attaching to raw_syscalls:sys_enter (tp_btf)")?);
+        links.push(exit.attach().context("attaching to raw_syscalls:sys_exit (tp_btf)")?);
+    }
     if hooks.bprm_check {
         links.push(skel.progs.custos_bprm_check.attach_lsm().context("attaching lsm/bprm_check_security")?);
     }
@@ -362,7 +364,7 @@ fn drain<W: Write>(
                 last_stats = Instant::now();
                 let g = global_snapshot(skel);
                 metrics.update(&states, &consumer.borrow().counters, g.as_ref(), started.elapsed());
-                metrics.missed_reentrant = recursion_misses(skel);
+                metrics.skips = recursion_misses(skel);
                 eprintln!("custos collect: {}", metrics.line());
                 let mut c = consumer.borrow_mut();
                 let wall = c.wall_ns(monotonic_ns());
@@ -391,7 +393,7 @@ fn drain<W: Write>(
     let counters = consumer.borrow().counters.clone();
     let g = global_snapshot(skel);
     metrics.update(&states, &counters, g.as_ref(), started.elapsed());
-    metrics.missed_reentrant = recursion_misses(skel);
+    metrics.skips = recursion_misses(skel);
     let m = &metrics;
     let invariant_holds = m.produced == counters.delivered + m.dropped && counters.lost_in_gaps == m.dropped && counters.late == 0;
     let summary = Summary {
@@ -406,7 +408,7 @@ fn drain<W: Write>(
         lsm_active,
         syscalls_attached,
         invariant_holds,
-        missed_reentrant: m.missed_reentrant,
+        skips: m.skips.clone(),
     };
     let mut c = consumer.borrow_mut();
     let wall = c.wall_ns(monotonic_ns());
@@ -420,26 +422,37 @@ fn drain<W: Write>(
     Ok(summary)
 }
 
-fn recursion_misses(skel: &MainSkel) -> u64 {
+/// Copies of each syscall tracepoint program (SYSCALL_COPY in the BPF
+/// program): a syscall is lost only when every copy was busy on its CPU.
+const SYSCALL_COPIES: usize = 3;
+
+fn syscall_copies<'a, 'b>(skel: &'a MainSkel<'b>) -> [[&'a libbpf_rs::ProgramMut<'b>; 2]; SYSCALL_COPIES] {
+    let p = &skel.progs;
+    [
+        [&p.custos_sys_enter_0, &p.custos_sys_exit_0],
+        [&p.custos_sys_enter_1, &p.custos_sys_exit_1],
+        [&p.custos_sys_enter_2, &p.custos_sys_exit_2],
+    ]
+}
+
+fn recursion_misses(skel: &MainSkel) -> Skips {
     // SAFETY: bpf_program__fd only reads the program; -1 when not loaded.
     let fd = |p: &libbpf_rs::ProgramMut| unsafe { libbpf_rs::libbpf_sys::bpf_program__fd(p.as_libbpf_object().as_ptr()) };
-    let progs = [
-        fd(&skel.progs.custos_sys_enter),
-        fd(&skel.progs.custos_sys_exit),
-        fd(&skel.progs.custos_bprm_check),
-        fd(&skel.progs.custos_file_open),
-    ];
-    progs
-        .iter()
-        .filter(|fd| **fd >= 0)
-        .map(|&fd| {
-            let mut info = libbpf_rs::libbpf_sys::bpf_prog_info::default();
-            let mut len = std::mem::size_of_val(&info) as u32;
-            // SAFETY: the kernel fills at most `len` bytes of `info`.
-            let rc = unsafe { libbpf_rs::libbpf_sys::bpf_prog_get_info_by_fd(fd, &mut info, &mut len) };
-            if rc == 0 { info.recursion_misses } else { 0 }
-        })
-        .sum()
+    let misses = |p: &libbpf_rs::ProgramMut| {
+        let fd = fd(p);
+        if fd < 0 {
+            return 0;
+        }
+        let mut info = libbpf_rs::libbpf_sys::bpf_prog_info::default();
+        let mut len = std::mem::size_of_val(&info) as u32;
+        // SAFETY: the kernel fills at most `len` bytes of `info`.
+        let rc = unsafe { libbpf_rs::libbpf_sys::bpf_prog_get_info_by_fd(fd, &mut info, &mut len) };
+        if rc == 0 { info.recursion_misses } else { 0 }
+    };
+    let copies = syscall_copies(skel);
+    let enter: Vec<u64> = copies.iter().map(|[enter, _]| misses(enter)).collect();
+    let exit: Vec<u64> = copies.iter().map(|[_, exit]| misses(exit)).collect();
+    Skips::new(&enter, &exit, misses(&skel.progs.custos_bprm_check) + misses(&skel.progs.custos_file_open))
 }
 
 fn global_snapshot(skel: &MainSkel) -> Option<crate::bpf_skel::types::custos_global_features> {

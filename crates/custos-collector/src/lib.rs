@@ -13,5 +13,6 @@ pub mod features;
 pub mod intf;
 pub mod stats;
 pub mod syscalls;
+pub mod writer;
 
 pub use collector::{collect, LsmMode, Options, Summary};

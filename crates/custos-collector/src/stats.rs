@@ -32,7 +32,8 @@ pub struct Metrics {
     pub consumer_lag: u64,
     pub uptime_s: f64,
     /// Program runs the kernel skipped as re-entrant (never numbered).
-    pub missed_reentrant: u64,
+    #[serde(flatten)]
+    pub skips: Skips,
     #[serde(skip)]
     last_delivered: u64,
     #[serde(skip)]
@@ -108,4 +109,52 @@ pub struct StatsRecord<'a> {
     final_: bool,
     #[serde(flatten)]
     metrics: &'a Metrics,
+}
+
+/// Program runs the kernel skipped because the program was already running
+/// on that CPU (bpf_prog_info.recursion_misses).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Skips {
+    /// Syscall tracepoint runs each copy skipped (entry and exit together).
+    /// A syscall is lost only if every copy skipped it, so the loss is at
+    /// most the smallest of these, per tracepoint.
+    #[serde(rename = "skipped_by_copy")]
+    pub by_copy: Vec<u64>,
+    /// Skipped BPF-LSM hook runs: these events are lost.
+    #[serde(rename = "skipped_lsm")]
+    pub lsm: u64,
+    /// An upper bound on the events lost this way: for each syscall
+    /// tracepoint the fewest skips of any copy, plus the LSM skips.
+    pub unnumbered: u64,
+}
+
+impl Skips {
+    /// `enter[k]`, `exit[k]`: skips of copy k of each tracepoint's program.
+    pub fn new(enter: &[u64], exit: &[u64], lsm: u64) -> Self {
+        let min = |v: &[u64]| v.iter().copied().min().unwrap_or(0);
+        Skips {
+            by_copy: enter.iter().zip(exit).map(|(a, b)| a + b).collect(),
+            lsm,
+            unnumbered: min(enter) + min(exit) + lsm,
+        }
+    }
+
+    /// Skips the first copy suffered: syscalls the backup copies saw instead,
+    /// or none did.
+    pub fn first_copy(&self) -> u64 {
+        self.by_copy.first().copied().unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod skips_tests {
+    use super::Skips;
+
+    #[test]
+    fn the_bound_is_the_least_skipped_copy_of_each_tracepoint() {
+        let s = Skips::new(&[900, 12, 30], &[400, 50, 7], 2);
+        assert_eq!(s.by_copy, vec![1300, 62, 37]);
+        assert_eq!(s.unnumbered, 12 + 7 + 2);
+        assert_eq!(s.first_copy(), 1300);
+    }
 }

@@ -68,7 +68,7 @@ pub struct Metrics {
     pub consumer_preemptions: u64,
     #[stat(desc = "Waking consumers that preempted an ordinary task (no budgeted one running)")]
     pub consumer_preemptions_primary: u64,
-    #[stat(desc = "Consumers that kept their CPU past a slice because the rings were under pressure")]
+    #[stat(desc = "Consumers that kept their CPU past a slice because events were waiting in the rings")]
     pub consumer_kept: u64,
     #[stat(desc = "Waking consumers put first on their CPU, with nothing to preempt there")]
     pub consumer_next: u64,

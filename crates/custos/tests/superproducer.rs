@@ -3,12 +3,11 @@
 //! process, first under the kernel's default scheduler, then under Custos,
 //! in one VM session (scripts/superproducer-guest.sh).
 //!
-//! Loss is the collector's exact account: records the full rings refused
-//! plus syscalls the kernel skipped because the collector's program was
-//! already running (preempted) on that CPU. Issue 5 asks Custos for zero;
-//! it is not there yet (bench/sched/README.md says why), so this test holds
-//! what it does reach: a fraction of the default scheduler's loss, with the
-//! marker's critical events delivered and the scheduler still attached.
+//! Loss is the collector's account: records the full rings refused
+//! ("dropped", exact) plus an upper bound on the syscalls every copy of the
+//! collector's program skipped because it was already running, preempted,
+//! on that CPU ("unnumbered"). Issue 5 asks that Custos drop none where the
+//! default scheduler loses events, and deliver the marker's events.
 
 use std::path::Path;
 use std::process::Command;
@@ -23,7 +22,7 @@ fn loss(r: &Value) -> f64 {
 }
 
 #[test]
-fn custos_cuts_the_super_producers_loss_and_delivers_the_marker() {
+fn custos_drops_nothing_under_the_super_producer_and_delivers_the_marker() {
     let bin = Path::new(env!("CARGO_BIN_EXE_custos"));
     let bin_dir = bin.parent().unwrap();
     assert!(bin_dir.join("custos-workload").exists(), "build the workspace first (make build)");
@@ -59,13 +58,15 @@ fn custos_cuts_the_super_producers_loss_and_delivers_the_marker() {
     let default_loss = loss(default);
     assert!(default_loss > 0.05, "the default scheduler lost only {:.1} %: {default}", default_loss * 100.0);
 
-    // Custos: still attached at the end, marker delivered, a fraction of the loss.
+    // Custos: still attached at the end, marker delivered, no record refused
+    // by a full ring, and the skip bound a sliver of the default's loss.
     assert_eq!(custos["sched_ext_state"], "enabled", "{custos}");
     assert_eq!(custos["marker_delivered"], true, "{custos}");
+    assert_eq!(custos["dropped"], 0, "custos: the rings refused records: {custos}");
     let custos_loss = loss(custos);
     assert!(
-        custos_loss * 4.0 < default_loss,
-        "custos lost {:.1} %, the default scheduler {:.1} %",
+        custos_loss * 50.0 < default_loss,
+        "custos lost at most {:.3} %, the default scheduler {:.1} %",
         custos_loss * 100.0,
         default_loss * 100.0
     );

@@ -69,6 +69,10 @@ struct inflight {
 	__u64 args[6];
 	__u32 nr;
 	__u32 active;
+	/* exit/exit_group was reported: it happens once per task, and every
+	 * copy of the entry program (below) sees it. */
+	__u32 exit_sent;
+	__u32 pad;
 };
 
 struct {
@@ -790,15 +794,28 @@ static __always_inline int sys_enter(struct pt_regs *regs, long id)
 	if ((spec->flags & CUSTOS_SPEC_PROT_EXEC) &&
 	    !(arg_at(now.args, spec->prot_arg) & PROT_EXEC_VAL))
 		return 0;
-	if (spec->flags & CUSTOS_SPEC_NO_EXIT)
-		return emit_syscall(key, spec, now.args, 0, 0);
 	in = bpf_task_storage_get(&inflight, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!in) {
 		account_unparked(spec->critical);
 		return 0;
 	}
+	if (spec->flags & CUSTOS_SPEC_NO_EXIT) {
+		if (in->exit_sent)
+			return 0; /* another copy reported it */
+		in->exit_sent = 1;
+		return emit_syscall(key, spec, now.args, 0, 0);
+	}
+	/* Another copy already parked this entry: the same syscall, the same
+	 * arguments. (A stale entry whose exit no copy saw is only mistaken for
+	 * this one when it is identical, and then parking again changes nothing.) */
+	if (in->active && in->nr == key && in->args[0] == now.args[0] &&
+	    in->args[1] == now.args[1] && in->args[2] == now.args[2] &&
+	    in->args[3] == now.args[3] && in->args[4] == now.args[4] &&
+	    in->args[5] == now.args[5])
+		return 0;
 	now.nr = key;
 	now.active = 1;
+	now.exit_sent = in->exit_sent;
 	*in = now;
 	if (spec->flags & CUSTOS_SPEC_EXEC) {
 		b = scratch_attrs();
@@ -841,24 +858,38 @@ static __always_inline int sys_exit(struct pt_regs *regs, long ret)
  * records, this protects every other syscall on this CPU: the kernel skips
  * a program that is already running on the CPU (recursion_misses), so one
  * preempted in the middle would make the next task's syscalls go unrecorded.
+ *
+ * Preemption off still ends inside the program, and a task preempted there
+ * (or in the kernel's code around the program) keeps it "running" until it
+ * runs again. So each tracepoint gets CUSTOS_SYSCALL_COPIES identical copies:
+ * the kernel tracks each one separately, so a syscall skipped by a busy copy
+ * is still seen by another. The copies agree on who reports: entries park
+ * idempotently, an exit is reported by the copy that clears the parked entry,
+ * exit/exit_group by the copy that sets exit_sent. A syscall is lost only
+ * when every copy was busy, so the last copy's skips bound the loss.
  */
-SEC("tp_btf/sys_enter")
-int BPF_PROG(custos_sys_enter, struct pt_regs *regs, long id)
-{
-	bpf_preempt_disable();
-	sys_enter(regs, id);
-	bpf_preempt_enable();
-	return 0;
-}
+#define SYSCALL_COPY(n)                                                        \
+	SEC("tp_btf/sys_enter")                                                \
+	int BPF_PROG(custos_sys_enter_##n, struct pt_regs *regs, long id)      \
+	{                                                                      \
+		bpf_preempt_disable();                                         \
+		sys_enter(regs, id);                                           \
+		bpf_preempt_enable();                                          \
+		return 0;                                                      \
+	}                                                                      \
+	SEC("tp_btf/sys_exit")                                                 \
+	int BPF_PROG(custos_sys_exit_##n, struct pt_regs *regs, long ret)      \
+	{                                                                      \
+		bpf_preempt_disable();                                         \
+		sys_exit(regs, ret);                                           \
+		bpf_preempt_enable();                                          \
+		return 0;                                                      \
+	}
 
-SEC("tp_btf/sys_exit")
-int BPF_PROG(custos_sys_exit, struct pt_regs *regs, long ret)
-{
-	bpf_preempt_disable();
-	sys_exit(regs, ret);
-	bpf_preempt_enable();
-	return 0;
-}
+/* Keep in step with SYSCALL_COPIES in collector.rs. */
+SYSCALL_COPY(0)
+SYSCALL_COPY(1)
+SYSCALL_COPY(2)
 
 /* ---- BPF-LSM hooks: intent before the fact (only where the kernel allows) ---- */
 

@@ -84,8 +84,8 @@ struct custos_sched_stats {
 	u64 to_budgeted;			 /* policy moved a task primary -> budgeted */
 	u64 to_primary;				 /* policy moved a task budgeted -> primary */
 	u64 consumer_decisions;			 /* policy decisions for consumer tasks */
-	u64 direct_dispatches;
-	u64 sync_wakeups;			 /* synchronous wakeups run on the waker's CPU */			 /* to an idle CPU, bypassing the queues */
+	u64 direct_dispatches;			 /* to an idle CPU, bypassing the queues */
+	u64 sync_wakeups;			 /* synchronous wakeups run on the waker's CPU */
 	u64 pinned_enqueues;			 /* one-CPU tasks put on per-CPU queues */
 	u64 kthread_dispatches;			 /* per-CPU kthreads run next on their CPU */
 	u64 keep_running;			 /* slice refilled for the running task */
@@ -93,12 +93,12 @@ struct custos_sched_stats {
 	u64 idle_kicks;				 /* idle CPUs kicked on enqueue */
 	u64 consumer_preemptions;		 /* a waking consumer preempted a budgeted task */
 	u64 consumer_preemptions_primary;	 /* ... or, with none running, an ordinary one */
-	u64 consumer_kept;			 /* a consumer kept its CPU past its slice (rings pressured) */
+	u64 consumer_kept;			 /* a consumer kept its CPU past its slice (events waiting) */
 	u64 consumer_next;			 /* a waking consumer runs next without preempting */
-	u64 consumer_queued;
-	u64 consumer_first;			 /* a queued consumer went before the budgeted queues */			 /* a consumer found no CPU to take and queued */
-	u64 tick_preemptions;
-	u64 overflow_holds;			 /* dispatches that held the budgeted queues: rings nearly full */			 /* a running task's slice ended early to budget it */
+	u64 consumer_queued;			 /* a consumer found no CPU to take and queued */
+	u64 consumer_first;			 /* a queued consumer went before the budgeted queues */
+	u64 tick_preemptions;			 /* a running task's slice ended early to budget it */
+	u64 overflow_holds;			 /* dispatches that held the budgeted queues: rings nearly full */
 	u64 starvation_guard_picks[CUSTOS_MAX_QUEUES]; /* q consumed because its head waited too long */
 	u64 feature_ns;				 /* time spent maintaining features */
 	u64 feature_updates;			 /* feature-maintenance calls measured */

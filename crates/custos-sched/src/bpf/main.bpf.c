@@ -861,6 +861,20 @@ void BPF_STRUCT_OPS(custos_dispatch, s32 cpu, struct task_struct *prev)
 
 	if (starvation_guard_ns && consume_starving(cpu, now, st))
 		return;
+	/*
+	 * A consumer whose slice ran out with events still in the rings keeps
+	 * its CPU. This has to happen here: the kernel asks for the next task
+	 * before it puts prev back through enqueue, so a consumer that enqueue
+	 * sent to the head of the primary queue would lose at least a slice to
+	 * whatever this picked instead.
+	 */
+	if (consumer_preempt && prev_ctx && prev_ctx->consumer &&
+	    availability_now() < CUSTOS_FEATURE_MAX) {
+		prev->scx.slice = slice_ns;
+		if (st)
+			st->consumer_kept++;
+		return;
+	}
 	if (consumer_preempt && consume_waiting_consumer(cpu, st))
 		return;
 	hold = overflow_hold && availability_now() <= availability_low;
