@@ -4,10 +4,10 @@
 #
 # The collector records with small rings while K `find -exec cat` workers
 # flood it; a marker process does an exec and an open-for-write mid-flood.
-# Loss comes from the collector's accounting: records the full rings refused
-# ("dropped", exact), and syscalls the kernel never handed to any copy of the
+# Loss comes from the collector's exact accounting: records the full rings
+# refused ("dropped"), and syscalls the kernel never handed to any copy of the
 # collector's program because every copy was already running, preempted, on
-# that CPU ("unnumbered", an upper bound; docs/collector.md).
+# that CPU ("unnumbered"; docs/collector.md).
 #
 # Environment: SP_SCHEDULERS (default "default custos"; "bpfland" runs the
 # scx_bpfland peer from .tools/cargo/bin), SP_FILES, SP_WORKERS, SP_RING_KB,

@@ -172,8 +172,8 @@ pub fn run_with_sink(args: CollectArgs, sink: Option<Box<dyn Write + Send>>) -> 
     out.finish().context("writing the event stream")?;
     eprintln!(
         "custos collect: produced {} = delivered {} + dropped {} (critical {}, events {}); incomplete {}; loss records {}; \
-         unnumbered {} (at most: syscalls every copy of the program skipped, busy on that CPU; \
-         the first copy skipped {})",
+         unnumbered {} (syscalls no copy of the program saw, busy on that CPU; \
+         the first copy skipped {}, backups saw {})",
         summary.produced,
         summary.delivered,
         summary.dropped,
@@ -182,7 +182,8 @@ pub fn run_with_sink(args: CollectArgs, sink: Option<Box<dyn Write + Send>>) -> 
         summary.consumer.incomplete,
         summary.consumer.loss_records,
         summary.skips.unnumbered,
-        summary.skips.first_copy()
+        summary.skips.first_copy(),
+        summary.skips.covered
     );
     if let Some(e) = spawn_error.lock().unwrap().take() {
         return Err(e);

@@ -274,7 +274,7 @@ fn drain<W: Write>(
     skel: &MainSkel,
     out: W,
     stop: &AtomicBool,
-    links: Vec<Link>,
+    mut links: Vec<Link>,
     on_ready: impl FnOnce(),
     lsm_active: bool,
     syscalls_attached: usize,
@@ -364,7 +364,7 @@ fn drain<W: Write>(
                 last_stats = Instant::now();
                 let g = global_snapshot(skel);
                 metrics.update(&states, &consumer.borrow().counters, g.as_ref(), started.elapsed());
-                metrics.skips = recursion_misses(skel);
+                metrics.skips = recursion_misses(skel, &states);
                 eprintln!("custos collect: {}", metrics.line());
                 let mut c = consumer.borrow_mut();
                 let wall = c.wall_ns(monotonic_ns());
@@ -378,7 +378,11 @@ fn drain<W: Write>(
     }
 
     // Detach, let programs already running finish, then drain to empty.
-    drop(links);
+    // Last attached, first detached: the first copy of a syscall program
+    // outlives its backups, which only count what it skipped.
+    while let Some(link) = links.pop() {
+        drop(link);
+    }
     std::thread::sleep(Duration::from_millis(50));
     rings.consume().context("draining the rings")?;
     let states = read_cpu_states(skel)?;
@@ -393,7 +397,7 @@ fn drain<W: Write>(
     let counters = consumer.borrow().counters.clone();
     let g = global_snapshot(skel);
     metrics.update(&states, &counters, g.as_ref(), started.elapsed());
-    metrics.skips = recursion_misses(skel);
+    metrics.skips = recursion_misses(skel, &states);
     let m = &metrics;
     let invariant_holds = m.produced == counters.delivered + m.dropped && counters.lost_in_gaps == m.dropped && counters.late == 0;
     let summary = Summary {
@@ -435,7 +439,7 @@ fn syscall_copies<'a, 'b>(skel: &'a MainSkel<'b>) -> [[&'a libbpf_rs::ProgramMut
     ]
 }
 
-fn recursion_misses(skel: &MainSkel) -> Skips {
+fn recursion_misses(skel: &MainSkel, states: &[custos_cpu_state]) -> Skips {
     // SAFETY: bpf_program__fd only reads the program; -1 when not loaded.
     let fd = |p: &libbpf_rs::ProgramMut| unsafe { libbpf_rs::libbpf_sys::bpf_program__fd(p.as_libbpf_object().as_ptr()) };
     let misses = |p: &libbpf_rs::ProgramMut| {
@@ -452,7 +456,8 @@ fn recursion_misses(skel: &MainSkel) -> Skips {
     let copies = syscall_copies(skel);
     let enter: Vec<u64> = copies.iter().map(|[enter, _]| misses(enter)).collect();
     let exit: Vec<u64> = copies.iter().map(|[_, exit]| misses(exit)).collect();
-    Skips::new(&enter, &exit, misses(&skel.progs.custos_bprm_check) + misses(&skel.progs.custos_file_open))
+    let covered = [0, 1].map(|i| states.iter().map(|s| s.covered[i]).sum());
+    Skips::new(&enter, &exit, covered, misses(&skel.progs.custos_bprm_check) + misses(&skel.progs.custos_file_open))
 }
 
 fn global_snapshot(skel: &MainSkel) -> Option<crate::bpf_skel::types::custos_global_features> {

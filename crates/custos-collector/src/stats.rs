@@ -112,30 +112,38 @@ pub struct StatsRecord<'a> {
 }
 
 /// Program runs the kernel skipped because the program was already running
-/// on that CPU (bpf_prog_info.recursion_misses).
+/// on that CPU (bpf_prog_info.recursion_misses), and what the backup copies
+/// of the syscall programs made of them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Skips {
-    /// Syscall tracepoint runs each copy skipped (entry and exit together).
-    /// A syscall is lost only if every copy skipped it, so the loss is at
-    /// most the smallest of these, per tracepoint.
+    /// Syscall tracepoint runs each copy skipped (entries and exits together).
     #[serde(rename = "skipped_by_copy")]
     pub by_copy: Vec<u64>,
+    /// Of the first copy's skips, the syscalls a backup copy saw instead.
+    #[serde(rename = "skips_covered")]
+    pub covered: u64,
     /// Skipped BPF-LSM hook runs: these events are lost.
     #[serde(rename = "skipped_lsm")]
     pub lsm: u64,
-    /// An upper bound on the events lost this way: for each syscall
-    /// tracepoint the fewest skips of any copy, plus the LSM skips.
+    /// Events lost this way, never numbered: syscall entries and exits no
+    /// copy saw (the first copy's skips minus those a backup covered), plus
+    /// the skipped LSM hook runs.
     pub unnumbered: u64,
 }
 
 impl Skips {
-    /// `enter[k]`, `exit[k]`: skips of copy k of each tracepoint's program.
-    pub fn new(enter: &[u64], exit: &[u64], lsm: u64) -> Self {
-        let min = |v: &[u64]| v.iter().copied().min().unwrap_or(0);
+    /// `enter[k]`, `exit[k]`: skips of copy k of each tracepoint's program;
+    /// `covered`: entries and exits a backup copy saw first.
+    pub fn new(enter: &[u64], exit: &[u64], covered: [u64; 2], lsm: u64) -> Self {
+        let first = |v: &[u64]| v.first().copied().unwrap_or(0);
+        // Counters are read one after the other while programs run: a
+        // covered count can be ahead of the skip count it belongs to.
+        let lost = first(enter).saturating_sub(covered[0]) + first(exit).saturating_sub(covered[1]);
         Skips {
             by_copy: enter.iter().zip(exit).map(|(a, b)| a + b).collect(),
+            covered: covered[0] + covered[1],
             lsm,
-            unnumbered: min(enter) + min(exit) + lsm,
+            unnumbered: lost + lsm,
         }
     }
 
@@ -151,10 +159,13 @@ mod skips_tests {
     use super::Skips;
 
     #[test]
-    fn the_bound_is_the_least_skipped_copy_of_each_tracepoint() {
-        let s = Skips::new(&[900, 12, 30], &[400, 50, 7], 2);
+    fn lost_syscalls_are_the_first_copys_skips_that_no_backup_covered() {
+        let s = Skips::new(&[900, 12, 30], &[400, 50, 7], [895, 398], 2);
         assert_eq!(s.by_copy, vec![1300, 62, 37]);
-        assert_eq!(s.unnumbered, 12 + 7 + 2);
+        assert_eq!(s.covered, 1293);
+        assert_eq!(s.unnumbered, 5 + 2 + 2);
         assert_eq!(s.first_copy(), 1300);
+        // Read while running, covered may run ahead: never an underflow.
+        assert_eq!(Skips::new(&[3], &[0], [4, 0], 0).unnumbered, 0);
     }
 }

@@ -3,26 +3,25 @@
 //! process, first under the kernel's default scheduler, then under Custos,
 //! in one VM session (scripts/superproducer-guest.sh).
 //!
-//! Loss is the collector's account: records the full rings refused
-//! ("dropped", exact) plus an upper bound on the syscalls every copy of the
-//! collector's program skipped because it was already running, preempted,
-//! on that CPU ("unnumbered"). Issue 5 asks that Custos drop none where the
-//! default scheduler loses events, and deliver the marker's events.
+//! Loss is the collector's exact account: records the full rings refused
+//! ("dropped") plus syscalls no copy of the collector's program saw because
+//! every copy was already running, preempted, on that CPU ("unnumbered").
+//! Issue 5 asks that Custos lose none where the default scheduler loses
+//! events, and deliver the marker's events.
 
 use std::path::Path;
 use std::process::Command;
 
 use serde_json::Value;
 
-fn loss(r: &Value) -> f64 {
-    let n = |k: &str| r[k].as_u64().unwrap_or_else(|| panic!("{k} missing in {r}")) as f64;
-    let happened = n("produced") + n("unnumbered");
-    assert!(happened > 0.0, "nothing recorded: {r}");
-    (n("dropped") + n("unnumbered")) / happened
+fn lost(r: &Value) -> u64 {
+    let n = |k: &str| r[k].as_u64().unwrap_or_else(|| panic!("{k} missing in {r}"));
+    assert!(n("produced") > 10_000, "the workload hardly ran: {r}");
+    n("dropped") + n("unnumbered")
 }
 
 #[test]
-fn custos_drops_nothing_under_the_super_producer_and_delivers_the_marker() {
+fn custos_loses_nothing_under_the_super_producer_where_the_default_scheduler_does() {
     let bin = Path::new(env!("CARGO_BIN_EXE_custos"));
     let bin_dir = bin.parent().unwrap();
     assert!(bin_dir.join("custos-workload").exists(), "build the workspace first (make build)");
@@ -55,19 +54,10 @@ fn custos_drops_nothing_under_the_super_producer_and_delivers_the_marker() {
     eprintln!("{stdout}");
 
     // The attack works: under the default scheduler events are lost.
-    let default_loss = loss(default);
-    assert!(default_loss > 0.05, "the default scheduler lost only {:.1} %: {default}", default_loss * 100.0);
+    assert!(lost(default) > 0, "the default scheduler lost nothing: {default}");
 
-    // Custos: still attached at the end, marker delivered, no record refused
-    // by a full ring, and the skip bound a sliver of the default's loss.
+    // Custos: still attached at the end, marker delivered, nothing lost.
     assert_eq!(custos["sched_ext_state"], "enabled", "{custos}");
     assert_eq!(custos["marker_delivered"], true, "{custos}");
-    assert_eq!(custos["dropped"], 0, "custos: the rings refused records: {custos}");
-    let custos_loss = loss(custos);
-    assert!(
-        custos_loss * 50.0 < default_loss,
-        "custos lost at most {:.3} %, the default scheduler {:.1} %",
-        custos_loss * 100.0,
-        default_loss * 100.0
-    );
+    assert_eq!(lost(custos), 0, "custos lost events: {custos}");
 }

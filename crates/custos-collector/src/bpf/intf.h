@@ -157,6 +157,9 @@ struct custos_cpu_state {
 	__u64 seq;                          /* incremented before every submit attempt */
 	__u64 drops[CUSTOS_NR_DROP_SLOTS];  /* submit attempts a ring refused */
 	__u64 since_sample;                 /* events since ring availability was sampled */
+	/* Syscall entries / exits a backup copy of the program saw first
+	 * (the first copy skipped them): see SYSCALL_COPY in main.bpf.c. */
+	__u64 covered[2];
 };
 
 #endif /* CUSTOS_COLLECTOR_INTF_H */

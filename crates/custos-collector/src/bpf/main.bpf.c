@@ -69,11 +69,15 @@ struct inflight {
 	__u64 args[6];
 	__u32 nr;
 	__u32 active;
-	/* exit/exit_group was reported: it happens once per task, and every
-	 * copy of the entry program (below) sees it. */
-	__u32 exit_sent;
+	/* Which tracepoint the task passed last, by any copy of its program:
+	 * PHASE_ENTER or PHASE_EXIT. Entries and exits alternate, so a copy that
+	 * finds the phase already moved knows an earlier copy saw this syscall. */
+	__u32 phase;
 	__u32 pad;
 };
+
+#define PHASE_ENTER 1
+#define PHASE_EXIT  2 /* 0: a task no copy has seen yet (a fork child's first hit is an exit) */
 
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
@@ -769,13 +773,12 @@ static __always_inline void account_unparked(int critical)
 		__sync_fetch_and_add(&cs->drops[CUSTOS_DROP_EVENTS], 1);
 }
 
-static __always_inline int sys_enter(struct pt_regs *regs, long id)
+static __always_inline int sys_enter(struct pt_regs *regs, long id, struct inflight *in)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tgid = pid_tgid >> 32, key;
-	struct task_struct *task = bpf_get_current_task_btf();
 	struct custos_syscall_spec *spec;
-	struct inflight *in, now = {};
+	struct inflight now = {};
 	struct attr_buf *b;
 	__u32 off = 0;
 
@@ -794,29 +797,20 @@ static __always_inline int sys_enter(struct pt_regs *regs, long id)
 	if ((spec->flags & CUSTOS_SPEC_PROT_EXEC) &&
 	    !(arg_at(now.args, spec->prot_arg) & PROT_EXEC_VAL))
 		return 0;
-	in = bpf_task_storage_get(&inflight, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (spec->flags & CUSTOS_SPEC_NO_EXIT)
+		return emit_syscall(key, spec, now.args, 0, 0);
 	if (!in) {
 		account_unparked(spec->critical);
 		return 0;
 	}
-	if (spec->flags & CUSTOS_SPEC_NO_EXIT) {
-		if (in->exit_sent)
-			return 0; /* another copy reported it */
-		in->exit_sent = 1;
-		return emit_syscall(key, spec, now.args, 0, 0);
-	}
-	/* Another copy already parked this entry: the same syscall, the same
-	 * arguments. (A stale entry whose exit no copy saw is only mistaken for
-	 * this one when it is identical, and then parking again changes nothing.) */
-	if (in->active && in->nr == key && in->args[0] == now.args[0] &&
-	    in->args[1] == now.args[1] && in->args[2] == now.args[2] &&
-	    in->args[3] == now.args[3] && in->args[4] == now.args[4] &&
-	    in->args[5] == now.args[5])
-		return 0;
-	now.nr = key;
-	now.active = 1;
-	now.exit_sent = in->exit_sent;
-	*in = now;
+	in->args[0] = now.args[0];
+	in->args[1] = now.args[1];
+	in->args[2] = now.args[2];
+	in->args[3] = now.args[3];
+	in->args[4] = now.args[4];
+	in->args[5] = now.args[5];
+	in->nr = key;
+	in->active = 1;
 	if (spec->flags & CUSTOS_SPEC_EXEC) {
 		b = scratch_attrs();
 		if (b) {
@@ -830,12 +824,12 @@ static __always_inline int sys_enter(struct pt_regs *regs, long id)
 	return 0;
 }
 
-static __always_inline int sys_exit(struct pt_regs *regs, long ret)
+static __always_inline int sys_exit(struct pt_regs *regs, long ret, struct inflight *in)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tgid = pid_tgid >> 32, nr;
 	struct custos_syscall_spec *spec;
-	struct inflight *in, saved;
+	struct inflight saved;
 	long id = regs->orig_ax;
 
 	if (id < 0 || id >= CUSTOS_MAX_SYSCALLS || tgid == collector_tgid)
@@ -844,7 +838,6 @@ static __always_inline int sys_exit(struct pt_regs *regs, long ret)
 	spec = bpf_map_lookup_elem(&syscall_specs, &nr);
 	if (!spec || !spec->traced)
 		return 0;
-	in = bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0, 0);
 	/* A fork child returning from clone has no entry: its parent reports. */
 	if (!in || !in->active || in->nr != nr)
 		return 0;
@@ -861,27 +854,60 @@ static __always_inline int sys_exit(struct pt_regs *regs, long ret)
  *
  * Preemption off still ends inside the program, and a task preempted there
  * (or in the kernel's code around the program) keeps it "running" until it
- * runs again. So each tracepoint gets CUSTOS_SYSCALL_COPIES identical copies:
- * the kernel tracks each one separately, so a syscall skipped by a busy copy
- * is still seen by another. The copies agree on who reports: entries park
- * idempotently, an exit is reported by the copy that clears the parked entry,
- * exit/exit_group by the copy that sets exit_sent. A syscall is lost only
- * when every copy was busy, so the last copy's skips bound the loss.
+ * runs again. So each tracepoint gets CUSTOS_SYSCALL_COPIES identical copies,
+ * attached in order: the kernel tracks each one separately, so a syscall a
+ * busy copy skips is still seen by a later one. The first copy to see a
+ * syscall handles it; the task's phase tells the later ones (see inflight).
+ * A backup copy that handles a syscall counts it in cpu_state.covered, so
+ * user space knows exactly how many syscalls no copy saw: the first copy's
+ * skips minus the syscalls a backup covered. (After such a loss the phase
+ * can be stale and make a backup take the next syscall for seen: that one is
+ * then lost as well, and counted as well.)
  */
+/* Whether this copy handles the syscall; *inp: the task's storage (NULL
+ * without memory: then the first copy alone handles it, unparked). */
+static __always_inline bool first_to_see(int copy, __u32 phase, struct inflight **inp)
+{
+	struct custos_cpu_state *cs;
+	struct inflight *in;
+	__u32 zero = 0;
+
+	in = bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0,
+				  BPF_LOCAL_STORAGE_GET_F_CREATE);
+	*inp = in;
+	if (!in)
+		return copy == 0;
+	if (copy && in->phase == phase)
+		return false; /* an earlier copy saw this syscall */
+	in->phase = phase;
+	if (copy) {
+		cs = bpf_map_lookup_elem(&cpu_state, &zero);
+		if (cs)
+			__sync_fetch_and_add(&cs->covered[phase == PHASE_EXIT], 1);
+	}
+	return true;
+}
+
 #define SYSCALL_COPY(n)                                                        \
 	SEC("tp_btf/sys_enter")                                                \
 	int BPF_PROG(custos_sys_enter_##n, struct pt_regs *regs, long id)      \
 	{                                                                      \
+		struct inflight *in;                                           \
+                                                                               \
 		bpf_preempt_disable();                                         \
-		sys_enter(regs, id);                                           \
+		if (first_to_see(n, PHASE_ENTER, &in))                         \
+			sys_enter(regs, id, in);                               \
 		bpf_preempt_enable();                                          \
 		return 0;                                                      \
 	}                                                                      \
 	SEC("tp_btf/sys_exit")                                                 \
 	int BPF_PROG(custos_sys_exit_##n, struct pt_regs *regs, long ret)      \
 	{                                                                      \
+		struct inflight *in;                                           \
+                                                                               \
 		bpf_preempt_disable();                                         \
-		sys_exit(regs, ret);                                           \
+		if (first_to_see(n, PHASE_EXIT, &in))                          \
+			sys_exit(regs, ret, in);                               \
 		bpf_preempt_enable();                                          \
 		return 0;                                                      \
 	}

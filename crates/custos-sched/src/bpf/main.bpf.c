@@ -862,14 +862,16 @@ void BPF_STRUCT_OPS(custos_dispatch, s32 cpu, struct task_struct *prev)
 	if (starvation_guard_ns && consume_starving(cpu, now, st))
 		return;
 	/*
-	 * A consumer whose slice ran out with events still in the rings keeps
-	 * its CPU. This has to happen here: the kernel asks for the next task
-	 * before it puts prev back through enqueue, so a consumer that enqueue
-	 * sent to the head of the primary queue would lose at least a slice to
-	 * whatever this picked instead.
+	 * A consumer whose slice ran out while it still has work keeps its CPU:
+	 * it sleeps as soon as the rings are empty, so runnable means events are
+	 * waiting (the sampled ring availability lags behind by up to 64 events
+	 * per CPU, too late to ask). This has to happen here: the kernel asks for
+	 * the next task before it puts prev back through enqueue, so a consumer
+	 * that enqueue sent to the head of the primary queue would lose at least
+	 * a slice to whatever this picked instead. The starvation guard above
+	 * still serves anyone who waits too long.
 	 */
-	if (consumer_preempt && prev_ctx && prev_ctx->consumer &&
-	    availability_now() < CUSTOS_FEATURE_MAX) {
+	if (consumer_preempt && prev_ctx && prev_ctx->consumer) {
 		prev->scx.slice = slice_ns;
 		if (st)
 			st->consumer_kept++;
