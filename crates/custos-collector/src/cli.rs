@@ -1,7 +1,7 @@
 //! `custos collect`: options and entry point.
 
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
@@ -109,22 +109,22 @@ pub fn run_with_sink(args: CollectArgs, sink: Option<Box<dyn Write + Send>>) -> 
         poll_interval: Duration::from_millis(100),
         stats_interval,
     };
+    // No buffering here: the OffloadWriter below hands these whole chunks.
     let output: Option<Box<dyn Write + Send>> = match &args.output {
-        Some(p) if p.as_os_str() != "-" => Some(Box::new(BufWriter::with_capacity(
-            1 << 20,
-            File::create(p).with_context(|| format!("creating output file {}", p.display()))?,
-        ))),
-        Some(_) => Some(Box::new(BufWriter::with_capacity(1 << 20, std::io::stdout()))),
+        Some(p) if p.as_os_str() != "-" => {
+            Some(Box::new(File::create(p).with_context(|| format!("creating output file {}", p.display()))?))
+        }
+        Some(_) => Some(Box::new(std::io::stdout())),
         None if sink.is_some() => None,
-        None => Some(Box::new(BufWriter::with_capacity(1 << 20, std::io::stdout()))),
+        None => Some(Box::new(std::io::stdout())),
     };
     if args.output_buffer_mb == 0 || args.output_buffer_mb > 1 << 20 {
         anyhow::bail!("--output-buffer-mb must be between 1 and 1048576");
     }
     let out: Box<dyn Write + Send> = match (output, sink) {
-        (Some(o), Some(s)) => Box::new(Tee(o, Box::new(BufWriter::with_capacity(1 << 20, s)))),
+        (Some(o), Some(s)) => Box::new(Tee(o, s)),
         (Some(o), None) => o,
-        (None, Some(s)) => Box::new(BufWriter::with_capacity(1 << 20, s)),
+        (None, Some(s)) => s,
         (None, None) => unreachable!("stdout is the default output"),
     };
 

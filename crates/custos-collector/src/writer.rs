@@ -25,7 +25,7 @@ pub struct OffloadWriter {
     chunk: Vec<u8>,
     tx: Option<SyncSender<Msg>>,
     thread: Option<JoinHandle<()>>,
-    /// The writer thread's first error, reported by the next call here.
+    /// The writer thread's first error, reported at the next hand-off.
     error: Arc<Mutex<Option<io::Error>>>,
 }
 
@@ -54,7 +54,9 @@ impl OffloadWriter {
         self.tx.as_ref().ok_or_else(gone)?.send(msg).map_err(|_| gone())
     }
 
+    /// Sends the chunk (if any) to the thread; reports its error, if it had one.
     fn hand_off(&mut self) -> io::Result<()> {
+        self.check()?;
         if !self.chunk.is_empty() {
             let full = std::mem::replace(&mut self.chunk, Vec::with_capacity(CHUNK));
             self.send(Msg::Data(full))?;
@@ -96,7 +98,7 @@ fn write_all(mut out: Box<dyn Write + Send>, rx: Receiver<Msg>, error: Arc<Mutex
 
 impl Write for OffloadWriter {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.check()?;
+        // No error check here: this runs once per event; hand_off checks.
         self.chunk.extend_from_slice(buf);
         if self.chunk.len() >= CHUNK {
             self.hand_off()?;
@@ -107,7 +109,6 @@ impl Write for OffloadWriter {
     /// Hands over what is buffered and asks the thread to flush, without
     /// waiting for it (the draining thread must not wait on the output).
     fn flush(&mut self) -> io::Result<()> {
-        self.check()?;
         self.hand_off()?;
         self.send(Msg::Flush)
     }

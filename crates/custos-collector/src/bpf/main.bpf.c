@@ -803,14 +803,10 @@ static __always_inline int sys_enter(struct pt_regs *regs, long id, struct infli
 		account_unparked(spec->critical);
 		return 0;
 	}
-	in->args[0] = now.args[0];
-	in->args[1] = now.args[1];
-	in->args[2] = now.args[2];
-	in->args[3] = now.args[3];
-	in->args[4] = now.args[4];
-	in->args[5] = now.args[5];
-	in->nr = key;
-	in->active = 1;
+	now.nr = key;
+	now.active = 1;
+	now.phase = in->phase;
+	*in = now;
 	if (spec->flags & CUSTOS_SPEC_EXEC) {
 		b = scratch_attrs();
 		if (b) {
@@ -888,28 +884,33 @@ static __always_inline bool first_to_see(int copy, __u32 phase, struct inflight 
 	return true;
 }
 
+/* One copy's run at either tracepoint: @arg is the syscall id at entry,
+ * the return value at exit. */
+static __always_inline int syscall_copy(int copy, __u32 phase, struct pt_regs *regs, long arg)
+{
+	struct inflight *in;
+
+	bpf_preempt_disable();
+	if (first_to_see(copy, phase, &in)) {
+		if (phase == PHASE_ENTER)
+			sys_enter(regs, arg, in);
+		else
+			sys_exit(regs, arg, in);
+	}
+	bpf_preempt_enable();
+	return 0;
+}
+
 #define SYSCALL_COPY(n)                                                        \
 	SEC("tp_btf/sys_enter")                                                \
 	int BPF_PROG(custos_sys_enter_##n, struct pt_regs *regs, long id)      \
 	{                                                                      \
-		struct inflight *in;                                           \
-                                                                               \
-		bpf_preempt_disable();                                         \
-		if (first_to_see(n, PHASE_ENTER, &in))                         \
-			sys_enter(regs, id, in);                               \
-		bpf_preempt_enable();                                          \
-		return 0;                                                      \
+		return syscall_copy(n, PHASE_ENTER, regs, id);                 \
 	}                                                                      \
 	SEC("tp_btf/sys_exit")                                                 \
 	int BPF_PROG(custos_sys_exit_##n, struct pt_regs *regs, long ret)      \
 	{                                                                      \
-		struct inflight *in;                                           \
-                                                                               \
-		bpf_preempt_disable();                                         \
-		if (first_to_see(n, PHASE_EXIT, &in))                          \
-			sys_exit(regs, ret, in);                               \
-		bpf_preempt_enable();                                          \
-		return 0;                                                      \
+		return syscall_copy(n, PHASE_EXIT, regs, ret);                 \
 	}
 
 /* Keep in step with SYSCALL_COPIES in collector.rs. */
