@@ -46,6 +46,11 @@ pub struct CollectArgs {
     /// the draining of the rings; only when this much is waiting does it.
     #[arg(long, default_value_t = 256, value_name = "MIB")]
     pub output_buffer_mb: usize,
+    /// Lines the consumer may hold back to put the stream in causal order
+    /// (MiB). Past it, lines go out before their order is settled, and the
+    /// final stats count those written out of order (docs/event-schema.md).
+    #[arg(long, default_value_t = 128, value_name = "MIB")]
+    pub reorder_buffer_mb: usize,
     /// Stop after this many seconds.
     #[arg(long, value_name = "SECS")]
     pub duration: Option<f64>,
@@ -108,6 +113,7 @@ pub fn run_with_sink(args: CollectArgs, sink: Option<Box<dyn Write + Send>>) -> 
         attrs_ring_kb: args.attrs_ring_kb,
         poll_interval: Duration::from_millis(100),
         stats_interval,
+        reorder_buffer_bytes: args.reorder_buffer_mb << 20,
     };
     // No buffering here: the OffloadWriter below hands these whole chunks.
     let output: Option<Box<dyn Write + Send>> = match &args.output {
@@ -118,6 +124,9 @@ pub fn run_with_sink(args: CollectArgs, sink: Option<Box<dyn Write + Send>>) -> 
         None if sink.is_some() => None,
         None => Some(Box::new(std::io::stdout())),
     };
+    if args.reorder_buffer_mb == 0 || args.reorder_buffer_mb > 1 << 20 {
+        anyhow::bail!("--reorder-buffer-mb must be between 1 and 1048576");
+    }
     if args.output_buffer_mb == 0 || args.output_buffer_mb > 1 << 20 {
         anyhow::bail!("--output-buffer-mb must be between 1 and 1048576");
     }

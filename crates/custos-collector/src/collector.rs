@@ -41,6 +41,8 @@ pub struct Options {
     pub attrs_ring_kb: u32,
     pub poll_interval: Duration,
     pub stats_interval: Option<Duration>,
+    /// Bound of the lines held back to restore causal order.
+    pub reorder_buffer_bytes: usize,
 }
 
 impl Default for Options {
@@ -53,6 +55,7 @@ impl Default for Options {
             attrs_ring_kb: 16384,
             poll_interval: Duration::from_millis(100),
             stats_interval: Some(Duration::from_secs(5)),
+            reorder_buffer_bytes: crate::consumer::DEFAULT_REORDER_BUFFER,
         }
     }
 }
@@ -125,6 +128,7 @@ fn open_and_load<'obj>(
     storage: &'obj mut MaybeUninit<OpenObject>,
     opts: &Options,
     hooks: Hooks,
+    fork: bool,
 ) -> Result<MainSkel<'obj>> {
     let mut open = MainSkelBuilder::default().open(storage).context("opening the BPF object")?;
     open.maps.ring_critical.set_max_entries(check_ring_kb("critical", opts.critical_ring_kb)?)?;
@@ -135,6 +139,7 @@ fn open_and_load<'obj>(
     rodata.availability_sample_every = 64;
     open.progs.custos_bprm_check.set_autoload(hooks.bprm_check);
     open.progs.custos_file_open.set_autoload(hooks.file_open);
+    open.progs.custos_fork.set_autoload(fork);
     open.load().context("loading the BPF programs into the kernel")
 }
 
@@ -178,6 +183,8 @@ pub fn collect<W: Write>(opts: &Options, out: W, stop: &AtomicBool, on_ready: im
         bprm_check: selected(&["execve", "execveat"]),
         file_open: selected(&["open", "openat", "openat2", "creat", "open_by_handle_at"]),
     };
+    // Births are recorded where they happen when process creation is traced.
+    let fork = selected(&["clone", "clone3", "fork", "vfork"]);
     let mut storage = MaybeUninit::uninit();
     let mut fallback_storage = MaybeUninit::uninit();
     let lsm_wanted = opts.lsm != LsmMode::Off && hooks.any();
@@ -185,7 +192,7 @@ pub fn collect<W: Write>(opts: &Options, out: W, stop: &AtomicBool, on_ready: im
     let (skel, hooks) = match lsm_ok {
         Ok(()) => {
             let quiet = libbpf_rs::set_print(None);
-            let attempt = open_and_load(&mut storage, opts, hooks);
+            let attempt = open_and_load(&mut storage, opts, hooks, fork);
             libbpf_rs::set_print(quiet);
             match attempt {
                 Ok(skel) => (skel, hooks),
@@ -194,7 +201,7 @@ pub fn collect<W: Write>(opts: &Options, out: W, stop: &AtomicBool, on_ready: im
                         return Err(e.context("--lsm require: the BPF-LSM hooks did not load"));
                     }
                     eprintln!("custos collect: notice: BPF-LSM hooks refused by this kernel ({:#}); exec and open are traced by tracepoints only", e);
-                    (open_and_load(&mut fallback_storage, opts, Hooks::NONE)?, Hooks::NONE)
+                    (open_and_load(&mut fallback_storage, opts, Hooks::NONE, fork)?, Hooks::NONE)
                 }
             }
         }
@@ -208,7 +215,7 @@ pub fn collect<W: Write>(opts: &Options, out: W, stop: &AtomicBool, on_ready: im
             if lsm_wanted {
                 eprintln!("custos collect: notice: BPF-LSM hooks unavailable ({why}); exec and open are traced by tracepoints only");
             }
-            (open_and_load(&mut storage, opts, Hooks::NONE)?, Hooks::NONE)
+            (open_and_load(&mut storage, opts, Hooks::NONE, fork)?, Hooks::NONE)
         }
     };
     let lsm_active = hooks.any();
@@ -224,6 +231,9 @@ pub fn collect<W: Write>(opts: &Options, out: W, stop: &AtomicBool, on_ready: im
     for [enter, exit] in syscall_copies(&skel) {
         links.push(enter.attach().context("attaching to raw_syscalls:sys_enter (tp_btf)")?);
         links.push(exit.attach().context("attaching to raw_syscalls:sys_exit (tp_btf)")?);
+    }
+    if fork {
+        links.push(skel.progs.custos_fork.attach().context("attaching to sched:sched_process_fork (tp_btf)")?);
     }
     if hooks.bprm_check {
         links.push(skel.progs.custos_bprm_check.attach_lsm().context("attaching lsm/bprm_check_security")?);
@@ -280,7 +290,7 @@ fn drain<W: Write>(
     syscalls_attached: usize,
 ) -> Result<Summary> {
     let nr_cpus = libbpf_rs::num_possible_cpus().context("counting CPUs")?;
-    let consumer = Rc::new(RefCell::new(Consumer::new(out, nr_cpus)));
+    let consumer = Rc::new(RefCell::new(Consumer::with_reorder_buffer(out, nr_cpus, opts.reorder_buffer_bytes)));
     consumer.borrow_mut().write_boot()?;
     let mut builder = RingBufferBuilder::new();
     let (c1, c2, c3) = (consumer.clone(), consumer.clone(), consumer.clone());
@@ -313,14 +323,19 @@ fn drain<W: Write>(
     let ring_ptrs: Vec<*mut libbpf_rs::libbpf_sys::ring> =
         (0..3).map(|i| unsafe { libbpf_rs::libbpf_sys::ring_buffer__ring(rb, i) }).collect();
     let epoll_fd = rings.epoll_fd();
-    // A number is settled (delivered or lost) once the rings were seen empty
-    // a full poll interval after the number was handed out: records are
-    // committed microseconds after their number is taken.
-    let mut snapshots: VecDeque<(Instant, Vec<u64>)> = VecDeque::new();
-    let mut last_empty: Option<Instant> = None;
+    // A number is settled (its record delivered, or lost) once every ring was
+    // consumed past where its producers stood a full poll interval after the
+    // number was read: a record is reserved and committed microseconds after
+    // its number is taken (with preemption off), and a ring hands records
+    // out in reservation order. This holds under a flood that never lets the
+    // rings empty.
+    let mut snapshots: VecDeque<Snapshot> = VecDeque::new();
+    let positions = |f: unsafe extern "C" fn(*const libbpf_rs::libbpf_sys::ring) -> std::os::raw::c_ulong| -> Vec<u64> {
+        // SAFETY: every pointer is a ring of the live ring buffer `rings`.
+        ring_ptrs.iter().map(|&r| unsafe { f(r) }).collect()
+    };
     loop {
         let stopping = stop.load(Ordering::Relaxed);
-        let round_start = Instant::now();
         let mut consumed = 0i64;
         for &r in &ring_ptrs {
             // SAFETY: r is a ring of the live ring buffer `rings`.
@@ -330,8 +345,8 @@ fn drain<W: Write>(
             }
             consumed += n as i64;
         }
+        consumer.borrow_mut().release(false)?;
         if consumed == 0 {
-            last_empty = Some(round_start);
             // Rings wake us only when filling up (see wakeup_policy in the
             // BPF program): a short sleep bounds the latency of a trickle.
             let wait = opts.poll_interval.saturating_sub(last_tick.elapsed()).min(Duration::from_millis(10));
@@ -345,15 +360,34 @@ fn drain<W: Write>(
             continue;
         }
         last_tick = Instant::now();
+        // The time first: every number above the snapshot is taken after it,
+        // and a record's time after its number.
+        let as_of = monotonic_ns();
         let states = read_cpu_states(skel)?;
         let drops: Vec<[u64; 2]> = states.iter().map(|s| [s.drops[DROP_CRITICAL], s.drops[DROP_EVENTS]]).collect();
-        snapshots.push_back((Instant::now(), states.iter().map(|s| s.seq).collect()));
-        while let (Some((taken, _)), Some(empty)) = (snapshots.front(), last_empty) {
-            if *taken + opts.poll_interval > empty {
+        snapshots.push_back(Snapshot { taken: Instant::now(), as_of, seqs: states.iter().map(|s| s.seq).collect(), producers: None });
+        for snap in snapshots.iter_mut() {
+            if snap.producers.is_none() && snap.taken.elapsed() >= opts.poll_interval {
+                snap.producers = Some(positions(libbpf_rs::libbpf_sys::ring__producer_pos));
+            }
+        }
+        let consumed_to = positions(libbpf_rs::libbpf_sys::ring__consumer_pos);
+        while let Some(Snapshot { producers: Some(p), .. }) = snapshots.front() {
+            if p.iter().zip(&consumed_to).any(|(p, c)| c < p) {
                 break;
             }
-            let (_, settled) = snapshots.pop_front().unwrap();
-            consumer.borrow_mut().settle_gaps(&settled, &drops)?;
+            let snap = snapshots.pop_front().unwrap();
+            consumer.borrow_mut().settle_gaps(&snap.seqs, &drops, Some(snap.as_of))?;
+        }
+        {
+            let mut c = consumer.borrow_mut();
+            c.release(false)?;
+            if c.relieve(&drops)? {
+                eprintln!(
+                    "custos collect: warning: the reorder buffer reached its bound ({} MiB); lines were written before their order was settled (see out_of_order)",
+                    opts.reorder_buffer_bytes >> 20
+                );
+            }
         }
         let produced: u64 = states.iter().map(|s| s.seq).sum();
         let dropped: u64 = drops.iter().map(|d| d[0] + d[1]).sum();
@@ -390,8 +424,9 @@ fn drain<W: Write>(
     let drops: Vec<[u64; 2]> = states.iter().map(|s| [s.drops[DROP_CRITICAL], s.drops[DROP_EVENTS]]).collect();
     {
         let mut c = consumer.borrow_mut();
-        c.settle_gaps(&cpu_seq, &drops)?;
+        c.settle_gaps(&cpu_seq, &drops, None)?;
         c.flush_waiting();
+        c.release(true)?;
     }
     // The final account and the final stats record are one computation.
     let counters = consumer.borrow().counters.clone();
@@ -429,6 +464,16 @@ fn drain<W: Write>(
 /// Copies of each syscall tracepoint program (SYSCALL_COPY in the BPF
 /// program): a syscall is lost only when every copy was busy on its CPU.
 const SYSCALL_COPIES: usize = 3;
+
+/// Per-CPU sequence numbers read at one poll tick, and where the rings'
+/// producers stood a poll interval later (see the drain loop).
+struct Snapshot {
+    taken: Instant,
+    /// CLOCK_MONOTONIC just before the numbers were read.
+    as_of: u64,
+    seqs: Vec<u64>,
+    producers: Option<Vec<u64>>,
+}
 
 fn syscall_copies<'a, 'b>(skel: &'a MainSkel<'b>) -> [[&'a libbpf_rs::ProgramMut<'b>; 2]; SYSCALL_COPIES] {
     let p = &skel.progs;

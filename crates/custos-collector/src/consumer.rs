@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use crate::bpf_skel::types::custos_event;
 use crate::intf::*;
+use crate::reorder::Merge;
 use crate::syscalls::{self, Arg};
 
 /// Counters the consumer keeps; the kernel side keeps produced and dropped.
@@ -28,39 +29,35 @@ pub struct ConsumerCounters {
     pub late: u64,
     /// Attribute records whose metadata never came (never expected).
     pub orphan_attrs: u64,
+    /// Lines written older than a line written before them: 0 unless the
+    /// reorder buffer overflowed (`reorder_forced`) or records came late.
+    pub out_of_order: u64,
+    /// Times the reorder buffer reached its bound and was written out early.
+    pub reorder_forced: u64,
 }
 
-/// Per-CPU sequence bookkeeping: everything below `next` is accounted for
-/// (delivered or reported lost); `ahead` holds delivered numbers beyond a gap.
+/// Per-CPU sequence bookkeeping: every number below `next` is accounted for
+/// (its line handed to the merge, or reported lost); `ahead` holds numbers
+/// from `next` on that arrived out of order or wait for their attributes.
 #[derive(Debug)]
 struct CpuSequence {
     next: u64,
-    ahead: BTreeMap<u64, u64>,
-    last_time_ns: u64,
+    ahead: BTreeMap<u64, Slot>,
     drops_attributed: [u64; 2],
+}
+
+/// A numbered event that cannot be handed on yet.
+#[derive(Debug)]
+enum Slot {
+    /// Rendered, waiting for an earlier number of its CPU.
+    Line { time_ns: u64, line: Vec<u8> },
+    /// Metadata waiting for its attribute record (joined by event id).
+    Attrs(Box<custos_event>),
 }
 
 impl CpuSequence {
     fn new() -> Self {
-        CpuSequence { next: 1, ahead: BTreeMap::new(), last_time_ns: 0, drops_attributed: [0; 2] }
-    }
-
-    /// Returns false if the number was already declared lost.
-    fn deliver(&mut self, seq: u64, time_ns: u64) -> bool {
-        if seq < self.next {
-            return false;
-        }
-        if seq == self.next {
-            self.next += 1;
-            self.last_time_ns = self.last_time_ns.max(time_ns);
-            while let Some(t) = self.ahead.remove(&self.next) {
-                self.last_time_ns = self.last_time_ns.max(t);
-                self.next += 1;
-            }
-        } else {
-            self.ahead.insert(seq, time_ns);
-        }
-        true
+        CpuSequence { next: 1, ahead: BTreeMap::new(), drops_attributed: [0; 2] }
     }
 }
 
@@ -89,9 +86,10 @@ pub struct Consumer<W: Write> {
     out: W,
     /// CLOCK_REALTIME - CLOCK_MONOTONIC: turns bpf_ktime_get_ns into wall time.
     boot_offset_ns: u64,
-    waiting: HashMap<u64, custos_event>,
     early_attrs: HashMap<u64, Vec<u8>>,
     cpus: Vec<CpuSequence>,
+    /// The CPUs' ordered lines, merged by time on their way out.
+    merge: Merge,
     /// (dev, inode) -> path, so later reads/writes of a file carry its path
     /// although only the first one walks it in the kernel.
     file_paths: HashMap<(u32, u64), String>,
@@ -117,14 +115,21 @@ pub fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// Default bound of the lines held back to restore order (`--reorder-buffer-mb`).
+pub const DEFAULT_REORDER_BUFFER: usize = 128 << 20;
+
 impl<W: Write> Consumer<W> {
     pub fn new(out: W, nr_cpus: usize) -> Self {
+        Self::with_reorder_buffer(out, nr_cpus, DEFAULT_REORDER_BUFFER)
+    }
+
+    pub fn with_reorder_buffer(out: W, nr_cpus: usize, reorder_bytes: usize) -> Self {
         Consumer {
             out,
             boot_offset_ns: realtime_offset_ns(),
-            waiting: HashMap::new(),
             early_attrs: HashMap::new(),
             cpus: (0..nr_cpus).map(|_| CpuSequence::new()).collect(),
+            merge: Merge::new(nr_cpus, reorder_bytes),
             file_paths: HashMap::new(),
             counters: ConsumerCounters::default(),
             write_error: None,
@@ -143,6 +148,13 @@ impl<W: Write> Consumer<W> {
         ktime_ns + self.boot_offset_ns
     }
 
+    fn cpu(&mut self, cpu: usize) -> &mut CpuSequence {
+        if cpu >= self.cpus.len() {
+            self.cpus.resize_with(cpu + 1, CpuSequence::new);
+        }
+        &mut self.cpus[cpu]
+    }
+
     /// Callback for the CRITICAL and EVENTS rings.
     pub fn on_metadata(&mut self, data: &[u8]) -> i32 {
         if data.len() < std::mem::size_of::<custos_event>() {
@@ -155,24 +167,29 @@ impl<W: Write> Consumer<W> {
         if ev.flags & EV_CRITICAL != 0 {
             self.counters.delivered_critical += 1;
         }
-        let cpu = (ev.id >> ID_CPU_SHIFT) as usize;
-        let seq = ev.id & ((1u64 << ID_CPU_SHIFT) - 1);
-        let wall = self.wall_ns(ev.ktime_ns);
-        if cpu >= self.cpus.len() {
-            self.cpus.resize_with(cpu + 1, CpuSequence::new);
-        }
-        if !self.cpus[cpu].deliver(seq, wall) {
+        let (cpu, seq) = split_id(ev.id);
+        if seq < self.cpu(cpu).next {
+            // Its number was already settled as lost: deliver it anyway, flagged.
             self.counters.late += 1;
+            let attrs = self.early_attrs.remove(&ev.id);
+            self.render_event(&ev, attrs.as_deref());
+            let len = self.line.len();
+            self.line.truncate(len - 2); // the closing brace and newline
+            self.line.extend_from_slice(b",\"late\":true}\n");
+            let line = std::mem::take(&mut self.line);
+            self.merge.push(cpu, self.wall_ns(ev.ktime_ns), &line);
+            self.line = line;
+            return 0;
         }
         if ev.flags & EV_HAS_ATTRS != 0 {
             match self.early_attrs.remove(&ev.id) {
-                Some(raw) => self.emit(&ev, Some(&raw)),
+                Some(raw) => self.deliver(&ev, Some(&raw)),
                 None => {
-                    self.waiting.insert(ev.id, ev);
+                    self.cpus[cpu].ahead.insert(seq, Slot::Attrs(Box::new(ev)));
                 }
             }
         } else {
-            self.emit(&ev, None);
+            self.deliver(&ev, None);
         }
         0
     }
@@ -183,30 +200,73 @@ impl<W: Write> Consumer<W> {
             return 0;
         }
         let id = u64::from_ne_bytes(data[0..8].try_into().unwrap());
-        match self.waiting.remove(&id) {
-            Some(ev) => self.emit(&ev, Some(data)),
-            None => {
+        let (cpu, seq) = split_id(id);
+        let waiting = match self.cpus.get_mut(cpu).and_then(|c| c.ahead.get(&seq)) {
+            Some(Slot::Attrs(_)) => self.cpus[cpu].ahead.remove(&seq),
+            _ => None,
+        };
+        match waiting {
+            Some(Slot::Attrs(ev)) => self.deliver(&ev, Some(data)),
+            _ => {
                 self.early_attrs.insert(id, data.to_vec());
             }
         }
         0
     }
 
-    /// Declares lost every number at or below `upto[cpu]` not yet delivered.
+    /// Renders a numbered event and hands it on in its CPU's order.
+    fn deliver(&mut self, ev: &custos_event, raw_attrs: Option<&[u8]>) {
+        let (cpu, seq) = split_id(ev.id);
+        let time_ns = self.wall_ns(ev.ktime_ns);
+        self.render_event(ev, raw_attrs);
+        if seq == self.cpus[cpu].next {
+            let line = std::mem::take(&mut self.line);
+            self.merge.push(cpu, time_ns, &line);
+            self.line = line;
+            self.cpus[cpu].next += 1;
+            self.advance(cpu);
+        } else {
+            let line = self.line.clone();
+            self.cpus[cpu].ahead.insert(seq, Slot::Line { time_ns, line });
+        }
+    }
+
+    /// Hands on the lines that follow `next` without a gap.
+    fn advance(&mut self, cpu: usize) {
+        let st = &mut self.cpus[cpu];
+        while let Some(entry) = st.ahead.first_entry() {
+            if *entry.key() != st.next || !matches!(entry.get(), Slot::Line { .. }) {
+                break;
+            }
+            if let Slot::Line { time_ns, line } = entry.remove() {
+                self.merge.push(cpu, time_ns, &line);
+                st.next += 1;
+            }
+        }
+    }
+
+    /// Declares lost every number at or below `upto[cpu]` not yet delivered,
+    /// and delivers without attributes the events still waiting for theirs.
     /// `drops[cpu]` are the kernel's (critical, events) drop counters, used
-    /// to say which ring refused the missing records.
-    pub fn settle_gaps(&mut self, upto: &[u64], drops: &[[u64; 2]]) -> Result<()> {
+    /// to say which ring refused the missing records. `as_of_ktime`: when
+    /// `upto` was read; no number above it is older (it is taken first).
+    pub fn settle_gaps(&mut self, upto: &[u64], drops: &[[u64; 2]], as_of_ktime: Option<u64>) -> Result<()> {
         let mut losses = Vec::new();
         for (cpu, &limit) in upto.iter().enumerate() {
-            if cpu >= self.cpus.len() {
-                self.cpus.resize_with(cpu + 1, CpuSequence::new);
-            }
-            let st = &mut self.cpus[cpu];
-            while st.next <= limit {
+            self.cpu(cpu);
+            while self.cpus[cpu].next <= limit {
+                let st = &mut self.cpus[cpu];
                 let first = st.next;
+                if let Some(entry) = st.ahead.first_entry().filter(|e| *e.key() == first) {
+                    // Waiting for attributes that were committed before it: they are gone.
+                    if let Slot::Attrs(mut ev) = entry.remove() {
+                        ev.flags = (ev.flags & !EV_HAS_ATTRS) | EV_ATTRS_LOST;
+                        self.deliver(&ev, None);
+                    }
+                    continue;
+                }
                 let (last, end_ns) = match st.ahead.iter().next() {
-                    Some((&s, &t)) if s <= limit + 1 => (s - 1, t),
-                    Some((&s, &t)) => (limit.min(s - 1), t),
+                    Some((&s, slot)) => (limit.min(s - 1), slot_time(slot, self.boot_offset_ns)),
                     None => (limit, 0),
                 };
                 let d = drops.get(cpu).copied().unwrap_or([0, 0]);
@@ -218,42 +278,76 @@ impl<W: Write> Consumer<W> {
                     _ => "unknown",
                 };
                 st.drops_attributed = d;
-                losses.push(Loss {
+                // The lost records are younger than the CPU's last line and
+                // than what an earlier settlement established: its floor.
+                let loss = Loss {
                     cpu: cpu as u32,
                     first_seq: first,
                     last_seq: last,
                     category,
-                    start_ns: st.last_time_ns,
+                    start_ns: self.merge.floor(cpu),
                     end_ns: if end_ns == 0 { self_wall_now(self.boot_offset_ns) } else { end_ns },
-                });
+                };
                 st.next = last + 1;
-                while let Some(t) = st.ahead.remove(&st.next) {
-                    st.last_time_ns = st.last_time_ns.max(t);
-                    st.next += 1;
-                }
+                // The loss takes its place in the CPU's order.
+                let line = loss_line(&loss);
+                self.merge.push(cpu, loss.start_ns, &line);
+                losses.push(loss);
+                self.advance(cpu);
+            }
+            if let Some(k) = as_of_ktime {
+                let floor = self.wall_ns(k);
+                self.merge.raise_floor(cpu, floor);
             }
         }
-        for loss in losses {
-            self.write_loss(&loss)?;
+        for loss in &losses {
+            self.counters.lost_in_gaps += loss.last_seq - loss.first_seq + 1;
+            self.counters.loss_records += 1;
         }
         Ok(())
     }
 
-    /// After the final drain: events still waiting for attributes are
-    /// delivered incomplete (their attribute record never arrived).
-    pub fn flush_waiting(&mut self) {
-        let mut ids: Vec<u64> = self.waiting.keys().copied().collect();
-        ids.sort_unstable();
-        for id in ids {
-            if let Some(mut ev) = self.waiting.remove(&id) {
-                ev.flags = (ev.flags & !EV_HAS_ATTRS) | EV_ATTRS_LOST;
-                self.emit(&ev, None);
-            }
+    /// Writes the lines whose order is settled; with `all` (the end of the
+    /// run), every line.
+    pub fn release(&mut self, all: bool) -> Result<()> {
+        if let Err(e) = self.merge.release(&mut self.out, all) {
+            self.write_error.get_or_insert(e);
         }
+        self.counters.out_of_order = self.merge.out_of_order;
+        if let Some(e) = self.write_error.take() {
+            return Err(e).context("writing the event stream");
+        }
+        Ok(())
+    }
+
+    /// The reorder buffer is over its bound: settle every gap below each
+    /// CPU's highest number seen as lost, and write everything held back.
+    /// Order is then no longer guaranteed for what arrives later; what does
+    /// arrive out of order is counted (`out_of_order`, `late`).
+    pub fn relieve(&mut self, drops: &[[u64; 2]]) -> Result<bool> {
+        if !self.merge.over_budget() {
+            return Ok(false);
+        }
+        self.counters.reorder_forced += 1;
+        let upto: Vec<u64> = self.cpus.iter().map(|c| c.ahead.keys().next_back().copied().unwrap_or(0)).collect();
+        self.settle_gaps(&upto, drops, None)?;
+        self.release(true)?;
+        Ok(true)
+    }
+
+    /// Bytes and lines held back to restore order.
+    pub fn reorder_backlog(&self) -> (usize, usize) {
+        (self.merge.buffered_bytes(), self.merge.buffered_lines() + self.cpus.iter().map(|c| c.ahead.len()).sum::<usize>())
+    }
+
+    /// After the final drain: attribute records whose event never came.
+    pub fn flush_waiting(&mut self) {
         self.counters.orphan_attrs += self.early_attrs.len() as u64;
         self.early_attrs.clear();
     }
 
+    /// Writes a line out of band (boot and stats records: they carry their
+    /// own time and are not events).
     pub fn write_line<T: Serialize>(&mut self, value: &T) -> Result<()> {
         if let Some(e) = self.write_error.take() {
             return Err(e).context("writing the event stream");
@@ -270,24 +364,8 @@ impl<W: Write> Consumer<W> {
         self.out.flush().context("flushing the event stream")
     }
 
-    fn write_loss(&mut self, l: &Loss) -> Result<()> {
-        let count = l.last_seq - l.first_seq + 1;
-        self.counters.lost_in_gaps += count;
-        self.counters.loss_records += 1;
-        let line = LossOut {
-            ty: "loss",
-            cpu: l.cpu,
-            first_seq: l.first_seq,
-            last_seq: l.last_seq,
-            count,
-            category: l.category,
-            start_ns: l.start_ns,
-            end_ns: l.end_ns,
-        };
-        self.write_line(&line)
-    }
-
-    fn emit(&mut self, ev: &custos_event, raw_attrs: Option<&[u8]>) {
+    /// Renders `ev` into `self.line` (with its newline).
+    fn render_event(&mut self, ev: &custos_event, raw_attrs: Option<&[u8]>) {
         let attrs = raw_attrs.map(parse_attrs).unwrap_or_default();
         let incomplete = ev.flags & EV_ATTRS_LOST != 0;
         if incomplete {
@@ -297,11 +375,6 @@ impl<W: Write> Consumer<W> {
         line.clear();
         self.render(ev, attrs, incomplete, &mut line);
         line.push(b'\n');
-        if let Err(e) = self.out.write_all(&line) {
-            if self.write_error.is_none() {
-                self.write_error = Some(e);
-            }
-        }
         self.line = line;
     }
 
@@ -312,6 +385,7 @@ impl<W: Write> Consumer<W> {
         let (name, category) = match (ev.nr, sc) {
             (HOOK_BPRM_CHECK, _) => ("lsm:bprm_check_security", "process"),
             (HOOK_FILE_OPEN, _) => ("lsm:file_open", "file"),
+            (HOOK_FORK, _) => ("sched:process_fork", "process"),
             (_, Some(s)) => (s.name, s.category.as_str()),
             (_, None) => ("unknown", "unknown"),
         };
@@ -436,6 +510,8 @@ impl<W: Write> Consumer<W> {
         }
         if sc.is_some_and(|s| s.creates_task()) && has_ret && ev.ret > 0 {
             j.i64("child_pid", ev.ret);
+        } else if ev.nr == HOOK_FORK {
+            j.u64("child_pid", ev.args[0]);
         }
         j.u64("mnt_ns", ev.mnt_ns as u64);
         j.u64("pid_ns", ev.pid_ns as u64);
@@ -543,6 +619,34 @@ fn push_json_str(out: &mut Vec<u8>, v: &[u8]) {
         }
     }
     out.push(b'"');
+}
+
+/// (cpu, seq) of an event id.
+fn split_id(id: u64) -> (usize, u64) {
+    ((id >> ID_CPU_SHIFT) as usize, id & ((1u64 << ID_CPU_SHIFT) - 1))
+}
+
+fn slot_time(slot: &Slot, boot_offset_ns: u64) -> u64 {
+    match slot {
+        Slot::Line { time_ns, .. } => *time_ns,
+        Slot::Attrs(ev) => ev.ktime_ns + boot_offset_ns,
+    }
+}
+
+fn loss_line(l: &Loss) -> Vec<u8> {
+    let line = LossOut {
+        ty: "loss",
+        cpu: l.cpu,
+        first_seq: l.first_seq,
+        last_seq: l.last_seq,
+        count: l.last_seq - l.first_seq + 1,
+        category: l.category,
+        start_ns: l.start_ns,
+        end_ns: l.end_ns,
+    };
+    let mut out = serde_json::to_vec(&line).expect("a loss record serializes");
+    out.push(b'\n');
+    out
 }
 
 fn self_wall_now(offset: u64) -> u64 {
@@ -681,27 +785,80 @@ struct LossOut {
 mod tests {
     use super::*;
 
+    /// A metadata record as the BPF program writes it, without attributes.
+    fn record(cpu: u64, seq: u64, ktime: u64, tid: u32) -> Vec<u8> {
+        // SAFETY: custos_event is plain old data; all-zero is a valid value.
+        let mut ev: custos_event = unsafe { std::mem::zeroed() };
+        ev.id = (cpu << ID_CPU_SHIFT) | seq;
+        ev.ktime_ns = ktime;
+        ev.tid = tid;
+        ev.pid = tid;
+        ev.nr = 39; // getpid: no arguments to decode
+        ev.flags = EV_NO_RET as u16;
+        // SAFETY: viewing a POD struct as bytes.
+        unsafe { std::slice::from_raw_parts((&ev as *const custos_event).cast::<u8>(), std::mem::size_of::<custos_event>()) }
+            .to_vec()
+    }
+
+    fn output(c: &Consumer<Vec<u8>>) -> Vec<serde_json::Value> {
+        let text = String::from_utf8(c.out.clone()).unwrap();
+        text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    }
+
     #[test]
-    fn gaps_become_loss_records_exactly_once() {
+    fn gaps_become_loss_records_exactly_once_in_their_place() {
         let mut c = Consumer::new(Vec::new(), 2);
+        c.boot_offset_ns = 0;
         for seq in [1u64, 2, 5, 4, 9] {
-            assert!(c.cpus[0].deliver(seq, seq * 10));
+            c.on_metadata(&record(0, seq, seq * 10, 7));
         }
-        c.settle_gaps(&[10, 0], &[[0, 4], [0, 0]]).unwrap();
+        c.settle_gaps(&[10, 0], &[[0, 4], [0, 0]], None).unwrap();
+        c.release(true).unwrap();
         // 3, 6..=8 and 10 were lost.
         assert_eq!(c.counters.lost_in_gaps, 5);
         assert_eq!(c.counters.loss_records, 3);
-        assert!(!c.cpus[0].deliver(3, 0), "a settled number is not delivered twice");
-        let text = String::from_utf8(c.out.clone()).unwrap();
-        let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-        assert_eq!(lines[0]["first_seq"], 3);
-        assert_eq!(lines[0]["last_seq"], 3);
-        assert_eq!(lines[0]["category"], "events");
-        assert_eq!(lines[1]["first_seq"], 6);
-        assert_eq!(lines[1]["last_seq"], 8);
-        assert_eq!(lines[1]["start_ns"], 50);
-        assert_eq!(lines[1]["end_ns"], 90);
-        assert_eq!(lines[2]["first_seq"], 10);
+        c.on_metadata(&record(0, 3, 30, 7));
+        assert_eq!(c.counters.late, 1, "a settled number is not delivered twice");
+        c.release(true).unwrap();
+        let lines = output(&c);
+        let kinds: Vec<String> = lines
+            .iter()
+            .map(|l| match l["type"].as_str().unwrap() {
+                "loss" => format!("loss {}-{}", l["first_seq"], l["last_seq"]),
+                _ => format!("{}", l["seq"]),
+            })
+            .collect();
+        assert_eq!(kinds, ["1", "2", "loss 3-3", "4", "5", "loss 6-8", "9", "loss 10-10", "3"]);
+        assert_eq!(lines[2]["category"], "events");
+        assert_eq!(lines[5]["start_ns"], 50);
+        assert_eq!(lines[5]["end_ns"], 90);
+        assert_eq!(lines[8]["late"], true);
+    }
+
+    #[test]
+    fn cpus_come_out_in_time_order_and_each_in_sequence_order() {
+        let mut c = Consumer::new(Vec::new(), 2);
+        c.boot_offset_ns = 0;
+        // CPU 1's records arrive first and out of order; CPU 0's in order.
+        c.on_metadata(&record(1, 2, 40, 2));
+        c.on_metadata(&record(0, 1, 10, 1));
+        c.on_metadata(&record(0, 2, 30, 1));
+        c.release(false).unwrap();
+        // CPU 1's first number is missing, and may be older than anything.
+        assert_eq!(output(&c).len(), 0);
+        c.on_metadata(&record(1, 1, 20, 2));
+        c.on_metadata(&record(0, 3, 50, 1));
+        c.release(false).unwrap();
+        // CPU 1 may still produce something after 40, before CPU 0's 50.
+        let times: Vec<u64> = output(&c).iter().map(|l| l["time_ns"].as_u64().unwrap()).collect();
+        assert_eq!(times, [10, 20, 30, 40]);
+        // Its numbers up to 2 were read at time 60: everything older can go.
+        c.settle_gaps(&[3, 2], &[[0, 0], [0, 0]], Some(60)).unwrap();
+        c.release(false).unwrap();
+        let times: Vec<u64> = output(&c).iter().map(|l| l["time_ns"].as_u64().unwrap()).collect();
+        assert_eq!(times, [10, 20, 30, 40, 50]);
+        assert_eq!(c.counters.lost_in_gaps, 0);
+        assert_eq!(c.counters.out_of_order, 0);
     }
 
     #[test]

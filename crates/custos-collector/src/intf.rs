@@ -5,6 +5,7 @@
 pub const MAX_SYSCALLS: u32 = 512;
 pub const HOOK_BPRM_CHECK: u16 = 1000;
 pub const HOOK_FILE_OPEN: u16 = 1001;
+pub const HOOK_FORK: u16 = 1002;
 pub const ID_CPU_SHIFT: u32 = 48;
 
 pub const ATTR_DATA_MAX: usize = 8192;
@@ -51,3 +52,42 @@ pub const MAX_CONSUMERS: usize = 8;
 pub const RING_CRITICAL: usize = 0;
 pub const RING_EVENTS: usize = 1;
 pub const RING_ATTRS: usize = 2;
+
+#[cfg(test)]
+mod tests {
+    /// Every constant here has its twin `CUSTOS_<NAME>` in the C headers, with the same value.
+    #[test]
+    fn constants_agree_with_the_c_headers() {
+        let c = [include_str!("bpf/intf.h"), include_str!("../../../include/custos/provenance_features.h")].concat();
+        let c_value = |name: &str| -> Option<String> {
+            let want = format!("CUSTOS_{name}");
+            c.lines().find_map(|l| {
+                let l = l.trim().trim_end_matches(',');
+                let l = l.split("/*").next().unwrap().trim().trim_end_matches(',');
+                if let Some(rest) = l.strip_prefix("#define ") {
+                    let (n, v) = rest.split_once(char::is_whitespace)?;
+                    return (n == want).then(|| v.trim().to_string());
+                }
+                let (n, v) = l.split_once('=')?;
+                (n.trim() == want).then(|| v.trim().to_string())
+            })
+        };
+        let eval = |v: &str| -> String {
+            let v = v.trim().trim_matches(|ch| ch == '(' || ch == ')');
+            match v.split_once("<<") {
+                Some((a, b)) => (a.trim().parse::<u64>().unwrap() << b.trim().parse::<u64>().unwrap()).to_string(),
+                None => v.trim_matches('"').to_string(),
+            }
+        };
+        let mut checked = 0;
+        for line in include_str!("intf.rs").lines() {
+            let Some(rest) = line.strip_prefix("pub const ") else { continue };
+            let (name, rest) = rest.split_once(':').unwrap();
+            let rust = eval(rest.split_once('=').unwrap().1.trim_end_matches(';'));
+            let c = c_value(name).unwrap_or_else(|| panic!("no CUSTOS_{name} in the C headers"));
+            assert_eq!(eval(&c), rust, "{name}");
+            checked += 1;
+        }
+        assert!(checked > 40, "checked {checked}");
+    }
+}

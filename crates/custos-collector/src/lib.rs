@@ -10,6 +10,7 @@ pub mod cli;
 pub mod collector;
 pub mod consumer;
 pub mod features;
+pub mod reorder;
 pub mod intf;
 pub mod stats;
 pub mod syscalls;

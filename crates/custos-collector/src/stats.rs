@@ -30,6 +30,14 @@ pub struct Metrics {
     pub ring_fill: [f64; 3],
     /// Events produced but not yet consumed (consumer lag).
     pub consumer_lag: u64,
+    /// Records that came after their number was settled as lost (delivered
+    /// with `late`; 0 in a sound run).
+    pub late: u64,
+    /// Lines written older than one written before them (0 unless the
+    /// reorder buffer overflowed or records came late).
+    pub out_of_order: u64,
+    /// Times the reorder buffer reached its bound (`--reorder-buffer-mb`).
+    pub reorder_forced: u64,
     pub uptime_s: f64,
     /// Program runs the kernel skipped as re-entrant (never numbered).
     #[serde(flatten)]
@@ -61,6 +69,9 @@ impl Metrics {
         self.incomplete = c.incomplete;
         self.loss_records = c.loss_records;
         self.lost_in_gaps = c.lost_in_gaps;
+        self.late = c.late;
+        self.out_of_order = c.out_of_order;
+        self.reorder_forced = c.reorder_forced;
         self.consumer_lag = self.produced.saturating_sub(self.delivered + self.dropped);
         if let Some(g) = g {
             for i in [RING_CRITICAL, RING_EVENTS, RING_ATTRS] {

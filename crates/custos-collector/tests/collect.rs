@@ -47,6 +47,7 @@ fn scripted_workload_is_recorded_with_paths_pids_argv_and_returns() {
     assert_eq!(acceptor.join().unwrap(), "ping\n");
 
     assert_eq!(run.lines[0]["type"], "boot", "the stream starts with its boot");
+    assert_causal_order(&run);
     assert_eq!(run.lines[0]["boot_id"], std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap().trim());
     let me = std::process::id() as u64;
     assert!(run.events().all(|e| e["pid"] != me), "the collector's own process is excluded");
@@ -73,9 +74,17 @@ fn scripted_workload_is_recorded_with_paths_pids_argv_and_returns() {
     let mv = find(&run, "exec of mv", |e| e["syscall"] == "execve" && e["argv"] == serde_json::json!(["mv", "a.txt", "b.txt"]));
     assert_eq!(mv["ppid"], p);
     assert_eq!(mv["path"], "/usr/bin/mv");
-    let clone = find(&run, "clone of mv", |e| e["pid"] == p && e["child_pid"] == mv["pid"]);
-    assert!(["clone", "clone3", "fork", "vfork"].contains(&clone["syscall"].as_str().unwrap()));
+    let is_clone = |e: &Value| ["clone", "clone3", "fork", "vfork"].contains(&e["syscall"].as_str().unwrap());
+    let clone = find(&run, "clone of mv", |e| e["pid"] == p && e["child_pid"] == mv["pid"] && is_clone(e));
     assert_eq!(clone["ret"], mv["pid"]);
+    // The birth itself, recorded before the child could run: it precedes
+    // everything the child did, even when the parent's call returns later.
+    let birth = run.lines.iter().position(|e| e["syscall"] == "sched:process_fork" && e["child_pid"] == mv["pid"]);
+    let birth = birth.expect("the birth of mv is recorded");
+    assert_eq!(run.lines[birth]["pid"], p);
+    assert_eq!(run.lines[birth]["critical"], true);
+    let first_of_child = run.lines.iter().position(|e| e["pid"] == mv["pid"]).unwrap();
+    assert!(birth < first_of_child, "the birth comes after the child's first event");
     let rename = find(&run, "rename", |e| e["pid"] == mv["pid"] && e["syscall"].as_str().unwrap().starts_with("rename"));
     assert_eq!(rename["path"], a_txt.as_str());
     assert_eq!(rename["path2"], b_txt.as_str());
@@ -89,7 +98,7 @@ fn scripted_workload_is_recorded_with_paths_pids_argv_and_returns() {
     let echo = find(&run, "exec of echo", |e| e["syscall"] == "execve" && e["argv"] == serde_json::json!(["/bin/echo", "provenance", "two words"]));
     assert_eq!(echo["ppid"], p);
     assert_eq!(echo["ret"], 0);
-    find(&run, "clone of echo", |e| e["pid"] == p && e["child_pid"] == echo["pid"]);
+    find(&run, "clone of echo", |e| e["pid"] == p && e["child_pid"] == echo["pid"] && is_clone(e));
 
     // A pipe: both fds, named like /proc/PID/fd names it, and the write into it.
     let pipe = find(&run, "pipe", |e| e["pid"] == p && e["syscall"].as_str().unwrap().starts_with("pipe"));
@@ -226,6 +235,8 @@ fn overload_accounts_every_event_and_keeps_critical_ones() {
     }
     assert!(run.losses().count() > 0, "in-band loss records present");
     assert_eq!(loss_total, s.dropped);
+    // Critical records are drained first, yet the stream is in causal order.
+    assert_causal_order(&run);
     let cpu_seq = run.final_stats()["cpu_seq"].as_array().unwrap().clone();
     for (cpu, seq) in cpu_seq.iter().enumerate() {
         let seq = seq.as_u64().unwrap();

@@ -38,6 +38,10 @@ pub struct IngestArgs {
     /// Commit at least this often (ms) while a live stream is slow.
     #[arg(long, default_value_t = 1000)]
     pub batch_interval_ms: u64,
+    /// Events may arrive this far (ms of event time) out of order and are
+    /// still applied in time order (docs/store.md, "Order").
+    #[arg(long, default_value_t = crate::ingest::REORDER_WINDOW_NS / 1_000_000)]
+    pub reorder_window_ms: u64,
     /// Do not print an `ack` line per committed batch on stdout.
     #[arg(long, short)]
     pub quiet: bool,
@@ -285,6 +289,7 @@ pub fn ingest(args: IngestArgs) -> Result<i32> {
             batch_interval: Duration::from_millis(args.batch_interval_ms.max(1)),
             source: name.clone(),
             archive,
+            reorder_window_ns: args.reorder_window_ms.saturating_mul(1_000_000),
             ..Default::default()
         };
         let mut ing = Ingestor::open(&args.store.db, opts)?;
@@ -354,6 +359,12 @@ pub fn ingest(args: IngestArgs) -> Result<i32> {
                 String::new()
             }
         );
+        if s.out_of_window > 0 {
+            eprintln!(
+                "custos ingest: {name}: warning: {} events arrived more than the reorder window (--reorder-window-ms) out of time order; they were applied late and edges through them may be missing",
+                s.out_of_window
+            );
+        }
         if interrupted {
             return Ok(130);
         }

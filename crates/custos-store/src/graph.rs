@@ -115,6 +115,10 @@ pub struct Graph {
     batch_first_node: i64,
     /// Cause entries added in the open batch, by effect.
     pending_causes: HashMap<i64, Vec<u8>>,
+    /// Boots whose stream records births where they happen (`sched:process_fork`):
+    /// there the clone/fork/vfork records, written when the parent's call
+    /// returns (after the child ran, for vfork), add nothing.
+    fork_hook_boots: HashSet<i64>,
     pub stats: GraphStats,
 }
 
@@ -142,6 +146,7 @@ impl Graph {
             all_cached: heads == 0 && procs == 0,
             batch_first_node: next_node,
             pending_causes: HashMap::new(),
+            fork_hook_boots: HashSet::new(),
             stats: GraphStats::default(),
         })
     }
@@ -358,8 +363,11 @@ impl Graph {
     fn read(&mut self, db: &Connection, boot: i64, ev: &Event, key: &ObjKey) -> Result<()> {
         let pnode = self.proc_node(db, boot, ev)?;
         if let Some(h) = self.head(db, key)?.filter(|h| !h.deleted) {
-            // Reading back what this very process version wrote adds no information.
-            if h.generator == pnode || self.procs[&(boot, ev.pid)].causes.contains(&h.node) {
+            // Reading back what this very process version wrote adds no
+            // information; but what a socket returns comes from its peer,
+            // whoever wrote the request.
+            let own = h.generator == pnode && key.kind != NodeKind::Socket as i64;
+            if own || self.procs[&(boot, ev.pid)].causes.contains(&h.node) {
                 return Ok(());
             }
         }
@@ -462,6 +470,12 @@ impl Graph {
         Ok(())
     }
 
+    /// The stream of `boot` records births with `sched:process_fork` (called
+    /// for every such event read, stored before or not, so a resumed ingest knows).
+    pub fn note_fork_hooks(&mut self, boot: i64) {
+        self.fork_hook_boots.insert(boot);
+    }
+
     /// Applies one (new, never before seen) event to the graph.
     pub fn apply(&mut self, db: &Connection, boot: i64, ev: &Event) -> Result<()> {
         let call = ev.syscall.as_str();
@@ -471,6 +485,13 @@ impl Graph {
         }
         let returned_fd = ev.fd.or_else(|| ev.ret.filter(|r| *r >= 0).map(|r| r as i32));
         match call {
+            "sched:process_fork" => match ev.child_pid {
+                Some(c) if c != ev.pid && c != 0 => self.fork(db, boot, ev, c)?,
+                _ => self.stats.no_graph_effect += 1,
+            },
+            "clone" | "clone3" | "fork" | "vfork" if self.fork_hook_boots.contains(&boot) => {
+                self.stats.no_graph_effect += 1;
+            }
             "clone" | "clone3" | "fork" | "vfork" => {
                 let child = ev.child_pid.or_else(|| ev.ret.filter(|r| *r > 0).map(|r| r as u32));
                 match child {

@@ -11,7 +11,7 @@ use crate::record::{parse_line, Record};
 use anyhow::{Context, Result};
 use rusqlite::{params, Connection};
 use serde::Serialize;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -36,6 +36,9 @@ pub struct IngestSummary {
     pub lost_events: u64,
     pub malformed: u64,
     pub unknown_types: u64,
+    /// Events that arrived older than events already applied (later than the
+    /// reorder window allows): applied late, so their edges may be missing.
+    pub out_of_window: u64,
     pub batches: u64,
     pub graph: GraphStats,
     pub seconds: f64,
@@ -51,7 +54,16 @@ pub struct IngestOptions {
     /// Malformed lines reported on stderr before going quiet (all are kept in `rejects`).
     pub report_malformed: u64,
     pub archive: Option<Recorder>,
+    /// How far out of time order events may arrive and still be applied in
+    /// order (ns of event time); see docs/store.md, "Order".
+    pub reorder_window_ns: u64,
+    /// Events held back at most; past it the oldest are applied early.
+    pub reorder_max_events: usize,
 }
+
+/// Defaults of the reorder window: 250 ms of event time, at most 100 000 events.
+pub const REORDER_WINDOW_NS: u64 = 250_000_000;
+pub const REORDER_MAX_EVENTS: usize = 100_000;
 
 impl Default for IngestOptions {
     fn default() -> Self {
@@ -61,6 +73,8 @@ impl Default for IngestOptions {
             source: "-".into(),
             report_malformed: 20,
             archive: None,
+            reorder_window_ns: REORDER_WINDOW_NS,
+            reorder_max_events: REORDER_MAX_EVENTS,
         }
     }
 }
@@ -81,15 +95,21 @@ pub struct Ingestor {
     batch_lines: usize,
     next_chunk: i64,
     line_no: u64,
-    /// The batch's events, applied in time order at commit (see `apply_pending`).
-    pending: Vec<Pending>,
+    /// Events not applied yet, in the order they are applied (see `apply_ready`).
+    pending: BTreeMap<OrderKey, Pending>,
+    /// The newest event time seen, and the key of the last event applied.
+    newest_ns: u64,
+    applied_through: Option<OrderKey>,
     summary: IngestSummary,
     started: Instant,
     _lock: File,
 }
 
+/// The order events are applied in: time, then event id (CPU and sequence),
+/// then boot. Nothing in it depends on arrival order.
+type OrderKey = (u64, u64, i64);
+
 struct Pending {
-    time_ns: u64,
     line_no: u64,
     boot: i64,
     event: Box<crate::record::Event>,
@@ -133,7 +153,9 @@ impl Ingestor {
             batch_lines: 0,
             next_chunk,
             line_no: 0,
-            pending: Vec::new(),
+            pending: BTreeMap::new(),
+            newest_ns: 0,
+            applied_through: None,
             summary: IngestSummary::default(),
             started: Instant::now(),
             _lock: lock,
@@ -189,7 +211,20 @@ impl Ingestor {
             Err(msg) => self.reject(line, &msg)?,
             Ok(Record::Event(ev)) => {
                 let boot = self.boot(ev.boot_id.as_deref())?;
-                self.pending.push(Pending { time_ns: ev.time_ns, line_no: self.line_no, boot, event: ev, line: line.to_string() });
+                if ev.syscall == "sched:process_fork" {
+                    self.graph.note_fork_hooks(boot);
+                }
+                let key = (ev.time_ns, ev.id, boot);
+                if self.applied_through.is_some_and(|done| key <= done) {
+                    self.summary.out_of_window += 1;
+                }
+                self.newest_ns = self.newest_ns.max(ev.time_ns);
+                match self.pending.entry(key) {
+                    std::collections::btree_map::Entry::Occupied(_) => self.summary.events_duplicate += 1,
+                    std::collections::btree_map::Entry::Vacant(v) => {
+                        v.insert(Pending { line_no: self.line_no, boot, event: ev, line: line.to_string() });
+                    }
+                }
             }
             Ok(Record::Loss(l)) => {
                 let boot = self.boot(l.boot_id.as_deref())?;
@@ -235,6 +270,15 @@ impl Ingestor {
         Ok(None)
     }
 
+    /// Input lines up to which everything is in the store once the open
+    /// batch commits: events still in the reorder window are not.
+    fn lines_through(&self) -> u64 {
+        match self.pending.values().map(|p| p.line_no).min() {
+            Some(first_held) => first_held - 1,
+            None => self.line_no,
+        }
+    }
+
     /// Like [`Ingestor::push_line`] for bytes straight from a file.
     pub fn push_bytes(&mut self, bytes: &[u8]) -> Result<Option<Ack>> {
         match std::str::from_utf8(bytes) {
@@ -277,10 +321,18 @@ impl Ingestor {
 
     /// Commits the open batch, if any.
     pub fn commit(&mut self) -> Result<Option<Ack>> {
+        self.commit_with(false)
+    }
+
+    /// Commits the open batch; with `all`, every held event too.
+    fn commit_with(&mut self, all: bool) -> Result<Option<Ack>> {
+        if all && !self.pending.is_empty() {
+            self.begin()?;
+        }
         if !self.in_tx {
             return Ok(None);
         }
-        let result = self.commit_inner();
+        let result = self.commit_inner(all);
         if result.is_err() {
             let _ = self.conn.execute_batch("ROLLBACK");
             self.in_tx = false;
@@ -293,19 +345,26 @@ impl Ingestor {
         result.map(Some)
     }
 
-    /// The collector's rings deliver events per ring and per CPU, so the stream
-    /// is only roughly in time order (a read can arrive before the write that
-    /// fed it). Each batch's events are applied sorted by time (ties keep
-    /// stream order); de-duplication happens here, at insert.
-    fn apply_pending(&mut self) -> Result<()> {
-        let mut pending = std::mem::take(&mut self.pending);
-        pending.sort_by_key(|p| (p.time_ns, p.line_no));
-        for p in pending {
+    /// Applies, in order, the held events the window has passed: older than
+    /// the newest event by more than the reorder window, or beyond its
+    /// count; with `all`, every one. A stream reordered within the window
+    /// (an archive, another collector) thus builds the same graph as the
+    /// ordered stream. De-duplication against the store happens here.
+    fn apply_ready(&mut self, all: bool) -> Result<()> {
+        while let Some((&key, _)) = self.pending.first_key_value() {
+            let due = all
+                || key.0.saturating_add(self.opts.reorder_window_ns) <= self.newest_ns
+                || self.pending.len() > self.opts.reorder_max_events;
+            if !due {
+                break;
+            }
+            let p = self.pending.remove(&key).expect("the first key is held");
+            self.applied_through = Some(self.applied_through.map_or(key, |k| k.max(key)));
             let slot = self.batch_slots;
             let fresh = self
                 .conn
                 .prepare_cached("INSERT OR IGNORE INTO events(boot, event_id, time_ns, chunk, slot) VALUES(?1,?2,?3,?4,?5)")?
-                .execute(params![p.boot, p.event.id as i64, p.time_ns as i64, self.next_chunk, slot])?;
+                .execute(params![p.boot, p.event.id as i64, key.0 as i64, self.next_chunk, slot])?;
             if fresh == 1 {
                 self.keep_raw(&p.line);
                 self.summary.events_new += 1;
@@ -319,8 +378,8 @@ impl Ingestor {
         Ok(())
     }
 
-    fn commit_inner(&mut self) -> Result<Ack> {
-        self.apply_pending()?;
+    fn commit_inner(&mut self, all: bool) -> Result<Ack> {
+        self.apply_ready(all)?;
         if self.batch_slots > 0 {
             let blob = zstd::bulk::compress(&self.batch_raw, 3).context("compressing raw lines")?;
             self.conn
@@ -345,7 +404,7 @@ impl Ingestor {
         }
         Ok(Ack {
             batch: self.summary.batches,
-            lines_through: self.line_no,
+            lines_through: self.lines_through(),
             events_new: self.summary.events_new,
             events_duplicate: self.summary.events_duplicate,
             malformed: self.summary.malformed,
@@ -354,7 +413,7 @@ impl Ingestor {
 
     /// Commits the rest, closes the archive, returns the totals.
     pub fn finish(mut self) -> Result<(IngestSummary, Option<Ack>)> {
-        let ack = self.commit()?;
+        let ack = self.commit_with(true)?;
         if let Some(a) = self.opts.archive.take() {
             a.finish()?;
         }

@@ -75,8 +75,17 @@ impl Event {
         self.args.get(name).and_then(Value::as_i64)
     }
     /// The call failed (negative errno).
+    /// Whether the call failed. A non-blocking `connect` returning
+    /// -EINPROGRESS has not: it is how most network clients connect, and the
+    /// socket is bound to its peer from then on (a later failure shows in
+    /// the socket's own calls).
     pub fn failed(&self) -> bool {
-        matches!(self.ret, Some(r) if r < 0)
+        const EINPROGRESS: i64 = 115;
+        match self.ret {
+            Some(r) if r == -EINPROGRESS && self.syscall == "connect" => false,
+            Some(r) => r < 0,
+            None => false,
+        }
     }
 }
 

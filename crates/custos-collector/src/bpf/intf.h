@@ -25,6 +25,7 @@ typedef long long __s64;
 /* Hook ids share the `nr` field with syscalls, above every syscall number. */
 #define CUSTOS_HOOK_BPRM_CHECK     1000
 #define CUSTOS_HOOK_FILE_OPEN      1001
+#define CUSTOS_HOOK_FORK           1002 /* a new process, before it can run */
 
 /* The event id is (cpu << CUSTOS_ID_CPU_SHIFT) | seq. */
 #define CUSTOS_ID_CPU_SHIFT        48

@@ -528,7 +528,7 @@ __noinline int submit(struct custos_event *ev, struct attr_buf *b, int critical)
 	struct custos_cpu_state *cs;
 	struct custos_event *slot;
 	__u32 zero = 0, len;
-	__u64 now = bpf_ktime_get_ns(), seq;
+	__u64 now, seq;
 	int dropped = 0;
 	long err;
 
@@ -537,8 +537,11 @@ __noinline int submit(struct custos_event *ev, struct attr_buf *b, int critical)
 	cs = bpf_map_lookup_elem(&cpu_state, &zero);
 	if (!cs)
 		return 0;
-	/* Atomic: numbers are taken by programs of several kinds on this CPU. */
+	/* Atomic: numbers are taken by programs of several kinds on this CPU.
+	 * The number before the time: a number the consumer has not seen yet
+	 * then has a time after the consumer looked (the stream's order). */
 	seq = __sync_fetch_and_add(&cs->seq, 1) + 1;
+	now = bpf_ktime_get_ns();
 	ev->id = ((__u64)bpf_get_smp_processor_id() << CUSTOS_ID_CPU_SHIFT) | seq;
 	ev->ktime_ns = now;
 	if (critical) {
@@ -917,6 +920,34 @@ static __always_inline int syscall_copy(int copy, __u32 phase, struct pt_regs *r
 SYSCALL_COPY(0)
 SYSCALL_COPY(1)
 SYSCALL_COPY(2)
+
+/*
+ * A new process, recorded by its parent before the child can run: the
+ * clone/fork/vfork record is written when the parent's call returns, which
+ * for vfork (and for a parent that waits for a CPU) is after the child has
+ * run, even exited. This record puts the birth, and the fd table the child
+ * inherits, before anything the child does (docs/event-schema.md, "Order").
+ * New threads are not new processes: they are left out.
+ */
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(custos_fork, struct task_struct *parent, struct task_struct *child)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct custos_event *e;
+	__u32 child_tgid = child->tgid;
+
+	if ((__u32)(pid_tgid >> 32) == collector_tgid || child_tgid == (__u32)(pid_tgid >> 32))
+		return 0;
+	bpf_preempt_disable();
+	e = new_event(CUSTOS_HOOK_FORK);
+	if (e) {
+		e->flags |= CUSTOS_EV_NO_RET;
+		e->args[0] = child_tgid;
+		submit(e, NULL, 1);
+	}
+	bpf_preempt_enable();
+	return 0;
+}
 
 /* ---- BPF-LSM hooks: intent before the fact (only where the kernel allows) ---- */
 

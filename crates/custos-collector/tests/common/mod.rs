@@ -68,3 +68,41 @@ pub fn quiet_options() -> Options {
 pub fn sh(script: &str) -> std::process::ExitStatus {
     std::process::Command::new("bash").arg("-c").arg(script).status().expect("run bash")
 }
+
+/// The stream's ordering guarantee (docs/event-schema.md, "Order"): lines in
+/// time order (a loss record at the start of its window), each CPU's numbers
+/// rising, and no event of a thread after its own exit.
+pub fn assert_causal_order(run: &Run) {
+    let mut last_time = 0u64;
+    let mut last_seq: std::collections::HashMap<u64, u64> = Default::default();
+    let mut exited: std::collections::HashMap<u64, String> = Default::default();
+    for l in &run.lines {
+        let (time, cpu, first, last) = match l["type"].as_str() {
+            Some("event") => {
+                let seq = l["seq"].as_u64().unwrap();
+                (l["time_ns"].as_u64().unwrap(), l["cpu"].as_u64().unwrap(), seq, seq)
+            }
+            Some("loss") => (
+                l["start_ns"].as_u64().unwrap(),
+                l["cpu"].as_u64().unwrap(),
+                l["first_seq"].as_u64().unwrap(),
+                l["last_seq"].as_u64().unwrap(),
+            ),
+            _ => continue,
+        };
+        assert!(time >= last_time, "a line older than the one before it ({last_time}): {l}");
+        last_time = time;
+        let prev = last_seq.insert(cpu, last).unwrap_or(0);
+        assert!(first > prev, "cpu {cpu}: number {first} after {prev}: {l}");
+        if l["type"] == "event" {
+            let tid = l["tid"].as_u64().unwrap();
+            if let Some(exit) = exited.get(&tid) {
+                panic!("an event of thread {tid} after its exit ({exit}): {l}");
+            }
+            if l["syscall"] == "exit" || l["syscall"] == "exit_group" {
+                exited.insert(tid, l.to_string());
+            }
+        }
+    }
+    assert_eq!(run.final_stats()["out_of_order"], 0, "{}", run.final_stats());
+}
