@@ -140,7 +140,7 @@ extern "C" fn on_interrupt(_: libc::c_int) {
     INTERRUPTED.store(true, Ordering::SeqCst);
 }
 
-/// Makes Ctrl-C (and SIGTERM) end a running VM instead of orphaning QEMU,
+/// Makes Ctrl-C (and SIGTERM, SIGHUP, SIGQUIT) end a running VM instead of orphaning QEMU,
 /// which runs in its own process group and would not see the signal.
 pub fn handle_interrupts() {
     let handler = on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t;
@@ -148,6 +148,56 @@ pub fn handle_interrupts() {
     unsafe {
         libc::signal(libc::SIGINT, handler);
         libc::signal(libc::SIGTERM, handler);
+        libc::signal(libc::SIGHUP, handler);
+        libc::signal(libc::SIGQUIT, handler);
+    }
+}
+
+/// Ends the guest's process group (vng, QEMU, virtiofsd) on every way out of
+/// this process. Returns and errors go through `Drop`; a signal this process
+/// cannot catch (SIGKILL) or a crash closes the pipe a watchdog process waits
+/// on, and the watchdog, in a process group of its own, kills the guest's.
+struct GuestGuard {
+    pgid: i32,
+    watchdog: std::process::Child,
+    _pipe: std::os::fd::OwnedFd,
+}
+
+impl GuestGuard {
+    fn start(pgid: i32) -> Result<GuestGuard> {
+        use std::os::fd::FromRawFd;
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 fills two fds we then own; close-on-exec keeps the
+        // write end out of every other child.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(std::io::Error::last_os_error()).context("creating the guest watchdog's pipe");
+        }
+        // SAFETY: both fds were just created and are owned here only.
+        let (read, write) = unsafe { (std::os::fd::OwnedFd::from_raw_fd(fds[0]), std::os::fd::OwnedFd::from_raw_fd(fds[1])) };
+        let watchdog = Command::new("sh")
+            .arg("-c")
+            .arg(format!("read _ ; kill -s KILL -- -{pgid} 2>/dev/null"))
+            .stdin(Stdio::from(read))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .context("starting the guest watchdog")?;
+        Ok(GuestGuard { pgid, watchdog, _pipe: write })
+    }
+
+    fn kill(&self) {
+        // SAFETY: plain kill(2) on the process group we created.
+        unsafe { libc::kill(-self.pgid, libc::SIGKILL) };
+    }
+}
+
+impl Drop for GuestGuard {
+    fn drop(&mut self) {
+        self.kill();
+        // The group is gone: the watchdog must not kill a later group of that id.
+        let _ = self.watchdog.kill();
+        let _ = self.watchdog.wait();
     }
 }
 
@@ -354,10 +404,8 @@ fn boot(spec: &VmSpec, tools: &tools::Tools, ctl: &Path, streams: Streams, kvm: 
     let start = Instant::now();
     let mut child = cmd.spawn().with_context(|| format!("cannot start {}", tools.vng.display()))?;
     let pgid = child.id() as i32;
-    let kill = || {
-        // SAFETY: plain kill(2) on the process group we created.
-        unsafe { libc::kill(-pgid, libc::SIGKILL) };
-    };
+    let guard = GuestGuard::start(pgid)?;
+    let kill = || guard.kill();
 
     let mut out = Tail { path: ctl.join("stdout"), offset: 0 };
     let mut err = Tail { path: ctl.join("stderr"), offset: 0 };

@@ -94,6 +94,39 @@ fn a_run_past_its_timeout_is_killed_with_qemu() {
     assert!(left.stdout.is_empty(), "QEMU left running: {}", text(&left.stdout));
 }
 
+/// Whatever ends `custos vm run` — a signal it handles or SIGKILL — QEMU and
+/// virtiofsd (the guest's whole process group) end with it.
+#[test]
+fn killing_the_runner_leaves_no_guest_processes() {
+    use std::io::{BufRead, BufReader};
+    for signal in ["TERM", "KILL"] {
+        let tag = format!("custos.kill={}.{signal}", std::process::id());
+        let mut run = Command::new(env!("CARGO_BIN_EXE_custos"))
+            .args(["vm", "run", "--timeout", "300", "--append", &tag, "--", "sleep", "600"])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut err = BufReader::new(run.stderr.take().unwrap());
+        let mut line = String::new();
+        while !line.contains("command started") {
+            line.clear();
+            assert!(err.read_line(&mut line).unwrap() > 0, "the guest never started");
+        }
+        let qemu = text(&Command::new("pgrep").args(["-f", &format!("qemu-system.*{tag}")]).output().unwrap().stdout);
+        let qemu = qemu.lines().next().unwrap_or_else(|| panic!("QEMU is not running before the kill"));
+        let pgid = text(&Command::new("ps").args(["-o", "pgid=", "-p", qemu]).output().unwrap().stdout).trim().to_string();
+        let group = || text(&Command::new("pgrep").args(["-a", "-g", &pgid]).output().unwrap().stdout);
+        assert!(group().contains("virtiofsd"), "no virtiofsd in the guest's group: {}", group());
+        assert!(Command::new("kill").args([&format!("-{signal}"), &run.id().to_string()]).status().unwrap().success());
+        run.wait().unwrap();
+        let start = Instant::now();
+        while !group().is_empty() && start.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert!(group().is_empty(), "SIG{signal}: left running: {}", group());
+    }
+}
+
 #[test]
 fn no_kernel_anywhere_is_one_clear_error() {
     let empty = tempfile::tempdir().unwrap();
