@@ -10,14 +10,21 @@
 # that CPU ("unnumbered"; docs/collector.md).
 #
 # Environment: SP_SCHEDULERS (default "default custos"; "bpfland" runs the
-# scx_bpfland peer from .tools/cargo/bin), SP_FILES, SP_WORKERS, SP_RING_KB,
+# scx_bpfland peer from .tools/cargo/bin), SP_FILES, SP_WORKERS (one count or
+# several, "16 64"), SP_RING_KB, SP_RUNS (runs of each scheduler per worker
+# count, default 1; SP_ORDER=interleaved alternates the schedulers run by run,
+# SP_ORDER=grouped, the default, runs each scheduler's runs back to back),
+# SP_TRACE=1 (record sched_switch/sched_wakeup and the scheduler's
+# per-second stats of each run under SP_OUT, for finding the cause of a drop),
 # SP_OUT (results.jsonl and logs), CUSTOS_BIN. Arguments go to `custos sched`.
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${CUSTOS_BIN:-$root/target/release}
 bpfland=${BPFLAND:-$root/.tools/cargo/bin/scx_bpfland}
 schedulers=${SP_SCHEDULERS:-default custos}
-files=${SP_FILES:-4000} workers=${SP_WORKERS:-4} ring_kb=${SP_RING_KB:-64}
+files=${SP_FILES:-4000} worker_counts=${SP_WORKERS:-16} ring_kb=${SP_RING_KB:-64}
+runs=${SP_RUNS:-1} order=${SP_ORDER:-grouped} trace=${SP_TRACE:-0}
+tracefs=/sys/kernel/tracing
 out=${SP_OUT:-/tmp/custos-superproducer}
 mkdir -p "$out"
 
@@ -28,23 +35,48 @@ wait_for() { # condition, tenths of a second
   return 1
 }
 
-run() { # name [custos sched args...]
-  local name=$1; shift
-  local events="$out/$name.jsonl"
+trace_start() {
+  [ "$trace" = 1 ] || return 0
+  [ -e $tracefs/trace ] || mount -t tracefs nodev $tracefs
+  echo 0 >$tracefs/tracing_on
+  echo mono >$tracefs/trace_clock
+  echo 65536 >$tracefs/buffer_size_kb
+  echo >$tracefs/trace
+  echo 1 >$tracefs/events/sched/sched_switch/enable
+  echo 1 >$tracefs/events/sched/sched_wakeup/enable
+  echo 1 >$tracefs/events/sched/sched_wakeup_new/enable
+  echo 1 >$tracefs/tracing_on
+  # Maps the trace's monotonic clock onto the events' wall clock.
+  echo "custos_wallclock $(date +%s%N)" >$tracefs/trace_marker
+}
+
+trace_stop() { # file
+  [ "$trace" = 1 ] || return 0
+  echo 0 >$tracefs/tracing_on
+  cat $tracefs/trace >"$1"
+  echo 0 >$tracefs/events/enable
+}
+
+run() { # name tag workers [custos sched args...]
+  local name=$1 tag=$2 workers=$3; shift 3
+  local events="$out/$tag.jsonl"
   rm -rf /sys/fs/bpf/custos /tmp/custos-marker
   "$bin/custos" collect -o "$events" --events-ring-kb "$ring_kb" --attrs-ring-kb "$ring_kb" \
-    --critical-ring-kb "$ring_kb" --stats-interval 0 2>"$out/$name.collect.log" &
+    --critical-ring-kb "$ring_kb" --stats-interval 0 2>"$out/$tag.collect.log" &
   local collector=$! sched=
   wait_for '[ -e /sys/fs/bpf/custos/global_features ]' 100 || { echo "collector did not start" >&2; return 1; }
   if [ "$name" != default ]; then
     if [ "$name" = bpfland ]; then
-      "$bpfland" >"$out/$name.sched.log" 2>&1 &
+      "$bpfland" >"$out/$tag.sched.log" 2>&1 &
     else
-      "$bin/custos" sched --stats-json "$out/$name.sched.json" "$@" >"$out/$name.sched.log" 2>&1 &
+      local stats=()
+      [ "$trace" = 1 ] && stats=(--stats 1)
+      "$bin/custos" sched --stats-json "$out/$tag.sched.json" "${stats[@]}" "$@" >"$out/$tag.sched.log" 2>&1 &
     fi
     sched=$!
-    wait_for '[ "$(cat /sys/kernel/sched_ext/state)" = enabled ]' 300 || { echo "scheduler did not attach" >&2; cat "$out/$name.sched.log" >&2; return 1; }
+    wait_for '[ "$(cat /sys/kernel/sched_ext/state)" = enabled ]' 300 || { echo "scheduler did not attach" >&2; cat "$out/$tag.sched.log" >&2; return 1; }
   fi
+  trace_start
   local start end pids=()
   start=$(date +%s%N)
   for _ in $(seq "$workers"); do
@@ -53,39 +85,57 @@ run() { # name [custos sched args...]
   (sleep 1; exec /bin/sh -c 'echo marker > /tmp/custos-marker') & pids+=($!)
   wait "${pids[@]}"
   end=$(date +%s%N)
+  trace_stop "$out/$tag.trace"
   local state; state=$(cat /sys/kernel/sched_ext/state)
   [ -n "$sched" ] && { kill -INT "$sched"; wait "$sched"; }
   kill -INT "$collector"; wait "$collector"
   local line produced delivered dropped unnumbered marker
-  line=$(grep -a 'produced [0-9]* = delivered' "$out/$name.collect.log" | tail -1)
+  line=$(grep -a 'produced [0-9]* = delivered' "$out/$tag.collect.log" | tail -1)
   produced=$(sed -E 's/.*produced ([0-9]+) = .*/\1/' <<<"$line")
   delivered=$(sed -E 's/.*delivered ([0-9]+) .*/\1/' <<<"$line")
   dropped=$(sed -E 's/.*dropped ([0-9]+) .*/\1/' <<<"$line")
   unnumbered=$(sed -E 's/.*unnumbered ([0-9]+).*/\1/' <<<"$line")
   # The marker's exec and its open-for-write, both on the reserved path.
-  marker=$(python3 - "$events" <<'PY'
+  marker=$(grep -a custos-marker "$events" | python3 -c '
 import json, sys
 execd = opened = False
-for line in open(sys.argv[1], errors="replace"):
+for line in sys.stdin:
     e = json.loads(line)
     if e.get("syscall") == "execve" and e.get("ret") == 0 and any("custos-marker" in a for a in e.get("argv") or []):
         execd = True
     if e.get("path") == "/tmp/custos-marker" and e.get("critical") is True:
         opened = True
 print("yes" if execd and opened else "no")
-PY
-)
-  printf '%-8s %10s %10s %9s %11s %7s %11s %8s %s\n' "$name" "$produced" "$delivered" "$dropped" "$unnumbered" \
+')
+  # The in-band loss records (CPU, sequence range, ring, time window) stay;
+  # the stream itself only if asked (SP_KEEP_EVENTS=1), it is large.
+  grep -a '"type":"loss"' "$events" >"$out/$tag.loss.jsonl"
+  [ "${SP_KEEP_EVENTS:-1}" = 1 ] || rm -f "$events"
+  printf '%-8s %7s %10s %10s %9s %11s %7s %11s %8s %s\n' "$name" "$workers" "$produced" "$delivered" "$dropped" "$unnumbered" \
     "$(awk -v d="$dropped" -v u="$unnumbered" -v p="$produced" 'BEGIN { t = p + u; printf "%.1f%%", t ? 100 * (d + u) / t : 0 }')" \
     "$(( (end - start) / 1000000 )) ms" "$marker" "${state}"
-  printf '{"scheduler":"%s","produced":%s,"delivered":%s,"dropped":%s,"unnumbered":%s,"runtime_ms":%s,"marker_delivered":%s,"sched_ext_state":"%s"}\n' \
-    "$name" "${produced:-null}" "${delivered:-null}" "${dropped:-null}" "${unnumbered:-null}" "$(( (end - start) / 1000000 ))" \
+  printf '{"scheduler":"%s","workers":%s,"run":%s,"produced":%s,"delivered":%s,"dropped":%s,"unnumbered":%s,"runtime_ms":%s,"marker_delivered":%s,"sched_ext_state":"%s"}\n' \
+    "$name" "$workers" "$run_no" "${produced:-null}" "${delivered:-null}" "${dropped:-null}" "${unnumbered:-null}" "$(( (end - start) / 1000000 ))" \
     "$([ $marker = yes ] && echo true || echo false)" "$state" >>"$out/results.jsonl"
 }
 
 rm -f "$out/results.jsonl"
-echo "super producer: $workers x 'find -exec cat' over $files files, ${ring_kb} KiB rings, $(nproc) CPU(s), kernel $(uname -r)"
-printf '%-8s %10s %10s %9s %11s %7s %11s %8s %s\n' scheduler produced delivered dropped unnumbered loss runtime marker sched_ext
-for s in $schedulers; do
-  run "$s" "$@"
+echo "super producer: {$worker_counts} x 'find -exec cat' over $files files, ${ring_kb} KiB rings, $runs run(s) each, $(nproc) CPU(s), kernel $(uname -r)"
+printf '%-8s %7s %10s %10s %9s %11s %7s %11s %8s %s\n' scheduler workers produced delivered dropped unnumbered loss runtime marker sched_ext
+status=0
+for workers in $worker_counts; do
+  plan=()
+  if [ "$order" = interleaved ]; then
+    for r in $(seq "$runs"); do for s in $schedulers; do plan+=("$s:$r"); done; done
+  else
+    for s in $schedulers; do for r in $(seq "$runs"); do plan+=("$s:$r"); done; done
+  fi
+  for entry in "${plan[@]}"; do
+    s=${entry%:*} run_no=${entry#*:} tag=${entry%:*}
+    if [ "$runs" -gt 1 ] || [ "$(wc -w <<<"$worker_counts")" -gt 1 ]; then
+      tag="$s-w$workers-r$run_no"
+    fi
+    run "$s" "$tag" "$workers" "$@" || status=1
+  done
 done
+exit $status

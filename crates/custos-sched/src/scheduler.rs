@@ -227,10 +227,17 @@ impl<'a> Scheduler<'a> {
         )
         .context("cannot open the BPF scheduler")?;
         skel.struct_ops.custos_ops_mut().exit_dump_len = args.exit_dump_len;
-        // Only ENQ_LAST: a budgeted task that used its slice must go back to
-        // its queue instead of silently running on.
-        skel.struct_ops.custos_ops_mut().flags =
-            *scx_utils::compat::SCX_OPS_ENQ_LAST | *scx_utils::compat::SCX_OPS_KEEP_BUILTIN_IDLE;
+        // ENQ_LAST: a budgeted task that used its slice must go back to
+        // its queue instead of silently running on. ENQ_MIGRATION_DISABLED:
+        // without it the kernel queues a task preempted with migration
+        // disabled (a producer inside the collector's program) on its CPU's
+        // local queue itself, with the kernel's default 20 ms slice, where
+        // it runs before anything ops.dispatch would choose; a consumer whose
+        // slice ended then waited behind it while the rings overflowed
+        // (bench/sched/README.md, session 4).
+        skel.struct_ops.custos_ops_mut().flags = *scx_utils::compat::SCX_OPS_ENQ_LAST
+            | *scx_utils::compat::SCX_OPS_KEEP_BUILTIN_IDLE
+            | *scx_utils::compat::SCX_OPS_ENQ_MIGRATION_DISABLED;
 
         let rodata = skel
             .maps
@@ -435,6 +442,7 @@ impl<'a> Scheduler<'a> {
                 sum.consumer_first += s.consumer_first;
                 sum.consumer_next += s.consumer_next;
                 sum.consumer_kept += s.consumer_kept;
+                sum.migration_disabled_next += s.migration_disabled_next;
                 sum.tick_preemptions += s.tick_preemptions;
                 sum.overflow_holds += s.overflow_holds;
                 sum.feature_ns += s.feature_ns;
@@ -502,6 +510,7 @@ impl<'a> Scheduler<'a> {
             consumer_first: sum.consumer_first,
             consumer_next: sum.consumer_next,
             consumer_kept: sum.consumer_kept,
+            migration_disabled_next: sum.migration_disabled_next,
             tick_preemptions: sum.tick_preemptions,
             overflow_holds: sum.overflow_holds,
             starvation_guard_picks: sum.starvation_guard_picks.iter().sum(),

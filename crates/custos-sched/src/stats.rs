@@ -70,6 +70,8 @@ pub struct Metrics {
     pub consumer_preemptions_primary: u64,
     #[stat(desc = "Consumers that kept their CPU past a slice because events were waiting in the rings")]
     pub consumer_kept: u64,
+    #[stat(desc = "Tasks preempted with migration disabled (inside a collector program) run next on their CPU with a short slice")]
+    pub migration_disabled_next: u64,
     #[stat(desc = "Waking consumers put first on their CPU, with nothing to preempt there")]
     pub consumer_next: u64,
     #[stat(desc = "Queued consumers dispatched before the budgeted queues")]
@@ -108,7 +110,7 @@ impl Metrics {
     pub fn format<W: Write>(&self, w: &mut W) -> Result<()> {
         writeln!(
             w,
-            "[custos] policy: ->budget {} ->primary {} tick {} hold {} | consumer preempt {}+{} next {} kept {} queued {} first {} | \
+            "[custos] policy: ->budget {} ->primary {} tick {} hold {} | consumer preempt {}+{} next {} kept {} queued {} first {} | migdis {} | \
              direct {} sync {} pinned {} keep {} timer {} guard {} | \
              features {:.0} ns/call {:.3}% cpu | consumers {} collector {} avail {}",
             self.policy_to_budgeted,
@@ -121,6 +123,7 @@ impl Metrics {
             self.consumer_kept,
             self.consumer_queued,
             self.consumer_first,
+            self.migration_disabled_next,
             self.direct_dispatches,
             self.sync_wakeups,
             self.pinned_enqueues,
@@ -210,6 +213,9 @@ impl Metrics {
             consumer_first: self.consumer_first.saturating_sub(prev.consumer_first),
             consumer_next: self.consumer_next.saturating_sub(prev.consumer_next),
             consumer_kept: self.consumer_kept.saturating_sub(prev.consumer_kept),
+            migration_disabled_next: self
+                .migration_disabled_next
+                .saturating_sub(prev.migration_disabled_next),
             tick_preemptions: self.tick_preemptions.saturating_sub(prev.tick_preemptions),
             overflow_holds: self.overflow_holds.saturating_sub(prev.overflow_holds),
             starvation_guard_picks: self

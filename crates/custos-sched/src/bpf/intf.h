@@ -94,6 +94,7 @@ struct custos_sched_stats {
 	u64 consumer_preemptions;		 /* a waking consumer preempted a budgeted task */
 	u64 consumer_preemptions_primary;	 /* ... or, with none running, an ordinary one */
 	u64 consumer_kept;			 /* a consumer kept its CPU past its slice (events waiting) */
+	u64 migration_disabled_next;		 /* a task preempted with migration disabled runs next, short slice */
 	u64 consumer_next;			 /* a waking consumer runs next without preempting */
 	u64 consumer_queued;			 /* a consumer found no CPU to take and queued */
 	u64 consumer_first;			 /* a queued consumer went before the budgeted queues */

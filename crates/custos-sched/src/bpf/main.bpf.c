@@ -226,6 +226,20 @@ u64 last_consumed_ns[CUSTOS_MAX_QUEUES];
 u8 cpu_running[CUSTOS_MAX_CPUS];
 
 /*
+ * A consumer waits on this CPU's local queue (put there to run next): the
+ * consumer running there lets its slice end at the tick instead of keeping
+ * the CPU, so the waiting one gets it.
+ */
+u8 consumer_waiting_local[CUSTOS_MAX_CPUS];
+
+/*
+ * Slice of a task preempted with migration disabled, which runs next on its
+ * CPU (see enqueue): enough to leave the program it was preempted in, and
+ * no more; the kernel enforces it at the next tick.
+ */
+#define MIGRATION_DISABLED_SLICE_NS	(500ULL * 1000)
+
+/*
  * Events per window of the whole system, EWMA like the per-task rates,
  * derived from the collector's published total (refreshed every ~100 ms).
  */
@@ -673,6 +687,12 @@ static __always_inline void set_cpu_running(s32 cpu, u8 what)
 		cpu_running[cpu] = what;
 }
 
+static __always_inline void set_consumer_waiting_local(s32 cpu, u8 waiting)
+{
+	if (cpu >= 0 && cpu < CUSTOS_MAX_CPUS)
+		consumer_waiting_local[cpu] = waiting;
+}
+
 /* The waker's CPU for a synchronous wakeup of @p, if it may take it now. */
 static bool sync_wakeup_target(const struct task_struct *p, s32 *cpu)
 {
@@ -768,6 +788,7 @@ static bool enqueue_consumer(struct task_struct *p, u64 enq_flags,
 		if (!rings_pressured())
 			return false;
 		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, enq_flags | SCX_ENQ_HEAD);
+		set_consumer_waiting_local(cpu, 1);
 		if (st)
 			st->consumer_kept++;
 		return true;
@@ -779,6 +800,7 @@ static bool enqueue_consumer(struct task_struct *p, u64 enq_flags,
 		 * the consumer would wait behind every eligible budgeted queue.
 		 */
 		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, enq_flags | SCX_ENQ_HEAD);
+		set_consumer_waiting_local(cpu, 1);
 		if (st)
 			st->consumer_next++;
 		return true;
@@ -817,6 +839,27 @@ void BPF_STRUCT_OPS(custos_enqueue, struct task_struct *p, u64 enq_flags)
 		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, enq_flags);
 		if (st)
 			st->kthread_dispatches++;
+		return;
+	}
+
+	/*
+	 * A task preempted with migration disabled: typically a producer
+	 * inside the collector's program, preempted by a waking consumer the
+	 * moment the program turned preemption back on. While it is off the
+	 * CPU, that copy of the program is skipped for every other task's
+	 * syscalls here, so it runs next, at the head of the local queue (after
+	 * whatever preempted it), for a short slice that only lets it leave.
+	 * The kernel did the same before SCX_OPS_ENQ_MIGRATION_DISABLED (set by
+	 * the loader) routed these tasks here, but with its default 20 ms
+	 * slice: a producer running 20 ms past a consumer's slice end while the
+	 * consumer waited is what overflowed the rings (session 4 traces).
+	 */
+	if (!(enq_flags & SCX_ENQ_WAKEUP) && is_migration_disabled(p) &&
+	    !(tctx && tctx->consumer)) {
+		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, MIGRATION_DISABLED_SLICE_NS,
+				   enq_flags | SCX_ENQ_HEAD);
+		if (st)
+			st->migration_disabled_next++;
 		return;
 	}
 
@@ -1009,6 +1052,8 @@ void BPF_STRUCT_OPS(custos_running, struct task_struct *p)
 	if (!tctx)
 		return;
 	tctx->running_at = now;
+	if (tctx->consumer)
+		set_consumer_waiting_local(scx_bpf_task_cpu(p), 0);
 	q = tctx->queue & (CUSTOS_MAX_QUEUES - 1);
 	set_cpu_running(scx_bpf_task_cpu(p),
 			tctx->consumer || ((p->flags & PF_KTHREAD) && is_pinned(p)) ?
@@ -1060,6 +1105,31 @@ void BPF_STRUCT_OPS(custos_stopping, struct task_struct *p, bool runnable)
 }
 
 /*
+ * A running consumer keeps its CPU while it is runnable: it sleeps as soon
+ * as the rings are empty, so runnable means events are waiting. This is done
+ * at the tick, before the kernel acts on an expired slice: once the slice
+ * has ended, the kernel runs whatever sits on the CPU's local queue without
+ * asking ops.dispatch (whose keep rule then never fires), and the consumer
+ * waits behind it. Bounded by the starvation guard, and not done while
+ * another consumer waits on this CPU's local queue.
+ */
+static void keep_consumer(struct task_struct *p, struct task_ctx *tctx, u64 now)
+{
+	struct custos_sched_stats *st;
+	s32 cpu = scx_bpf_task_cpu(p);
+
+	if (!consumer_preempt || p->scx.slice >= slice_ns)
+		return;
+	if (cpu >= 0 && cpu < CUSTOS_MAX_CPUS && consumer_waiting_local[cpu])
+		return;
+	if (starvation_guard_ns && now - tctx->running_at >= starvation_guard_ns)
+		return;
+	if (!p->scx.slice && (st = cpu_stats()))
+		st->consumer_kept++;
+	p->scx.slice = slice_ns;
+}
+
+/*
  * The policy again, for the running task: a producer that never sleeps
  * would otherwise flood the rings for a whole slice before its next enqueue
  * asks the policy. Ending its slice sends it through enqueue, which parks it.
@@ -1071,7 +1141,11 @@ void BPF_STRUCT_OPS(custos_tick, struct task_struct *p)
 	struct task_ctx *tctx = task_ctx(p);
 	u64 now = bpf_ktime_get_ns();
 
-	if (!tctx || tctx->queue != CUSTOS_PRIMARY_QUEUE || tctx->consumer ||
+	if (tctx && tctx->consumer) {
+		keep_consumer(p, tctx, now);
+		return;
+	}
+	if (!tctx || tctx->queue != CUSTOS_PRIMARY_QUEUE ||
 	    (p->flags & PF_KTHREAD))
 		return;
 	if (queue_forcing && forced_queue(p) >= 0)
