@@ -13,7 +13,7 @@ use clap::Args;
 
 use crate::collector::{collect, LsmMode, Options};
 use crate::syscalls::SYSCALLS;
-use crate::writer::OffloadWriter;
+use crate::writer::{LinesDone, OffloadWriter};
 
 /// Record provenance (processes, files, sockets) as JSON Lines, losing nothing silently.
 #[derive(Args, Debug, Clone)]
@@ -91,7 +91,7 @@ impl Write for Tee {
 
 /// Like [`run`], with the stream also (or, without `-o`, only) written to
 /// `sink` — the provenance store or an archive, set up by the caller.
-pub fn run_with_sink(args: CollectArgs, sink: Option<Box<dyn Write + Send>>) -> Result<i32> {
+pub fn run_with_sink(args: CollectArgs, sink: Option<(Box<dyn Write + Send>, LinesDone)>) -> Result<i32> {
     if args.list_syscalls {
         for s in SYSCALLS {
             println!("{:<18} {:<11} {}", s.name, s.category.as_str(), if s.critical { "critical" } else { "" });
@@ -105,7 +105,7 @@ pub fn run_with_sink(args: CollectArgs, sink: Option<Box<dyn Write + Send>>) -> 
     } else {
         Some(Duration::from_secs_f64(args.stats_interval))
     };
-    let opts = Options {
+    let mut opts = Options {
         syscalls: args.syscalls.clone(),
         lsm: args.lsm,
         critical_ring_kb: args.critical_ring_kb,
@@ -114,6 +114,7 @@ pub fn run_with_sink(args: CollectArgs, sink: Option<Box<dyn Write + Send>>) -> 
         poll_interval: Duration::from_millis(100),
         stats_interval,
         reorder_buffer_bytes: args.reorder_buffer_mb << 20,
+        lines_done: None,
     };
     // No buffering here: the OffloadWriter below hands these whole chunks.
     let output: Option<Box<dyn Write + Send>> = match &args.output {
@@ -130,6 +131,15 @@ pub fn run_with_sink(args: CollectArgs, sink: Option<Box<dyn Write + Send>>) -> 
     if args.output_buffer_mb == 0 || args.output_buffer_mb > 1 << 20 {
         anyhow::bail!("--output-buffer-mb must be between 1 and 1048576");
     }
+    // The last stage counts the lines it is done with: the sink when there is one.
+    let (sink, lines_done, writer_counts) = match sink {
+        Some((s, done)) => (Some(s), done, None),
+        None => {
+            let done = LinesDone::default();
+            (None, done.clone(), Some(done))
+        }
+    };
+    opts.lines_done = Some(lines_done);
     let out: Box<dyn Write + Send> = match (output, sink) {
         (Some(o), Some(s)) => Box::new(Tee(o, s)),
         (Some(o), None) => o,
@@ -176,7 +186,7 @@ pub fn run_with_sink(args: CollectArgs, sink: Option<Box<dyn Write + Send>>) -> 
         }
     };
 
-    let mut out = OffloadWriter::spawn(out, args.output_buffer_mb << 20).context("starting the output writer")?;
+    let mut out = OffloadWriter::spawn(out, args.output_buffer_mb << 20, writer_counts).context("starting the output writer")?;
     let summary = collect(&opts, &mut out, &STOP, on_ready)?;
     out.finish().context("writing the event stream")?;
     eprintln!(

@@ -43,6 +43,9 @@ pub struct Options {
     pub stats_interval: Option<Duration>,
     /// Bound of the lines held back to restore causal order.
     pub reorder_buffer_bytes: usize,
+    /// Lines the output's last stage is done with (see writer::LinesDone);
+    /// the rest of what was written is backlog and counts as consumer lag.
+    pub lines_done: Option<crate::writer::LinesDone>,
 }
 
 impl Default for Options {
@@ -56,6 +59,7 @@ impl Default for Options {
             poll_interval: Duration::from_millis(100),
             stats_interval: Some(Duration::from_secs(5)),
             reorder_buffer_bytes: crate::consumer::DEFAULT_REORDER_BUFFER,
+            lines_done: None,
         }
     }
 }
@@ -391,7 +395,16 @@ fn drain<W: Write>(
         }
         let produced: u64 = states.iter().map(|s| s.seq).sum();
         let dropped: u64 = drops.iter().map(|d| d[0] + d[1]).sum();
-        let consumed = consumer.borrow().counters.delivered + dropped;
+        // Consumed means stored: what waits in the reorder buffer or
+        // downstream (writer, store) is lag too, so the scheduler throttles
+        // producers to the slowest stage's rate.
+        let consumed = {
+            let c = consumer.borrow();
+            let (_, held) = c.reorder_backlog();
+            let done = opts.lines_done.as_ref().map_or(c.lines_written, |d| d.load(Ordering::Relaxed));
+            let backlog = held as u64 + c.lines_written.saturating_sub(done);
+            (c.counters.delivered + dropped).saturating_sub(backlog)
+        };
         features::publish(&skel.maps.global_features, produced, consumed, true, monotonic_ns())?;
         if let Some(every) = opts.stats_interval {
             if last_stats.elapsed() >= every {

@@ -94,6 +94,8 @@ pub struct Consumer<W: Write> {
     /// although only the first one walks it in the kernel.
     file_paths: HashMap<(u32, u64), String>,
     pub counters: ConsumerCounters,
+    /// Lines handed to the output so far.
+    pub lines_written: u64,
     write_error: Option<std::io::Error>,
     line: Vec<u8>,
 }
@@ -132,6 +134,7 @@ impl<W: Write> Consumer<W> {
             merge: Merge::new(nr_cpus, reorder_bytes),
             file_paths: HashMap::new(),
             counters: ConsumerCounters::default(),
+            lines_written: 0,
             write_error: None,
             line: Vec::with_capacity(1024),
         }
@@ -310,8 +313,11 @@ impl<W: Write> Consumer<W> {
     /// Writes the lines whose order is settled; with `all` (the end of the
     /// run), every line.
     pub fn release(&mut self, all: bool) -> Result<()> {
-        if let Err(e) = self.merge.release(&mut self.out, all) {
-            self.write_error.get_or_insert(e);
+        match self.merge.release(&mut self.out, all) {
+            Ok(n) => self.lines_written += n,
+            Err(e) => {
+                self.write_error.get_or_insert(e);
+            }
         }
         self.counters.out_of_order = self.merge.out_of_order;
         if let Some(e) = self.write_error.take() {
@@ -354,6 +360,7 @@ impl<W: Write> Consumer<W> {
         }
         serde_json::to_writer(&mut self.out, value).context("writing the event stream")?;
         self.out.write_all(b"\n").context("writing the event stream")?;
+        self.lines_written += 1;
         Ok(())
     }
 

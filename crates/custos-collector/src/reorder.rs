@@ -96,7 +96,9 @@ impl Merge {
     }
 
     /// Writes every line no CPU can still precede; with `all`, every line.
-    pub fn release<W: Write>(&mut self, out: &mut W, all: bool) -> std::io::Result<()> {
+    /// Returns how many it wrote.
+    pub fn release<W: Write>(&mut self, out: &mut W, all: bool) -> std::io::Result<u64> {
+        let mut written = 0;
         // The oldest time a CPU without buffered lines may still produce
         // (a CPU with lines is represented by its head in `heads`).
         let mut watermark = (u64::MAX, usize::MAX);
@@ -136,8 +138,9 @@ impl Merge {
                 self.out_of_order += 1;
             }
             self.last_out_ns = self.last_out_ns.max(time);
+            written += 1;
         }
-        Ok(())
+        Ok(written)
     }
 }
 

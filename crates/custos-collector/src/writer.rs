@@ -9,9 +9,15 @@
 //! caps the memory, and only when it is full does draining wait.
 
 use std::io::{self, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+
+/// Lines the last stage of the output has finished with (written to the
+/// file, or stored): the consumer's lines minus these are the output's
+/// backlog, which counts in the published consumer lag.
+pub type LinesDone = Arc<AtomicU64>;
 
 /// Bytes handed to the writer thread at a time.
 const CHUNK: usize = 64 << 10;
@@ -31,14 +37,15 @@ pub struct OffloadWriter {
 
 impl OffloadWriter {
     /// Writes to `out` from a new thread, holding at most `buffer_bytes`
-    /// (rounded up to whole chunks) not yet written.
-    pub fn spawn(out: Box<dyn Write + Send>, buffer_bytes: usize) -> io::Result<Self> {
+    /// (rounded up to whole chunks) not yet written. With `done`, counts
+    /// there the lines written (when `out` is the last stage).
+    pub fn spawn(out: Box<dyn Write + Send>, buffer_bytes: usize, done: Option<LinesDone>) -> io::Result<Self> {
         let (tx, rx) = sync_channel(buffer_bytes.div_ceil(CHUNK).max(1));
         let error = Arc::new(Mutex::new(None));
         let slot = Arc::clone(&error);
         let thread = std::thread::Builder::new()
             .name("custos-writer".into())
-            .spawn(move || write_all(out, rx, slot))?;
+            .spawn(move || write_all(out, rx, slot, done))?;
         Ok(OffloadWriter { chunk: Vec::with_capacity(CHUNK), tx: Some(tx), thread: Some(thread), error })
     }
 
@@ -80,10 +87,14 @@ impl OffloadWriter {
     }
 }
 
-fn write_all(mut out: Box<dyn Write + Send>, rx: Receiver<Msg>, error: Arc<Mutex<Option<io::Error>>>) {
+fn write_all(mut out: Box<dyn Write + Send>, rx: Receiver<Msg>, error: Arc<Mutex<Option<io::Error>>>, done: Option<LinesDone>) {
     for msg in rx {
         let r = match msg {
-            Msg::Data(bytes) => out.write_all(&bytes),
+            Msg::Data(bytes) => out.write_all(&bytes).map(|()| {
+                if let Some(d) = &done {
+                    d.fetch_add(bytes.iter().filter(|&&b| b == b'\n').count() as u64, Ordering::Relaxed);
+                }
+            }),
             Msg::Flush => out.flush(),
         };
         if let Err(e) = r {
@@ -149,7 +160,7 @@ mod tests {
     #[test]
     fn everything_written_arrives_in_order() {
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let mut w = OffloadWriter::spawn(Box::new(Probe { seen: Arc::clone(&seen), fail_after: usize::MAX }), 1 << 20).unwrap();
+        let mut w = OffloadWriter::spawn(Box::new(Probe { seen: Arc::clone(&seen), fail_after: usize::MAX }), 1 << 20, None).unwrap();
         let mut expected = Vec::new();
         for i in 0..50_000u32 {
             let line = format!("{{\"n\":{i}}}\n");
@@ -166,7 +177,7 @@ mod tests {
     #[test]
     fn an_output_error_is_reported_not_swallowed() {
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let mut w = OffloadWriter::spawn(Box::new(Probe { seen, fail_after: 3 * CHUNK }), CHUNK).unwrap();
+        let mut w = OffloadWriter::spawn(Box::new(Probe { seen, fail_after: 3 * CHUNK }), CHUNK, None).unwrap();
         let line = [b'x'; 1000];
         let mut failed = false;
         for _ in 0..1000 {

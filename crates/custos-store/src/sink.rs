@@ -1,17 +1,23 @@
 //! A live destination for a JSON Lines stream: the store, a compressed archive,
 //! or both, written by a thread of its own.
 //!
-//! `custos collect --db/--archive` writes its events here. The collector's ring
-//! consumer must never wait on the disk — a consumer that falls behind makes
-//! the kernel drop events — so writes only queue the bytes (in memory, without
-//! bound) and the writer thread catches up at its own pace.
+//! `custos collect --db/--archive` writes its events here. Writes queue the
+//! bytes for the writer thread, up to a bound (`--sink-buffer-mb`); past it
+//! a write waits. The collector's output thread then waits, its own bounded
+//! buffer fills, its ring consumer waits, and the kernel's rings refuse
+//! records: loss, but counted exactly per CPU and reported in-band, never
+//! memory without bound. Before that, the backlog counts in the published
+//! consumer lag (`lines_done`), so the scheduler throttles producers to the
+//! rate of the store.
 
 use crate::archive::Recorder;
 use crate::ingest::{IngestOptions, IngestSummary, Ingestor};
 use anyhow::{Context, Result};
 use std::io::Write;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -24,22 +30,48 @@ pub struct SinkSummary {
     pub archived_lines: Option<u64>,
 }
 
+/// Default bound of the bytes queued for the writer thread.
+pub const DEFAULT_SINK_BUFFER: usize = 64 << 20;
+
 /// The writer thread; [`LiveSink::finish`] waits for it to drain.
 pub struct LiveSink {
     tx: Option<Sender<Vec<u8>>>,
     worker: Option<JoinHandle<Result<SinkSummary>>>,
+    /// Lines the writer thread has stored (or archived).
+    pub lines_done: Arc<AtomicU64>,
 }
 
-/// The `Write` end handed to the producer. Every write is queued whole.
+/// Bytes queued and not yet taken by the writer thread, with a bound.
+struct Queued {
+    bytes: Mutex<usize>,
+    taken: Condvar,
+    bound: usize,
+    /// Set when the writer thread ends: nobody will take anything any more.
+    closed: std::sync::atomic::AtomicBool,
+}
+
+/// The `Write` end handed to the producer. Every write is queued whole,
+/// waiting while the queue holds its bound.
 pub struct SinkWriter {
     tx: Sender<Vec<u8>>,
+    queued: Arc<Queued>,
 }
 
 impl Write for SinkWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.tx
-            .send(buf.to_vec())
-            .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the store writer stopped (see its error)"))?;
+        let gone = || std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the store writer stopped (see its error)");
+        let q = &self.queued;
+        let mut bytes = q.bytes.lock().unwrap();
+        // An empty queue takes any write, so one larger than the bound passes.
+        while *bytes > 0 && *bytes + buf.len() > q.bound {
+            if q.closed.load(Ordering::Acquire) {
+                return Err(gone());
+            }
+            bytes = q.taken.wait_timeout(bytes, Duration::from_millis(100)).unwrap().0;
+        }
+        *bytes += buf.len();
+        drop(bytes);
+        self.tx.send(buf.to_vec()).map_err(|_| gone())?;
         Ok(buf.len())
     }
 
@@ -54,16 +86,28 @@ enum Target {
 }
 
 impl LiveSink {
-    /// Opens the store (`db`) and/or archive and starts the writer thread.
-    pub fn start(db: Option<&Path>, archive: Option<&Path>, source: &str) -> Result<(LiveSink, SinkWriter)> {
+    /// Opens the store (`db`) and/or archive and starts the writer thread,
+    /// which holds at most `buffer_bytes` queued.
+    pub fn start(db: Option<&Path>, archive: Option<&Path>, source: &str, buffer_bytes: usize) -> Result<(LiveSink, SinkWriter)> {
         let recorder = archive.map(Recorder::create).transpose()?;
+        // The collector writes its stream in causal order (docs/event-schema.md),
+        // so the store applies it as it comes: no reorder window to hold.
+        let opts = IngestOptions { source: source.to_string(), archive: recorder, reorder_window_ns: 0, ..Default::default() };
         let target = match db {
-            Some(db) => Target::Store(Box::new(Ingestor::open(db, IngestOptions { source: source.to_string(), archive: recorder, ..Default::default() })?)),
-            None => Target::Archive(recorder.context("a live sink needs a store or an archive")?),
+            Some(db) => Target::Store(Box::new(Ingestor::open(db, opts)?)),
+            None => Target::Archive(opts.archive.context("a live sink needs a store or an archive")?),
         };
         let (tx, rx) = channel();
-        let worker = std::thread::Builder::new().name("custos-store-writer".into()).spawn(move || drain(target, rx))?;
-        Ok((LiveSink { tx: Some(tx.clone()), worker: Some(worker) }, SinkWriter { tx }))
+        let queued = Arc::new(Queued { bytes: Mutex::new(0), taken: Condvar::new(), bound: buffer_bytes.max(1), closed: false.into() });
+        let lines_done = Arc::new(AtomicU64::new(0));
+        let (q, done) = (Arc::clone(&queued), Arc::clone(&lines_done));
+        let worker = std::thread::Builder::new().name("custos-store-writer".into()).spawn(move || {
+            let result = drain(target, rx, &q, &done);
+            q.closed.store(true, Ordering::Release);
+            q.taken.notify_all();
+            result
+        })?;
+        Ok((LiveSink { tx: Some(tx.clone()), worker: Some(worker), lines_done }, SinkWriter { tx, queued }))
     }
 
     /// Waits until everything queued is written (every [`SinkWriter`] must be
@@ -74,7 +118,7 @@ impl LiveSink {
     }
 }
 
-fn drain(mut target: Target, rx: Receiver<Vec<u8>>) -> Result<SinkSummary> {
+fn drain(mut target: Target, rx: Receiver<Vec<u8>>, queued: &Queued, done: &AtomicU64) -> Result<SinkSummary> {
     // Chunks do not respect line boundaries: keep the unfinished tail.
     let mut carry: Vec<u8> = Vec::new();
     let push = |target: &mut Target, line: &[u8]| -> Result<()> {
@@ -86,10 +130,13 @@ fn drain(mut target: Target, rx: Receiver<Vec<u8>>) -> Result<SinkSummary> {
     loop {
         match rx.recv_timeout(Duration::from_millis(200)) {
             Ok(chunk) => {
+                *queued.bytes.lock().unwrap() -= chunk.len();
+                queued.taken.notify_all();
                 carry.extend_from_slice(&chunk);
                 let mut start = 0;
                 while let Some(nl) = carry[start..].iter().position(|&b| b == b'\n') {
                     push(&mut target, &carry[start..start + nl])?;
+                    done.fetch_add(1, Ordering::Relaxed);
                     start += nl + 1;
                 }
                 carry.drain(..start);
@@ -125,7 +172,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("s.db");
         let zst = dir.path().join("s.jsonl.zst");
-        let (sink, mut w) = LiveSink::start(Some(&db), Some(&zst), "test").unwrap();
+        let (sink, mut w) = LiveSink::start(Some(&db), Some(&zst), "test", 16).unwrap();
         let second = EVENT.replace(r#""id":1"#, r#""id":2"#).replace(r#""seq":1"#, r#""seq":2"#);
         let stream = format!("{EVENT}\n{second}\n{{\"type\":\"bogus\"");
         for piece in stream.as_bytes().chunks(7) {

@@ -19,14 +19,24 @@ pub struct CollectCmd {
     /// Also record the raw stream, compressed (`.zst` or `.gz`).
     #[arg(long, value_name = "FILE")]
     pub archive: Option<PathBuf>,
+    /// Stream not yet stored that may wait for the store (MiB). Past it the
+    /// collector waits for the store, and a flood the store cannot follow is
+    /// refused by the kernel's rings: counted and reported, never unbounded memory.
+    #[arg(long, default_value_t = custos_store::sink::DEFAULT_SINK_BUFFER >> 20, value_name = "MIB")]
+    pub sink_buffer_mb: usize,
 }
 
 pub fn run(cmd: CollectCmd) -> Result<i32> {
     if cmd.db.is_none() && cmd.archive.is_none() {
         return custos_collector::cli::run(cmd.collect);
     }
-    let (sink, writer) = custos_store::sink::LiveSink::start(cmd.db.as_deref(), cmd.archive.as_deref(), "custos collect")?;
-    let code = custos_collector::cli::run_with_sink(cmd.collect, Some(Box::new(writer)));
+    if cmd.sink_buffer_mb == 0 || cmd.sink_buffer_mb > 1 << 20 {
+        anyhow::bail!("--sink-buffer-mb must be between 1 and 1048576");
+    }
+    let (sink, writer) =
+        custos_store::sink::LiveSink::start(cmd.db.as_deref(), cmd.archive.as_deref(), "custos collect", cmd.sink_buffer_mb << 20)?;
+    let done = sink.lines_done.clone();
+    let code = custos_collector::cli::run_with_sink(cmd.collect, Some((Box::new(writer), done)));
     // Whatever the collector's outcome, what it delivered is written out.
     let summary = sink.finish()?;
     if let (Some(db), Some(s)) = (&cmd.db, &summary.ingest) {
