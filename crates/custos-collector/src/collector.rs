@@ -385,6 +385,8 @@ fn drain<W: Write>(
         }
         {
             let mut c = consumer.borrow_mut();
+            let skips = recursion_misses(skel, &states);
+            c.report_skips(&states.iter().map(|s| s.skipped).collect::<Vec<_>>(), skips.skipped_bound + skips.lsm)?;
             c.release(false)?;
             if c.relieve(&drops)? {
                 eprintln!(
@@ -440,6 +442,8 @@ fn drain<W: Write>(
         c.settle_gaps(&cpu_seq, &drops, None)?;
         c.flush_waiting();
         c.release(true)?;
+        let skips = recursion_misses(skel, &states);
+        c.report_skips(&states.iter().map(|s| s.skipped).collect::<Vec<_>>(), skips.skipped_bound + skips.lsm)?;
     }
     // The final account and the final stats record are one computation.
     let counters = consumer.borrow().counters.clone();
@@ -515,7 +519,10 @@ fn recursion_misses(skel: &MainSkel, states: &[custos_cpu_state]) -> Skips {
     let enter: Vec<u64> = copies.iter().map(|[enter, _]| misses(enter)).collect();
     let exit: Vec<u64> = copies.iter().map(|[_, exit]| misses(exit)).collect();
     let covered = [0, 1].map(|i| states.iter().map(|s| s.covered[i]).sum());
-    Skips::new(&enter, &exit, covered, misses(&skel.progs.custos_bprm_check) + misses(&skel.progs.custos_file_open))
+    let unseen = [0, 1].map(|i| states.iter().map(|s| s.unseen[i]).sum());
+    let skipped = states.iter().map(|s| s.skipped).sum();
+    let lsm = misses(&skel.progs.custos_bprm_check) + misses(&skel.progs.custos_file_open) + misses(&skel.progs.custos_fork);
+    Skips::new(&enter, &exit, covered, unseen, skipped, lsm)
 }
 
 fn global_snapshot(skel: &MainSkel) -> Option<crate::bpf_skel::types::custos_global_features> {

@@ -34,6 +34,10 @@ pub struct ConsumerCounters {
     pub out_of_order: u64,
     /// Times the reorder buffer reached its bound and was written out early.
     pub reorder_forced: u64,
+    /// Syscalls lost to skips reported in-band: exactly, per CPU ...
+    pub skipped_in_band: u64,
+    /// ... and as an upper bound, without a CPU (see stats::Skips).
+    pub skipped_bound_in_band: u64,
 }
 
 /// Per-CPU sequence bookkeeping: every number below `next` is accounted for
@@ -96,6 +100,9 @@ pub struct Consumer<W: Write> {
     pub counters: ConsumerCounters,
     /// Lines handed to the output so far.
     pub lines_written: u64,
+    /// Skipped syscalls already reported per CPU, and when.
+    skipped_per_cpu: Vec<u64>,
+    skips_reported_ns: u64,
     write_error: Option<std::io::Error>,
     line: Vec<u8>,
 }
@@ -135,6 +142,8 @@ impl<W: Write> Consumer<W> {
             file_paths: HashMap::new(),
             counters: ConsumerCounters::default(),
             lines_written: 0,
+            skipped_per_cpu: Vec::new(),
+            skips_reported_ns: 0,
             write_error: None,
             line: Vec::with_capacity(1024),
         }
@@ -339,6 +348,38 @@ impl<W: Write> Consumer<W> {
         self.settle_gaps(&upto, drops, None)?;
         self.release(true)?;
         Ok(true)
+    }
+
+    /// Writes `loss` records of kind `skipped` for what the kernel's skips
+    /// cost since the last call: per CPU the exact counts (`skipped`, each
+    /// CPU's running total), then the upper bound without a CPU
+    /// (`bound`, a running total). Their window runs from the last call
+    /// to now; they go out when found, not in the events' order.
+    pub fn report_skips(&mut self, skipped: &[u64], bound: u64) -> Result<()> {
+        let now = self_wall_now(self.boot_offset_ns);
+        let since = if self.skips_reported_ns == 0 { now } else { self.skips_reported_ns };
+        self.skips_reported_ns = now;
+        if self.skipped_per_cpu.len() < skipped.len() {
+            self.skipped_per_cpu.resize(skipped.len(), 0);
+        }
+        for (cpu, &total) in skipped.iter().enumerate() {
+            let count = total.saturating_sub(self.skipped_per_cpu[cpu]);
+            if count > 0 {
+                self.skipped_per_cpu[cpu] = total;
+                self.counters.skipped_in_band += count;
+                self.counters.loss_records += 1;
+                let line = SkipOut { ty: "loss", cpu: Some(cpu as u32), count, category: "skipped", upper_bound: false, start_ns: since, end_ns: now };
+                self.write_line(&line)?;
+            }
+        }
+        let count = bound.saturating_sub(self.counters.skipped_bound_in_band);
+        if count > 0 {
+            self.counters.skipped_bound_in_band = bound;
+            self.counters.loss_records += 1;
+            let line = SkipOut { ty: "loss", cpu: None, count, category: "skipped", upper_bound: true, start_ns: since, end_ns: now };
+            self.write_line(&line)?;
+        }
+        Ok(())
     }
 
     /// Bytes and lines held back to restore order.
@@ -773,6 +814,21 @@ fn decode_sockaddr(d: &[u8]) -> Option<String> {
         }
         f => Some(format!("family:{f}")),
     }
+}
+
+/// A `loss` record of syscalls the kernel skipped: they never had numbers.
+#[derive(Serialize)]
+struct SkipOut {
+    #[serde(rename = "type")]
+    ty: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cpu: Option<u32>,
+    count: u64,
+    category: &'static str,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    upper_bound: bool,
+    start_ns: u64,
+    end_ns: u64,
 }
 
 #[derive(Serialize)]

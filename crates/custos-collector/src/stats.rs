@@ -123,8 +123,7 @@ pub struct StatsRecord<'a> {
 }
 
 /// Program runs the kernel skipped because the program was already running
-/// on that CPU (bpf_prog_info.recursion_misses), and what the backup copies
-/// of the syscall programs made of them.
+/// on that CPU (bpf_prog_info.recursion_misses), and what they cost.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Skips {
     /// Syscall tracepoint runs each copy skipped (entries and exits together).
@@ -136,25 +135,39 @@ pub struct Skips {
     /// Skipped BPF-LSM hook runs: these events are lost.
     #[serde(rename = "skipped_lsm")]
     pub lsm: u64,
-    /// Events lost this way, never numbered: syscall entries and exits no
-    /// copy saw (the first copy's skips minus those a backup covered), plus
-    /// the skipped LSM hook runs.
+    /// Syscalls that would have been recorded and were lost because every
+    /// copy skipped their entry or their exit: found in the task at its next
+    /// tracepoint, exact, each once, and reported in-band per CPU.
+    pub skipped: u64,
+    /// Syscalls whose entry *and* exit every copy skipped: invisible in the
+    /// task, bounded from the kernel's counters (any syscall, traced or not,
+    /// so an upper bound of the lost records), reported in-band without a CPU.
+    pub skipped_bound: u64,
+    /// Events lost to skips, at most: `skipped + skipped_bound + skipped_lsm`.
     pub unnumbered: u64,
 }
 
 impl Skips {
     /// `enter[k]`, `exit[k]`: skips of copy k of each tracepoint's program;
-    /// `covered`: entries and exits a backup copy saw first.
-    pub fn new(enter: &[u64], exit: &[u64], covered: [u64; 2], lsm: u64) -> Self {
+    /// `covered`: entries and exits a backup copy saw first; `unseen`:
+    /// entries and exits found unseen in the task; `skipped`: of those, the
+    /// syscalls that would have been recorded; `lsm`: skipped hook runs.
+    pub fn new(enter: &[u64], exit: &[u64], covered: [u64; 2], unseen: [u64; 2], skipped: u64, lsm: u64) -> Self {
         let first = |v: &[u64]| v.first().copied().unwrap_or(0);
         // Counters are read one after the other while programs run: a
         // covered count can be ahead of the skip count it belongs to.
-        let lost = first(enter).saturating_sub(covered[0]) + first(exit).saturating_sub(covered[1]);
+        let lost_entries = first(enter).saturating_sub(covered[0]);
+        let lost_exits = first(exit).saturating_sub(covered[1]);
+        // Every entry (exit) no copy saw was either found unseen in its task,
+        // or its syscall's exit (entry) went unseen too.
+        let both = lost_entries.saturating_sub(unseen[0]).min(lost_exits.saturating_sub(unseen[1]));
         Skips {
             by_copy: enter.iter().zip(exit).map(|(a, b)| a + b).collect(),
             covered: covered[0] + covered[1],
             lsm,
-            unnumbered: lost + lsm,
+            skipped,
+            skipped_bound: both,
+            unnumbered: skipped + both + lsm,
         }
     }
 
@@ -170,13 +183,20 @@ mod skips_tests {
     use super::Skips;
 
     #[test]
-    fn lost_syscalls_are_the_first_copys_skips_that_no_backup_covered() {
-        let s = Skips::new(&[900, 12, 30], &[400, 50, 7], [895, 398], 2);
+    fn skips_split_into_exact_losses_and_a_bound_on_whole_syscalls() {
+        // 5 entries and 2 exits no copy saw; 3 of those entries and 1 exit
+        // were found in their tasks (2 of the 4 syscalls were traced): at
+        // most 1 syscall went wholly unseen.
+        let s = Skips::new(&[900, 12, 30], &[400, 50, 7], [895, 398], [3, 1], 2, 2);
         assert_eq!(s.by_copy, vec![1300, 62, 37]);
         assert_eq!(s.covered, 1293);
-        assert_eq!(s.unnumbered, 5 + 2 + 2);
+        assert_eq!(s.skipped, 2);
+        assert_eq!(s.skipped_bound, 1);
+        assert_eq!(s.unnumbered, 2 + 1 + 2);
         assert_eq!(s.first_copy(), 1300);
+        // A syscall counted twice before (entry and exit) counts once.
+        assert_eq!(Skips::new(&[1], &[1], [0, 0], [0, 0], 0, 0).unnumbered, 1);
         // Read while running, covered may run ahead: never an underflow.
-        assert_eq!(Skips::new(&[3], &[0], [4, 0], 0).unnumbered, 0);
+        assert_eq!(Skips::new(&[3], &[0], [4, 0], [0, 0], 0, 0).unnumbered, 0);
     }
 }

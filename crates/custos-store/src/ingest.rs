@@ -235,7 +235,7 @@ impl Ingestor {
                     )?
                     .execute(params![
                         boot,
-                        l.cpu,
+                        l.cpu.map_or(-1, i64::from),
                         l.category,
                         l.first_seq.map(|v| v as i64).unwrap_or(-1),
                         l.last_seq.map(|v| v as i64).unwrap_or(-1),
@@ -368,6 +368,15 @@ impl Ingestor {
             if fresh == 1 {
                 self.keep_raw(&p.line);
                 self.summary.events_new += 1;
+                if p.event.incomplete {
+                    // Its paths, argv or address were lost: an answer through it may be wrong.
+                    let seq = p.event.id & ((1 << 48) - 1);
+                    self.conn
+                        .prepare_cached(
+                            "INSERT OR IGNORE INTO losses(boot, cpu, category, first_seq, last_seq, count, start_ns, end_ns) VALUES(?1,?2,'incomplete',?3,?3,1,?4,?4)",
+                        )?
+                        .execute(params![p.boot, p.event.cpu, seq as i64, key.0 as i64])?;
+                }
                 self.graph
                     .apply(&self.conn, p.boot, &p.event)
                     .with_context(|| format!("line {}: applying event {} to the graph", p.line_no, p.event.id))?;

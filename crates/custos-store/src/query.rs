@@ -81,13 +81,14 @@ pub struct LossNote {
 
 impl LossNote {
     pub fn message(&self) -> String {
-        format!(
-            "may be incomplete: {} events lost on CPU {} between {} and {}",
-            self.count,
-            self.cpu,
-            format_ns(self.start_ns as u64),
-            format_ns(self.end_ns as u64)
-        )
+        let what = match self.category.as_str() {
+            "incomplete" => format!("{} events lost their paths, arguments or address", self.count),
+            c if c.ends_with("upper bound") => format!("up to {} events lost ({c})", self.count),
+            "skipped" => format!("{} events lost (syscalls skipped by the kernel)", self.count),
+            _ => format!("{} events lost", self.count),
+        };
+        let cpu = if self.cpu < 0 { "an unknown CPU".to_string() } else { format!("CPU {}", self.cpu) };
+        format!("may be incomplete: {what} on {cpu} between {} and {}", format_ns(self.start_ns as u64), format_ns(self.end_ns as u64))
     }
 }
 

@@ -511,3 +511,32 @@ fn file_mappings_are_reads_and_shared_writable_ones_writes() {
     assert_eq!(a.start.len(), 1);
     assert_eq!(node_info(&conn, a.start[0]).unwrap().unwrap().version, 1, "the shared writable mapping made version 1");
 }
+
+#[test]
+fn skipped_syscalls_and_incomplete_events_make_answers_say_so() {
+    let (_d, p) = db();
+    let mut s = Stream::new();
+    let a = s.read(70, "/a/in");
+    s.write(70, "/a/out");
+    s.read(71, "/b/in");
+    // Its attribute half was lost: a write whose path the collector did not get.
+    s.ev(71, "x", "write", json!({"ret": 100, "fd": 9, "path": "/b/out", "incomplete": true}));
+    let c = s.read(72, "/c/in");
+    let c_end = s.write(72, "/c/out");
+    // Exact skips on CPU 1 during /a's span; a bound without a CPU during /c's.
+    s.lines.push(json!({"type":"loss","cpu":1,"count":3,"category":"skipped","start_ns":a,"end_ns":a + SEC / 2}).to_string());
+    s.lines.push(json!({"type":"loss","count":2,"category":"skipped","upper_bound":true,"start_ns":c,"end_ns":c_end}).to_string());
+    s.ingest(&p);
+    let conn = crate::schema::open_ro(&p).unwrap();
+    let msg = |path: &str| -> Vec<String> {
+        let ans = ancestry(&conn, path, Direction::Ancestors, None, Window::default()).unwrap();
+        assert_eq!(ans.complete, ans.losses.is_empty());
+        ans.losses.iter().map(LossNote::message).collect()
+    };
+    let a = msg("/a/out");
+    assert!(a.len() == 1 && a[0].starts_with("may be incomplete: 3 events lost (syscalls skipped by the kernel) on CPU 1"), "{a:?}");
+    let b = msg("/b/out");
+    assert!(b.len() == 1 && b[0].contains("1 events lost their paths, arguments or address on CPU 0"), "{b:?}");
+    let c = msg("/c/out");
+    assert!(c.len() == 1 && c[0].contains("up to 2 events lost (skipped, upper bound) on an unknown CPU"), "{c:?}");
+}

@@ -37,6 +37,7 @@ struct Line {
     first_seq: Option<u64>,
     last_seq: Option<u64>,
     category: Option<String>,
+    upper_bound: Option<bool>,
     start_ns: Option<u64>,
     end_ns: Option<u64>,
 }
@@ -93,7 +94,8 @@ impl Event {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Loss {
     pub boot_id: Option<String>,
-    pub cpu: u32,
+    /// None: the CPU is not known (syscalls skipped wholly, see docs/event-schema.md).
+    pub cpu: Option<u32>,
     pub first_seq: Option<u64>,
     pub last_seq: Option<u64>,
     pub count: u64,
@@ -162,11 +164,14 @@ pub fn parse_line(text: &str) -> Result<Record, String> {
             };
             Ok(Record::Loss(Loss {
                 boot_id: l.boot_id,
-                cpu: need(l.cpu, "loss", "cpu")?,
+                cpu: l.cpu,
                 first_seq: l.first_seq,
                 last_seq: l.last_seq,
                 count,
-                category: l.category.unwrap_or_else(|| "unknown".into()),
+                category: match (l.category, l.upper_bound) {
+                    (Some(c), Some(true)) => format!("{c}, upper bound"),
+                    (c, _) => c.unwrap_or_else(|| "unknown".into()),
+                },
                 start_ns,
                 end_ns,
             }))

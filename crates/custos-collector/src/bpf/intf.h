@@ -161,6 +161,12 @@ struct custos_cpu_state {
 	/* Syscall entries / exits a backup copy of the program saw first
 	 * (the first copy skipped them): see SYSCALL_COPY in main.bpf.c. */
 	__u64 covered[2];
+	/* Tracepoint runs that found the task's previous tracepoint of the same
+	 * kind: the other one went unseen by every copy. [0]: entries found
+	 * unseen at the exit, [1]: exits found unseen at the next entry. */
+	__u64 unseen[2];
+	/* Of those, syscalls that would have been recorded: lost, each once. */
+	__u64 skipped;
 };
 
 #endif /* CUSTOS_COLLECTOR_INTF_H */

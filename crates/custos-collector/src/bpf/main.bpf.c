@@ -863,9 +863,57 @@ static __always_inline int sys_exit(struct pt_regs *regs, long ret, struct infli
  * can be stale and make a backup take the next syscall for seen: that one is
  * then lost as well, and counted as well.)
  */
+/*
+ * The first copy found the task at the phase it is entering: entries and
+ * exits alternate, so the task's other tracepoint went unseen by every copy.
+ * An exit unseen loses the syscall parked at its entry; an entry unseen loses
+ * this syscall if it would have been recorded. Counted once each, on this
+ * CPU, for in-band loss records. (A syscall whose entry and exit both went
+ * unseen leaves no trace in the task: user space bounds those from the
+ * kernel's per-program skip counters.)
+ */
+static __always_inline void note_unseen(__u32 phase, struct inflight *in, struct pt_regs *regs)
+{
+	struct custos_syscall_spec *spec;
+	struct custos_cpu_state *cs;
+	__u32 zero = 0, nr;
+	__u64 args[6];
+	bool lost = false;
+	long id;
+
+	cs = bpf_map_lookup_elem(&cpu_state, &zero);
+	if (!cs)
+		return;
+	__sync_fetch_and_add(&cs->unseen[phase == PHASE_ENTER], 1);
+	if (phase == PHASE_ENTER) {
+		lost = in->active;
+		in->active = 0;
+	} else {
+		id = regs->orig_ax;
+		if (id >= 0 && id < CUSTOS_MAX_SYSCALLS &&
+		    (__u32)(bpf_get_current_pid_tgid() >> 32) != collector_tgid && !in_compat_syscall()) {
+			nr = id;
+			spec = bpf_map_lookup_elem(&syscall_specs, &nr);
+			if (spec && spec->traced && !(spec->flags & CUSTOS_SPEC_NO_EXIT)) {
+				args[0] = regs->di;
+				args[1] = regs->si;
+				args[2] = regs->dx;
+				args[3] = regs->r10;
+				args[4] = regs->r8;
+				args[5] = regs->r9;
+				lost = !(spec->flags & CUSTOS_SPEC_PROT_EXEC) ||
+				       (arg_at(args, spec->prot_arg) & PROT_EXEC_VAL);
+			}
+		}
+	}
+	if (lost)
+		__sync_fetch_and_add(&cs->skipped, 1);
+}
+
 /* Whether this copy handles the syscall; *inp: the task's storage (NULL
  * without memory: then the first copy alone handles it, unparked). */
-static __always_inline bool first_to_see(int copy, __u32 phase, struct inflight **inp)
+static __always_inline bool first_to_see(int copy, __u32 phase, struct inflight **inp,
+					 struct pt_regs *regs)
 {
 	struct custos_cpu_state *cs;
 	struct inflight *in;
@@ -878,6 +926,8 @@ static __always_inline bool first_to_see(int copy, __u32 phase, struct inflight 
 		return copy == 0;
 	if (copy && in->phase == phase)
 		return false; /* an earlier copy saw this syscall */
+	if (in->phase == phase)
+		note_unseen(phase, in, regs);
 	in->phase = phase;
 	if (copy) {
 		cs = bpf_map_lookup_elem(&cpu_state, &zero);
@@ -894,7 +944,7 @@ static __always_inline int syscall_copy(int copy, __u32 phase, struct pt_regs *r
 	struct inflight *in;
 
 	bpf_preempt_disable();
-	if (first_to_see(copy, phase, &in)) {
+	if (first_to_see(copy, phase, &in, regs)) {
 		if (phase == PHASE_ENTER)
 			sys_enter(regs, arg, in);
 		else
