@@ -133,8 +133,14 @@ fn open_and_load<'obj>(
     opts: &Options,
     hooks: Hooks,
     fork: bool,
+    reuse_pins: bool,
 ) -> Result<MainSkel<'obj>> {
     let mut open = MainSkelBuilder::default().open(storage).context("opening the BPF object")?;
+    if reuse_pins {
+        let again = format!("they do not match this collector's (left by another version?): remove {PIN_DIR} once no scheduler runs");
+        open.maps.task_features.reuse_pinned_map(features::task_features_path()).with_context(|| format!("reusing the pinned provenance features: {again}"))?;
+        open.maps.global_features.reuse_pinned_map(features::global_features_path()).with_context(|| format!("reusing the pinned provenance features: {again}"))?;
+    }
     open.maps.ring_critical.set_max_entries(check_ring_kb("critical", opts.critical_ring_kb)?)?;
     open.maps.ring_events.set_max_entries(check_ring_kb("events", opts.events_ring_kb)?)?;
     open.maps.ring_attrs.set_max_entries(check_ring_kb("attrs", opts.attrs_ring_kb)?)?;
@@ -179,7 +185,7 @@ pub fn collect<W: Write>(opts: &Options, out: W, stop: &AtomicBool, on_ready: im
     check_ring_kb("critical", opts.critical_ring_kb)?;
     check_ring_kb("events", opts.events_ring_kb)?;
     check_ring_kb("attrs", opts.attrs_ring_kb)?;
-    features::prepare_pin_dir()?;
+    let reuse_pins = features::prepare_pin_dir()?;
 
     // BPF-LSM: used where the kernel allows it; one notice where it does not.
     let selected = |names: &[&str]| available.iter().any(|s| names.contains(&s.name));
@@ -196,7 +202,7 @@ pub fn collect<W: Write>(opts: &Options, out: W, stop: &AtomicBool, on_ready: im
     let (skel, hooks) = match lsm_ok {
         Ok(()) => {
             let quiet = libbpf_rs::set_print(None);
-            let attempt = open_and_load(&mut storage, opts, hooks, fork);
+            let attempt = open_and_load(&mut storage, opts, hooks, fork, reuse_pins);
             libbpf_rs::set_print(quiet);
             match attempt {
                 Ok(skel) => (skel, hooks),
@@ -205,7 +211,7 @@ pub fn collect<W: Write>(opts: &Options, out: W, stop: &AtomicBool, on_ready: im
                         return Err(e.context("--lsm require: the BPF-LSM hooks did not load"));
                     }
                     eprintln!("custos collect: notice: BPF-LSM hooks refused by this kernel ({:#}); exec and open are traced by tracepoints only", e);
-                    (open_and_load(&mut fallback_storage, opts, Hooks::NONE, fork)?, Hooks::NONE)
+                    (open_and_load(&mut fallback_storage, opts, Hooks::NONE, fork, reuse_pins)?, Hooks::NONE)
                 }
             }
         }
@@ -219,7 +225,7 @@ pub fn collect<W: Write>(opts: &Options, out: W, stop: &AtomicBool, on_ready: im
             if lsm_wanted {
                 eprintln!("custos collect: notice: BPF-LSM hooks unavailable ({why}); exec and open are traced by tracepoints only");
             }
-            (open_and_load(&mut storage, opts, Hooks::NONE, fork)?, Hooks::NONE)
+            (open_and_load(&mut storage, opts, Hooks::NONE, fork, reuse_pins)?, Hooks::NONE)
         }
     };
     let lsm_active = hooks.any();
@@ -246,11 +252,15 @@ pub fn collect<W: Write>(opts: &Options, out: W, stop: &AtomicBool, on_ready: im
         links.push(skel.progs.custos_file_open.attach_lsm().context("attaching lsm/file_open")?);
     }
 
-    // Publish the provenance features; the pins are also the instance lock.
-    pin(&skel)?;
+    // Publish the provenance features. The pins stay after the run: a
+    // scheduler keeps reading the maps, and the next collector fills them.
+    if reuse_pins {
+        features::publish(&skel.maps.global_features, 0, 0, true, monotonic_ns())?;
+    } else {
+        pin(&skel)?;
+    }
     let result = drain(opts, &skel, out, stop, links, on_ready, lsm_active, available.len());
     let _ = features::publish(&skel.maps.global_features, 0, 0, false, monotonic_ns());
-    unpin(&skel);
     result
 }
 
@@ -276,10 +286,6 @@ fn pin(skel: &MainSkel) -> Result<()> {
         return Err(e);
     }
     features::publish(&skel.maps.global_features, 0, 0, true, monotonic_ns())
-}
-
-fn unpin(_skel: &MainSkel) {
-    features::remove_pins();
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -35,9 +35,11 @@ fn is_bpffs(path: &str) -> bool {
 }
 
 /// Mounts bpffs on /sys/fs/bpf if nothing is mounted there yet, and makes
-/// sure no other collector holds the pins. Stale pins of a collector that
-/// died are removed.
-pub fn prepare_pin_dir() -> Result<()> {
+/// sure no other collector is running. Returns whether feature maps are
+/// pinned already — by a scheduler that started first, or a collector that
+/// ran before — for this collector to reuse: the pins outlive both, so
+/// either may start first and a restarted collector feeds the same maps.
+pub fn prepare_pin_dir() -> Result<bool> {
     let root = "/sys/fs/bpf";
     if !is_bpffs(root) {
         let src = CString::new("bpf").unwrap();
@@ -49,21 +51,19 @@ pub fn prepare_pin_dir() -> Result<()> {
             bail!("{root} is not a BPF file system and mounting one failed ({err}); mount it with `mount -t bpf bpf {root}`");
         }
     }
-    let global = global_features_path();
-    if global.exists() {
-        match running_collector(&global) {
-            Some(pid) => bail!(
-                "another custos collector (pid {pid}) is running: its provenance features are pinned at {PIN_DIR}; stop it first (one collector per machine)"
-            ),
-            None => {
-                eprintln!("custos collect: removing stale pins in {PIN_DIR} left by a collector that is gone");
-                remove_pins();
-            }
-        }
-    } else if task_features_path().exists() {
-        remove_pins();
+    let (task, global) = (task_features_path(), global_features_path());
+    if let Some(pid) = global.exists().then(|| running_collector(&global)).flatten() {
+        bail!(
+            "another custos collector (pid {pid}) is running: its provenance features are pinned at {PIN_DIR}; stop it first (one collector per machine)"
+        );
     }
-    fs::create_dir_all(PIN_DIR).with_context(|| format!("creating {PIN_DIR}"))
+    if task.exists() && global.exists() {
+        return Ok(true);
+    }
+    // Half a pair is of no use to anyone.
+    remove_pins();
+    fs::create_dir_all(PIN_DIR).with_context(|| format!("creating {PIN_DIR}"))?;
+    Ok(false)
 }
 
 /// The pid of the collector that pinned these maps, if it is still alive.

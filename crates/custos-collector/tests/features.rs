@@ -1,4 +1,5 @@
-//! The provenance features the scheduler reads: pinned, filled, unpinned.
+//! The provenance features the scheduler reads: pinned, filled, kept for
+//! the scheduler and the next collector.
 
 mod common;
 
@@ -11,7 +12,7 @@ use custos_collector::intf::PIN_DIR;
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 
 #[test]
-fn features_are_pinned_filled_and_removed_and_one_collector_runs_at_a_time() {
+fn features_are_pinned_filled_and_kept_and_one_collector_runs_at_a_time() {
     let _g = serial();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("events.jsonl");
@@ -70,7 +71,20 @@ fn features_are_pinned_filled_and_removed_and_one_collector_runs_at_a_time() {
     assert!(checked);
     assert!(producer_drops <= run.summary.dropped, "a task's drops are among the counted drops");
     assert!(run.summary.invariant_holds);
-    assert!(!Path::new(&features::global_features_path()).exists(), "pins removed at exit");
-    assert!(!Path::new(&features::task_features_path()).exists());
-    assert!(!Path::new(PIN_DIR).exists());
+    // The pins stay (a scheduler keeps reading them), marked as no collector running.
+    let map_id = |p: std::path::PathBuf| MapHandle::from_pinned_path(p).expect("still pinned").info().unwrap().info.id;
+    let global = MapHandle::from_pinned_path(features::global_features_path()).expect("pins kept at exit");
+    let g = read_global(&global.lookup(&0u32.to_ne_bytes(), MapFlags::ANY).unwrap().unwrap()).unwrap();
+    assert_eq!(g.collector_running, 0);
+    let ids = (map_id(features::global_features_path()), map_id(features::task_features_path()));
+
+    // The next collector fills the same maps: a scheduler holding them sees it.
+    let mut running_again = 0;
+    run_collector(quiet_options(), &out, || {
+        let g = read_global(&global.lookup(&0u32.to_ne_bytes(), MapFlags::ANY).unwrap().unwrap()).unwrap();
+        running_again = g.collector_running;
+    });
+    assert_eq!(running_again, 1, "the restarted collector publishes through the kept map");
+    assert_eq!((map_id(features::global_features_path()), map_id(features::task_features_path())), ids);
+    assert!(Path::new(PIN_DIR).exists());
 }

@@ -171,7 +171,6 @@ struct Scheduler<'a> {
     stats_server: Option<StatsServer<(), Metrics>>,
     attached_at: Instant,
     consumers: BTreeSet<u32>,
-    collector_features: bool,
     last_audit_error: Option<String>,
 }
 
@@ -201,6 +200,33 @@ fn collector_pins(pin_dir: &Path) -> Option<(PathBuf, PathBuf)> {
     let task = pin_dir.join(custos_str(bpf_intf::CUSTOS_TASK_FEATURES_MAP));
     let global = pin_dir.join(custos_str(bpf_intf::CUSTOS_GLOBAL_FEATURES_MAP));
     (task.exists() && global.exists()).then_some((task, global))
+}
+
+/// Pins the scheduler's own feature maps where the collector looks for them.
+/// Another process may pin first (a collector starting now): then reusing
+/// its maps would need a reload, so say so plainly.
+fn pin_features(skel: &BpfSkel, pin_dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(pin_dir).with_context(|| format!("creating {}", pin_dir.display()))?;
+    let task = pin_dir.join(custos_str(bpf_intf::CUSTOS_TASK_FEATURES_MAP));
+    let global = pin_dir.join(custos_str(bpf_intf::CUSTOS_GLOBAL_FEATURES_MAP));
+    let pin = |map: &dyn MapCore, path: &Path| -> Result<()> {
+        use std::os::fd::AsRawFd;
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).context("a pin path with a NUL")?;
+        // SAFETY: bpf_obj_pin with a valid map fd and path.
+        let rc = unsafe { libbpf_rs::libbpf_sys::bpf_obj_pin(map.as_fd().as_raw_fd(), c.as_ptr()) };
+        if rc != 0 {
+            return Err(std::io::Error::from_raw_os_error(-rc)).with_context(|| {
+                format!("pinning {} (a collector pinning at the same moment? start the scheduler again)", path.display())
+            });
+        }
+        Ok(())
+    };
+    pin(&skel.maps.task_features, &task)?;
+    if let Err(e) = pin(&skel.maps.global_features, &global) {
+        let _ = std::fs::remove_file(&task);
+        return Err(e);
+    }
+    Ok(())
 }
 
 fn custos_str(c: &[u8]) -> &str {
@@ -260,38 +286,23 @@ impl<'a> Scheduler<'a> {
         rodata.availability_high = config.availability_high;
         rodata.queue_forcing = !config.forced_comm.is_empty() || !config.forced_pid.is_empty();
 
-        let collector_features =
-            match collector_pins(&args.pin_dir) {
-                Some((task, global)) => {
-                    skel.maps
-                        .task_features
-                        .reuse_pinned_map(&task)
-                        .with_context(|| {
-                            format!("cannot reuse the collector's map {}", task.display())
-                        })?;
-                    skel.maps
-                        .global_features
-                        .reuse_pinned_map(&global)
-                        .with_context(|| {
-                            format!("cannot reuse the collector's map {}", global.display())
-                        })?;
-                    info!(
-                        "provenance features: reusing the collector's maps in {}",
-                        args.pin_dir.display()
-                    );
-                    true
-                }
-                None => {
-                    info!(
-                    "provenance features: no collector maps in {}; running with zero provenance \
-                     features (only --consumer/--consumer-pid{} protect consumers)",
-                    args.pin_dir.display(),
-                    if args.audit_pressure { " and the audit backlog" } else { "" }
-                );
-                    false
-                }
-            };
-
+        // The feature maps are shared through pins, whichever of the
+        // scheduler and the collector starts first: reuse them if they are
+        // there, else pin ours after loading for the collector to reuse
+        // (it fills them from then on, also after a restart).
+        let reused = match collector_pins(&args.pin_dir) {
+            Some((task, global)) => {
+                skel.maps.task_features.reuse_pinned_map(&task).with_context(|| {
+                    format!("cannot reuse the provenance feature map {} (left by another version? remove {} once no collector runs)", task.display(), args.pin_dir.display())
+                })?;
+                skel.maps.global_features.reuse_pinned_map(&global).with_context(|| {
+                    format!("cannot reuse the provenance feature map {}", global.display())
+                })?;
+                info!("provenance features: reusing the maps pinned in {}", args.pin_dir.display());
+                true
+            }
+            None => false,
+        };
         let mut skel =
             scx_ops_load!(skel, custos_ops, uei).context("cannot load the BPF scheduler")?;
 
@@ -308,6 +319,14 @@ impl<'a> Scheduler<'a> {
                 .forced_pid
                 .update(&pid.to_ne_bytes(), &q.to_ne_bytes(), MapFlags::ANY)
                 .with_context(|| format!("cannot force pid {pid} into queue {q}"))?;
+        }
+
+        if !reused {
+            pin_features(&skel, &args.pin_dir)?;
+            info!(
+                "provenance features: no collector yet; pinned the feature maps in {} for it to fill when it starts",
+                args.pin_dir.display()
+            );
         }
 
         // Consumers are known before the first decision, so none is ever budgeted.
@@ -352,7 +371,6 @@ impl<'a> Scheduler<'a> {
             stats_server,
             attached_at: Instant::now(),
             consumers,
-            collector_features,
             last_audit_error: None,
         })
     }
@@ -519,7 +537,7 @@ impl<'a> Scheduler<'a> {
             feature_outliers: sum.feature_outliers,
             nr_cpus,
             nr_consumers: self.consumers.len() as u64 + collector_consumers,
-            collector_features: self.collector_features as u64,
+            collector_features: global.is_some_and(|g| g.collector_running != 0) as u64,
             availability,
             ..Default::default()
         };

@@ -100,7 +100,7 @@ pub struct Metrics {
     pub feature_cpu_pct: f64,
     #[stat(desc = "Consumers known (collector's and --consumer/--consumer-pid)")]
     pub nr_consumers: u64,
-    #[stat(desc = "1 when provenance features come from the collector's pinned maps")]
+    #[stat(desc = "1 while a collector fills the shared provenance feature maps")]
     pub collector_features: u64,
     #[stat(desc = "Ring availability seen by the policy, 0..128")]
     pub availability: u64,
