@@ -91,32 +91,7 @@ fn collect_writes_straight_into_the_store_and_an_archive() {
 
 /// A loopback HTTP server: takes one PUT (keeps its body) and serves it back
 /// on one GET. Written to `port` once listening.
-const HTTP_SERVER: &str = r#"
-import re, socket, sys
-port_file, store = sys.argv[1], sys.argv[2]
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("127.0.0.1", 0))
-s.listen()
-open(port_file + ".tmp", "w").write(str(s.getsockname()[1]))
-import os; os.rename(port_file + ".tmp", port_file)
-for _ in range(2):
-    c, _ = s.accept()
-    data = b""
-    while b"\r\n\r\n" not in data:
-        data += c.recv(65536)
-    head, body = data.split(b"\r\n\r\n", 1)
-    if head.startswith(b"PUT"):
-        n = int(re.search(rb"content-length: *(\d+)", head, re.I).group(1))
-        while len(body) < n:
-            body += c.recv(65536)
-        open(store, "wb").write(body)
-        c.sendall(b"HTTP/1.1 201 Created\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-    else:
-        payload = open(store, "rb").read()
-        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(payload) + payload)
-    c.close()
-"#;
+const HTTP_SERVER: &str = include_str!("fixtures/http_server.py");
 
 /// Exfiltration and download over TCP, with curl's non-blocking connect
 /// (-EINPROGRESS): the secret files reach the server's endpoint, and the

