@@ -1,0 +1,110 @@
+//! The causal graph of a real attack under the super producer, end to end:
+//! collector → scheduler → store → query, in the sched_ext VM (one vCPU),
+//! with bench/reliability/guest.sh (16 `find` workers):
+//!
+//! - a scripted attack during the flood under `custos sched` (four secrets
+//!   read, archived, uploaded over HTTP with curl's non-blocking connect, a
+//!   script downloaded and copied over another) is found step by step;
+//! - under the default scheduler the syscalls the kernel skipped are all in
+//!   the loss records;
+//! - the scheduler protects the consumer whichever starts first, and after a
+//!   collector restart.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+fn custos(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_custos")).args(args).output().expect("run custos");
+    assert!(out.status.success(), "custos {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The final stats record and the loss records of a stream.
+fn account(stream: &Path) -> (Value, Vec<Value>) {
+    let text = std::fs::read_to_string(stream).unwrap_or_else(|e| panic!("{}: {e}", stream.display()));
+    let mut fin = None;
+    let mut losses = Vec::new();
+    for line in text.lines() {
+        if line.contains("\"type\":\"stats\"") && line.contains("\"final\":true") {
+            fin = Some(serde_json::from_str(line).unwrap());
+        } else if line.contains("\"type\":\"loss\"") {
+            losses.push(serde_json::from_str(line).unwrap());
+        }
+    }
+    (fin.unwrap_or_else(|| panic!("{}: no final stats", stream.display())), losses)
+}
+
+fn n(v: &Value, k: &str) -> u64 {
+    v[k].as_u64().unwrap_or_else(|| panic!("{k} missing in {v}"))
+}
+
+#[test]
+fn an_attack_during_a_flood_is_in_the_graph_and_every_loss_is_in_band() {
+    let bin = Path::new(env!("CARGO_BIN_EXE_custos"));
+    let out = tempfile::tempdir().unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/reliability/guest.sh");
+    let env = format!("CUSTOS_BIN={} OUT={} WORKERS=16", bin.parent().unwrap().display(), out.path().display());
+    let run = Command::new(bin)
+        .args(["vm", "run", "-q", "--cpus", "1", "--timeout", "1500", "--share"])
+        .arg(out.path())
+        .args(["--", "sh", "-c"])
+        .arg(format!("{env} bash {}", script.display()))
+        .output()
+        .expect("run custos vm");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(0), "stderr: {stderr}");
+    let o = out.path();
+
+    // The attack: nothing lost, and every step found by a query.
+    let (attack, _) = account(&o.join("attack.jsonl"));
+    assert!(n(&attack, "produced") > 50_000, "the flood hardly ran: {attack}");
+    assert_eq!(n(&attack, "dropped") + n(&attack, "unnumbered"), 0, "events lost under custos sched: {attack}");
+    let db = o.join("attack.db");
+    let db = db.to_str().unwrap();
+    custos(&["ingest", "-q", "--db", db, o.join("attack.jsonl").to_str().unwrap()]);
+    let v = "/tmp/reliability/victim";
+    let endpoint = format!("127.0.0.1:{}", std::fs::read_to_string(o.join("attack.port")).unwrap().trim());
+    let names = |dir: &str, file: &str| -> (Vec<String>, Value) {
+        let a: Value = serde_json::from_str(&custos(&["query", "--db", db, "--json", dir, &format!("{v}/{file}")])).unwrap();
+        (a["nodes"].as_array().unwrap().iter().map(|n| n["name"].as_str().unwrap_or("").to_string()).collect(), a["complete"].clone())
+    };
+    let (behind_archive, _) = names("ancestors", "archive.tar");
+    for s in ["id_rsa", "shadow", "db.conf", "wallet"] {
+        assert!(behind_archive.contains(&format!("{v}/secrets/{s}")), "the archive does not hold {s}: {behind_archive:?}");
+    }
+    assert!(behind_archive.iter().any(|n| n == "/usr/bin/tar"), "{behind_archive:?}");
+    let (from_archive, _) = names("descendants", "archive.tar");
+    assert!(from_archive.contains(&endpoint), "the upload to {endpoint} is missing: {from_archive:?}");
+    let (behind_download, _) = names("ancestors", "download.sh");
+    assert!(behind_download.contains(&endpoint), "the download from {endpoint} is missing: {behind_download:?}");
+    let (behind_overwrite, complete) = names("ancestors", "maintenance.sh");
+    assert!(behind_overwrite.contains(&format!("{v}/download.sh")), "{behind_overwrite:?}");
+    assert!(behind_overwrite.contains(&endpoint), "{behind_overwrite:?}");
+    assert_eq!(complete, true, "nothing was lost, so the answer is complete");
+
+    // The default scheduler: syscalls skipped, all of them in loss records.
+    let (skips, losses) = account(&o.join("skips.jsonl"));
+    assert!(n(&skips, "unnumbered") > 0, "the default scheduler skipped nothing: {skips}");
+    let in_band = |bound: bool| -> u64 {
+        losses.iter().filter(|l| l["category"] == "skipped" && l["upper_bound"].as_bool().unwrap_or(false) == bound).map(|l| n(l, "count")).sum()
+    };
+    assert_eq!(in_band(false), n(&skips, "skipped"), "exact skips in-band");
+    assert!(in_band(true) >= n(&skips, "skipped_bound"), "the bound in-band covers the final bound: {skips}");
+    assert!(losses.iter().filter(|l| l["category"] == "skipped" && !l["upper_bound"].as_bool().unwrap_or(false)).all(|l| l["cpu"].is_u64()));
+
+    // Every start order protects the consumer.
+    for order in ["sched-first", "collector-first", "restart"] {
+        let (s, _) = account(&o.join(format!("{order}.jsonl")));
+        let info: Value = serde_json::from_str(&std::fs::read_to_string(o.join(format!("{order}.json"))).unwrap()).unwrap();
+        assert!(n(&s, "produced") > 50_000, "{order}: the flood hardly ran: {s}");
+        assert_eq!(info["sched_ext_state"], "enabled", "{order}: {info}");
+        assert_eq!(n(&s, "dropped") + n(&s, "unnumbered"), 0, "{order}: events lost: {s}");
+        let marker = std::fs::read_to_string(o.join(format!("{order}.jsonl")))
+            .unwrap()
+            .lines()
+            .any(|l| l.contains("\"path\":\"/tmp/reliability/marker\"") && l.contains("\"critical\":true"));
+        assert!(marker, "{order}: the marker's open-for-write is missing");
+    }
+}
