@@ -857,7 +857,7 @@ mod tests {
         ev.tid = tid;
         ev.pid = tid;
         ev.nr = 39; // getpid: no arguments to decode
-        ev.flags = EV_NO_RET as u16;
+        ev.flags = EV_NO_RET;
         // SAFETY: viewing a POD struct as bytes.
         unsafe { std::slice::from_raw_parts((&ev as *const custos_event).cast::<u8>(), std::mem::size_of::<custos_event>()) }
             .to_vec()
