@@ -340,6 +340,8 @@ fn drain<W: Write>(
     // out in reservation order. This holds under a flood that never lets the
     // rings empty.
     let mut snapshots: VecDeque<Snapshot> = VecDeque::new();
+    // The kernel's drop counters as of the last tick (they name the ring of a gap).
+    let mut last_drops: Vec<[u64; 2]> = vec![[0, 0]; nr_cpus];
     let positions = |f: unsafe extern "C" fn(*const libbpf_rs::libbpf_sys::ring) -> std::os::raw::c_ulong| -> Vec<u64> {
         // SAFETY: every pointer is a ring of the live ring buffer `rings`.
         ring_ptrs.iter().map(|&r| unsafe { f(r) }).collect()
@@ -355,7 +357,16 @@ fn drain<W: Write>(
             }
             consumed += n as i64;
         }
-        consumer.borrow_mut().release(false)?;
+        {
+            let mut c = consumer.borrow_mut();
+            c.release(false)?;
+            if c.relieve(&last_drops)? {
+                eprintln!(
+                    "custos collect: warning: the reorder buffer reached its bound ({} MiB); lines were written before their order was settled (see out_of_order)",
+                    opts.reorder_buffer_bytes >> 20
+                );
+            }
+        }
         if consumed == 0 {
             // Rings wake us only when filling up (see wakeup_policy in the
             // BPF program): a short sleep bounds the latency of a trickle.
@@ -394,13 +405,8 @@ fn drain<W: Write>(
             let skips = recursion_misses(skel, &states);
             c.report_skips(&states.iter().map(|s| s.skipped).collect::<Vec<_>>(), skips.skipped_bound + skips.lsm)?;
             c.release(false)?;
-            if c.relieve(&drops)? {
-                eprintln!(
-                    "custos collect: warning: the reorder buffer reached its bound ({} MiB); lines were written before their order was settled (see out_of_order)",
-                    opts.reorder_buffer_bytes >> 20
-                );
-            }
         }
+        last_drops = drops.clone();
         let produced: u64 = states.iter().map(|s| s.seq).sum();
         let dropped: u64 = drops.iter().map(|d| d[0] + d[1]).sum();
         // Consumed means stored: what waits in the reorder buffer or

@@ -94,6 +94,8 @@ pub struct Consumer<W: Write> {
     cpus: Vec<CpuSequence>,
     /// The CPUs' ordered lines, merged by time on their way out.
     merge: Merge,
+    /// Bytes of the lines in the CPUs' `ahead` (they count in the reorder bound).
+    ahead_bytes: usize,
     /// (dev, inode) -> path, so later reads/writes of a file carry its path
     /// although only the first one walks it in the kernel.
     file_paths: HashMap<(u32, u64), String>,
@@ -139,6 +141,7 @@ impl<W: Write> Consumer<W> {
             early_attrs: HashMap::new(),
             cpus: (0..nr_cpus).map(|_| CpuSequence::new()).collect(),
             merge: Merge::new(nr_cpus, reorder_bytes),
+            ahead_bytes: 0,
             file_paths: HashMap::new(),
             counters: ConsumerCounters::default(),
             lines_written: 0,
@@ -239,6 +242,7 @@ impl<W: Write> Consumer<W> {
             self.advance(cpu);
         } else {
             let line = self.line.clone();
+            self.ahead_bytes += line.len();
             self.cpus[cpu].ahead.insert(seq, Slot::Line { time_ns, line });
         }
     }
@@ -252,6 +256,7 @@ impl<W: Write> Consumer<W> {
             }
             if let Slot::Line { time_ns, line } = entry.remove() {
                 self.merge.push(cpu, time_ns, &line);
+                self.ahead_bytes -= line.len();
                 st.next += 1;
             }
         }
@@ -340,7 +345,7 @@ impl<W: Write> Consumer<W> {
     /// Order is then no longer guaranteed for what arrives later; what does
     /// arrive out of order is counted (`out_of_order`, `late`).
     pub fn relieve(&mut self, drops: &[[u64; 2]]) -> Result<bool> {
-        if !self.merge.over_budget() {
+        if self.merge.buffered_bytes() + self.ahead_bytes <= self.merge.max_bytes {
             return Ok(false);
         }
         self.counters.reorder_forced += 1;
@@ -384,7 +389,7 @@ impl<W: Write> Consumer<W> {
 
     /// Bytes and lines held back to restore order.
     pub fn reorder_backlog(&self) -> (usize, usize) {
-        (self.merge.buffered_bytes(), self.merge.buffered_lines() + self.cpus.iter().map(|c| c.ahead.len()).sum::<usize>())
+        (self.merge.buffered_bytes() + self.ahead_bytes, self.merge.buffered_lines() + self.cpus.iter().map(|c| c.ahead.len()).sum::<usize>())
     }
 
     /// After the final drain: attribute records whose event never came.
@@ -922,6 +927,25 @@ mod tests {
         assert_eq!(times, [10, 20, 30, 40, 50]);
         assert_eq!(c.counters.lost_in_gaps, 0);
         assert_eq!(c.counters.out_of_order, 0);
+    }
+
+    #[test]
+    fn a_full_reorder_buffer_is_written_out_and_counted() {
+        let mut c = Consumer::with_reorder_buffer(Vec::new(), 1, 2000);
+        c.boot_offset_ns = 0;
+        // Number 1 never comes: everything after it is held back.
+        for seq in 2..=40 {
+            c.on_metadata(&record(0, seq, seq * 10, 7));
+        }
+        c.release(false).unwrap();
+        assert!(output(&c).is_empty());
+        assert!(c.reorder_backlog().0 > 2000);
+        assert!(c.relieve(&[[0, 1]]).unwrap(), "over its bound, the buffer is relieved");
+        assert_eq!(c.counters.reorder_forced, 1);
+        assert_eq!(c.counters.lost_in_gaps, 1, "the gap is settled as lost");
+        assert_eq!(output(&c).len(), 40, "the loss record and the 39 events");
+        assert_eq!(c.reorder_backlog(), (0, 0));
+        assert!(!c.relieve(&[[0, 1]]).unwrap());
     }
 
     #[test]

@@ -25,8 +25,8 @@ struct CpuLines {
     floor_ns: u64,
 }
 
-/// The merge of every CPU's ordered lines into one ordered stream, bounded in
-/// bytes (see [`Merge::over_budget`]).
+/// The merge of every CPU's ordered lines into one ordered stream (its bound,
+/// `max_bytes`, is kept by the consumer: `Consumer::relieve`).
 pub struct Merge {
     cpus: Vec<CpuLines>,
     /// The first line of each CPU that has lines: (time, cpu).
@@ -89,10 +89,6 @@ impl Merge {
 
     pub fn buffered_lines(&self) -> usize {
         self.cpus.iter().map(|c| c.items.len()).sum()
-    }
-
-    pub fn over_budget(&self) -> bool {
-        self.buffered > self.max_bytes
     }
 
     /// Writes every line no CPU can still precede; with `all`, every line.
