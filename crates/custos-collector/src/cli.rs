@@ -191,7 +191,7 @@ pub fn run_with_sink(args: CollectArgs, sink: Option<(Box<dyn Write + Send>, Lin
     out.finish().context("writing the event stream")?;
     eprintln!(
         "custos collect: produced {} = delivered {} + dropped {} (critical {}, events {}); incomplete {}; loss records {}; \
-         unnumbered {} (syscalls no copy of the program saw, busy on that CPU; \
+         unnumbered {} (lost to the kernel's skips: {} syscalls found, at most {} unseen, {} hook runs; \
          the first copy skipped {}, backups saw {})",
         summary.produced,
         summary.delivered,
@@ -201,6 +201,9 @@ pub fn run_with_sink(args: CollectArgs, sink: Option<(Box<dyn Write + Send>, Lin
         summary.consumer.incomplete,
         summary.consumer.loss_records,
         summary.skips.unnumbered,
+        summary.skips.skipped,
+        summary.skips.skipped_bound,
+        summary.skips.lsm,
         summary.skips.first_copy(),
         summary.skips.covered
     );

@@ -252,6 +252,9 @@ pub fn collect<W: Write>(opts: &Options, out: W, stop: &AtomicBool, on_ready: im
         links.push(skel.progs.custos_file_open.attach_lsm().context("attaching lsm/file_open")?);
     }
 
+    // Every copy is attached: from now on a tracepoint found unseen is a skip.
+    set_skip_epoch(&skel, 1)?;
+
     // Publish the provenance features. The pins stay after the run: a
     // scheduler keeps reading the maps, and the next collector fills them.
     if reuse_pins {
@@ -438,6 +441,8 @@ fn drain<W: Write>(
         }
     }
 
+    // No skips are told from here on: the copies go one by one.
+    set_skip_epoch(skel, 0)?;
     // Detach, let programs already running finish, then drain to empty.
     // Last attached, first detached: the first copy of a syscall program
     // outlives its backups, which only count what it skipped.
@@ -493,6 +498,12 @@ fn drain<W: Write>(
 /// Copies of each syscall tracepoint program (SYSCALL_COPY in the BPF
 /// program): a syscall is lost only when every copy was busy on its CPU.
 const SYSCALL_COPIES: usize = 3;
+
+/// Sets `skip_epoch`, the only variable of the programs' .bss.
+fn set_skip_epoch(skel: &MainSkel, epoch: u32) -> Result<()> {
+    const _: () = assert!(std::mem::size_of::<crate::bpf_skel::types::bss>() == 4, "skip_epoch is not alone in .bss");
+    skel.maps.bss.update(&0u32.to_ne_bytes(), &epoch.to_ne_bytes(), MapFlags::ANY).context("setting skip_epoch")
+}
 
 /// Per-CPU sequence numbers read at one poll tick, and where the rings'
 /// producers stood a poll interval later (see the drain loop).

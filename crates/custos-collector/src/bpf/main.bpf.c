@@ -23,6 +23,10 @@ const volatile __u32 collector_tgid = 0;
 /* Events per CPU between samples of ring availability: sampling every event
  * would make every CPU write the same cache line. */
 const volatile __u32 availability_sample_every = 64;
+/* Non-zero while every copy of the syscall programs is attached (set by
+ * user space after attaching, cleared before detaching): only then does a
+ * tracepoint found unseen mean a skip (see note_unseen). */
+volatile __u32 skip_epoch = 0;
 
 #define AT_FDCWD_VAL    -100
 #define PROT_EXEC_VAL   0x4
@@ -73,7 +77,8 @@ struct inflight {
 	 * PHASE_ENTER or PHASE_EXIT. Entries and exits alternate, so a copy that
 	 * finds the phase already moved knows an earlier copy saw this syscall. */
 	__u32 phase;
-	__u32 pad;
+	/* skip_epoch when the phase was recorded. */
+	__u32 epoch;
 };
 
 #define PHASE_ENTER 1
@@ -809,6 +814,7 @@ static __always_inline int sys_enter(struct pt_regs *regs, long id, struct infli
 	now.nr = key;
 	now.active = 1;
 	now.phase = in->phase;
+	now.epoch = in->epoch;
 	*in = now;
 	if (spec->flags & CUSTOS_SPEC_EXEC) {
 		b = scratch_attrs();
@@ -926,9 +932,12 @@ static __always_inline bool first_to_see(int copy, __u32 phase, struct inflight 
 		return copy == 0;
 	if (copy && in->phase == phase)
 		return false; /* an earlier copy saw this syscall */
-	if (in->phase == phase)
+	/* Only a phase recorded while every copy was attached tells a skip
+	 * (not a tracepoint that was not attached yet, or any more). */
+	if (in->phase == phase && skip_epoch && in->epoch == skip_epoch)
 		note_unseen(phase, in, regs);
 	in->phase = phase;
+	in->epoch = skip_epoch;
 	if (copy) {
 		cs = bpf_map_lookup_elem(&cpu_state, &zero);
 		if (cs)
