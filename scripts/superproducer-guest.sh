@@ -15,7 +15,10 @@
 # count, default 1; SP_ORDER=interleaved alternates the schedulers run by run,
 # SP_ORDER=grouped, the default, runs each scheduler's runs back to back),
 # SP_TRACE=1 (record sched_switch/sched_wakeup and the scheduler's
-# per-second stats of each run under SP_OUT, for finding the cause of a drop),
+# per-second stats of each run under SP_OUT, for finding the cause of a drop;
+# or a list of schedulers, SP_TRACE=custos, to trace only their runs),
+# SP_KEEP_EVENTS (1, the default, keeps each run's event stream; 0 keeps only
+# its loss records; or a list of schedulers whose streams are kept),
 # SP_OUT (results.jsonl and logs), CUSTOS_BIN. Arguments go to `custos sched`.
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -35,12 +38,16 @@ wait_for() { # condition, tenths of a second
   return 1
 }
 
-trace_start() {
-  [ "$trace" = 1 ] || return 0
+traced() { # name
+  [ "$trace" = 1 ] || [[ " $trace " == *" $1 "* ]]
+}
+
+trace_start() { # name
+  traced "$1" || return 0
   [ -e $tracefs/trace ] || mount -t tracefs nodev $tracefs
   echo 0 >$tracefs/tracing_on
   echo mono >$tracefs/trace_clock
-  echo 65536 >$tracefs/buffer_size_kb
+  echo "${SP_TRACE_KB:-262144}" >$tracefs/buffer_size_kb
   echo >$tracefs/trace
   echo 1 >$tracefs/events/sched/sched_switch/enable
   echo 1 >$tracefs/events/sched/sched_wakeup/enable
@@ -50,10 +57,10 @@ trace_start() {
   echo "custos_wallclock $(date +%s%N)" >$tracefs/trace_marker
 }
 
-trace_stop() { # file
-  [ "$trace" = 1 ] || return 0
+trace_stop() { # name file
+  traced "$1" || return 0
   echo 0 >$tracefs/tracing_on
-  cat $tracefs/trace >"$1"
+  cat $tracefs/trace >"$2"
   echo 0 >$tracefs/events/enable
 }
 
@@ -70,13 +77,13 @@ run() { # name tag workers [custos sched args...]
       "$bpfland" >"$out/$tag.sched.log" 2>&1 &
     else
       local stats=()
-      [ "$trace" = 1 ] && stats=(--stats 1)
+      traced "$name" && stats=(--stats 1)
       "$bin/custos" sched --stats-json "$out/$tag.sched.json" "${stats[@]}" "$@" >"$out/$tag.sched.log" 2>&1 &
     fi
     sched=$!
     wait_for '[ "$(cat /sys/kernel/sched_ext/state)" = enabled ]' 300 || { echo "scheduler did not attach" >&2; cat "$out/$tag.sched.log" >&2; return 1; }
   fi
-  trace_start
+  trace_start "$name"
   local start end pids=()
   start=$(date +%s%N)
   for _ in $(seq "$workers"); do
@@ -85,7 +92,7 @@ run() { # name tag workers [custos sched args...]
   (sleep 1; exec /bin/sh -c 'echo marker > /tmp/custos-marker') & pids+=($!)
   wait "${pids[@]}"
   end=$(date +%s%N)
-  trace_stop "$out/$tag.trace"
+  trace_stop "$name" "$out/$tag.trace"
   local state; state=$(cat /sys/kernel/sched_ext/state)
   [ -n "$sched" ] && { kill -INT "$sched"; wait "$sched"; }
   kill -INT "$collector"; wait "$collector"
@@ -110,7 +117,8 @@ print("yes" if execd and opened else "no")
   # The in-band loss records (CPU, sequence range, ring, time window) stay;
   # the stream itself only if asked (SP_KEEP_EVENTS=1), it is large.
   grep -a '"type":"loss"' "$events" >"$out/$tag.loss.jsonl"
-  [ "${SP_KEEP_EVENTS:-1}" = 1 ] || rm -f "$events"
+  local keep=${SP_KEEP_EVENTS:-1}
+  [ "$keep" = 1 ] || [[ " $keep " == *" $name "* ]] || rm -f "$events"
   printf '%-8s %7s %10s %10s %9s %11s %7s %11s %8s %s\n' "$name" "$workers" "$produced" "$delivered" "$dropped" "$unnumbered" \
     "$(awk -v d="$dropped" -v u="$unnumbered" -v p="$produced" 'BEGIN { t = p + u; printf "%.1f%%", t ? 100 * (d + u) / t : 0 }')" \
     "$(( (end - start) / 1000000 )) ms" "$marker" "${state}"

@@ -47,3 +47,26 @@ def test_a_missing_collector_summary_is_an_error():
     bad = dict(sp("default", 0), produced=None, delivered=None, dropped=None, unnumbered=None)
     with pytest.raises(ValueError, match="no summary"):
         sched_run.summarize({}, [bad])
+
+
+def series_row(sched, workers, run, dropped=0, unnumbered=0, produced=1000):
+    return dict(sp(sched, dropped, unnumbered, produced), workers=workers, run=run)
+
+
+def test_series_counts_every_custos_run_with_loss():
+    rows = [series_row("default", 16, 1, dropped=300), series_row("custos", 16, 1),
+            series_row("default", 16, 2, dropped=100), series_row("custos", 16, 2, unnumbered=1),
+            series_row("default", 64, 1, dropped=500), series_row("custos", 64, 1, dropped=10)]
+    s = sched_run.summarize_series(rows, {}, 1.0)
+    assert s["superproducer_runs"] == 3
+    assert s["custos_runs_with_loss"] == 2
+    assert s["custos_max_loss_pct"] == 1.0
+    assert s["default_min_loss_pct"] == 10.0
+    assert s["superproducer_series"]["by_workers"]["16"]["custos_runs_with_loss"] == 1
+    assert len(s["superproducer_series"]["per_run"]) == 6
+
+
+def test_series_run_without_figures_counts_as_loss():
+    bad = dict(series_row("custos", 16, 1), produced=None, delivered=None, dropped=None, unnumbered=None)
+    s = sched_run.summarize_series([series_row("default", 16, 1, dropped=300), bad], {}, 1.0)
+    assert s["custos_runs_with_loss"] == 1

@@ -763,19 +763,20 @@ static u8 availability_now(void)
 	return availability_of(bpf_map_lookup_elem(&global_features, &zero));
 }
 
-/* The rings are under pressure: availability below availability_high. */
-static bool rings_pressured(void)
-{
-	return availability_now() < availability_high;
-}
-
 /*
  * A consumer woke up with no idle CPU for it: take the CPU select_cpu chose,
- * preempting what runs there unless that is a consumer or a kthread. A consumer whose slice ran out keeps its CPU while the
- * rings are under pressure; without pressure it takes the head of the
- * primary queue, under the budgets and the starvation guard like everyone.
+ * preempting what runs there unless that is a consumer or a kthread.
+ *
+ * A consumer queued again while runnable (its slice ended: at the tick it is
+ * refilled, so that happens when another consumer waits on the CPU, or past
+ * the starvation guard) goes to the head of its CPU's local queue, never to
+ * a shared one: the kernel runs the local queue without asking ops.dispatch
+ * while it is not empty, and kthreads and preempted producers keep landing
+ * there, so a consumer in a shared queue could wait for tens of ms (session
+ * 4 traces: 24.6 ms, 12 records refused). Only past the starvation guard
+ * does it take the head of the primary queue like everyone.
  */
-static bool enqueue_consumer(struct task_struct *p, u64 enq_flags,
+static bool enqueue_consumer(struct task_struct *p, struct task_ctx *tctx, u64 enq_flags,
 			     struct custos_sched_stats *st)
 {
 	s32 cpu = scx_bpf_task_cpu(p);
@@ -785,7 +786,8 @@ static bool enqueue_consumer(struct task_struct *p, u64 enq_flags,
 	if (!consumer_preempt)
 		return false;
 	if (!(enq_flags & SCX_ENQ_WAKEUP)) {
-		if (!rings_pressured())
+		if (starvation_guard_ns &&
+		    bpf_ktime_get_ns() - tctx->running_at >= starvation_guard_ns)
 			return false;
 		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, enq_flags | SCX_ENQ_HEAD);
 		set_consumer_waiting_local(cpu, 1);
@@ -847,24 +849,24 @@ void BPF_STRUCT_OPS(custos_enqueue, struct task_struct *p, u64 enq_flags)
 	 * inside the collector's program, preempted by a waking consumer the
 	 * moment the program turned preemption back on. While it is off the
 	 * CPU, that copy of the program is skipped for every other task's
-	 * syscalls here, so it runs next, at the head of the local queue (after
-	 * whatever preempted it), for a short slice that only lets it leave.
-	 * The kernel did the same before SCX_OPS_ENQ_MIGRATION_DISABLED (set by
-	 * the loader) routed these tasks here, but with its default 20 ms
-	 * slice: a producer running 20 ms past a consumer's slice end while the
-	 * consumer waited is what overflowed the rings (session 4 traces).
+	 * syscalls here, so it runs next, on the local queue (after whatever
+	 * preempted it and what waits there already: a consumer put at its
+	 * head goes first), for a short slice that only lets it leave. The
+	 * kernel did the same before SCX_OPS_ENQ_MIGRATION_DISABLED (set by the
+	 * loader) routed these tasks here, but with its default 20 ms slice: a
+	 * producer running 20 ms past a consumer's slice end while the consumer
+	 * waited is what overflowed the rings (session 4 traces).
 	 */
 	if (!(enq_flags & SCX_ENQ_WAKEUP) && is_migration_disabled(p) &&
 	    !(tctx && tctx->consumer)) {
-		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, MIGRATION_DISABLED_SLICE_NS,
-				   enq_flags | SCX_ENQ_HEAD);
+		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, MIGRATION_DISABLED_SLICE_NS, enq_flags);
 		if (st)
 			st->migration_disabled_next++;
 		return;
 	}
 
 	if (tctx && tctx->consumer && q == CUSTOS_PRIMARY_QUEUE) {
-		if (enqueue_consumer(p, enq_flags, st))
+		if (enqueue_consumer(p, tctx, enq_flags, st))
 			return;
 		enq_flags |= SCX_ENQ_HEAD;
 		if (st)
