@@ -135,9 +135,9 @@ def flood_into_store(d: Path, bounds_mb):
     peak_mb = int(err.split("maxrss_kb=")[1].split()[0]) / 1024
     con = sqlite3.connect(d / "flood.db")
     stored = con.execute("SELECT count(*) FROM events").fetchone()[0]
-    in_band = con.execute("SELECT COALESCE(SUM(count), 0) FROM losses").fetchone()[0]
+    in_band = con.execute("SELECT COALESCE(SUM(count), 0) FROM losses WHERE category NOT LIKE 'skipped%'").fetchone()[0]
     con.close()
-    return {"produced": produced, "stored": stored, "dropped": dropped, "lost_in_band": in_band,
+    return {"produced": produced, "stored": stored, "dropped": dropped, "refused_in_band": in_band,
             "peak_rss_mb": round(peak_mb, 1), "accounted": produced == stored + dropped == stored + in_band}
 
 
