@@ -253,6 +253,9 @@ pub fn collect<W: Write>(opts: &Options, out: W, stop: &AtomicBool, on_ready: im
     }
 
     // Every copy is attached: from now on a tracepoint found unseen is a skip.
+    // Read before arming, and after disarming at the end, so that every
+    // syscall counted in a task falls inside the counters' difference.
+    let skip_base = SkipCounters::read(&skel, &read_cpu_states(&skel)?);
     set_skip_epoch(&skel, 1)?;
 
     // Publish the provenance features. The pins stay after the run: a
@@ -262,7 +265,7 @@ pub fn collect<W: Write>(opts: &Options, out: W, stop: &AtomicBool, on_ready: im
     } else {
         pin(&skel)?;
     }
-    let result = drain(opts, &skel, out, stop, links, on_ready, lsm_active, available.len());
+    let result = drain(opts, &skel, out, stop, links, on_ready, lsm_active, available.len(), &skip_base);
     let _ = features::publish(&skel.maps.global_features, 0, 0, false, monotonic_ns());
     result
 }
@@ -301,6 +304,7 @@ fn drain<W: Write>(
     on_ready: impl FnOnce(),
     lsm_active: bool,
     syscalls_attached: usize,
+    skip_base: &SkipCounters,
 ) -> Result<Summary> {
     let nr_cpus = libbpf_rs::num_possible_cpus().context("counting CPUs")?;
     let consumer = Rc::new(RefCell::new(Consumer::with_reorder_buffer(out, nr_cpus, opts.reorder_buffer_bytes)));
@@ -405,7 +409,7 @@ fn drain<W: Write>(
         }
         {
             let mut c = consumer.borrow_mut();
-            let skips = recursion_misses(skel, &states);
+            let skips = SkipCounters::read(skel, &states).since(skip_base);
             c.report_skips(&states.iter().map(|s| s.skipped).collect::<Vec<_>>(), skips.skipped_bound + skips.lsm)?;
             c.release(false)?;
         }
@@ -428,7 +432,7 @@ fn drain<W: Write>(
                 last_stats = Instant::now();
                 let g = global_snapshot(skel);
                 metrics.update(&states, &consumer.borrow().counters, g.as_ref(), started.elapsed());
-                metrics.skips = recursion_misses(skel, &states);
+                metrics.skips = SkipCounters::read(skel, &states).since(skip_base);
                 eprintln!("custos collect: {}", metrics.line());
                 let mut c = consumer.borrow_mut();
                 let wall = c.wall_ns(monotonic_ns());
@@ -441,8 +445,9 @@ fn drain<W: Write>(
         }
     }
 
-    // No skips are told from here on: the copies go one by one.
+    // The recording ends: what the copies skip while they go one by one is not part of it.
     set_skip_epoch(skel, 0)?;
+    let skip_end = SkipCounters::read(skel, &read_cpu_states(skel)?);
     // Detach, let programs already running finish, then drain to empty.
     // Last attached, first detached: the first copy of a syscall program
     // outlives its backups, which only count what it skipped.
@@ -459,14 +464,14 @@ fn drain<W: Write>(
         c.settle_gaps(&cpu_seq, &drops, None)?;
         c.flush_waiting();
         c.release(true)?;
-        let skips = recursion_misses(skel, &states);
+        let skips = skip_end.since(skip_base);
         c.report_skips(&states.iter().map(|s| s.skipped).collect::<Vec<_>>(), skips.skipped_bound + skips.lsm)?;
     }
     // The final account and the final stats record are one computation.
     let counters = consumer.borrow().counters.clone();
     let g = global_snapshot(skel);
     metrics.update(&states, &counters, g.as_ref(), started.elapsed());
-    metrics.skips = recursion_misses(skel, &states);
+    metrics.skips = skip_end.since(skip_base);
     let m = &metrics;
     let invariant_holds = m.produced == counters.delivered + m.dropped && counters.lost_in_gaps == m.dropped && counters.late == 0;
     let summary = Summary {
@@ -524,28 +529,59 @@ fn syscall_copies<'a, 'b>(skel: &'a MainSkel<'b>) -> [[&'a libbpf_rs::ProgramMut
     ]
 }
 
-fn recursion_misses(skel: &MainSkel, states: &[custos_cpu_state]) -> Skips {
-    // SAFETY: bpf_program__fd only reads the program; -1 when not loaded.
-    let fd = |p: &libbpf_rs::ProgramMut| unsafe { libbpf_rs::libbpf_sys::bpf_program__fd(p.as_libbpf_object().as_ptr()) };
-    let misses = |p: &libbpf_rs::ProgramMut| {
-        let fd = fd(p);
-        if fd < 0 {
-            return 0;
+/// The kernel's skip counters of every program and the programs' own, read
+/// together; the skips of a stretch of time are the difference of two reads.
+#[derive(Clone, Debug, Default)]
+struct SkipCounters {
+    enter: Vec<u64>,
+    exit: Vec<u64>,
+    covered: [u64; 2],
+    unseen: [u64; 2],
+    skipped: u64,
+    hooks: u64,
+}
+
+impl SkipCounters {
+    fn read(skel: &MainSkel, states: &[custos_cpu_state]) -> SkipCounters {
+        // SAFETY: bpf_program__fd only reads the program; -1 when not loaded.
+        let fd = |p: &libbpf_rs::ProgramMut| unsafe { libbpf_rs::libbpf_sys::bpf_program__fd(p.as_libbpf_object().as_ptr()) };
+        let misses = |p: &libbpf_rs::ProgramMut| {
+            let fd = fd(p);
+            if fd < 0 {
+                return 0;
+            }
+            let mut info = libbpf_rs::libbpf_sys::bpf_prog_info::default();
+            let mut len = std::mem::size_of_val(&info) as u32;
+            // SAFETY: the kernel fills at most `len` bytes of `info`.
+            let rc = unsafe { libbpf_rs::libbpf_sys::bpf_prog_get_info_by_fd(fd, &mut info, &mut len) };
+            if rc == 0 { info.recursion_misses } else { 0 }
+        };
+        let copies = syscall_copies(skel);
+        SkipCounters {
+            enter: copies.iter().map(|[enter, _]| misses(enter)).collect(),
+            exit: copies.iter().map(|[_, exit]| misses(exit)).collect(),
+            covered: [0, 1].map(|i| states.iter().map(|s| s.covered[i]).sum()),
+            unseen: [0, 1].map(|i| states.iter().map(|s| s.unseen[i]).sum()),
+            skipped: states.iter().map(|s| s.skipped).sum(),
+            hooks: misses(&skel.progs.custos_bprm_check) + misses(&skel.progs.custos_file_open) + misses(&skel.progs.custos_fork),
         }
-        let mut info = libbpf_rs::libbpf_sys::bpf_prog_info::default();
-        let mut len = std::mem::size_of_val(&info) as u32;
-        // SAFETY: the kernel fills at most `len` bytes of `info`.
-        let rc = unsafe { libbpf_rs::libbpf_sys::bpf_prog_get_info_by_fd(fd, &mut info, &mut len) };
-        if rc == 0 { info.recursion_misses } else { 0 }
-    };
-    let copies = syscall_copies(skel);
-    let enter: Vec<u64> = copies.iter().map(|[enter, _]| misses(enter)).collect();
-    let exit: Vec<u64> = copies.iter().map(|[_, exit]| misses(exit)).collect();
-    let covered = [0, 1].map(|i| states.iter().map(|s| s.covered[i]).sum());
-    let unseen = [0, 1].map(|i| states.iter().map(|s| s.unseen[i]).sum());
-    let skipped = states.iter().map(|s| s.skipped).sum();
-    let lsm = misses(&skel.progs.custos_bprm_check) + misses(&skel.progs.custos_file_open) + misses(&skel.progs.custos_fork);
-    Skips::new(&enter, &exit, covered, unseen, skipped, lsm)
+    }
+
+    /// The skips between `base` (read when every copy was attached) and
+    /// now: what happens while programs attach or detach one by one is not
+    /// part of the recording.
+    fn since(&self, base: &SkipCounters) -> Skips {
+        let minus = |a: &[u64], b: &[u64]| -> Vec<u64> { a.iter().zip(b).map(|(a, b)| a.saturating_sub(*b)).collect() };
+        let pair = |a: [u64; 2], b: [u64; 2]| [a[0].saturating_sub(b[0]), a[1].saturating_sub(b[1])];
+        Skips::new(
+            &minus(&self.enter, &base.enter),
+            &minus(&self.exit, &base.exit),
+            pair(self.covered, base.covered),
+            pair(self.unseen, base.unseen),
+            self.skipped.saturating_sub(base.skipped),
+            self.hooks.saturating_sub(base.hooks),
+        )
+    }
 }
 
 fn global_snapshot(skel: &MainSkel) -> Option<crate::bpf_skel::types::custos_global_features> {
