@@ -196,7 +196,7 @@ fn register_consumers(
     Ok(want)
 }
 
-fn collector_pins(pin_dir: &Path) -> Option<(PathBuf, PathBuf)> {
+fn feature_pins(pin_dir: &Path) -> Option<(PathBuf, PathBuf)> {
     let task = pin_dir.join(custos_str(bpf_intf::CUSTOS_TASK_FEATURES_MAP));
     let global = pin_dir.join(custos_str(bpf_intf::CUSTOS_GLOBAL_FEATURES_MAP));
     (task.exists() && global.exists()).then_some((task, global))
@@ -290,7 +290,7 @@ impl<'a> Scheduler<'a> {
         // scheduler and the collector starts first: reuse them if they are
         // there, else pin ours after loading for the collector to reuse
         // (it fills them from then on, also after a restart).
-        let reused = match collector_pins(&args.pin_dir) {
+        let reused = match feature_pins(&args.pin_dir) {
             Some((task, global)) => {
                 skel.maps.task_features.reuse_pinned_map(&task).with_context(|| {
                     format!("cannot reuse the provenance feature map {} (left by another version? remove {} once no collector runs)", task.display(), args.pin_dir.display())

@@ -230,7 +230,7 @@ fn vm_static_policy_budgets_pressured_producers_and_spares_consumers() {
     let log = g.log("policy.log");
     assert_eq!(g.get("policy.state"), "enabled", "log: {log}");
     assert_eq!(g.get("policy.rc"), "0", "log: {log}");
-    assert!(log.contains("reusing the collector's maps"), "log: {log}");
+    assert!(log.contains("reusing the maps pinned in"), "log: {log}");
     assert!(!log.contains("audit pressure unavailable"), "log: {log}");
     let m = g.json("policy.json");
     assert_eq!(m["collector_features"], 1, "{m}");
