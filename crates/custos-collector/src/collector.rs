@@ -407,15 +407,15 @@ fn drain<W: Write>(
             let snap = snapshots.pop_front().unwrap();
             consumer.borrow_mut().settle_gaps(&snap.seqs, &drops, Some(snap.as_of))?;
         }
+        let skips = SkipCounters::read(skel, &states).since(skip_base);
         {
             let mut c = consumer.borrow_mut();
-            let skips = SkipCounters::read(skel, &states).since(skip_base);
             c.report_skips(&states.iter().map(|s| s.skipped).collect::<Vec<_>>(), skips.skipped_bound + skips.lsm)?;
             c.release(false)?;
         }
-        last_drops = drops.clone();
         let produced: u64 = states.iter().map(|s| s.seq).sum();
         let dropped: u64 = drops.iter().map(|d| d[0] + d[1]).sum();
+        last_drops = drops;
         // Consumed means stored: what waits in the reorder buffer or
         // downstream (writer, store) is lag too, so the scheduler throttles
         // producers to the slowest stage's rate.
@@ -432,7 +432,7 @@ fn drain<W: Write>(
                 last_stats = Instant::now();
                 let g = global_snapshot(skel);
                 metrics.update(&states, &consumer.borrow().counters, g.as_ref(), started.elapsed());
-                metrics.skips = SkipCounters::read(skel, &states).since(skip_base);
+                metrics.skips = skips;
                 eprintln!("custos collect: {}", metrics.line());
                 let mut c = consumer.borrow_mut();
                 let wall = c.wall_ns(monotonic_ns());

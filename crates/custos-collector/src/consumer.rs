@@ -345,7 +345,7 @@ impl<W: Write> Consumer<W> {
     /// Order is then no longer guaranteed for what arrives later; what does
     /// arrive out of order is counted (`out_of_order`, `late`).
     pub fn relieve(&mut self, drops: &[[u64; 2]]) -> Result<bool> {
-        if self.merge.buffered_bytes() + self.ahead_bytes <= self.merge.max_bytes {
+        if self.held_bytes() <= self.merge.max_bytes {
             return Ok(false);
         }
         self.counters.reorder_forced += 1;
@@ -387,9 +387,14 @@ impl<W: Write> Consumer<W> {
         Ok(())
     }
 
+    /// Bytes of the lines held back to restore order (the reorder bound's measure).
+    fn held_bytes(&self) -> usize {
+        self.merge.buffered_bytes() + self.ahead_bytes
+    }
+
     /// Bytes and lines held back to restore order.
     pub fn reorder_backlog(&self) -> (usize, usize) {
-        (self.merge.buffered_bytes() + self.ahead_bytes, self.merge.buffered_lines() + self.cpus.iter().map(|c| c.ahead.len()).sum::<usize>())
+        (self.held_bytes(), self.merge.buffered_lines() + self.cpus.iter().map(|c| c.ahead.len()).sum::<usize>())
     }
 
     /// After the final drain: attribute records whose event never came.

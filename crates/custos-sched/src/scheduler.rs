@@ -205,26 +205,15 @@ fn feature_pins(pin_dir: &Path) -> Option<(PathBuf, PathBuf)> {
 /// Pins the scheduler's own feature maps where the collector looks for them.
 /// Another process may pin first (a collector starting now): then reusing
 /// its maps would need a reload, so say so plainly.
-fn pin_features(skel: &BpfSkel, pin_dir: &Path) -> Result<()> {
+fn pin_features(skel: &mut BpfSkel, pin_dir: &Path) -> Result<()> {
     std::fs::create_dir_all(pin_dir).with_context(|| format!("creating {}", pin_dir.display()))?;
     let task = pin_dir.join(custos_str(bpf_intf::CUSTOS_TASK_FEATURES_MAP));
     let global = pin_dir.join(custos_str(bpf_intf::CUSTOS_GLOBAL_FEATURES_MAP));
-    let pin = |map: &dyn MapCore, path: &Path| -> Result<()> {
-        use std::os::fd::AsRawFd;
-        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).context("a pin path with a NUL")?;
-        // SAFETY: bpf_obj_pin with a valid map fd and path.
-        let rc = unsafe { libbpf_rs::libbpf_sys::bpf_obj_pin(map.as_fd().as_raw_fd(), c.as_ptr()) };
-        if rc != 0 {
-            return Err(std::io::Error::from_raw_os_error(-rc)).with_context(|| {
-                format!("pinning {} (a collector pinning at the same moment? start the scheduler again)", path.display())
-            });
-        }
-        Ok(())
-    };
-    pin(&skel.maps.task_features, &task)?;
-    if let Err(e) = pin(&skel.maps.global_features, &global) {
+    let again = "a collector pinning at the same moment? start the scheduler again";
+    skel.maps.task_features.pin(&task).with_context(|| format!("pinning {} ({again})", task.display()))?;
+    if let Err(e) = skel.maps.global_features.pin(&global) {
         let _ = std::fs::remove_file(&task);
-        return Err(e);
+        return Err(e).with_context(|| format!("pinning {} ({again})", global.display()));
     }
     Ok(())
 }
@@ -322,7 +311,7 @@ impl<'a> Scheduler<'a> {
         }
 
         if !reused {
-            pin_features(&skel, &args.pin_dir)?;
+            pin_features(&mut skel, &args.pin_dir)?;
             info!(
                 "provenance features: no collector yet; pinned the feature maps in {} for it to fill when it starts",
                 args.pin_dir.display()
