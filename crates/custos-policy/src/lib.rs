@@ -1,0 +1,15 @@
+//! custos-policy: the learned queue policy of Custos (seed 000 §4.2, §5).
+//!
+//! For: the policy's feature vector and its normalisation, the integer
+//! Q-network's reference forward pass (the kernel runs its C twin), the
+//! model file, transitions and their reward, the replay memory and the DQN
+//! trainer that turns transitions into a quantised network.
+//!
+//! Not for: anything in the kernel. The scheduler (`custos-sched`) fills
+//! the features, runs the network, emits transitions and loads the weights
+//! this crate produces; `custos train` drives the trainer.
+
+pub mod features;
+pub mod model;
+pub mod net;
+pub mod transition;
