@@ -10,4 +10,12 @@ fn main() {
         .enable_skel("src/bpf/main.bpf.c", "bpf")
         .build()
         .unwrap();
+    // The policy network and normalisation alone, for BPF_PROG_TEST_RUN
+    // (tests and the inference-cost benchmark; runs without sched_ext).
+    scx_cargo::BpfBuilder::new()
+        .unwrap()
+        .add_include_path("../../include")
+        .enable_skel("src/bpf/policy_probe.bpf.c", "policy_probe")
+        .build()
+        .unwrap();
 }

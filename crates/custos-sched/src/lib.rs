@@ -25,8 +25,13 @@ mod bpf_skel {
     #![allow(clippy::all, non_camel_case_types, non_snake_case, dead_code)]
     include!(concat!(env!("OUT_DIR"), "/bpf_skel.rs"));
 }
+mod policy_probe_skel {
+    #![allow(clippy::all, non_camel_case_types, non_snake_case, dead_code)]
+    include!(concat!(env!("OUT_DIR"), "/policy_probe_skel.rs"));
+}
 
 pub mod cli;
+pub mod policy;
 pub mod pressure;
 mod scheduler;
 pub mod stats;

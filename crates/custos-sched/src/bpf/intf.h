@@ -10,6 +10,8 @@
 
 #ifndef __VMLINUX_H__
 typedef unsigned char u8;
+typedef signed char s8;
+typedef int s32;
 typedef unsigned int u32;
 typedef unsigned long long u64;
 typedef unsigned int __u32;
@@ -105,5 +107,8 @@ struct custos_sched_stats {
 	u64 feature_updates;			 /* feature-maintenance calls measured */
 	u64 feature_outliers;			 /* calls over 100 us (CPU taken away), not in feature_ns */
 };
+
+/* The learned policy's weights and transitions. */
+#include "policy_intf.h"
 
 #endif /* CUSTOS_SCHED_INTF_H */
