@@ -12,4 +12,5 @@
 pub mod features;
 pub mod model;
 pub mod net;
+pub mod replay;
 pub mod transition;
