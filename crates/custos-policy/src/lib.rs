@@ -12,5 +12,6 @@
 pub mod features;
 pub mod model;
 pub mod net;
+pub mod quantize;
 pub mod replay;
 pub mod transition;
