@@ -9,7 +9,10 @@
 //! the features, runs the network, emits transitions and loads the weights
 //! this crate produces; `custos train` drives the trainer.
 
+pub mod dqn;
 pub mod features;
 pub mod model;
 pub mod net;
+pub mod quantize;
+pub mod replay;
 pub mod transition;
