@@ -10,6 +10,15 @@ use clap::Args;
 
 use crate::waiting_time::Scale;
 
+/// The queue-assignment policies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PolicyKind {
+    /// Thresholds on a producer's event rate and share while the rings fill.
+    Static,
+    /// The integer Q-network of --model, evaluated in the kernel.
+    Learned,
+}
+
 /// Run the Custos sched_ext scheduler (Aegis queue backbone) until Ctrl-C.
 ///
 /// Consumers (the collector's, and any named here) always run from the primary
@@ -81,6 +90,51 @@ pub struct SchedArgs {
     /// Return them to primary once availability is back above this percentage.
     #[arg(long, default_value_t = 50.0)]
     pub availability_high: f64,
+
+    /// Which policy puts tasks in queues: the static thresholds below, or the
+    /// learned integer network (seed 000 §4.2) from --model. A learned policy
+    /// whose model cannot be used falls back to static, and says so.
+    #[arg(long, value_enum, default_value_t = PolicyKind::Static)]
+    pub policy: PolicyKind,
+
+    /// Model file of the learned policy (`custos train` writes one).
+    #[arg(long, value_name = "FILE")]
+    pub model: Option<PathBuf>,
+
+    /// Delta function (Eq. 12): reuse a task's last learned decision while its
+    /// nvcsw, nr_event and the ring availability each moved by less than
+    /// 1/2^SHIFT (2 = the seed's δ = 0.25). 0 runs the network on every decision.
+    #[arg(long, default_value_t = 2, value_name = "SHIFT")]
+    pub delta_shift: u32,
+
+    /// Write every transition (state, action, next state, events lost) to
+    /// FILE, for `custos train --recording FILE`.
+    #[arg(long, value_name = "FILE")]
+    pub record_transitions: Option<PathBuf>,
+
+    /// Train the learned policy online from this run's transitions and push
+    /// the new weights into the kernel after every epoch; --save-model keeps them.
+    #[arg(long)]
+    pub train: bool,
+
+    /// Where --train writes the model it learned (on exit and every epoch).
+    #[arg(long, value_name = "FILE")]
+    pub save_model: Option<PathBuf>,
+
+    /// Percentage of decisions that pick a random queue (epsilon-greedy), so
+    /// recorded transitions show every action's outcome (default: 5 with
+    /// --train, else 0). Costs completeness while on: for training runs only.
+    #[arg(long, value_name = "PCT")]
+    pub explore_pct: Option<u32>,
+
+    /// Emit transitions for an external `custos train --online` (pinned under
+    /// PIN_DIR/sched) even when this run neither records nor trains.
+    #[arg(long)]
+    pub emit_transitions: bool,
+
+    /// Size of the transitions ring, in KiB (a power of two).
+    #[arg(long, default_value_t = 4096)]
+    pub transitions_ring_kb: u32,
 
     /// Protect processes with this command name (comm) as consumers; repeatable.
     #[arg(long = "consumer", value_name = "NAME")]

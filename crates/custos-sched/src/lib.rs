@@ -1,5 +1,5 @@
 //! custos-sched: Custos's sched_ext scheduler, the Aegis queue backbone
-//! (seed 000, section 4.1) with a static consumer-protection policy.
+//! (seed 000, section 4.1) with its static and learned queue policies.
 //!
 //! For: keeping a provenance consumer (the Custos collector, auditd, ...)
 //! fed while producers flood it, by parking pressured producers in budgeted
@@ -8,9 +8,14 @@
 //! it, writes its tunables, feeds it consumer pids and external pressure,
 //! and reports its statistics (`custos sched --stats`).
 //!
+//! The queue policy is static (`policy_static.bpf.h`) or the learned
+//! integer network (`policy_net.bpf.h`); `learning` and `train` feed it
+//! transitions, train it with custos-policy's DQN and push its weights.
+//!
 //! Not for: collecting provenance (that is `custos-collector`, which
 //! publishes the features read here through the pinned maps of
-//! `include/custos/provenance_features.h`), nor learning a policy.
+//! `include/custos/provenance_features.h`), nor the network's mathematics
+//! (custos-policy).
 
 pub mod bpf_intf {
     #![allow(
@@ -31,10 +36,12 @@ mod policy_probe_skel {
 }
 
 pub mod cli;
+pub mod learning;
 pub mod policy;
 pub mod pressure;
 mod scheduler;
 pub mod stats;
+pub mod train;
 pub mod waiting_time;
 
 pub use scheduler::sched_ext_state;

@@ -18,10 +18,14 @@ use scx_utils::{scx_ops_attach, scx_ops_load, scx_ops_open, uei_exited, uei_repo
 
 use crate::bpf_intf;
 use crate::bpf_skel::*;
-use crate::cli::{parse_forcing, SchedArgs};
+use crate::cli::{parse_forcing, PolicyKind, SchedArgs};
+use crate::learning::{self, LearnerConfig, LearnerReport, PolicyMaps, TrainConfig};
 use crate::pressure;
 use crate::stats::{Metrics, QueueMetrics};
-use crate::waiting_time::{self, norm_log2, norm_percent};
+use crate::waiting_time;
+use custos_policy::dqn::DqnConfig;
+use custos_policy::features::{norm_log2, norm_percent};
+use custos_policy::model::Model;
 
 const SCHED_EXT_STATE: &str = "/sys/kernel/sched_ext/state";
 
@@ -67,6 +71,58 @@ pub struct Config {
     pub availability_high: u8,
     pub forced_comm: Vec<(String, u32)>,
     pub forced_pid: Vec<(u32, u32)>,
+    pub policy: PolicyChoice,
+    pub delta_shift: u32,
+    /// The kernel emits transitions (someone records or trains).
+    pub emit_transitions: bool,
+    pub transitions_ring_bytes: u32,
+    pub explore_pct: u32,
+}
+
+/// The policy a run uses, once --policy and --model were looked at.
+#[derive(Debug, Clone)]
+pub struct PolicyChoice {
+    pub learned: bool,
+    pub model: Option<Model>,
+    /// For the log and the stats: which policy, from where, or why not.
+    pub description: String,
+}
+
+/// --policy learned with a model that cannot be used falls back to static
+/// and says why; only training needs a usable start, so there it is an error.
+fn choose_policy(args: &SchedArgs, nr_queues: u32) -> Result<PolicyChoice> {
+    if args.policy == PolicyKind::Static {
+        if args.train {
+            bail!("--train trains the learned policy: use it with --policy learned");
+        }
+        return Ok(PolicyChoice { learned: false, model: None, description: "static".into() });
+    }
+    let loaded = match &args.model {
+        Some(path) => Model::load(path).and_then(|m| m.fits(nr_queues).map(|()| m)).map(Some),
+        None => Ok(None),
+    };
+    match (loaded, args.train) {
+        (Ok(Some(model)), _) => Ok(PolicyChoice {
+            learned: true,
+            description: format!("learned ({})", args.model.as_ref().unwrap().display()),
+            model: Some(model),
+        }),
+        (Ok(None), true) => Ok(PolicyChoice {
+            learned: true,
+            model: None,
+            description: "learned (untrained: static until the first epoch)".into(),
+        }),
+        (Ok(None), false) => {
+            let why = "no model given (--model FILE; `custos train` makes one)";
+            warn!("learned policy unavailable, falling back to the static policy: {why}");
+            Ok(PolicyChoice { learned: false, model: None, description: format!("static (learned unavailable: {why})") })
+        }
+        (Err(e), true) => Err(e.context("--train cannot start from this model")),
+        (Err(e), false) => {
+            warn!("learned policy unavailable, falling back to the static policy: {e:#}");
+            Ok(PolicyChoice { learned: false, model: None, description: format!("static (learned unavailable: {e:#})") })
+        }
+    }
 }
 
 impl Config {
@@ -136,7 +192,25 @@ impl Config {
             check_queue("--force-queue-pid", &pid.to_string(), q)?;
             forced_pid.push((pid, q));
         }
+        if args.delta_shift > 16 {
+            bail!("--delta-shift must be 0 (off) to 16 (got {})", args.delta_shift);
+        }
+        let ring = args.transitions_ring_kb as u64 * 1024;
+        if !ring.is_power_of_two() || !(16..=1 << 20).contains(&args.transitions_ring_kb) {
+            bail!("--transitions-ring-kb must be a power of two from 16 to 1048576 (got {})", args.transitions_ring_kb);
+        }
+        let policy = choose_policy(args, nr_queues)?;
+        let explore_pct = args.explore_pct.unwrap_or(if args.train { 5 } else { 0 });
+        if explore_pct > 100 {
+            bail!("--explore-pct is a percentage (got {explore_pct})");
+        }
+        let emit_transitions = args.record_transitions.is_some() || args.train || args.emit_transitions;
         Ok(Self {
+            policy,
+            delta_shift: args.delta_shift,
+            emit_transitions,
+            transitions_ring_bytes: ring as u32,
+            explore_pct,
             slice_ns: args.slice_us * 1000,
             starvation_guard_ns: args.starvation_guard_ms * 1_000_000,
             waiting_time_ns,
@@ -172,6 +246,10 @@ struct Scheduler<'a> {
     attached_at: Instant,
     consumers: BTreeSet<u32>,
     last_audit_error: Option<String>,
+    /// The learner thread (recording, online training) and its stop flag.
+    learner: Option<(std::thread::JoinHandle<Result<LearnerReport>>, Arc<AtomicBool>)>,
+    /// Where the policy maps are pinned for `custos train --online`.
+    policy_pins: Option<PathBuf>,
 }
 
 /// Makes the consumers map equal to --consumer-pid plus the live --consumer
@@ -216,6 +294,60 @@ fn pin_features(skel: &mut BpfSkel, pin_dir: &Path) -> Result<()> {
         return Err(e).with_context(|| format!("pinning {} ({again})", global.display()));
     }
     Ok(())
+}
+
+/// Handles on this scheduler's policy maps.
+fn policy_maps(skel: &BpfSkel<'_>) -> Result<PolicyMaps> {
+    Ok(PolicyMaps {
+        nets: libbpf_rs::MapHandle::try_from(&skel.maps.policy_nets)?,
+        state: libbpf_rs::MapHandle::try_from(&skel.maps.policy_state)?,
+        transitions: libbpf_rs::MapHandle::try_from(&skel.maps.transitions)?,
+    })
+}
+
+/// Pins the policy maps under PIN_DIR/sched for `custos train --online`,
+/// replacing pins a previous run left.
+fn pin_policy_maps(skel: &mut BpfSkel<'_>, pin_dir: &Path) -> Result<PathBuf> {
+    let dir = learning::policy_pin_dir(pin_dir);
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    for name in learning::PINNED_MAPS {
+        let _ = std::fs::remove_file(dir.join(name));
+    }
+    skel.maps.policy_nets.pin(dir.join("policy_nets"))?;
+    skel.maps.policy_state.pin(dir.join("policy_state"))?;
+    skel.maps.transitions.pin(dir.join("transitions"))?;
+    Ok(dir)
+}
+
+/// The learner thread, when this run records or trains.
+fn start_learner(
+    args: &SchedArgs,
+    config: &Config,
+    maps: PolicyMaps,
+) -> Result<Option<(std::thread::JoinHandle<Result<LearnerReport>>, Arc<AtomicBool>)>> {
+    if args.record_transitions.is_none() && !args.train {
+        return Ok(None);
+    }
+    let train = args.train.then(|| TrainConfig {
+        dqn: DqnConfig::for_actions(config.nr_queues() as usize + 1),
+        nr_queues: config.nr_queues(),
+        weight_bits: config.policy.model.as_ref().map_or(8, |m| m.weight_bits),
+        start: config.policy.model.clone(),
+        epoch_every: Duration::from_secs(2),
+        min_transitions: 512,
+        replay_capacity: 200_000,
+        save: args.save_model.clone(),
+        explore_pct: config.explore_pct,
+    });
+    let cfg = LearnerConfig { record: args.record_transitions.clone(), train };
+    let stop = Arc::new(AtomicBool::new(false));
+    let handle = {
+        let stop = stop.clone();
+        std::thread::Builder::new()
+            .name("custos-learner".into())
+            .spawn(move || learning::run_learner(&maps, cfg, stop))?
+    };
+    Ok(Some((handle, stop)))
 }
 
 fn custos_str(c: &[u8]) -> &str {
@@ -274,6 +406,17 @@ impl<'a> Scheduler<'a> {
         rodata.availability_low = config.availability_low;
         rodata.availability_high = config.availability_high;
         rodata.queue_forcing = !config.forced_comm.is_empty() || !config.forced_pid.is_empty();
+        rodata.policy_kind = if config.policy.learned {
+            bpf_intf::custos_policy_consts_CUSTOS_POLICY_LEARNED
+        } else {
+            bpf_intf::custos_policy_consts_CUSTOS_POLICY_STATIC
+        };
+        rodata.delta_shift = config.delta_shift;
+        rodata.emit_transitions = config.emit_transitions;
+        skel.maps
+            .transitions
+            .set_max_entries(config.transitions_ring_bytes)
+            .context("cannot size the transitions ring")?;
 
         // The feature maps are shared through pins, whichever of the
         // scheduler and the collector starts first: reuse them if they are
@@ -321,12 +464,31 @@ impl<'a> Scheduler<'a> {
         // Consumers are known before the first decision, so none is ever budgeted.
         let consumers = register_consumers(&skel, args, &BTreeSet::new())?;
 
+        // The network is live before the first decision too.
+        let maps = policy_maps(&skel)?;
+        maps.set_nr_actions(config.nr_queues() + 1)?;
+        maps.set_explore_pct(config.explore_pct)?;
+        if let Some(model) = &config.policy.model {
+            let generation = maps.push(&model.qnet)?;
+            info!(
+                "learned policy: {}x{} network, {}-bit weights, generation {generation}",
+                model.qnet.hidden, model.qnet.actions, model.weight_bits
+            );
+        }
+        let policy_pins = if config.policy.learned || config.emit_transitions {
+            Some(pin_policy_maps(&mut skel, &args.pin_dir)?)
+        } else {
+            None
+        };
+        let learner = start_learner(args, config, maps)?;
+
         let struct_ops =
             Some(scx_ops_attach!(skel, custos_ops).context("cannot attach the BPF scheduler")?);
         info!(
-            "custos scheduler attached: slice {} us, waiting times {:?} ns, policy budget queue {}{}",
+            "custos scheduler attached: slice {} us, waiting times {:?} ns, policy {}, static budget queue {}{}",
             config.slice_ns / 1000,
             config.waiting_time_ns,
+            config.policy.description,
             config.budget_queue,
             if args.work_conserving { ", work-conserving" } else { "" }
         );
@@ -361,7 +523,21 @@ impl<'a> Scheduler<'a> {
             attached_at: Instant::now(),
             consumers,
             last_audit_error: None,
+            learner,
+            policy_pins,
         })
+    }
+
+    /// Stops the learner and reports what it did.
+    fn stop_learner(&mut self) -> Result<()> {
+        let Some((handle, stop)) = self.learner.take() else { return Ok(()) };
+        stop.store(true, Ordering::Relaxed);
+        let report = handle.join().map_err(|_| anyhow::anyhow!("the learner thread panicked"))??;
+        info!(
+            "learner: {} transitions drained, {} recorded, {} training epochs, weights generation {}",
+            report.transitions, report.recorded, report.epochs, report.last_generation
+        );
+        Ok(())
     }
 
     fn refresh_consumers(&mut self) -> Result<()> {
@@ -455,6 +631,13 @@ impl<'a> Scheduler<'a> {
                 sum.feature_ns += s.feature_ns;
                 sum.feature_updates += s.feature_updates;
                 sum.feature_outliers += s.feature_outliers;
+                sum.inferences += s.inferences;
+                sum.inference_ns += s.inference_ns;
+                sum.delta_skips += s.delta_skips;
+                sum.learned_fallbacks += s.learned_fallbacks;
+                sum.explorations += s.explorations;
+                sum.transitions += s.transitions;
+                sum.transitions_dropped += s.transitions_dropped;
             }
         }
         let queues = (0..=self.config.nr_queues() as usize)
@@ -528,6 +711,15 @@ impl<'a> Scheduler<'a> {
             nr_consumers: self.consumers.len() as u64 + collector_consumers,
             collector_features: global.is_some_and(|g| g.collector_running != 0) as u64,
             availability,
+            policy: self.config.policy.description.clone(),
+            policy_generation: policy_maps(&self.skel).and_then(|m| m.generation()).unwrap_or(0),
+            inferences: sum.inferences,
+            inference_ns: sum.inference_ns,
+            delta_skips: sum.delta_skips,
+            learned_fallbacks: sum.learned_fallbacks,
+            explorations: sum.explorations,
+            transitions: sum.transitions,
+            transitions_dropped: sum.transitions_dropped,
             ..Default::default()
         };
         m.derive_feature_cost();
@@ -566,6 +758,14 @@ impl<'a> Scheduler<'a> {
         }
         let final_metrics = self.metrics();
         let _ = self.struct_ops.take();
+        let learner = self.stop_learner();
+        if let Some(dir) = self.policy_pins.take() {
+            for name in learning::PINNED_MAPS {
+                let _ = std::fs::remove_file(dir.join(name));
+            }
+            let _ = std::fs::remove_dir(&dir);
+        }
+        learner?;
         if let Some(path) = &self.args.stats_json {
             let json = serde_json::to_string_pretty(&final_metrics)?;
             std::fs::write(path, json + "\n")

@@ -104,6 +104,30 @@ pub struct Metrics {
     pub collector_features: u64,
     #[stat(desc = "Ring availability seen by the policy, 0..128")]
     pub availability: u64,
+    #[stat(desc = "The queue policy in use (static, or learned and its model), or why learned is not")]
+    pub policy: String,
+    #[stat(desc = "Generation of the learned policy's live weights (0: none pushed yet)")]
+    pub policy_generation: u64,
+    #[stat(desc = "Forward passes of the learned policy's network")]
+    pub inferences: u64,
+    #[stat(desc = "Time spent in those forward passes, in ns")]
+    pub inference_ns: u64,
+    #[stat(desc = "Mean cost of one forward pass, in ns")]
+    pub inference_ns_per_decision: f64,
+    #[stat(desc = "Learned decisions the delta function reused (Eq. 12)")]
+    pub delta_skips: u64,
+    #[stat(desc = "Share of learned decisions the delta function reused, in percent")]
+    pub delta_skip_pct: f64,
+    #[stat(desc = "Share of CPU time spent in forward passes, in percent")]
+    pub inference_cpu_pct: f64,
+    #[stat(desc = "Learned decisions taken by the static policy (no weights pushed yet)")]
+    pub learned_fallbacks: u64,
+    #[stat(desc = "Training: decisions that explored a random queue")]
+    pub explorations: u64,
+    #[stat(desc = "Transitions emitted for training or recording")]
+    pub transitions: u64,
+    #[stat(desc = "Transitions lost to a full transitions ring")]
+    pub transitions_dropped: u64,
 }
 
 impl Metrics {
@@ -136,6 +160,22 @@ impl Metrics {
             if self.collector_features != 0 { "yes" } else { "no" },
             self.availability,
         )?;
+        if self.policy.starts_with("learned") || self.transitions > 0 {
+            writeln!(
+                w,
+                "  {} | generation {} | inferences {} ({:.0} ns, {:.3}% cpu) delta skips {:.1}% fallbacks {} explored {} | transitions {} dropped {}",
+                self.policy,
+                self.policy_generation,
+                self.inferences,
+                self.inference_ns_per_decision,
+                self.inference_cpu_pct,
+                self.delta_skip_pct,
+                self.learned_fallbacks,
+                self.explorations,
+                self.transitions,
+                self.transitions_dropped,
+            )?;
+        }
         for (q, m) in self.queues.iter().enumerate() {
             writeln!(
                 w,
@@ -224,6 +264,13 @@ impl Metrics {
             feature_updates,
             feature_ns,
             feature_outliers: self.feature_outliers.saturating_sub(prev.feature_outliers),
+            inferences: self.inferences.saturating_sub(prev.inferences),
+            inference_ns: self.inference_ns.saturating_sub(prev.inference_ns),
+            delta_skips: self.delta_skips.saturating_sub(prev.delta_skips),
+            learned_fallbacks: self.learned_fallbacks.saturating_sub(prev.learned_fallbacks),
+            explorations: self.explorations.saturating_sub(prev.explorations),
+            transitions: self.transitions.saturating_sub(prev.transitions),
+            transitions_dropped: self.transitions_dropped.saturating_sub(prev.transitions_dropped),
             ..self.clone()
         };
         d.derive_feature_cost();
@@ -243,6 +290,11 @@ impl Metrics {
         } else {
             0.0
         };
+        self.inference_ns_per_decision =
+            if self.inferences > 0 { self.inference_ns as f64 / self.inferences as f64 } else { 0.0 };
+        let learned = self.inferences + self.delta_skips;
+        self.delta_skip_pct = if learned > 0 { self.delta_skips as f64 / learned as f64 * 100.0 } else { 0.0 };
+        self.inference_cpu_pct = if cpu_ns > 0.0 { self.inference_ns as f64 / cpu_ns * 100.0 } else { 0.0 };
     }
 }
 

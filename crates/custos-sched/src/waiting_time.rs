@@ -1,5 +1,5 @@
-//! Waiting times of the budgeted queues and the feature normalisation both
-//! sides agree on.
+//! Waiting times of the budgeted queues (Eq. 7) and the static policy's
+//! producer-share scale. The features' normalisation is custos_policy's.
 
 use anyhow::{bail, Result};
 
@@ -61,12 +61,6 @@ pub fn parse_list(list: &str) -> Result<Vec<u64>> {
     Ok(out)
 }
 
-/// Long-tailed features: 2 × bit length, mapping any u64 onto [0, 128].
-/// Must match `norm_log2()` in main.bpf.c.
-pub fn norm_log2(x: u64) -> u8 {
-    (2 * (64 - x.leading_zeros())) as u8
-}
-
 /// A share of all events as the policy compares it: on the log2 scale one
 /// factor of two is 2 steps, so `pct` percent becomes 2·round(log2(100/pct))
 /// steps below the system's rate (5 % → 1/16 → 8 steps; 100 % → 0).
@@ -75,14 +69,10 @@ pub fn share_steps(pct: f64) -> u8 {
     (2.0 * (100.0 / pct).log2().round()).min(128.0) as u8
 }
 
-/// Uniform features given in percent: [0, 100] onto [0, 128].
-pub fn norm_percent(pct: f64) -> u8 {
-    (pct.clamp(0.0, 100.0) * 128.0 / 100.0).round() as u8
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use custos_policy::features::norm_log2;
 
     #[test]
     fn eq7_default_is_geometric_around_inf() {
@@ -114,16 +104,6 @@ mod tests {
             parse_list("1e2, 7e3,5e5").unwrap(),
             vec![100, 7000, 500_000]
         );
-    }
-
-    #[test]
-    fn normalisation_spans_0_to_128() {
-        assert_eq!(norm_log2(0), 0);
-        assert_eq!(norm_log2(1), 2);
-        assert_eq!(norm_log2(1000), 20);
-        assert_eq!(norm_log2(u64::MAX), 128);
-        assert_eq!(norm_percent(25.0), 32);
-        assert_eq!(norm_percent(150.0), 128);
     }
 
     #[test]

@@ -27,6 +27,8 @@ enum Command {
     Graph(custos_store::cli::GraphArgs),
     /// Run the sched_ext scheduler that keeps provenance consumers fed.
     Sched(custos_sched::cli::SchedArgs),
+    /// Train the scheduler's learned queue policy (offline or online) into a model file.
+    Train(custos_sched::train::TrainArgs),
 }
 
 fn main() {
@@ -38,6 +40,7 @@ fn main() {
         Command::Query(args) => custos_store::cli::query(args),
         Command::Graph(args) => custos_store::cli::graph(args),
         Command::Sched(args) => custos_sched::cli::run(args),
+        Command::Train(args) => custos_sched::train::run(args),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -54,8 +54,10 @@ enum custos_feature {
 };
 
 /*
- * Features in, queue out: the whole interface of a queue-assignment policy.
- * The static policy reads it; a learned one replaces that function only.
+ * Features in, queue out: the whole interface of a queue-assignment policy
+ * (policy_static.bpf.h, policy_net.bpf.h). The rest is context the policy
+ * seam needs around them: the delta function's raw values and the task's
+ * event totals for its transitions.
  */
 struct custos_policy_input {
 	u8  feat[CUSTOS_NR_FEATURES];
@@ -66,6 +68,10 @@ struct custos_policy_input {
 	 * system, on the NR_EVENT scale, so a policy can judge a task's share.
 	 */
 	u8  total_event_rate;
+	u64 raw_nvcsw;			/* nvcsw before normalisation (delta function) */
+	u64 raw_nr_event;		/* nr_event before normalisation (delta function) */
+	u64 events_total;		/* the task's events and drops so far (transitions) */
+	u64 drops_total;
 };
 
 /* What a CPU is running, for the consumer's choice of a CPU to preempt. */
@@ -106,6 +112,13 @@ struct custos_sched_stats {
 	u64 feature_ns;				 /* time spent maintaining features */
 	u64 feature_updates;			 /* feature-maintenance calls measured */
 	u64 feature_outliers;			 /* calls over 100 us (CPU taken away), not in feature_ns */
+	u64 inferences;				 /* learned policy: forward passes of the network */
+	u64 inference_ns;			 /* ... and their time */
+	u64 delta_skips;			 /* learned policy: decisions the delta function reused */
+	u64 learned_fallbacks;			 /* learned policy without weights: static decided */
+	u64 explorations;			 /* training: random queues instead of the network's */
+	u64 transitions;			 /* transitions emitted for training */
+	u64 transitions_dropped;		 /* ... refused by a full transitions ring */
 };
 
 /* The learned policy's weights and transitions. */

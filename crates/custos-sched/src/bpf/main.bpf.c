@@ -18,8 +18,10 @@
  * Which queue a task enters is decided by a policy function, features in,
  * queue out, each time the task is queued, and on every tick for the running
  * task (so a producer that never sleeps is budgeted within a tick, not a
- * slice). This file ships the static policy; a learned policy replaces
- * custos_policy() only.
+ * slice). Two policies sit behind that seam: the static one
+ * (policy_static.bpf.h) and the learned integer network (policy_net.bpf.h)
+ * of seed 000 §4.2, with its delta function and the transitions it emits
+ * for training (policy_intf.h).
  *
  * Consumer protection (beyond seed 000, which only keeps consumers in the
  * primary queue): a waking consumer takes an idle CPU or preempts a budgeted
@@ -28,6 +30,7 @@
  */
 #include <scx/common.bpf.h>
 #include "intf.h"
+#include "features.bpf.h"
 
 char _license[] SEC("license") = "GPL";
 
@@ -58,24 +61,6 @@ const volatile u64 waiting_time_ns[CUSTOS_MAX_QUEUES];
  */
 const volatile bool work_conserving;
 
-/* Queue the static policy parks pressured producers in (the most budgeted). */
-const volatile u32 budget_queue = 3;
-
-/*
- * Static policy thresholds on normalised features: a task is budgeted when
- * its nr_event >= event_rate_high while availability <= availability_low;
- * it returns to primary once availability >= availability_high (hysteresis,
- * so a task does not flap at the boundary) or its event rate fell.
- */
-const volatile u8 event_rate_high = 14;	/* log2 scale: 64 events/window */
-
-/*
- * A producer must also make a share of all events: its rate on the log2
- * scale plus producer_share_steps reaches the system's (8 steps = 1/16).
- * A relative test holds on a slow emulated guest and a busy server alike.
- */
-const volatile u8 producer_share_steps = 8;
-
 /* A waking consumer preempts a budgeted (or ordinary) task; off for ablations. */
 const volatile bool consumer_preempt = true;
 
@@ -103,6 +88,22 @@ const volatile u64 starvation_guard_ns = 2000ULL * NSEC_PER_MSEC;
 
 /* Debug: the forced_comm / forced_pid maps override the policy. */
 const volatile bool queue_forcing;
+
+/* Which policy decides queues: CUSTOS_POLICY_STATIC or CUSTOS_POLICY_LEARNED. */
+const volatile u32 policy_kind = CUSTOS_POLICY_STATIC;
+
+/*
+ * The delta function (seed 000 Eq. 12): the learned policy reuses a task's
+ * last decision while its nvcsw and nr_event each moved by less than
+ * 1/2^delta_shift of their value since the network last ran (2: the seed's
+ * delta = 0.25). Unlike the seed, ring availability must also have held
+ * still: a steady producer's context does not change while the rings fill,
+ * and a decision reused then is how the rings overflow. 0 turns it off.
+ */
+const volatile u32 delta_shift = 2;
+
+/* Emit a transition per decision for training (custos train, --record-transitions). */
+const volatile bool emit_transitions;
 
 /* Maps */
 
@@ -155,6 +156,27 @@ struct {
 	__type(value, u32);
 } forced_pid SEC(".maps");
 
+/* The learned policy's weights, two copies; policy_state says which is live. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, CUSTOS_NET_SLOTS);
+	__type(key, u32);
+	__type(value, struct custos_net);
+} policy_nets SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct custos_policy_state);
+} policy_state SEC(".maps");
+
+/* Transitions for training; user space sizes it and drains it without wakeups. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 20);
+} transitions SEC(".maps");
+
 struct task_ctx {
 	u32 queue;		/* queue the task is in or was last put in */
 	bool decided;		/* select_cpu already ran the policy for this wakeup */
@@ -175,6 +197,20 @@ struct task_ctx {
 	u32 stops_this_slice;
 	u32 nr_stop;
 	u32 nr_idle;
+	/* The delta function's reference: the context when the network last ran. */
+	u64 delta_nvcsw;
+	u64 delta_nr_event;
+	u8  delta_availability;
+	bool delta_valid;
+	bool inferred;		/* the network ran for the last learned decision */
+	/* The last decision, the start of the task's next transition. */
+	bool prev_valid;
+	bool prev_inferred;
+	u8  prev_action;
+	u8  prev_state[CUSTOS_NR_FEATURES];
+	u32 prev_idle;
+	u64 prev_events;
+	u64 prev_drops;
 };
 
 struct {
@@ -276,21 +312,6 @@ static __always_inline u64 pinned_dsq(s32 cpu, u32 q)
 static __always_inline bool is_pinned(const struct task_struct *p)
 {
 	return p->nr_cpus_allowed == 1 || is_migration_disabled(p);
-}
-
-/* Long-tailed features: 2 * bit length, so u64 maps onto [0, 128]. */
-static __always_inline u8 norm_log2(u64 x)
-{
-	u32 bits = 0;
-
-	if (x >= (1ULL << 32)) { bits += 32; x >>= 32; }
-	if (x >= (1ULL << 16)) { bits += 16; x >>= 16; }
-	if (x >= (1ULL << 8)) { bits += 8; x >>= 8; }
-	if (x >= (1ULL << 4)) { bits += 4; x >>= 4; }
-	if (x >= (1ULL << 2)) { bits += 2; x >>= 2; }
-	if (x >= (1ULL << 1)) { bits += 1; x >>= 1; }
-	bits += x;
-	return bits * 2;
 }
 
 /* Frequencies in events per second, smoothed like the collector's rates. */
@@ -407,9 +428,15 @@ static void fill_policy_input(const struct task_struct *p, const struct task_ctx
 	in->feat[CUSTOS_FEAT_PRIO] = nr_queues ?
 		tctx->queue * CUSTOS_FEATURE_MAX / nr_queues : 0;
 
+	in->raw_nvcsw = tctx->nvcsw_avg;
 	tf = bpf_map_lookup_elem(&task_features, &tid);
-	in->feat[CUSTOS_FEAT_NR_EVENT] = tf ? norm_log2(task_event_rate(tf, now, false)) : 0;
-	in->feat[CUSTOS_FEAT_NR_DROP] = tf ? norm_log2(task_event_rate(tf, now, true)) : 0;
+	if (tf) {
+		in->raw_nr_event = task_event_rate(tf, now, false);
+		in->feat[CUSTOS_FEAT_NR_EVENT] = norm_log2(in->raw_nr_event);
+		in->feat[CUSTOS_FEAT_NR_DROP] = norm_log2(task_event_rate(tf, now, true));
+		in->events_total = tf->events_total;
+		in->drops_total = tf->drops_total;
+	}
 
 	g = bpf_map_lookup_elem(&global_features, &zero);
 	update_total_rate(g);
@@ -422,26 +449,139 @@ static void fill_policy_input(const struct task_struct *p, const struct task_ctx
 	in->budgeted = tctx->budgeted;
 }
 
-/*
- * The static policy: consumers are always primary; a producer with a high
- * event rate (absolute floor, and a share of all events) while the rings run
- * out of room is budgeted until the pressure is gone. Everything else is
- * primary.
- */
-static __always_inline u32 custos_policy(const struct custos_policy_input *in)
-{
-	u8 avail = in->feat[CUSTOS_FEAT_AVAILABILITY];
-	u8 rate = in->feat[CUSTOS_FEAT_NR_EVENT];
-	bool producing = rate >= event_rate_high &&
-			 rate + producer_share_steps >= in->total_event_rate;
+#include "policy_static.bpf.h"
+#include "policy_net.bpf.h"
 
-	if (in->is_consumer)
+/* Within 1/2^delta_shift of the current value (Eq. 12), or unchanged. */
+static __always_inline bool delta_near(u64 prev, u64 cur)
+{
+	u64 diff = prev > cur ? prev - cur : cur - prev;
+
+	return diff == 0 || diff < (cur >> delta_shift);
+}
+
+/*
+ * The learned policy: the network's argmax, unless the delta function finds
+ * the task's context unchanged since the network last ran for it. Without
+ * pushed weights (generation 0) the static policy decides, counted.
+ *
+ * A global function, so the verifier checks it once on its own: inlined,
+ * it was re-verified for every distinct state the feature normalisation
+ * leaves behind in each caller, past the verifier's 1M-instruction limit.
+ * Whether the network ran is left in tctx->inferred.
+ */
+__noinline u32 learned_policy(struct custos_policy_input *in, struct task_ctx *tctx)
+{
+	struct custos_sched_stats *st = cpu_stats();
+	const struct custos_policy_state *ps;
+	const struct custos_net *net;
+	s32 q[CUSTOS_MAX_QUEUES];
+	u32 zero = 0, slot, action;
+	u64 start;
+	u8 avail;
+
+	if (!in || !tctx)
 		return CUSTOS_PRIMARY_QUEUE;
-	if (in->budgeted)
-		return producing && avail < availability_high ?
-			budget_queue : CUSTOS_PRIMARY_QUEUE;
-	return producing && avail <= availability_low ?
-		budget_queue : CUSTOS_PRIMARY_QUEUE;
+	tctx->inferred = false;
+	avail = in->feat[CUSTOS_FEAT_AVAILABILITY];
+	ps = bpf_map_lookup_elem(&policy_state, &zero);
+	if (!ps || !ps->generation) {
+		if (st)
+			st->learned_fallbacks++;
+		return static_policy(in);
+	}
+	if (delta_shift && tctx->delta_valid &&
+	    delta_near(tctx->delta_nvcsw, in->raw_nvcsw) &&
+	    delta_near(tctx->delta_nr_event, in->raw_nr_event) &&
+	    delta_near(tctx->delta_availability, avail)) {
+		if (st)
+			st->delta_skips++;
+		return tctx->queue;
+	}
+	slot = ps->generation & 1;
+	net = bpf_map_lookup_elem(&policy_nets, &slot);
+	if (!net)
+		return static_policy(in);
+	start = bpf_ktime_get_ns();
+	action = policy_net_forward(net, in->feat, q);
+	if (st) {
+		st->inference_ns += bpf_ktime_get_ns() - start;
+		st->inferences++;
+	}
+	tctx->inferred = true;
+	tctx->delta_nvcsw = in->raw_nvcsw;
+	tctx->delta_nr_event = in->raw_nr_event;
+	tctx->delta_availability = avail;
+	tctx->delta_valid = true;
+	return action;
+}
+
+/*
+ * Exploration for training (epsilon-greedy): explore_pct percent of the
+ * decisions of either policy pick a random queue, so recorded transitions
+ * show what every action leads to. 0 unless a trainer or recording asks.
+ */
+static __always_inline u32 explore(u32 q, struct custos_sched_stats *st)
+{
+	const struct custos_policy_state *ps;
+	u32 zero = 0;
+
+	ps = bpf_map_lookup_elem(&policy_state, &zero);
+	if (!ps || !ps->explore_pct || bpf_get_prandom_u32() % 100 >= ps->explore_pct)
+		return q;
+	if (st)
+		st->explorations++;
+	return bpf_get_prandom_u32() % (nr_queues + 1);
+}
+
+/*
+ * T = (S_t -> S_t+1) for the task's previous decision, now that S_t+1 is
+ * known, with what the task's events and its CPU's idleness did in between
+ * (the reward's inputs, Eq. 10-11). Never blocks: a full ring is counted.
+ */
+static void emit_transition(const struct task_struct *p, struct task_ctx *tctx,
+			    const struct custos_policy_input *in, u32 q, bool inferred,
+			    struct custos_sched_stats *st)
+{
+	struct custos_transition *t;
+	int i;
+
+	if (!emit_transitions || in->is_consumer)
+		return;
+	if (tctx->prev_valid) {
+		t = bpf_ringbuf_reserve(&transitions, sizeof(*t), 0);
+		if (!t) {
+			if (st)
+				st->transitions_dropped++;
+		} else {
+			t->pid = p->pid;
+			t->action = tctx->prev_action;
+			t->inferred = tctx->prev_inferred;
+#pragma unroll
+			for (i = 0; i < CUSTOS_NR_FEATURES; i++) {
+				t->state[i] = tctx->prev_state[i];
+				t->next_state[i] = in->feat[i];
+			}
+			t->events = in->events_total - tctx->prev_events;
+			t->drops = in->drops_total - tctx->prev_drops;
+			t->idle_before = tctx->prev_idle;
+			t->idle_after = tctx->nr_idle;
+			t->at_ns = bpf_ktime_get_ns();
+			/* User space drains the ring on its own clock. */
+			bpf_ringbuf_submit(t, BPF_RB_NO_WAKEUP);
+			if (st)
+				st->transitions++;
+		}
+	}
+	tctx->prev_valid = true;
+	tctx->prev_inferred = inferred;
+	tctx->prev_action = q;
+#pragma unroll
+	for (i = 0; i < CUSTOS_NR_FEATURES; i++)
+		tctx->prev_state[i] = in->feat[i];
+	tctx->prev_idle = tctx->nr_idle;
+	tctx->prev_events = in->events_total;
+	tctx->prev_drops = in->drops_total;
 }
 
 static __always_inline s32 forced_queue(const struct task_struct *p)
@@ -457,11 +597,16 @@ static __always_inline s32 forced_queue(const struct task_struct *p)
 	return q ? *q : -1;
 }
 
-/* Decide the queue of @p now that it is queued again. */
+/*
+ * Decide the queue of @p: when it is queued again, and at the tick while it
+ * runs in the primary queue. Consumers are never budgeted, whatever the
+ * policy says; the answer is clamped to the queues that exist.
+ */
 static u32 decide_queue(const struct task_struct *p, struct task_ctx *tctx)
 {
 	struct custos_sched_stats *st = cpu_stats();
 	struct custos_policy_input in = {};
+	bool inferred = false;
 	u32 q;
 	s32 forced;
 
@@ -469,7 +614,16 @@ static u32 decide_queue(const struct task_struct *p, struct task_ctx *tctx)
 		q = forced <= nr_queues ? forced : nr_queues;
 	} else {
 		fill_policy_input(p, tctx, &in);
-		q = custos_policy(&in);
+		if (in.is_consumer)
+			q = CUSTOS_PRIMARY_QUEUE;
+		else if (policy_kind == CUSTOS_POLICY_LEARNED) {
+			q = learned_policy(&in, tctx);
+			inferred = tctx->inferred;
+		} else {
+			q = static_policy(&in);
+		}
+		if (!in.is_consumer)
+			q = explore(q, st);
 		tctx->consumer = in.is_consumer;
 		if (q > nr_queues)
 			q = nr_queues;
@@ -482,6 +636,7 @@ static u32 decide_queue(const struct task_struct *p, struct task_ctx *tctx)
 				st->to_primary++;
 		}
 		tctx->budgeted = q != CUSTOS_PRIMARY_QUEUE;
+		emit_transition(p, tctx, &in, q, inferred, st);
 	}
 	if (st && q < CUSTOS_MAX_QUEUES)
 		st->policy_decisions[q & (CUSTOS_MAX_QUEUES - 1)]++;
@@ -1138,7 +1293,6 @@ static void keep_consumer(struct task_struct *p, struct task_ctx *tctx, u64 now)
  */
 void BPF_STRUCT_OPS(custos_tick, struct task_struct *p)
 {
-	struct custos_policy_input in = {};
 	struct custos_sched_stats *st;
 	struct task_ctx *tctx = task_ctx(p);
 	u64 now = bpf_ktime_get_ns();
@@ -1152,8 +1306,9 @@ void BPF_STRUCT_OPS(custos_tick, struct task_struct *p)
 		return;
 	if (queue_forcing && forced_queue(p) >= 0)
 		return;
-	fill_policy_input(p, tctx, &in);
-	if (custos_policy(&in) != CUSTOS_PRIMARY_QUEUE) {
+	if (decide_queue(p, tctx) != CUSTOS_PRIMARY_QUEUE) {
+		/* Decided: enqueue parks it without asking again. */
+		tctx->decided = true;
 		p->scx.slice = 0;
 		st = cpu_stats();
 		if (st)

@@ -52,6 +52,14 @@ struct custos_net {
  */
 struct custos_policy_state {
 	u64 generation;
+	/*
+	 * Exploration while training or recording (epsilon-greedy): this
+	 * percentage of either policy's decisions picks a random queue. 0
+	 * otherwise.
+	 */
+	u32 explore_pct;
+	/* Queues the scheduler runs (actions of its network), set at load. */
+	u32 nr_actions;
 };
 
 /*

@@ -1,0 +1,325 @@
+//! The learned policy's user-space side while a scheduler runs: the weight
+//! maps (pushing a network and reading its generation), and the learner
+//! that drains the transitions ring, records transitions, and trains the
+//! DQN online, pushing the quantised network after every epoch.
+//!
+//! The same code serves `custos sched --train` (in the scheduler process,
+//! on its own map handles) and `custos train --online` (another process,
+//! on the maps the scheduler pinned under PIN_DIR/sched).
+
+use std::cell::RefCell;
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use custos_policy::dqn::{Dqn, DqnConfig};
+use custos_policy::features::{State, NR_FEATURES};
+use custos_policy::model::{Model, Provenance};
+use custos_policy::net::QNet;
+use custos_policy::quantize::quantize;
+use custos_policy::replay::ReplayMemory;
+use custos_policy::transition::{RecordingWriter, Transition};
+use libbpf_rs::{MapCore, MapFlags, MapHandle, RingBufferBuilder};
+use log::{info, warn};
+use rand::SeedableRng;
+
+use crate::bpf_intf::{custos_policy_state, custos_transition};
+use crate::policy::{as_bytes, to_bpf_net};
+
+/// Names of the policy maps pinned under PIN_DIR/sched.
+pub const PINNED_MAPS: [&str; 3] = ["policy_nets", "policy_state", "transitions"];
+
+/// Where a scheduler pins its policy maps for `custos train --online`.
+pub fn policy_pin_dir(pin_dir: &Path) -> PathBuf {
+    pin_dir.join("sched")
+}
+
+/// Handles on the scheduler's policy maps (the kernel's, not copies).
+pub struct PolicyMaps {
+    pub nets: MapHandle,
+    pub state: MapHandle,
+    pub transitions: MapHandle,
+}
+
+impl PolicyMaps {
+    /// The maps a running scheduler pinned in `dir` (PIN_DIR/sched).
+    pub fn from_pins(dir: &Path) -> Result<Self> {
+        let open = |name: &str| {
+            let path = dir.join(name);
+            MapHandle::from_pinned_path(&path).with_context(|| {
+                format!("no {} pinned: is `custos sched --policy learned` running? ({})", name, path.display())
+            })
+        };
+        Ok(PolicyMaps { nets: open("policy_nets")?, state: open("policy_state")?, transitions: open("transitions")? })
+    }
+
+    /// The live weights' generation (0: none pushed; the static policy decides).
+    pub fn generation(&self) -> Result<u64> {
+        Ok(self.read_state()?.generation)
+    }
+
+    fn read_state(&self) -> Result<custos_policy_state> {
+        let raw = self
+            .state
+            .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)
+            .context("reading the policy state")?
+            .context("the policy_state map has no entry")?;
+        if raw.len() < std::mem::size_of::<custos_policy_state>() {
+            bail!("policy_state entry of {} bytes", raw.len());
+        }
+        // SAFETY: the map's value is this plain struct.
+        Ok(unsafe { std::ptr::read_unaligned(raw.as_ptr().cast()) })
+    }
+
+    /// Queues of the scheduler the maps belong to (its network's actions).
+    pub fn nr_actions(&self) -> Result<u32> {
+        Ok(self.read_state()?.nr_actions)
+    }
+
+    /// Records the scheduler's queue count for trainers (at load).
+    pub fn set_nr_actions(&self, actions: u32) -> Result<()> {
+        let mut state = self.read_state()?;
+        state.nr_actions = actions;
+        self.state
+            .update(&0u32.to_ne_bytes(), as_bytes(&state), MapFlags::ANY)
+            .context("recording the number of queues")
+    }
+
+    pub fn explore_pct(&self) -> Result<u32> {
+        Ok(self.read_state()?.explore_pct)
+    }
+
+    /// Sets the share of decisions that explore (0 when not training).
+    pub fn set_explore_pct(&self, pct: u32) -> Result<()> {
+        let mut state = self.read_state()?;
+        state.explore_pct = pct.min(100);
+        self.state
+            .update(&0u32.to_ne_bytes(), as_bytes(&state), MapFlags::ANY)
+            .context("setting the exploration rate")
+    }
+
+    /// Makes `net` the live network: writes the copy not in use, then moves
+    /// the generation to it. Returns the new generation.
+    ///
+    /// Readers never see a half-written copy: a BPF program looks up the
+    /// generation and reads the copy it names within one scheduler callback
+    /// (microseconds, under RCU), and the copy written here stopped being
+    /// live one push ago; pushes are at least MIN_PUSH_INTERVAL apart.
+    pub fn push(&self, net: &QNet) -> Result<u64> {
+        let value = to_bpf_net(net)?;
+        let actions = self.nr_actions()?;
+        if actions != 0 && net.actions != actions as usize {
+            bail!("a network with {} actions for a scheduler with {actions} queues", net.actions);
+        }
+        let generation = self.generation()?;
+        let next = generation + 1;
+        let slot = (next % 2) as u32;
+        self.nets
+            .update(&slot.to_ne_bytes(), as_bytes(&value), MapFlags::ANY)
+            .context("writing the network's weights")?;
+        let state = custos_policy_state { generation: next, ..self.read_state()? };
+        self.state
+            .update(&0u32.to_ne_bytes(), as_bytes(&state), MapFlags::ANY)
+            .context("publishing the network's generation")?;
+        Ok(next)
+    }
+}
+
+/// Pushes are spaced at least this far apart (see `PolicyMaps::push`).
+pub const MIN_PUSH_INTERVAL: Duration = Duration::from_millis(100);
+
+pub fn transition_from_kernel(raw: &[u8]) -> Option<Transition> {
+    if raw.len() < std::mem::size_of::<custos_transition>() {
+        return None;
+    }
+    // SAFETY: the ring's records are this plain struct.
+    let t: custos_transition = unsafe { std::ptr::read_unaligned(raw.as_ptr().cast()) };
+    let mut state = [0u8; NR_FEATURES];
+    let mut next_state = [0u8; NR_FEATURES];
+    state.copy_from_slice(&t.state[..NR_FEATURES]);
+    next_state.copy_from_slice(&t.next_state[..NR_FEATURES]);
+    Some(Transition {
+        pid: t.pid,
+        action: t.action,
+        inferred: t.inferred,
+        state,
+        next_state,
+        events: t.events,
+        drops: t.drops,
+        idle_before: t.idle_before,
+        idle_after: t.idle_after,
+        at_ns: t.at_ns,
+    })
+}
+
+/// What the learner does with the transitions.
+#[derive(Clone, Debug)]
+pub struct LearnerConfig {
+    /// Append every transition to this recording.
+    pub record: Option<PathBuf>,
+    /// Train online; None only drains (and records).
+    pub train: Option<TrainConfig>,
+}
+
+#[derive(Clone, Debug)]
+pub struct TrainConfig {
+    pub dqn: DqnConfig,
+    /// Budgeted queues of the scheduler (the model's actions are queues).
+    pub nr_queues: u32,
+    pub weight_bits: u32,
+    /// Start from this model's float weights (else a fresh network).
+    pub start: Option<Model>,
+    /// One epoch (then a push) per this interval, once enough transitions came.
+    pub epoch_every: Duration,
+    pub min_transitions: usize,
+    pub replay_capacity: usize,
+    /// Write the model here after every epoch.
+    pub save: Option<PathBuf>,
+    /// Share of decisions that explore while training (epsilon-greedy).
+    pub explore_pct: u32,
+}
+
+/// What a learner did, for the caller's report.
+#[derive(Clone, Debug, Default)]
+pub struct LearnerReport {
+    pub transitions: u64,
+    pub recorded: u64,
+    pub epochs: u64,
+    pub last_generation: u64,
+    pub last_mean_reward: f64,
+}
+
+struct Trainer {
+    cfg: TrainConfig,
+    dqn: Dqn,
+    memory: ReplayMemory,
+    rng: rand::rngs::StdRng,
+    epochs: u64,
+    seen: u64,
+    last_push: Option<Instant>,
+}
+
+impl Trainer {
+    fn new(cfg: TrainConfig) -> Result<Self> {
+        let dqn = match cfg.start.as_ref().and_then(|m| m.float.as_ref()) {
+            Some(float) => Dqn::from_float(float, cfg.dqn.clone())?,
+            None => Dqn::new(cfg.dqn.clone())?,
+        };
+        Ok(Trainer {
+            memory: ReplayMemory::new(cfg.replay_capacity)?,
+            rng: rand::rngs::StdRng::seed_from_u64(cfg.dqn.seed),
+            dqn,
+            cfg,
+            epochs: 0,
+            seen: 0,
+            last_push: None,
+        })
+    }
+
+    /// One epoch, quantised: the new model.
+    fn epoch(&mut self) -> Result<(Model, f64)> {
+        let stats = self.dqn.train_epoch(&self.memory, &mut self.rng)?;
+        self.epochs += 1;
+        let calibration: Vec<State> =
+            self.memory.sample(2048.min(self.memory.len()), &mut self.rng).into_iter().map(|t| t.state).collect();
+        let float = self.dqn.to_float()?;
+        let qnet = quantize(&float, self.cfg.weight_bits, &calibration)?;
+        let model = Model::new(
+            self.cfg.nr_queues,
+            self.cfg.weight_bits,
+            qnet,
+            Some(float),
+            Provenance {
+                transitions: self.seen,
+                epochs: self.epochs,
+                note: "trained online (custos sched --train / custos train --online)".into(),
+            },
+        );
+        Ok((model, stats.mean_reward_of_batches))
+    }
+}
+
+/// Drains the transitions ring until `shutdown`, recording and training as
+/// configured. Runs on the calling thread.
+pub fn run_learner(maps: &PolicyMaps, cfg: LearnerConfig, shutdown: Arc<AtomicBool>) -> Result<LearnerReport> {
+    let mut report = LearnerReport::default();
+    let mut recorder = match &cfg.record {
+        Some(path) => Some(RecordingWriter::new(BufWriter::new(
+            File::create(path).with_context(|| format!("cannot create {}", path.display()))?,
+        ))?),
+        None => None,
+    };
+    let mut trainer = cfg.train.clone().map(Trainer::new).transpose()?;
+    let explored = maps.explore_pct()?;
+    if let Some(tr) = &trainer {
+        maps.set_explore_pct(tr.cfg.explore_pct)?;
+    }
+    let batch: Rc<RefCell<Vec<Transition>>> = Rc::default();
+    let mut builder = RingBufferBuilder::new();
+    {
+        let batch = batch.clone();
+        builder.add(&maps.transitions, move |raw| {
+            if let Some(t) = transition_from_kernel(raw) {
+                batch.borrow_mut().push(t);
+            }
+            0
+        })?;
+    }
+    let ring = builder.build().context("cannot read the transitions ring")?;
+    let mut last_epoch = Instant::now();
+    loop {
+        let stopping = shutdown.load(Ordering::Relaxed);
+        ring.consume().context("draining the transitions ring")?;
+        let drained: Vec<Transition> = std::mem::take(&mut *batch.borrow_mut());
+        report.transitions += drained.len() as u64;
+        if let Some(w) = recorder.as_mut() {
+            for t in &drained {
+                w.write(t)?;
+            }
+            report.recorded = w.written;
+        }
+        if let Some(tr) = trainer.as_mut() {
+            tr.seen += drained.len() as u64;
+            for t in drained {
+                tr.memory.push(t);
+            }
+            let due = last_epoch.elapsed() >= tr.cfg.epoch_every
+                && tr.last_push.is_none_or(|p| p.elapsed() >= MIN_PUSH_INTERVAL);
+            if due && tr.memory.len() >= tr.cfg.min_transitions {
+                last_epoch = Instant::now();
+                let (model, mean_reward) = tr.epoch()?;
+                let generation = maps.push(&model.qnet)?;
+                tr.last_push = Some(Instant::now());
+                report.epochs = tr.epochs;
+                report.last_generation = generation;
+                report.last_mean_reward = mean_reward;
+                info!(
+                    "policy epoch {}: {} transitions seen, mean reward {:.3}, weights generation {}",
+                    tr.epochs, tr.seen, mean_reward, generation
+                );
+                if let Some(path) = &tr.cfg.save {
+                    if let Err(e) = model.save(path) {
+                        warn!("cannot save the model: {e:#}");
+                    }
+                }
+            }
+        }
+        if stopping {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if trainer.is_some() {
+        // The scheduler may run on without this trainer: explore as before it.
+        let _ = maps.set_explore_pct(explored);
+    }
+    if let Some(w) = recorder.as_mut() {
+        w.flush()?;
+    }
+    Ok(report)
+}

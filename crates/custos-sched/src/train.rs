@@ -1,0 +1,267 @@
+//! `custos train`: trains the learned queue policy, offline from recorded
+//! transitions or online beside a running `custos sched --policy learned`
+//! (through the maps it pins under PIN_DIR/sched), and writes a model file.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use custos_policy::dqn::{Dqn, DqnConfig};
+use custos_policy::features::State;
+use custos_policy::model::{Model, Provenance};
+use custos_policy::quantize::{agreement, quantize};
+use custos_policy::replay::ReplayMemory;
+use custos_policy::transition::read_recording;
+use rand::SeedableRng;
+
+use crate::learning::{self, LearnerConfig, PolicyMaps, TrainConfig};
+
+/// Train the learned queue policy (seed 000's DQN) and write a model file.
+///
+/// Offline: `custos train --recording run.tr --out model.json`, from
+/// transitions a scheduler recorded (`custos sched --record-transitions`).
+/// Online: `custos train --online --out model.json` beside a running
+/// `custos sched --policy learned`: the new weights go into the kernel after
+/// every epoch (the scheduler's stats show their generation).
+#[derive(Args, Debug, Clone)]
+pub struct TrainArgs {
+    /// A recording of transitions; repeatable.
+    #[arg(long = "recording", value_name = "FILE")]
+    pub recordings: Vec<PathBuf>,
+
+    /// Train beside a running scheduler instead, through its pinned maps.
+    #[arg(long, conflicts_with = "recordings")]
+    pub online: bool,
+
+    /// Write the trained model here.
+    #[arg(long, short, value_name = "FILE")]
+    pub out: PathBuf,
+
+    /// Start from this model's weights instead of a fresh network.
+    #[arg(long, value_name = "FILE")]
+    pub from: Option<PathBuf>,
+
+    /// Budgeted queues of the scheduler the model is for (offline; online
+    /// reads it from the running scheduler).
+    #[arg(long, default_value_t = 3)]
+    pub nr_queues: u32,
+
+    /// Units of the hidden layer (the seed: 256; 64 keeps inference under 1 us).
+    #[arg(long, default_value_t = 64)]
+    pub hidden: usize,
+
+    /// Weight precision in the kernel: 8 (INT8) or 4 (INT4, the seed's).
+    #[arg(long, default_value_t = 8)]
+    pub weight_bits: u32,
+
+    /// Offline: passes over the recorded transitions.
+    #[arg(long, default_value_t = 30)]
+    pub epochs: u64,
+
+    /// Gradient steps per epoch.
+    #[arg(long, default_value_t = 200)]
+    pub steps_per_epoch: usize,
+
+    /// Transitions per gradient step.
+    #[arg(long, default_value_t = 64)]
+    pub batch: usize,
+
+    /// Discount factor γ.
+    #[arg(long, default_value_t = 0.9)]
+    pub gamma: f64,
+
+    /// Soft update coefficient τ of the target network.
+    #[arg(long, default_value_t = 0.005)]
+    pub tau: f64,
+
+    /// Learning rate.
+    #[arg(long, default_value_t = 1e-4)]
+    pub lr: f64,
+
+    /// Seed of the network's initialisation and of batch sampling.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+
+    /// Online: seconds between epochs (and weight pushes).
+    #[arg(long, default_value_t = 2.0)]
+    pub epoch_secs: f64,
+
+    /// Online: percentage of decisions that explore a random queue.
+    #[arg(long, default_value_t = 5)]
+    pub explore_pct: u32,
+
+    /// Online: stop after this many seconds (default: Ctrl-C).
+    #[arg(long)]
+    pub duration: Option<f64>,
+
+    /// Online: directory of the pinned maps (the scheduler's --pin-dir).
+    #[arg(long, default_value = "/sys/fs/bpf/custos")]
+    pub pin_dir: PathBuf,
+}
+
+fn dqn_config(args: &TrainArgs, actions: usize) -> DqnConfig {
+    DqnConfig {
+        hidden: args.hidden,
+        gamma: args.gamma,
+        tau: args.tau,
+        lr: args.lr,
+        batch: args.batch,
+        steps_per_epoch: args.steps_per_epoch,
+        seed: args.seed,
+        ..DqnConfig::for_actions(actions)
+    }
+}
+
+fn start_model(args: &TrainArgs, nr_queues: u32) -> Result<Option<Model>> {
+    let Some(path) = &args.from else { return Ok(None) };
+    let model = Model::load(path)?;
+    model.fits(nr_queues).with_context(|| format!("--from {}", path.display()))?;
+    if model.float.is_none() {
+        bail!("--from {}: the model has no float weights to continue training from", path.display());
+    }
+    Ok(Some(model))
+}
+
+/// Entry point of `custos train`; returns the process exit code.
+pub fn run(args: TrainArgs) -> Result<i32> {
+    if !matches!(args.weight_bits, 4 | 8) {
+        bail!("--weight-bits must be 8 or 4 (got {})", args.weight_bits);
+    }
+    if args.online {
+        return run_online(args);
+    }
+    if args.recordings.is_empty() {
+        bail!("give --recording FILE (from custos sched --record-transitions) or --online");
+    }
+    run_offline(args)
+}
+
+fn run_offline(args: TrainArgs) -> Result<i32> {
+    let mut all = Vec::new();
+    for path in &args.recordings {
+        let file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+        let ts = read_recording(std::io::BufReader::new(file), &path.display().to_string())?;
+        eprintln!("custos train: {} transitions from {}", ts.len(), path.display());
+        all.extend(ts);
+    }
+    let actions = args.nr_queues as usize + 1;
+    if let Some(t) = all.iter().find(|t| t.action as usize >= actions) {
+        bail!(
+            "a transition chose queue {} but --nr-queues {} gives queues 0..={}: recorded with other queues?",
+            t.action,
+            args.nr_queues,
+            args.nr_queues
+        );
+    }
+    if all.len() < args.batch {
+        bail!("{} transitions are too few to train on (a batch is {})", all.len(), args.batch);
+    }
+    let start = start_model(&args, args.nr_queues)?;
+    let cfg = dqn_config(&args, actions);
+    let mut dqn = match start.as_ref().and_then(|m| m.float.as_ref()) {
+        Some(f) => Dqn::from_float(f, cfg)?,
+        None => Dqn::new(cfg)?,
+    };
+    let mut memory = ReplayMemory::new(all.len())?;
+    let states: Vec<State> = all.iter().map(|t| t.state).collect();
+    let seen = all.len() as u64;
+    for t in all {
+        memory.push(t);
+    }
+    let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
+    let began = Instant::now();
+    for epoch in 1..=args.epochs {
+        let st = dqn.train_epoch(&memory, &mut rng)?;
+        eprintln!(
+            "custos train: epoch {epoch}/{}: loss {:.5}, mean reward {:.3}, mean max Q {:.3} ({:.0} s)",
+            args.epochs,
+            st.mean_loss,
+            st.mean_reward_of_batches,
+            st.mean_max_q,
+            began.elapsed().as_secs_f64()
+        );
+    }
+    let float = dqn.to_float()?;
+    let qnet = quantize(&float, args.weight_bits, &states)?;
+    let agree = agreement(&float, &qnet, &states);
+    eprintln!(
+        "custos train: {}-bit network agrees with the float one on {:.2} % of the {} recorded states",
+        args.weight_bits,
+        agree * 100.0,
+        states.len()
+    );
+    let model = Model::new(
+        args.nr_queues,
+        args.weight_bits,
+        qnet,
+        Some(float),
+        Provenance {
+            transitions: seen + start.as_ref().map_or(0, |m| m.trained.transitions),
+            epochs: args.epochs + start.as_ref().map_or(0, |m| m.trained.epochs),
+            note: format!(
+                "offline from {}",
+                args.recordings.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+            ),
+        },
+    );
+    model.save(&args.out)?;
+    eprintln!("custos train: wrote {}", args.out.display());
+    Ok(0)
+}
+
+fn run_online(args: TrainArgs) -> Result<i32> {
+    let dir = learning::policy_pin_dir(&args.pin_dir);
+    let maps = PolicyMaps::from_pins(&dir)?;
+    let actions = maps.nr_actions()?;
+    if actions < 2 {
+        bail!("the scheduler pinned in {} has not recorded its queues", dir.display());
+    }
+    let nr_queues = actions - 1;
+    let start = start_model(&args, nr_queues)?;
+    if !(args.epoch_secs >= 0.1 && args.epoch_secs.is_finite()) {
+        bail!("--epoch-secs must be at least 0.1 (got {})", args.epoch_secs);
+    }
+    let shutdown = Arc::new(AtomicBool::new(false));
+    {
+        let shutdown = shutdown.clone();
+        ctrlc::set_handler(move || shutdown.store(true, Ordering::Relaxed))
+            .context("cannot install the Ctrl-C handler")?;
+    }
+    if let Some(secs) = args.duration {
+        let shutdown = shutdown.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs_f64(secs));
+            shutdown.store(true, Ordering::Relaxed);
+        });
+    }
+    let cfg = LearnerConfig {
+        record: None,
+        train: Some(TrainConfig {
+            dqn: dqn_config(&args, actions as usize),
+            nr_queues,
+            weight_bits: args.weight_bits,
+            start,
+            epoch_every: Duration::from_secs_f64(args.epoch_secs),
+            min_transitions: args.batch * 8,
+            replay_capacity: 200_000,
+            save: Some(args.out.clone()),
+            explore_pct: args.explore_pct,
+        }),
+    };
+    eprintln!("custos train: training online beside the scheduler pinned in {}", dir.display());
+    let report = learning::run_learner(&maps, cfg, shutdown)?;
+    eprintln!(
+        "custos train: {} transitions, {} epochs, weights generation {}, model in {}",
+        report.transitions,
+        report.epochs,
+        report.last_generation,
+        args.out.display()
+    );
+    if report.epochs == 0 {
+        bail!("no epoch ran: too few transitions came (is the scheduler emitting them? it needs --policy learned with --emit-transitions)");
+    }
+    Ok(0)
+}
