@@ -19,7 +19,10 @@
 # or a list of schedulers, SP_TRACE=custos, to trace only their runs),
 # SP_KEEP_EVENTS (1, the default, keeps each run's event stream; 0 keeps only
 # its loss records; or a list of schedulers whose streams are kept),
-# SP_OUT (results.jsonl and logs), CUSTOS_BIN. Arguments go to `custos sched`.
+# SP_WORKLOAD (find, the default; exec: each worker forks and execs
+# /bin/true SP_EXEC_ITERATIONS times; storm: each worker opens and closes a
+# file for SP_STORM_SECONDS), SP_OUT (results.jsonl and logs), CUSTOS_BIN.
+# Arguments go to `custos sched`.
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${CUSTOS_BIN:-$root/target/release}
@@ -27,6 +30,7 @@ bpfland=${BPFLAND:-$root/.tools/cargo/bin/scx_bpfland}
 schedulers=${SP_SCHEDULERS:-default custos}
 files=${SP_FILES:-4000} worker_counts=${SP_WORKERS:-16} ring_kb=${SP_RING_KB:-64}
 runs=${SP_RUNS:-1} order=${SP_ORDER:-grouped} trace=${SP_TRACE:-0}
+workload=${SP_WORKLOAD:-find}
 tracefs=/sys/kernel/tracing
 out=${SP_OUT:-/tmp/custos-superproducer}
 mkdir -p "$out"
@@ -87,7 +91,13 @@ run() { # name tag workers [custos sched args...]
   local start end pids=()
   start=$(date +%s%N)
   for _ in $(seq "$workers"); do
-    find /tmp/sp-tree -type f -exec cat {} + >/dev/null & pids+=($!)
+    case $workload in
+      find) find /tmp/sp-tree -type f -exec cat {} + >/dev/null & pids+=($!) ;;
+      # Many short-lived producers: each worker forks and execs /bin/true.
+      exec) "$bin/custos-workload" fork-exec -n "${SP_EXEC_ITERATIONS:-400}" >/dev/null & pids+=($!) ;;
+      # A plain syscall storm: openat+close as fast as it goes.
+      storm) "$bin/custos-workload" storm --procs 1 --seconds "${SP_STORM_SECONDS:-15}" >/dev/null & pids+=($!) ;;
+    esac
   done
   (sleep 1; exec /bin/sh -c 'echo marker > /tmp/custos-marker') & pids+=($!)
   wait "${pids[@]}"
@@ -122,13 +132,13 @@ print("yes" if execd and opened else "no")
   printf '%-8s %7s %10s %10s %9s %11s %7s %11s %8s %s\n' "$name" "$workers" "$produced" "$delivered" "$dropped" "$unnumbered" \
     "$(awk -v d="$dropped" -v u="$unnumbered" -v p="$produced" 'BEGIN { t = p + u; printf "%.1f%%", t ? 100 * (d + u) / t : 0 }')" \
     "$(( (end - start) / 1000000 )) ms" "$marker" "${state}"
-  printf '{"scheduler":"%s","workers":%s,"run":%s,"produced":%s,"delivered":%s,"dropped":%s,"unnumbered":%s,"runtime_ms":%s,"marker_delivered":%s,"sched_ext_state":"%s"}\n' \
-    "$name" "$workers" "$run_no" "${produced:-null}" "${delivered:-null}" "${dropped:-null}" "${unnumbered:-null}" "$(( (end - start) / 1000000 ))" \
+  printf '{"workload":"%s","scheduler":"%s","workers":%s,"run":%s,"produced":%s,"delivered":%s,"dropped":%s,"unnumbered":%s,"runtime_ms":%s,"marker_delivered":%s,"sched_ext_state":"%s"}\n' \
+    "$workload" "$name" "$workers" "$run_no" "${produced:-null}" "${delivered:-null}" "${dropped:-null}" "${unnumbered:-null}" "$(( (end - start) / 1000000 ))" \
     "$([ $marker = yes ] && echo true || echo false)" "$state" >>"$out/results.jsonl"
 }
 
 rm -f "$out/results.jsonl"
-echo "super producer: {$worker_counts} x 'find -exec cat' over $files files, ${ring_kb} KiB rings, $runs run(s) each, $(nproc) CPU(s), kernel $(uname -r)"
+echo "super producer: {$worker_counts} x $workload workers ('find -exec cat' over $files files), ${ring_kb} KiB rings, $runs run(s) each, $(nproc) CPU(s), kernel $(uname -r)"
 printf '%-8s %7s %10s %10s %9s %11s %7s %11s %8s %s\n' scheduler workers produced delivered dropped unnumbered loss runtime marker sched_ext
 status=0
 for workers in $worker_counts; do

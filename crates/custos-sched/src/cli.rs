@@ -117,7 +117,7 @@ pub struct SchedArgs {
     #[arg(long)]
     pub train: bool,
 
-    /// Where --train writes the model it learned (on exit and every epoch).
+    /// Where --train writes the model it learned (after every epoch).
     #[arg(long, value_name = "FILE")]
     pub save_model: Option<PathBuf>,
 

@@ -323,3 +323,33 @@ pub fn run_learner(maps: &PolicyMaps, cfg: LearnerConfig, shutdown: Arc<AtomicBo
     }
     Ok(report)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kernel_transition_reads_field_by_field() {
+        // SAFETY: plain integers; all-zero is valid.
+        let mut k: custos_transition = unsafe { std::mem::zeroed() };
+        k.pid = 4242;
+        k.action = 3;
+        k.inferred = 1;
+        for i in 0..NR_FEATURES {
+            k.state[i] = i as u8;
+            k.next_state[i] = 100 + i as u8;
+        }
+        k.events = 1000;
+        k.drops = 250;
+        k.idle_before = 2;
+        k.idle_after = 7;
+        k.at_ns = 1 << 50;
+        let t = transition_from_kernel(as_bytes(&k)).unwrap();
+        assert_eq!((t.pid, t.action, t.inferred), (4242, 3, 1));
+        assert_eq!(t.state[10], 10);
+        assert_eq!(t.next_state[0], 100);
+        assert_eq!((t.events, t.drops, t.idle_before, t.idle_after, t.at_ns), (1000, 250, 2, 7, 1 << 50));
+        assert_eq!(t.reward(), -0.25 + 2.0 / 10.0);
+        assert!(transition_from_kernel(&as_bytes(&k)[..10]).is_none());
+    }
+}

@@ -121,6 +121,26 @@ impl PolicyProbe {
     }
 }
 
+/// The kernel's cost of one forward pass of `net`, in ns: the median and
+/// the 90th percentile over `samples` timings of `reps` passes each, on
+/// random inputs (the JIT-compiled header the scheduler runs).
+pub fn inference_cost(net: &QNet, samples: usize, reps: u32) -> Result<(f64, f64)> {
+    use rand::{Rng, SeedableRng};
+    let mut probe = PolicyProbe::load()?;
+    probe.set_net(net)?;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(42);
+    let mut per_pass: Vec<f64> = Vec::with_capacity(samples);
+    for _ in 0..samples.max(1) {
+        let mut x = [0u8; NR_FEATURES];
+        x.iter_mut().for_each(|v| *v = rng.gen_range(0..=custos_policy::features::FEATURE_MAX));
+        let run = probe.forward(&x, reps)?;
+        per_pass.push(run.elapsed_ns as f64 / reps.max(1) as f64);
+    }
+    per_pass.sort_by(|a, b| a.total_cmp(b));
+    let at = |q: f64| per_pass[((per_pass.len() - 1) as f64 * q).round() as usize];
+    Ok((at(0.5), at(0.9)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

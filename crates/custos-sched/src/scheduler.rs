@@ -110,7 +110,7 @@ fn choose_policy(args: &SchedArgs, nr_queues: u32) -> Result<PolicyChoice> {
         (Ok(None), true) => Ok(PolicyChoice {
             learned: true,
             model: None,
-            description: "learned (untrained: static until the first epoch)".into(),
+            description: "learned (trained online from a fresh network; static until its first epoch)".into(),
         }),
         (Ok(None), false) => {
             let why = "no model given (--model FILE; `custos train` makes one)";
@@ -200,11 +200,14 @@ impl Config {
             bail!("--transitions-ring-kb must be a power of two from 16 to 1048576 (got {})", args.transitions_ring_kb);
         }
         let policy = choose_policy(args, nr_queues)?;
+        let emit_transitions = args.record_transitions.is_some() || args.train || args.emit_transitions;
         let explore_pct = args.explore_pct.unwrap_or(if args.train { 5 } else { 0 });
         if explore_pct > 100 {
             bail!("--explore-pct is a percentage (got {explore_pct})");
         }
-        let emit_transitions = args.record_transitions.is_some() || args.train || args.emit_transitions;
+        if explore_pct > 0 && !emit_transitions {
+            bail!("--explore-pct only serves learning: use it with --record-transitions, --train or --emit-transitions");
+        }
         Ok(Self {
             policy,
             delta_shift: args.delta_shift,

@@ -37,8 +37,14 @@ pub struct TrainArgs {
     pub online: bool,
 
     /// Write the trained model here.
-    #[arg(long, short, value_name = "FILE")]
-    pub out: PathBuf,
+    #[arg(long, short, value_name = "FILE", required_unless_present = "inference_cost")]
+    pub out: Option<PathBuf>,
+
+    /// Measure instead: the kernel's cost of one forward pass (JIT, through
+    /// BPF_PROG_TEST_RUN) of the --from model, or of a fresh --hidden network;
+    /// prints one JSON line.
+    #[arg(long)]
+    pub inference_cost: bool,
 
     /// Start from this model's weights instead of a fresh network.
     #[arg(long, value_name = "FILE")]
@@ -130,6 +136,9 @@ pub fn run(args: TrainArgs) -> Result<i32> {
     if !matches!(args.weight_bits, 4 | 8) {
         bail!("--weight-bits must be 8 or 4 (got {})", args.weight_bits);
     }
+    if args.inference_cost {
+        return run_inference_cost(args);
+    }
     if args.online {
         return run_online(args);
     }
@@ -139,7 +148,31 @@ pub fn run(args: TrainArgs) -> Result<i32> {
     run_offline(args)
 }
 
+fn run_inference_cost(args: TrainArgs) -> Result<i32> {
+    let qnet = match &args.from {
+        Some(path) => Model::load(path)?.qnet,
+        None => {
+            let cfg = dqn_config(&args, args.nr_queues as usize + 1);
+            quantize(&Dqn::new(cfg)?.to_float()?, args.weight_bits, &[])?
+        }
+    };
+    let (median, p90) = crate::policy::inference_cost(&qnet, 200, 2000)?;
+    println!(
+        "{}",
+        serde_json::json!({
+            "hidden": qnet.hidden,
+            "actions": qnet.actions,
+            "weight_max": qnet.weight_max,
+            "inference_ns_median": median,
+            "inference_ns_p90": p90,
+            "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim(),
+        })
+    );
+    Ok(0)
+}
+
 fn run_offline(args: TrainArgs) -> Result<i32> {
+    let out = args.out.clone().context("--out FILE is needed")?;
     let mut all = Vec::new();
     for path in &args.recordings {
         let file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
@@ -207,12 +240,13 @@ fn run_offline(args: TrainArgs) -> Result<i32> {
             ),
         },
     );
-    model.save(&args.out)?;
-    eprintln!("custos train: wrote {}", args.out.display());
+    model.save(&out)?;
+    eprintln!("custos train: wrote {}", out.display());
     Ok(0)
 }
 
 fn run_online(args: TrainArgs) -> Result<i32> {
+    let out = args.out.clone().context("--out FILE is needed")?;
     let dir = learning::policy_pin_dir(&args.pin_dir);
     let maps = PolicyMaps::from_pins(&dir)?;
     let actions = maps.nr_actions()?;
@@ -247,7 +281,7 @@ fn run_online(args: TrainArgs) -> Result<i32> {
             epoch_every: Duration::from_secs_f64(args.epoch_secs),
             min_transitions: args.batch * 8,
             replay_capacity: 200_000,
-            save: Some(args.out.clone()),
+            save: Some(out.clone()),
             explore_pct: args.explore_pct,
         }),
     };
@@ -258,7 +292,7 @@ fn run_online(args: TrainArgs) -> Result<i32> {
         report.transitions,
         report.epochs,
         report.last_generation,
-        args.out.display()
+        out.display()
     );
     if report.epochs == 0 {
         bail!("no epoch ran: too few transitions came (is the scheduler emitting them? it needs --policy learned with --emit-transitions)");

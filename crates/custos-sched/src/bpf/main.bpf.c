@@ -526,6 +526,8 @@ static __always_inline u32 explore(u32 q, struct custos_sched_stats *st)
 	const struct custos_policy_state *ps;
 	u32 zero = 0;
 
+	if (!emit_transitions)	/* nobody learns from this run: never explore */
+		return q;
 	ps = bpf_map_lookup_elem(&policy_state, &zero);
 	if (!ps || !ps->explore_pct || bpf_get_prandom_u32() % 100 >= ps->explore_pct)
 		return q;

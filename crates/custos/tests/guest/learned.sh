@@ -1,0 +1,57 @@
+#!/bin/sh
+# Guest side of tests/policy.rs: the learned policy in a real sched_ext
+# kernel. Usage: learned.sh BIN_DIR OUT. OUT holds model.json (a valid
+# model) and corrupt.json (the same with one weight changed). Every result is
+# a "key value" line on stdout; logs and stats go to OUT.
+B=$1; OUT=$2
+STATE=/sys/kernel/sched_ext/state
+wait_state() {
+	i=0
+	while [ "$(cat $STATE)" != "$1" ] && [ $i -lt $(($2 * 10)) ]; do sleep 0.1; i=$((i + 1)); done
+	[ "$(cat $STATE)" = "$1" ]
+}
+load() { # seconds of busy work the policy decides on
+	end=$(($(date +%s) + $1))
+	while [ "$(date +%s)" -lt "$end" ]; do
+		find /usr/lib -maxdepth 2 >/dev/null 2>&1
+		sh -c 'for i in 1 2 3 4 5 6 7 8; do cat /proc/self/stat >/dev/null; done'
+	done
+}
+
+# A corrupt model: the scheduler runs on, with the static policy, and says why.
+$B/custos sched --policy learned --model "$OUT/corrupt.json" --duration 4 \
+	--stats-json "$OUT/corrupt-stats.json" >"$OUT/corrupt.log" 2>&1
+echo "corrupt.rc $?"
+
+# The model's network decides: weights live (generation), inferences counted.
+$B/custos sched --policy learned --model "$OUT/model.json" --duration 10 \
+	--stats-json "$OUT/learned-stats.json" >"$OUT/learned.log" 2>&1 &
+pid=$!
+wait_state enabled 60 && echo "learned.attached yes"
+load 6
+wait $pid
+echo "learned.rc $?"
+
+# Online training in the scheduler: new weights after every epoch.
+$B/custos sched --policy learned --train --save-model "$OUT/inproc.json" --duration 14 \
+	--stats-json "$OUT/inproc-stats.json" >"$OUT/inproc.log" 2>&1 &
+pid=$!
+wait_state enabled 60
+load 12
+wait $pid
+echo "inproc.rc $?"
+
+# Online training beside it, by another process, through the pinned maps.
+$B/custos sched --policy learned --model "$OUT/model.json" --emit-transitions --duration 20 \
+	--stats-json "$OUT/external-stats.json" >"$OUT/external-sched.log" 2>&1 &
+pid=$!
+wait_state enabled 60
+$B/custos train --online --duration 12 --epoch-secs 2 --from "$OUT/model.json" \
+	--out "$OUT/external.json" >"$OUT/external-train.log" 2>&1 &
+trainer=$!
+load 13
+wait $trainer
+echo "external.train_rc $?"
+wait $pid
+echo "external.rc $?"
+echo "done yes"
