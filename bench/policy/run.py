@@ -13,7 +13,9 @@ saw at most 8) and an exec storm never used in training, under the default
 scheduler, Custos's static policy and its learned policy, loss and runtime
 side by side; the scheduler's own stats give the in-kernel cost per
 decision (under emulation), the CPU share and the delta function's skip
-rate. Writes bench/policy/results.json, a table and loss.svg/png.
+rate. Each policy runs with Custos's consumer protection and without it
+(the seed's backbone, where the queue policy alone keeps the consumer fed),
+next to "none" (every task primary). Writes bench/policy/results.json, a table and loss.svg/png.
 Needs `make build`.
 """
 import argparse
@@ -79,7 +81,8 @@ def main():
 
     runs = []
     for f in sorted(share.glob("*/results.jsonl")):
-        policy = f.parent.name.rsplit("-", 1)[1]
+        # find-w16-learned-unprotected -> learned-unprotected
+        policy = f.parent.name.split("-", 2)[2]
         for line in f.read_text().splitlines():
             r = json.loads(line)
             r["policy"] = policy
@@ -91,6 +94,7 @@ def main():
             runs.append(r)
 
     def pick(workload, workers, policy):
+        # policy: a configuration of eval-guest.sh (static, learned-unprotected, ...)
         return [r for r in runs if r["workload"] == workload and r["workers"] == workers and r["policy"] == policy]
 
     def med(rs, key):
@@ -99,7 +103,7 @@ def main():
     top = max(int(w) for w in workers.split())
     learned_top, static_top, default_top = (pick("find", top, p) for p in ("learned", "static", "default"))
     unseen = [r for r in runs if r["workload"] == "exec" and r["policy"] == "learned"]
-    learned_stats = [r["sched"] for r in runs if r["policy"] == "learned" and "sched" in r]
+    learned_stats = [r["sched"] for r in runs if r["policy"].startswith("learned") and "sched" in r]
     inferences = sum(s["inferences"] for s in learned_stats)
     skips = sum(s["delta_skips"] for s in learned_stats)
     out = {
@@ -119,6 +123,8 @@ def main():
         "runtime_ratio_learned_vs_static": results.ratio(med(learned_top, "runtime_ms"), med(static_top, "runtime_ms")),
         "runtime_ratio_learned_vs_default": results.ratio(med(learned_top, "runtime_ms"), med(default_top, "runtime_ms")),
         "bit_exact_inputs_tested": BIT_EXACT_INPUTS,
+        "loss_pct_by_config": {f"{r['workload']}-w{r['workers']}-{r['policy']}": r["loss_pct"] for r in runs},
+        "runtime_ms_by_config": {f"{r['workload']}-w{r['workers']}-{r['policy']}": r["runtime_ms"] for r in runs},
         "runs": [{k: v for k, v in r.items() if k != "sched"} for r in runs],
     }
     if args.quick:

@@ -18,6 +18,11 @@ use crate::features::{FeatureSpec, Normalization, FEATURES};
 use crate::net::QNet;
 
 pub const MODEL_FORMAT: &str = "custos-policy-model";
+
+/// The shipped model (bench/policy/train.sh made it; bench/policy/README.md
+/// says how it compares with the static policy).
+pub const DEFAULT_MODEL: &[u8] = include_bytes!("../models/default.json");
+pub const DEFAULT_MODEL_NAME: &str = "the shipped model (crates/custos-policy/models/default.json)";
 pub const MODEL_VERSION: u32 = 1;
 
 /// A feature as a model file names it (owned, unlike `FeatureSpec`).
@@ -181,6 +186,13 @@ mod tests {
             b2: vec![10, 0, -10, 5],
         };
         Model::new(3, 8, qnet, None, Provenance { transitions: 7, epochs: 1, note: "test".into() })
+    }
+
+    #[test]
+    fn the_shipped_model_is_valid() {
+        let m = Model::from_bytes(DEFAULT_MODEL, DEFAULT_MODEL_NAME).unwrap();
+        m.fits(3).unwrap();
+        assert!(m.float.is_some());
     }
 
     #[test]

@@ -97,7 +97,8 @@ pub struct SchedArgs {
     #[arg(long, value_enum, default_value_t = PolicyKind::Static)]
     pub policy: PolicyKind,
 
-    /// Model file of the learned policy (`custos train` writes one).
+    /// Model file of the learned policy (`custos train` writes one; default:
+    /// the shipped model).
     #[arg(long, value_name = "FILE")]
     pub model: Option<PathBuf>,
 

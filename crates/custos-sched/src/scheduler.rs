@@ -97,14 +97,23 @@ fn choose_policy(args: &SchedArgs, nr_queues: u32) -> Result<PolicyChoice> {
         }
         return Ok(PolicyChoice { learned: false, model: None, description: "static".into() });
     }
-    let loaded = match &args.model {
-        Some(path) => Model::load(path).and_then(|m| m.fits(nr_queues).map(|()| m)).map(Some),
-        None => Ok(None),
+    // Without --model: the shipped model, unless training starts afresh.
+    let (loaded, name) = match &args.model {
+        Some(path) => (Model::load(path).map(Some), path.display().to_string()),
+        None if args.train => (Ok(None), String::new()),
+        None => (
+            Model::from_bytes(custos_policy::model::DEFAULT_MODEL, custos_policy::model::DEFAULT_MODEL_NAME).map(Some),
+            "shipped model".to_string(),
+        ),
     };
+    let loaded = loaded.and_then(|m| match m {
+        Some(m) => m.fits(nr_queues).map(|()| Some(m)),
+        None => Ok(None),
+    });
     match (loaded, args.train) {
         (Ok(Some(model)), _) => Ok(PolicyChoice {
             learned: true,
-            description: format!("learned ({})", args.model.as_ref().unwrap().display()),
+            description: format!("learned ({name})"),
             model: Some(model),
         }),
         (Ok(None), true) => Ok(PolicyChoice {
@@ -112,11 +121,7 @@ fn choose_policy(args: &SchedArgs, nr_queues: u32) -> Result<PolicyChoice> {
             model: None,
             description: "learned (trained online from a fresh network; static until its first epoch)".into(),
         }),
-        (Ok(None), false) => {
-            let why = "no model given (--model FILE; `custos train` makes one)";
-            warn!("learned policy unavailable, falling back to the static policy: {why}");
-            Ok(PolicyChoice { learned: false, model: None, description: format!("static (learned unavailable: {why})") })
-        }
+        (Ok(None), false) => unreachable!("without --model the shipped model is loaded"),
         (Err(e), true) => Err(e.context("--train cannot start from this model")),
         (Err(e), false) => {
             warn!("learned policy unavailable, falling back to the static policy: {e:#}");
