@@ -57,6 +57,8 @@ def main():
     ap.add_argument("--model", type=Path, default=DEFAULT_MODEL)
     ap.add_argument("--quick", action="store_true", help="16 workers only, no unseen workload")
     ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--reuse", action="store_true",
+                    help="do not run the VM: summarise the runs already in bench/policy/out/eval")
     args = ap.parse_args()
     model = args.model.resolve()
     command = "bench/policy/run.py" + (f" --model {args.model}" if args.model != DEFAULT_MODEL else "") + \
@@ -71,13 +73,14 @@ def main():
               f"(p90 {c['inference_ns_p90']:.0f})", file=sys.stderr)
 
     share = HERE / "out" / "eval"
-    subprocess.run(["rm", "-rf", str(share)], check=True)
-    share.mkdir(parents=True)
     workers = "16" if args.quick else "16 64"
-    script = (f"EVAL_WORKERS='{workers}' EVAL_RUNS={args.runs} "
-              f"{'EVAL_UNSEEN_WORKERS=0 ' if args.quick else ''}"
-              f"bash {HERE / 'eval-guest.sh'} {share.resolve()} {model}\n")
-    print(vm.run_script(script, share, timeout_s=7200, cpus=1), file=sys.stderr)
+    if not args.reuse:
+        subprocess.run(["rm", "-rf", str(share)], check=True)
+        share.mkdir(parents=True)
+        script = (f"EVAL_WORKERS='{workers}' EVAL_RUNS={args.runs} "
+                  f"{'EVAL_UNSEEN_WORKERS=0 ' if args.quick else ''}"
+                  f"bash {HERE / 'eval-guest.sh'} {share.resolve()} {model}\n")
+        print(vm.run_script(script, share, timeout_s=7200, cpus=1), file=sys.stderr)
 
     runs = []
     for f in sorted(share.glob("*/results.jsonl")):
