@@ -110,11 +110,12 @@ impl QNet {
     }
 }
 
-/// Index of the first largest value (ties go to the lower queue, as in BPF).
-pub fn argmax(q: &[i32]) -> usize {
+/// Index of the first largest value (ties go to the lower queue, as in BPF);
+/// for the integer Q-values and the float network's alike.
+pub fn argmax<T: PartialOrd>(q: &[T]) -> usize {
     let mut best = 0;
-    for (k, &v) in q.iter().enumerate() {
-        if v > q[best] {
+    for (k, v) in q.iter().enumerate() {
+        if *v > q[best] {
             best = k;
         }
     }

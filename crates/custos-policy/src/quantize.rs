@@ -94,13 +94,7 @@ pub fn float_q_values(float: &FloatNet, x: &State) -> Vec<f32> {
 
 /// Index of the first largest value, as `net::argmax` (ties go low).
 pub fn argmax_f32(q: &[f32]) -> usize {
-    let mut best = 0;
-    for (k, &v) in q.iter().enumerate() {
-        if v > q[best] {
-            best = k;
-        }
-    }
-    best
+    crate::net::argmax(q)
 }
 
 /// The float network's greedy action.
