@@ -1,6 +1,7 @@
 //! The learned queue policy in the sched_ext VM (issue 10), one boot
-//! (tests/guest/learned.sh): a model's network decides in the kernel, a
-//! corrupt model falls back to the static policy and says so, and online
+//! (tests/guest/learned.sh): a model's network decides in the kernel (a
+//! given model, and the shipped one without --model), a corrupt model falls
+//! back to the static policy and says so, and online
 //! training, in the scheduler and by `custos train --online` beside it,
 //! visibly replaces the kernel's weights (their generation grows).
 
@@ -74,6 +75,13 @@ fn the_learned_policy_runs_falls_back_and_trains_online_in_the_kernel() {
     assert_eq!(s["learned_fallbacks"], 0, "{s}");
     let decided = s["inferences"].as_u64().unwrap() + s["delta_skips"].as_u64().unwrap();
     assert!(decided > 100, "{s}");
+
+    // Without --model the shipped model runs.
+    assert_eq!(r["shipped.rc"], "0", "{}", log(dir, "shipped.log"));
+    let s = stats(dir, "shipped-stats.json");
+    assert_eq!(s["policy"], "learned (shipped model)", "{s}");
+    assert_eq!(s["policy_generation"], 1, "{s}");
+    assert!(s["inferences"].as_u64().unwrap() > 0, "{s}");
 
     // In-process training: epochs pushed new weights and saved the model.
     assert_eq!(r["inproc.rc"], "0", "{}", log(dir, "inproc.log"));

@@ -32,6 +32,13 @@ load 6
 wait $pid
 echo "learned.rc $?"
 
+# No --model: the shipped model.
+$B/custos sched --policy learned --duration 4 --stats-json "$OUT/shipped-stats.json" >"$OUT/shipped.log" 2>&1 &
+pid=$!
+load 3
+wait $pid
+echo "shipped.rc $?"
+
 # Online training in the scheduler: new weights after every epoch.
 $B/custos sched --policy learned --train --save-model "$OUT/inproc.json" --duration 14 \
 	--stats-json "$OUT/inproc-stats.json" >"$OUT/inproc.log" 2>&1 &
