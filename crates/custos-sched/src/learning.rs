@@ -60,47 +60,33 @@ impl PolicyMaps {
 
     /// The live weights' generation (0: none pushed; the static policy decides).
     pub fn generation(&self) -> Result<u64> {
-        Ok(self.read_state()?.generation)
-    }
-
-    fn read_state(&self) -> Result<custos_policy_state> {
-        let raw = self
-            .state
-            .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)
-            .context("reading the policy state")?
-            .context("the policy_state map has no entry")?;
-        if raw.len() < std::mem::size_of::<custos_policy_state>() {
-            bail!("policy_state entry of {} bytes", raw.len());
-        }
-        // SAFETY: the map's value is this plain struct.
-        Ok(unsafe { std::ptr::read_unaligned(raw.as_ptr().cast()) })
+        Ok(read_policy_state(&self.state)?.generation)
     }
 
     /// Queues of the scheduler the maps belong to (its network's actions).
     pub fn nr_actions(&self) -> Result<u32> {
-        Ok(self.read_state()?.nr_actions)
+        Ok(read_policy_state(&self.state)?.nr_actions)
+    }
+
+    pub fn explore_pct(&self) -> Result<u32> {
+        Ok(read_policy_state(&self.state)?.explore_pct)
+    }
+
+    /// Changes the policy state in place (read, change, write back).
+    fn update_state(&self, what: &str, change: impl FnOnce(&mut custos_policy_state)) -> Result<()> {
+        let mut state = read_policy_state(&self.state)?;
+        change(&mut state);
+        self.state.update(&0u32.to_ne_bytes(), as_bytes(&state), MapFlags::ANY).context(what.to_string())
     }
 
     /// Records the scheduler's queue count for trainers (at load).
     pub fn set_nr_actions(&self, actions: u32) -> Result<()> {
-        let mut state = self.read_state()?;
-        state.nr_actions = actions;
-        self.state
-            .update(&0u32.to_ne_bytes(), as_bytes(&state), MapFlags::ANY)
-            .context("recording the number of queues")
-    }
-
-    pub fn explore_pct(&self) -> Result<u32> {
-        Ok(self.read_state()?.explore_pct)
+        self.update_state("recording the number of queues", |s| s.nr_actions = actions)
     }
 
     /// Sets the share of decisions that explore (0 when not training).
     pub fn set_explore_pct(&self, pct: u32) -> Result<()> {
-        let mut state = self.read_state()?;
-        state.explore_pct = pct.min(100);
-        self.state
-            .update(&0u32.to_ne_bytes(), as_bytes(&state), MapFlags::ANY)
-            .context("setting the exploration rate")
+        self.update_state("setting the exploration rate", |s| s.explore_pct = pct.min(100))
     }
 
     /// Makes `net` the live network: writes the copy not in use, then moves
@@ -112,22 +98,57 @@ impl PolicyMaps {
     /// live one push ago; pushes are at least MIN_PUSH_INTERVAL apart.
     pub fn push(&self, net: &QNet) -> Result<u64> {
         let value = to_bpf_net(net)?;
-        let actions = self.nr_actions()?;
-        if actions != 0 && net.actions != actions as usize {
-            bail!("a network with {} actions for a scheduler with {actions} queues", net.actions);
+        let state = read_policy_state(&self.state)?;
+        if state.nr_actions != 0 && net.actions != state.nr_actions as usize {
+            bail!("a network with {} actions for a scheduler with {} queues", net.actions, state.nr_actions);
         }
-        let generation = self.generation()?;
-        let next = generation + 1;
+        let next = state.generation + 1;
         let slot = (next % 2) as u32;
         self.nets
             .update(&slot.to_ne_bytes(), as_bytes(&value), MapFlags::ANY)
             .context("writing the network's weights")?;
-        let state = custos_policy_state { generation: next, ..self.read_state()? };
+        let state = custos_policy_state { generation: next, ..state };
         self.state
             .update(&0u32.to_ne_bytes(), as_bytes(&state), MapFlags::ANY)
             .context("publishing the network's generation")?;
         Ok(next)
     }
+}
+
+/// The policy_state entry of a scheduler's map (its own or a pinned one).
+pub fn read_policy_state(map: &dyn MapCore) -> Result<custos_policy_state> {
+    let raw = map
+        .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)
+        .context("reading the policy state")?
+        .context("the policy_state map has no entry")?;
+    if raw.len() < std::mem::size_of::<custos_policy_state>() {
+        bail!("policy_state entry of {} bytes", raw.len());
+    }
+    // SAFETY: the map's value is this plain struct.
+    Ok(unsafe { std::ptr::read_unaligned(raw.as_ptr().cast()) })
+}
+
+/// The network to train: the start model's float weights, else a fresh one.
+pub fn start_dqn(start: Option<&Model>, cfg: DqnConfig) -> Result<Dqn> {
+    match start.and_then(|m| m.float.as_ref()) {
+        Some(float) => Dqn::from_float(float, cfg),
+        None => Dqn::new(cfg),
+    }
+}
+
+/// The trained network as a model file: quantised, with `calibration`
+/// states setting the hidden layer's range, and the float weights kept so
+/// training can resume from it.
+pub fn quantised_model(
+    dqn: &Dqn,
+    nr_queues: u32,
+    weight_bits: u32,
+    calibration: &[State],
+    trained: Provenance,
+) -> Result<Model> {
+    let float = dqn.to_float()?;
+    let qnet = quantize(&float, weight_bits, calibration)?;
+    Ok(Model::new(nr_queues, weight_bits, qnet, Some(float), trained))
 }
 
 /// Pushes are spaced at least this far apart (see `PolicyMaps::push`).
@@ -206,10 +227,7 @@ struct Trainer {
 
 impl Trainer {
     fn new(cfg: TrainConfig) -> Result<Self> {
-        let dqn = match cfg.start.as_ref().and_then(|m| m.float.as_ref()) {
-            Some(float) => Dqn::from_float(float, cfg.dqn.clone())?,
-            None => Dqn::new(cfg.dqn.clone())?,
-        };
+        let dqn = start_dqn(cfg.start.as_ref(), cfg.dqn.clone())?;
         Ok(Trainer {
             memory: ReplayMemory::new(cfg.replay_capacity)?,
             rng: rand::rngs::StdRng::seed_from_u64(cfg.dqn.seed),
@@ -227,19 +245,17 @@ impl Trainer {
         self.epochs += 1;
         let calibration: Vec<State> =
             self.memory.sample(2048.min(self.memory.len()), &mut self.rng).into_iter().map(|t| t.state).collect();
-        let float = self.dqn.to_float()?;
-        let qnet = quantize(&float, self.cfg.weight_bits, &calibration)?;
-        let model = Model::new(
+        let model = quantised_model(
+            &self.dqn,
             self.cfg.nr_queues,
             self.cfg.weight_bits,
-            qnet,
-            Some(float),
+            &calibration,
             Provenance {
                 transitions: self.seen,
                 epochs: self.epochs,
                 note: "trained online (custos sched --train / custos train --online)".into(),
             },
-        );
+        )?;
         Ok((model, stats.mean_reward_of_batches))
     }
 }

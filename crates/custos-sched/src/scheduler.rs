@@ -720,7 +720,8 @@ impl<'a> Scheduler<'a> {
             collector_features: global.is_some_and(|g| g.collector_running != 0) as u64,
             availability,
             policy: self.config.policy.description.clone(),
-            policy_generation: policy_maps(&self.skel).and_then(|m| m.generation()).unwrap_or(0),
+            policy_generation: learning::read_policy_state(&self.skel.maps.policy_state)
+                .map_or(0, |s| s.generation),
             inferences: sum.inferences,
             inference_ns: sum.inference_ns,
             delta_skips: sum.delta_skips,

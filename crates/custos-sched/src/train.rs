@@ -194,10 +194,7 @@ fn run_offline(args: TrainArgs) -> Result<i32> {
     }
     let start = start_model(&args, args.nr_queues)?;
     let cfg = dqn_config(&args, actions);
-    let mut dqn = match start.as_ref().and_then(|m| m.float.as_ref()) {
-        Some(f) => Dqn::from_float(f, cfg)?,
-        None => Dqn::new(cfg)?,
-    };
+    let mut dqn = learning::start_dqn(start.as_ref(), cfg)?;
     let mut memory = ReplayMemory::new(all.len())?;
     let states: Vec<State> = all.iter().map(|t| t.state).collect();
     let seen = all.len() as u64;
@@ -217,20 +214,11 @@ fn run_offline(args: TrainArgs) -> Result<i32> {
             began.elapsed().as_secs_f64()
         );
     }
-    let float = dqn.to_float()?;
-    let qnet = quantize(&float, args.weight_bits, &states)?;
-    let agree = agreement(&float, &qnet, &states);
-    eprintln!(
-        "custos train: {}-bit network agrees with the float one on {:.2} % of the {} recorded states",
-        args.weight_bits,
-        agree * 100.0,
-        states.len()
-    );
-    let model = Model::new(
+    let model = learning::quantised_model(
+        &dqn,
         args.nr_queues,
         args.weight_bits,
-        qnet,
-        Some(float),
+        &states,
         Provenance {
             transitions: seen + start.as_ref().map_or(0, |m| m.trained.transitions),
             epochs: args.epochs + start.as_ref().map_or(0, |m| m.trained.epochs),
@@ -239,6 +227,13 @@ fn run_offline(args: TrainArgs) -> Result<i32> {
                 args.recordings.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
             ),
         },
+    )?;
+    let float = model.float.as_ref().expect("quantised_model keeps the float weights");
+    eprintln!(
+        "custos train: {}-bit network agrees with the float one on {:.2} % of the {} recorded states",
+        args.weight_bits,
+        agreement(float, &model.qnet, &states) * 100.0,
+        states.len()
     );
     model.save(&out)?;
     eprintln!("custos train: wrote {}", out.display());
