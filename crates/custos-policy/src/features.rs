@@ -50,6 +50,48 @@ pub const FEATURES: [FeatureSpec; NR_FEATURES] = [
     FeatureSpec { name: "availability", normalization: Linear },
 ];
 
+/// Seed 000's feature groups (its F1/F2 ablation): what the scheduler knows
+/// of a task by itself, and what the collector publishes about provenance.
+pub const TASK_FEATURES: [&str; 7] = ["runtime", "nvcsw", "wait_freq", "wake_freq", "nr_stop", "nr_idle", "prio"];
+pub const PROVENANCE_FEATURES: [&str; 4] = ["nr_event", "nr_drop", "latency", "availability"];
+
+/// A set of input features, parsed from `all`, `task`, `provenance` or a
+/// comma-separated list of feature names. Returns the indices it keeps.
+pub fn parse_feature_set(spec: &str) -> Result<Vec<usize>, String> {
+    let names: Vec<&str> = match spec.trim() {
+        "all" => FEATURES.iter().map(|f| f.name).collect(),
+        "task" => TASK_FEATURES.to_vec(),
+        "provenance" => PROVENANCE_FEATURES.to_vec(),
+        list => list.split(',').map(str::trim).filter(|n| !n.is_empty()).collect(),
+    };
+    let mut keep = Vec::new();
+    for name in names {
+        let i = index_of(name).ok_or_else(|| {
+            format!(
+                "unknown feature {name:?}: all, task, provenance, or names from {}",
+                FEATURES.iter().map(|f| f.name).collect::<Vec<_>>().join(", ")
+            )
+        })?;
+        if !keep.contains(&i) {
+            keep.push(i);
+        }
+    }
+    if keep.is_empty() {
+        return Err("the feature set is empty".into());
+    }
+    keep.sort_unstable();
+    Ok(keep)
+}
+
+/// Zeroes the features outside `keep`: what a model trained on a subset sees.
+pub fn mask_state(state: &mut State, keep: &[usize]) {
+    for (i, x) in state.iter_mut().enumerate() {
+        if !keep.contains(&i) {
+            *x = 0;
+        }
+    }
+}
+
 /// Index of a feature by name.
 pub fn index_of(name: &str) -> Option<usize> {
     FEATURES.iter().position(|f| f.name == name)
@@ -91,5 +133,20 @@ mod tests {
         }
         assert_eq!(index_of("nr_event"), Some(FEAT_NR_EVENT));
         assert_eq!(index_of("availability"), Some(FEAT_AVAILABILITY));
+    }
+
+    #[test]
+    fn the_feature_groups_split_the_features() {
+        let task = parse_feature_set("task").unwrap();
+        let prov = parse_feature_set("provenance").unwrap();
+        assert_eq!(task.len() + prov.len(), NR_FEATURES);
+        assert!(task.iter().all(|i| !prov.contains(i)));
+        assert_eq!(parse_feature_set("all").unwrap(), (0..NR_FEATURES).collect::<Vec<_>>());
+        assert_eq!(parse_feature_set("availability, nr_event").unwrap(), vec![FEAT_NR_EVENT, FEAT_AVAILABILITY]);
+        assert!(parse_feature_set("nr_events").unwrap_err().contains("unknown feature"));
+        assert!(parse_feature_set(" , ").is_err());
+        let mut s = [7u8; NR_FEATURES];
+        mask_state(&mut s, &prov);
+        assert_eq!(s, [0, 0, 0, 0, 0, 0, 0, 7, 7, 7, 7]);
     }
 }

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
-use crate::features::{FeatureSpec, Normalization, FEATURES};
+use crate::features::{FeatureSpec, Normalization, FEATURES, NR_FEATURES};
 use crate::net::QNet;
 
 pub const MODEL_FORMAT: &str = "custos-policy-model";
@@ -70,6 +70,11 @@ pub struct Model {
     pub float: Option<FloatNet>,
     #[serde(default)]
     pub trained: Provenance,
+    /// Features the model was trained without (an ablation): their inputs
+    /// were zero in training and their first-layer weights are zero, so the
+    /// kernel's network ignores them. Empty: all features.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub masked_features: Vec<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -94,7 +99,34 @@ impl Model {
             qnet,
             float,
             trained,
+            masked_features: Vec::new(),
         }
+    }
+
+    /// Restricts the model to the features in `keep` (indices): records the
+    /// others as masked and zeroes their first-layer weights, in the integer
+    /// network and the float one. Training must have seen them as zero.
+    pub fn mask_features(&mut self, keep: &[usize]) {
+        self.masked_features.clear();
+        for (i, f) in FEATURES.iter().enumerate() {
+            if keep.contains(&i) {
+                continue;
+            }
+            self.masked_features.push(f.name.to_string());
+            for j in 0..self.qnet.hidden {
+                self.qnet.w1[j * NR_FEATURES + i] = 0;
+            }
+            if let Some(float) = &mut self.float {
+                for j in 0..float.hidden {
+                    float.w1[j * NR_FEATURES + i] = 0.0;
+                }
+            }
+        }
+    }
+
+    /// Indices of the features the model reads.
+    pub fn used_features(&self) -> Vec<usize> {
+        (0..NR_FEATURES).filter(|&i| !self.masked_features.iter().any(|m| m == FEATURES[i].name)).collect()
     }
 
     /// The file's bytes.
@@ -145,6 +177,14 @@ impl Model {
             bail!("{name}: {}-bit weights; 4 and 8 are supported", model.weight_bits);
         }
         model.qnet.validate().with_context(|| format!("{name}: invalid network"))?;
+        for feature in &model.masked_features {
+            let Some(i) = crate::features::index_of(feature) else {
+                bail!("{name}: masks an unknown feature {feature:?}");
+            };
+            if (0..model.qnet.hidden).any(|j| model.qnet.w1[j * NR_FEATURES + i] != 0) {
+                bail!("{name}: feature {feature:?} is masked but its first-layer weights are not zero");
+            }
+        }
         if model.qnet.actions != model.nr_queues as usize + 1 {
             bail!("{name}: {} actions for {} budgeted queues (needs one per queue)", model.qnet.actions, model.nr_queues);
         }
@@ -160,7 +200,7 @@ impl Model {
     pub fn fits(&self, nr_queues: u32) -> Result<()> {
         if self.nr_queues != nr_queues {
             bail!(
-                "the model was trained for {} budgeted queues, the scheduler runs {nr_queues} (--queues)",
+                "the model was trained for {} budgeted queues, the scheduler runs {nr_queues} (--nr-queues)",
                 self.nr_queues
             );
         }
@@ -171,7 +211,6 @@ impl Model {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::features::NR_FEATURES;
 
     fn model() -> Model {
         let hidden = 4;
@@ -208,6 +247,28 @@ mod tests {
     }
 
     #[test]
+    fn a_masked_model_ignores_its_masked_features() {
+        let mut m = model();
+        let keep = crate::features::parse_feature_set("provenance").unwrap();
+        m.mask_features(&keep);
+        assert_eq!(m.masked_features.len(), NR_FEATURES - keep.len());
+        assert_eq!(m.used_features(), keep);
+        let back = Model::from_bytes(&m.to_bytes().unwrap(), "m").unwrap();
+        assert_eq!(back, m);
+        // Any values in the masked inputs: the same Q-values as zeros there.
+        let mut x = [0u8; NR_FEATURES];
+        for (i, v) in x.iter_mut().enumerate() {
+            *v = (i as u8 * 37) % 129;
+        }
+        let mut masked = x;
+        crate::features::mask_state(&mut masked, &keep);
+        assert_ne!(x, masked);
+        assert_eq!(back.qnet.q_values(&x), back.qnet.q_values(&masked));
+        // An unmasked model's file has no masked_features field (format unchanged).
+        assert!(!String::from_utf8(model().to_bytes().unwrap()).unwrap().contains("masked_features"));
+    }
+
+    #[test]
     fn every_bad_file_is_a_clear_error() {
         let m = model();
         let bytes = m.to_bytes().unwrap();
@@ -240,6 +301,12 @@ mod tests {
         let mut other = m.clone();
         other.weight_bits = 2;
         assert!(err(&other.to_bytes().unwrap()).contains("2-bit"));
+
+        let mut other = m.clone();
+        other.masked_features = vec!["latency".into()];
+        assert!(err(&other.to_bytes().unwrap()).contains("\"latency\" is masked but its first-layer weights are not zero"));
+        other.masked_features = vec!["lateness".into()];
+        assert!(err(&other.to_bytes().unwrap()).contains("unknown feature \"lateness\""));
 
         assert!(m.fits(2).unwrap_err().to_string().contains("trained for 3 budgeted queues"));
         assert!(Model::load(Path::new("/nonexistent/m.json")).unwrap_err().to_string().contains("reading model"));

@@ -17,6 +17,9 @@ pub enum PolicyKind {
     Static,
     /// The integer Q-network of --model, evaluated in the kernel.
     Learned,
+    /// No learning: a producer's queue follows ring availability and the
+    /// consumer's measured rate (the learned policy's ablation baseline).
+    Feedback,
 }
 
 /// Run the Custos sched_ext scheduler (Aegis queue backbone) until Ctrl-C.

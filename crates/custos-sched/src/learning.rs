@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use custos_policy::dqn::{Dqn, DqnConfig};
-use custos_policy::features::{State, NR_FEATURES};
+use custos_policy::features::{mask_state, State, NR_FEATURES};
 use custos_policy::model::{Model, Provenance};
 use custos_policy::net::QNet;
 use custos_policy::quantize::quantize;
@@ -138,17 +138,28 @@ pub fn start_dqn(start: Option<&Model>, cfg: DqnConfig) -> Result<Dqn> {
 
 /// The trained network as a model file: quantised, with `calibration`
 /// states setting the hidden layer's range, and the float weights kept so
-/// training can resume from it.
+/// training can resume from it. A network trained on the features `keep`
+/// only (the others zero in every state) has the others masked: their
+/// first-layer weights never mattered in training, so they are zeroed
+/// before quantisation and cannot widen its scale.
 pub fn quantised_model(
     dqn: &Dqn,
     nr_queues: u32,
     weight_bits: u32,
+    keep: &[usize],
     calibration: &[State],
     trained: Provenance,
 ) -> Result<Model> {
-    let float = dqn.to_float()?;
+    let mut float = dqn.to_float()?;
+    for i in (0..NR_FEATURES).filter(|i| !keep.contains(i)) {
+        for j in 0..float.hidden {
+            float.w1[j * NR_FEATURES + i] = 0.0;
+        }
+    }
     let qnet = quantize(&float, weight_bits, calibration)?;
-    Ok(Model::new(nr_queues, weight_bits, qnet, Some(float), trained))
+    let mut model = Model::new(nr_queues, weight_bits, qnet, Some(float), trained);
+    model.mask_features(keep);
+    Ok(model)
 }
 
 /// Pushes are spaced at least this far apart (see `PolicyMaps::push`).
@@ -217,6 +228,8 @@ pub struct LearnerReport {
 
 struct Trainer {
     cfg: TrainConfig,
+    /// The features the start model reads (all, unless it was masked).
+    keep: Vec<usize>,
     dqn: Dqn,
     memory: ReplayMemory,
     rng: rand::rngs::StdRng,
@@ -228,7 +241,9 @@ struct Trainer {
 impl Trainer {
     fn new(cfg: TrainConfig) -> Result<Self> {
         let dqn = start_dqn(cfg.start.as_ref(), cfg.dqn.clone())?;
+        let keep = cfg.start.as_ref().map_or_else(|| (0..NR_FEATURES).collect(), Model::used_features);
         Ok(Trainer {
+            keep,
             memory: ReplayMemory::new(cfg.replay_capacity)?,
             rng: rand::rngs::StdRng::seed_from_u64(cfg.dqn.seed),
             dqn,
@@ -249,10 +264,11 @@ impl Trainer {
             &self.dqn,
             self.cfg.nr_queues,
             self.cfg.weight_bits,
+            &self.keep,
             &calibration,
             Provenance {
-                transitions: self.seen,
-                epochs: self.epochs,
+                transitions: self.seen + self.cfg.start.as_ref().map_or(0, |m| m.trained.transitions),
+                epochs: self.epochs + self.cfg.start.as_ref().map_or(0, |m| m.trained.epochs),
                 note: "trained online (custos sched --train / custos train --online)".into(),
             },
         )?;
@@ -301,7 +317,9 @@ pub fn run_learner(maps: &PolicyMaps, cfg: LearnerConfig, shutdown: Arc<AtomicBo
         }
         if let Some(tr) = trainer.as_mut() {
             tr.seen += drained.len() as u64;
-            for t in drained {
+            for mut t in drained {
+                mask_state(&mut t.state, &tr.keep);
+                mask_state(&mut t.next_state, &tr.keep);
                 tr.memory.push(t);
             }
             let due = last_epoch.elapsed() >= tr.cfg.epoch_every

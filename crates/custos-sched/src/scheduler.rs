@@ -82,7 +82,7 @@ pub struct Config {
 /// The policy a run uses, once --policy and --model were looked at.
 #[derive(Debug, Clone)]
 pub struct PolicyChoice {
-    pub learned: bool,
+    pub kind: PolicyKind,
     pub model: Option<Model>,
     /// For the log and the stats: which policy, from where, or why not.
     pub description: String,
@@ -91,11 +91,15 @@ pub struct PolicyChoice {
 /// --policy learned with a model that cannot be used falls back to static
 /// and says why; only training needs a usable start, so there it is an error.
 fn choose_policy(args: &SchedArgs, nr_queues: u32) -> Result<PolicyChoice> {
-    if args.policy == PolicyKind::Static {
+    if args.policy != PolicyKind::Learned {
         if args.train {
             bail!("--train trains the learned policy: use it with --policy learned");
         }
-        return Ok(PolicyChoice { learned: false, model: None, description: "static".into() });
+        let description = match args.policy {
+            PolicyKind::Feedback => "feedback",
+            _ => "static",
+        };
+        return Ok(PolicyChoice { kind: args.policy, model: None, description: description.into() });
     }
     // Without --model: the shipped model, unless training starts afresh.
     let (loaded, name) = match &args.model {
@@ -112,12 +116,12 @@ fn choose_policy(args: &SchedArgs, nr_queues: u32) -> Result<PolicyChoice> {
     });
     match (loaded, args.train) {
         (Ok(Some(model)), _) => Ok(PolicyChoice {
-            learned: true,
+            kind: PolicyKind::Learned,
             description: format!("learned ({name})"),
             model: Some(model),
         }),
         (Ok(None), true) => Ok(PolicyChoice {
-            learned: true,
+            kind: PolicyKind::Learned,
             model: None,
             description: "learned (trained online from a fresh network; static until its first epoch)".into(),
         }),
@@ -125,7 +129,7 @@ fn choose_policy(args: &SchedArgs, nr_queues: u32) -> Result<PolicyChoice> {
         (Err(e), true) => Err(e.context("--train cannot start from this model")),
         (Err(e), false) => {
             warn!("learned policy unavailable, falling back to the static policy: {e:#}");
-            Ok(PolicyChoice { learned: false, model: None, description: format!("static (learned unavailable: {e:#})") })
+            Ok(PolicyChoice { kind: PolicyKind::Static, model: None, description: format!("static (learned unavailable: {e:#})") })
         }
     }
 }
@@ -414,10 +418,10 @@ impl<'a> Scheduler<'a> {
         rodata.availability_low = config.availability_low;
         rodata.availability_high = config.availability_high;
         rodata.queue_forcing = !config.forced_comm.is_empty() || !config.forced_pid.is_empty();
-        rodata.policy_kind = if config.policy.learned {
-            bpf_intf::custos_policy_consts_CUSTOS_POLICY_LEARNED
-        } else {
-            bpf_intf::custos_policy_consts_CUSTOS_POLICY_STATIC
+        rodata.policy_kind = match config.policy.kind {
+            PolicyKind::Learned => bpf_intf::custos_policy_consts_CUSTOS_POLICY_LEARNED,
+            PolicyKind::Feedback => bpf_intf::custos_policy_consts_CUSTOS_POLICY_FEEDBACK,
+            PolicyKind::Static => bpf_intf::custos_policy_consts_CUSTOS_POLICY_STATIC,
         };
         rodata.delta_shift = config.delta_shift;
         rodata.emit_transitions = config.emit_transitions;
@@ -483,7 +487,7 @@ impl<'a> Scheduler<'a> {
                 model.qnet.hidden, model.qnet.actions, model.weight_bits
             );
         }
-        let policy_pins = if config.policy.learned || config.emit_transitions {
+        let policy_pins = if config.policy.kind == PolicyKind::Learned || config.emit_transitions {
             Some(pin_policy_maps(&mut skel, &args.pin_dir)?)
         } else {
             None

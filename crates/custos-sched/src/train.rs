@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use custos_policy::dqn::{Dqn, DqnConfig};
-use custos_policy::features::State;
+use custos_policy::features::{mask_state, State, NR_FEATURES};
 use custos_policy::model::{Model, Provenance};
 use custos_policy::quantize::{agreement, quantize};
 use custos_policy::replay::ReplayMemory;
@@ -54,6 +54,12 @@ pub struct TrainArgs {
     /// reads it from the running scheduler).
     #[arg(long, default_value_t = 3)]
     pub nr_queues: u32,
+
+    /// Offline: the input features the model may read: all, task,
+    /// provenance (seed 000's F1/F2 groups) or a list of names; the others
+    /// are zero in training and masked in the model (an ablation).
+    #[arg(long, default_value = "all", value_parser = parse_features)]
+    pub features: FeatureSet,
 
     /// Units of the hidden layer (the seed: 256; 64 keeps inference under 1 us).
     #[arg(long, default_value_t = 64)]
@@ -108,6 +114,14 @@ pub struct TrainArgs {
     pub pin_dir: PathBuf,
 }
 
+/// Indices of the features a model may read (`--features`).
+#[derive(Clone, Debug)]
+pub struct FeatureSet(pub Vec<usize>);
+
+fn parse_features(spec: &str) -> std::result::Result<FeatureSet, String> {
+    custos_policy::features::parse_feature_set(spec).map(FeatureSet)
+}
+
 fn dqn_config(args: &TrainArgs, actions: usize) -> DqnConfig {
     DqnConfig {
         hidden: args.hidden,
@@ -140,6 +154,9 @@ pub fn run(args: TrainArgs) -> Result<i32> {
         return run_inference_cost(args);
     }
     if args.online {
+        if args.features.0.len() != NR_FEATURES {
+            bail!("--features is for offline training; online training keeps the --from model's features");
+        }
         return run_online(args);
     }
     if args.recordings.is_empty() {
@@ -196,6 +213,10 @@ fn run_offline(args: TrainArgs) -> Result<i32> {
     let cfg = dqn_config(&args, actions);
     let mut dqn = learning::start_dqn(start.as_ref(), cfg)?;
     let mut memory = ReplayMemory::new(all.len())?;
+    for t in &mut all {
+        mask_state(&mut t.state, &args.features.0);
+        mask_state(&mut t.next_state, &args.features.0);
+    }
     let states: Vec<State> = all.iter().map(|t| t.state).collect();
     let seen = all.len() as u64;
     for t in all {
@@ -218,6 +239,7 @@ fn run_offline(args: TrainArgs) -> Result<i32> {
         &dqn,
         args.nr_queues,
         args.weight_bits,
+        &args.features.0,
         &states,
         Provenance {
             transitions: seen + start.as_ref().map_or(0, |m| m.trained.transitions),

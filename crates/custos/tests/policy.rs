@@ -3,7 +3,8 @@
 //! given model, and the shipped one without --model), a corrupt model falls
 //! back to the static policy and says so, and online
 //! training, in the scheduler and by `custos train --online` beside it,
-//! visibly replaces the kernel's weights (their generation grows).
+//! visibly replaces the kernel's weights (their generation grows); the
+//! feedback controller budgets the producers of a flood that fills the rings.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -97,4 +98,12 @@ fn the_learned_policy_runs_falls_back_and_trains_online_in_the_kernel() {
     assert!(s["policy_generation"].as_u64().unwrap() >= 2, "{s}\n{}", log(dir, "external-train.log"));
     let trained = Model::load(&dir.join("external.json")).unwrap();
     assert!(trained.trained.epochs >= 1, "{:?}", trained.trained);
+
+    // Feedback controller: it decided, and under pressure it budgeted.
+    assert_eq!(r["feedback.attached"], "yes", "{}", log(dir, "feedback.log"));
+    assert_eq!(r["feedback.rc"], "0", "{}", log(dir, "feedback.log"));
+    let s = stats(dir, "feedback-stats.json");
+    assert_eq!(s["policy"], "feedback", "{s}");
+    assert_eq!(s["inferences"], 0, "{s}");
+    assert!(s["policy_to_budgeted"].as_u64().unwrap() > 0, "{s}\n{}", log(dir, "feedback-collect.log"));
 }

@@ -68,6 +68,8 @@ struct custos_policy_input {
 	 * system, on the NR_EVENT scale, so a policy can judge a task's share.
 	 */
 	u8  total_event_rate;
+	/* Events per window the consumer drains, on the same scale (feedback). */
+	u8  consumer_event_rate;
 	u64 raw_nvcsw;			/* nvcsw before normalisation (delta function) */
 	u64 raw_nr_event;		/* nr_event before normalisation (delta function) */
 	u64 events_total;		/* the task's events and drops so far (transitions) */

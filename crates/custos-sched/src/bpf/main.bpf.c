@@ -89,7 +89,7 @@ const volatile u64 starvation_guard_ns = 2000ULL * NSEC_PER_MSEC;
 /* Debug: the forced_comm / forced_pid maps override the policy. */
 const volatile bool queue_forcing;
 
-/* Which policy decides queues: CUSTOS_POLICY_STATIC or CUSTOS_POLICY_LEARNED. */
+/* Which policy decides queues: CUSTOS_POLICY_STATIC, _LEARNED or _FEEDBACK. */
 const volatile u32 policy_kind = CUSTOS_POLICY_STATIC;
 
 /*
@@ -282,6 +282,9 @@ u8 consumer_waiting_local[CUSTOS_MAX_CPUS];
 u64 total_event_rate;
 u64 total_rate_produced;
 u64 total_rate_at_ns;
+/* Events per window the consumer accounted for, from the same refreshes. */
+u64 consumer_event_rate;
+u64 total_rate_consumed;
 
 /* Helpers */
 
@@ -386,29 +389,41 @@ static __always_inline u64 task_event_rate(const struct custos_task_features *tf
 	return rate;
 }
 
-/* Fold the collector's latest total into the system's event rate. */
+/* One EWMA step of a system rate, a burst counting at once as per task. */
+static __always_inline u64 rate_step(u64 avg, u64 per_window)
+{
+	avg = avg - (avg >> CUSTOS_RATE_EWMA_SHIFT) + (per_window >> CUSTOS_RATE_EWMA_SHIFT);
+	return per_window > avg ? per_window : avg;
+}
+
+/*
+ * Fold the collector's latest totals into the system's event rate and the
+ * consumer's. "consumed" also counts records refused by full rings, so
+ * under overflow the consumer's rate reads high; availability says it then.
+ */
 static void update_total_rate(const struct custos_global_features *g)
 {
-	u64 at, produced, delta, dt, per_window;
+	u64 at, produced, consumed, dt;
 
 	if (!g || !g->collector_running)
 		return;
 	at = g->updated_ns;
 	produced = g->produced;
-	if (at <= total_rate_at_ns || produced < total_rate_produced)
+	consumed = g->consumed;
+	if (at <= total_rate_at_ns || produced < total_rate_produced ||
+	    consumed < total_rate_consumed)
 		goto reset;
 	dt = at - total_rate_at_ns;
 	if (dt < CUSTOS_RATE_WINDOW_NS / 2)
 		return;
-	delta = produced - total_rate_produced;
-	per_window = dt ? delta * CUSTOS_RATE_WINDOW_NS / dt : 0;
-	total_event_rate = total_event_rate - (total_event_rate >> CUSTOS_RATE_EWMA_SHIFT) +
-			   (per_window >> CUSTOS_RATE_EWMA_SHIFT);
-	if (per_window > total_event_rate)
-		total_event_rate = per_window;	/* a burst counts at once, as per task */
+	total_event_rate = rate_step(total_event_rate,
+				     (produced - total_rate_produced) * CUSTOS_RATE_WINDOW_NS / dt);
+	consumer_event_rate = rate_step(consumer_event_rate,
+					(consumed - total_rate_consumed) * CUSTOS_RATE_WINDOW_NS / dt);
 reset:
 	total_rate_at_ns = at;
 	total_rate_produced = produced;
+	total_rate_consumed = consumed;
 }
 
 static void fill_policy_input(const struct task_struct *p, const struct task_ctx *tctx,
@@ -441,6 +456,7 @@ static void fill_policy_input(const struct task_struct *p, const struct task_ctx
 	g = bpf_map_lookup_elem(&global_features, &zero);
 	update_total_rate(g);
 	in->total_event_rate = norm_log2(total_event_rate);
+	in->consumer_event_rate = norm_log2(consumer_event_rate);
 	in->feat[CUSTOS_FEAT_AVAILABILITY] = availability_of(g);
 	in->feat[CUSTOS_FEAT_LATENCY] =
 		norm_log2((g && g->collector_running ? g->consumer_lag : 0) + external_lag);
@@ -450,6 +466,7 @@ static void fill_policy_input(const struct task_struct *p, const struct task_ctx
 }
 
 #include "policy_static.bpf.h"
+#include "policy_feedback.bpf.h"
 #include "policy_net.bpf.h"
 
 /* Within 1/2^delta_shift of the current value (Eq. 12), or unchanged. */
@@ -536,6 +553,13 @@ static __always_inline u32 explore(u32 q, struct custos_sched_stats *st)
 	return bpf_get_prandom_u32() % (nr_queues + 1);
 }
 
+static __always_inline u32 counted_since(u64 now, u64 before)
+{
+	u64 d = now >= before ? now - before : now;
+
+	return d > 0xffffffffULL ? 0xffffffffU : d;
+}
+
 /*
  * T = (S_t -> S_t+1) for the task's previous decision, now that S_t+1 is
  * known, with what the task's events and its CPU's idleness did in between
@@ -564,8 +588,13 @@ static void emit_transition(const struct task_struct *p, struct task_ctx *tctx,
 				t->state[i] = tctx->prev_state[i];
 				t->next_state[i] = in->feat[i];
 			}
-			t->events = in->events_total - tctx->prev_events;
-			t->drops = in->drops_total - tctx->prev_drops;
+			/*
+			 * A task whose features entry the LRU evicted starts
+			 * counting again from zero: what it has now is then all
+			 * that is known of the interval, not a wrapped difference.
+			 */
+			t->events = counted_since(in->events_total, tctx->prev_events);
+			t->drops = counted_since(in->drops_total, tctx->prev_drops);
 			t->idle_before = tctx->prev_idle;
 			t->idle_after = tctx->nr_idle;
 			t->at_ns = bpf_ktime_get_ns();
@@ -621,6 +650,8 @@ static u32 decide_queue(const struct task_struct *p, struct task_ctx *tctx)
 		else if (policy_kind == CUSTOS_POLICY_LEARNED) {
 			q = learned_policy(&in, tctx);
 			inferred = tctx->inferred;
+		} else if (policy_kind == CUSTOS_POLICY_FEEDBACK) {
+			q = feedback_policy(&in);
 		} else {
 			q = static_policy(&in);
 		}

@@ -14,6 +14,7 @@ enum custos_policy_consts {
 	/* Which policy decides queues (the policy_kind tunable). */
 	CUSTOS_POLICY_STATIC		= 0,
 	CUSTOS_POLICY_LEARNED		= 1,
+	CUSTOS_POLICY_FEEDBACK		= 2,
 
 	/* Largest hidden layer; one Q-value per queue (CUSTOS_MAX_QUEUES). */
 	CUSTOS_NET_MAX_HIDDEN		= 256,
