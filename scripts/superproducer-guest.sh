@@ -138,7 +138,12 @@ print("yes" if execd and opened else "no")
 }
 
 rm -f "$out/results.jsonl"
-echo "super producer: {$worker_counts} x $workload workers ('find -exec cat' over $files files), ${ring_kb} KiB rings, $runs run(s) each, $(nproc) CPU(s), kernel $(uname -r)"
+case $workload in
+  find) what="'find -exec cat' over $files files" ;;
+  exec) what="fork+exec of /bin/true, ${SP_EXEC_ITERATIONS:-400} each" ;;
+  *) what="openat+close for ${SP_STORM_SECONDS:-15} s" ;;
+esac
+echo "super producer: {$worker_counts} x $workload workers ($what), ${ring_kb} KiB rings, $runs run(s) each, $(nproc) CPU(s), kernel $(uname -r)"
 printf '%-8s %7s %10s %10s %9s %11s %7s %11s %8s %s\n' scheduler workers produced delivered dropped unnumbered loss runtime marker sched_ext
 status=0
 for workers in $worker_counts; do

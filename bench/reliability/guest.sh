@@ -13,7 +13,8 @@
 #
 # Every run writes OUT/<name>.jsonl (the stream) and OUT/<name>.json
 # (produced, dropped, unnumbered, marker, sched_ext state).
-# Environment: CUSTOS_BIN, OUT, WORKERS (16), FILES (4000), RING_KB (64).
+# Environment: CUSTOS_BIN, OUT, WORKERS (16), FILES (4000), RING_KB (64),
+# SCHED_ARGS (extra `custos sched` arguments, e.g. "--policy learned").
 set -u
 bin=${CUSTOS_BIN:?} out=${OUT:?}
 workers=${WORKERS:-16} files=${FILES:-4000} ring_kb=${RING_KB:-64}
@@ -43,7 +44,8 @@ stop_collector() {
 
 sched=
 start_sched() { # name
-  "$bin/custos" sched >"$out/$1.sched.log" 2>&1 &
+  # shellcheck disable=SC2086 # SCHED_ARGS is a list of arguments
+  "$bin/custos" sched ${SCHED_ARGS:-} >"$out/$1.sched.log" 2>&1 &
   sched=$!
   until_true '[ "$(cat /sys/kernel/sched_ext/state)" = enabled ]' 300 || { echo "scheduler did not attach" >&2; cat "$out/$1.sched.log" >&2; exit 1; }
 }

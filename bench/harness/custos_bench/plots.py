@@ -28,20 +28,31 @@ def ratio_bars(ratios: dict, title: str, stem: Path, reference: float = 1.0):
     return _save(fig, stem)
 
 
-def grouped_bars(groups: dict, title: str, ylabel: str, stem: Path):
-    """groups: {label: {series: value}} — e.g. loss % per scheduler per run."""
+def grouped_bars(groups: dict, title: str, ylabel: str, stem: Path, order: list = None):
+    """groups: {label: {series: value}} — e.g. loss % per scheduler per run.
+
+    order: the series in legend order (default: sorted). With many series the
+    figure widens, the legend moves beside the plot and each series keeps a
+    colour of its own."""
     labels = list(groups)
-    series = sorted({s for g in groups.values() for s in g})
+    present = {s for g in groups.values() for s in g}
+    series = [s for s in order if s in present] if order else sorted(present)
+    many = len(series) > 6
     width = 0.8 / max(1, len(series))
-    fig, ax = plt.subplots(figsize=(1.5 + 1.4 * len(labels), 3.6))
+    fig, ax = plt.subplots(figsize=(1.5 + (0.35 * len(series) + 0.6 if many else 1.4) * len(labels), 3.6))
+    colors = plt.get_cmap("tab20" if len(series) > 10 else "tab10").colors
     for i, s in enumerate(series):
         xs = [j + i * width for j in range(len(labels))]
-        bars = ax.bar(xs, [groups[l].get(s, 0) for l in labels], width, label=s)
-        ax.bar_label(bars, fmt="%.3g")
+        bars = ax.bar(xs, [groups[l].get(s, 0) for l in labels], width, label=s, color=colors[i % len(colors)])
+        ax.bar_label(bars, fmt="%.3g", fontsize=6 if many else None, rotation=90 if many else 0, padding=2)
     ax.set_xticks([j + width * (len(series) - 1) / 2 for j in range(len(labels))], labels)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
-    ax.legend()
+    ax.margins(y=0.15)
+    if many:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
+    else:
+        ax.legend()
     return _save(fig, stem)
 
 

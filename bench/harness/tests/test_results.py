@@ -41,3 +41,18 @@ def test_plots_write_svg_and_png(tmp_path):
         assert f.stat().st_size > 1000, f
     assert (tmp_path / "ratios.svg").read_text().lstrip().startswith("<?xml")
     assert (tmp_path / "ratios.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_many_series_keep_their_order_and_a_colour_each(tmp_path):
+    names = [f"config-{i:02d}" for i in range(12)]
+    groups = {"find x16": {n: float(i) for i, n in enumerate(names)}, "exec x16": {names[0]: 1.0}}
+    order = list(reversed(names))
+    plots.grouped_bars(groups, "t", "loss %", tmp_path / "many", order=order)
+    svg = (tmp_path / "many.svg").read_text()
+    # The legend lists the series in the given order.
+    positions = [svg.index(n) for n in order]
+    assert positions == sorted(positions)
+    # Twelve series, twelve fill colours (tab20), none reused.
+    import re
+    fills = set(re.findall(r"fill: (#[0-9a-f]{6})", svg)) - {"#ffffff", "#000000"}
+    assert len(fills) >= 12, fills

@@ -10,6 +10,11 @@ use clap::Args;
 
 use crate::waiting_time::Scale;
 
+/// The static policy's defaults: a producer's events per window, and the
+/// ring availability (percent) that counts as pressure.
+pub const DEFAULT_EVENT_RATE_HIGH: u64 = 64;
+pub const DEFAULT_AVAILABILITY_LOW_PCT: f64 = 25.0;
+
 /// The queue-assignment policies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum PolicyKind {
@@ -68,7 +73,7 @@ pub struct SchedArgs {
 
     /// A producer is "high rate" from this many provenance events per 100 ms
     /// window on (compared on the policy's log2 scale) ...
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = DEFAULT_EVENT_RATE_HIGH)]
     pub event_rate_high: u64,
 
     /// ... and when it makes at least this percentage of all events (rounded
@@ -87,7 +92,7 @@ pub struct SchedArgs {
     pub no_overflow_hold: bool,
 
     /// Budget producers when ring availability falls to this percentage.
-    #[arg(long, default_value_t = 25.0)]
+    #[arg(long, default_value_t = DEFAULT_AVAILABILITY_LOW_PCT)]
     pub availability_low: f64,
 
     /// Return them to primary once availability is back above this percentage.

@@ -2,6 +2,7 @@
 //! transitions or online beside a running `custos sched --policy learned`
 //! (through the maps it pins under PIN_DIR/sched), and writes a model file.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -10,13 +11,16 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use custos_policy::dqn::{Dqn, DqnConfig};
-use custos_policy::features::{mask_state, State, NR_FEATURES};
+use custos_policy::features::{
+    mask_state, norm_log2, norm_percent, State, FEAT_AVAILABILITY, FEAT_NR_EVENT, NR_FEATURES,
+};
 use custos_policy::model::{Model, Provenance};
 use custos_policy::quantize::{agreement, quantize};
 use custos_policy::replay::ReplayMemory;
-use custos_policy::transition::read_recording;
+use custos_policy::transition::{read_recording, Transition};
 use rand::SeedableRng;
 
+use crate::cli::{DEFAULT_AVAILABILITY_LOW_PCT, DEFAULT_EVENT_RATE_HIGH};
 use crate::learning::{self, LearnerConfig, PolicyMaps, TrainConfig};
 
 /// Train the learned queue policy (seed 000's DQN) and write a model file.
@@ -37,7 +41,7 @@ pub struct TrainArgs {
     pub online: bool,
 
     /// Write the trained model here.
-    #[arg(long, short, value_name = "FILE", required_unless_present = "inference_cost")]
+    #[arg(long, short, value_name = "FILE", required_unless_present_any = ["inference_cost", "inspect"])]
     pub out: Option<PathBuf>,
 
     /// Measure instead: the kernel's cost of one forward pass (JIT, through
@@ -45,6 +49,13 @@ pub struct TrainArgs {
     /// prints one JSON line.
     #[arg(long)]
     pub inference_cost: bool,
+
+    /// Inspect instead: which queue the --from model picks for the recorded
+    /// states (--recording), by pressure (availability at or below 25 %) and
+    /// by producer (at least 64 events per window, the static policy's
+    /// defaults); prints one JSON line.
+    #[arg(long, requires = "from")]
+    pub inspect: bool,
 
     /// Start from this model's weights instead of a fresh network.
     #[arg(long, value_name = "FILE")]
@@ -153,6 +164,9 @@ pub fn run(args: TrainArgs) -> Result<i32> {
     if args.inference_cost {
         return run_inference_cost(args);
     }
+    if args.inspect {
+        return run_inspect(args);
+    }
     if args.online {
         if args.features.0.len() != NR_FEATURES {
             bail!("--features is for offline training; online training keeps the --from model's features");
@@ -163,6 +177,38 @@ pub fn run(args: TrainArgs) -> Result<i32> {
         bail!("give --recording FILE (from custos sched --record-transitions) or --online");
     }
     run_offline(args)
+}
+
+fn read_recordings(paths: &[PathBuf]) -> Result<Vec<Transition>> {
+    let mut all = Vec::new();
+    for path in paths {
+        let file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+        let ts = read_recording(std::io::BufReader::new(file), &path.display().to_string())?;
+        eprintln!("custos train: {} transitions from {}", ts.len(), path.display());
+        all.extend(ts);
+    }
+    Ok(all)
+}
+
+fn run_inspect(args: TrainArgs) -> Result<i32> {
+    let path = args.from.as_ref().context("--inspect needs --from MODEL")?;
+    let model = Model::load(path)?;
+    if args.recordings.is_empty() {
+        bail!("--inspect needs --recording FILE: the states to ask the model about");
+    }
+    let pressure_at = norm_percent(DEFAULT_AVAILABILITY_LOW_PCT);
+    let producer_at = norm_log2(DEFAULT_EVENT_RATE_HIGH);
+    let mut counts: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for t in read_recordings(&args.recordings)? {
+        let class = format!(
+            "{}-{}",
+            if t.state[FEAT_AVAILABILITY] <= pressure_at { "pressure" } else { "no_pressure" },
+            if t.state[FEAT_NR_EVENT] >= producer_at { "producer" } else { "quiet" }
+        );
+        counts.entry(class).or_insert_with(|| vec![0; model.qnet.actions])[model.qnet.action(&t.state)] += 1;
+    }
+    println!("{}", serde_json::json!({ "model": path, "actions_by_class": counts }));
+    Ok(0)
 }
 
 fn run_inference_cost(args: TrainArgs) -> Result<i32> {
@@ -190,13 +236,7 @@ fn run_inference_cost(args: TrainArgs) -> Result<i32> {
 
 fn run_offline(args: TrainArgs) -> Result<i32> {
     let out = args.out.clone().context("--out FILE is needed")?;
-    let mut all = Vec::new();
-    for path in &args.recordings {
-        let file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-        let ts = read_recording(std::io::BufReader::new(file), &path.display().to_string())?;
-        eprintln!("custos train: {} transitions from {}", ts.len(), path.display());
-        all.extend(ts);
-    }
+    let mut all = read_recordings(&args.recordings)?;
     let actions = args.nr_queues as usize + 1;
     if let Some(t) = all.iter().find(|t| t.action as usize >= actions) {
         bail!(

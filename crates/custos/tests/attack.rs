@@ -9,6 +9,9 @@
 //!   the loss records;
 //! - the scheduler protects the consumer whichever starts first, and after a
 //!   collector restart.
+//!
+//! `CUSTOS_SCHED_ARGS="--policy learned" cargo test --release --test attack`
+//! asks the same of another scheduler configuration.
 
 use std::path::Path;
 use std::process::Command;
@@ -45,7 +48,12 @@ fn an_attack_during_a_flood_is_in_the_graph_and_every_loss_is_in_band() {
     let bin = Path::new(env!("CARGO_BIN_EXE_custos"));
     let out = tempfile::tempdir().unwrap();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/reliability/guest.sh");
-    let env = format!("CUSTOS_BIN={} OUT={} WORKERS=16", bin.parent().unwrap().display(), out.path().display());
+    let sched_args = std::env::var("CUSTOS_SCHED_ARGS").unwrap_or_default();
+    let env = format!(
+        "CUSTOS_BIN={} OUT={} WORKERS=16 SCHED_ARGS='{sched_args}'",
+        bin.parent().unwrap().display(),
+        out.path().display()
+    );
     let run = Command::new(bin)
         .args(["vm", "run", "-q", "--cpus", "1", "--timeout", "1500", "--share"])
         .arg(out.path())
