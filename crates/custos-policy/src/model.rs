@@ -49,6 +49,17 @@ pub struct FloatNet {
     pub b2: Vec<f32>,
 }
 
+impl FloatNet {
+    /// Zeroes the first-layer weights of every input outside `keep`.
+    pub fn keep_inputs(&mut self, keep: &[usize]) {
+        for i in (0..NR_FEATURES).filter(|i| !keep.contains(i)) {
+            for j in 0..self.hidden {
+                self.w1[j * NR_FEATURES + i] = 0.0;
+            }
+        }
+    }
+}
+
 /// How the model was made, for people reading the file.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Provenance {
@@ -116,11 +127,9 @@ impl Model {
             for j in 0..self.qnet.hidden {
                 self.qnet.w1[j * NR_FEATURES + i] = 0;
             }
-            if let Some(float) = &mut self.float {
-                for j in 0..float.hidden {
-                    float.w1[j * NR_FEATURES + i] = 0.0;
-                }
-            }
+        }
+        if let Some(float) = &mut self.float {
+            float.keep_inputs(keep);
         }
     }
 

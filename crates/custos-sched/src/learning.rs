@@ -151,11 +151,7 @@ pub fn quantised_model(
     trained: Provenance,
 ) -> Result<Model> {
     let mut float = dqn.to_float()?;
-    for i in (0..NR_FEATURES).filter(|i| !keep.contains(i)) {
-        for j in 0..float.hidden {
-            float.w1[j * NR_FEATURES + i] = 0.0;
-        }
-    }
+    float.keep_inputs(keep);
     let qnet = quantize(&float, weight_bits, calibration)?;
     let mut model = Model::new(nr_queues, weight_bits, qnet, Some(float), trained);
     model.mask_features(keep);
