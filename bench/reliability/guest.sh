@@ -14,7 +14,8 @@
 # Every run writes OUT/<name>.jsonl (the stream) and OUT/<name>.json
 # (produced, dropped, unnumbered, marker, sched_ext state).
 # Environment: CUSTOS_BIN, OUT, WORKERS (16), FILES (4000), RING_KB (64),
-# SCHED_ARGS (extra `custos sched` arguments, e.g. "--policy learned").
+# SCHED_ARGS (extra `custos sched` arguments, e.g. "--policy learned"),
+# RUNS (which runs, in this order; default all five).
 set -u
 bin=${CUSTOS_BIN:?} out=${OUT:?}
 workers=${WORKERS:-16} files=${FILES:-4000} ring_kb=${RING_KB:-64}
@@ -89,36 +90,52 @@ flood() { # name [attack]
     "$1" "$workers" "$(( (end - start) / 1000000 ))" "$(cat /sys/kernel/sched_ext/state)" >"$out/$1.json"
 }
 
-rm -rf /sys/fs/bpf/custos
+run_attack() {
+  echo "attack: the scripted attack during the flood, under custos sched" >&2
+  rm -rf /sys/fs/bpf/custos
+  start_collector attack; start_sched attack
+  flood attack attack
+  stop_sched; stop_collector
+}
+
+run_skips() {
+  echo "skips: the flood under the default scheduler" >&2
+  start_collector skips
+  flood skips
+  stop_collector
+}
+
+run_sched-first() {
+  echo "sched-first: scheduler, then collector" >&2
+  rm -rf /sys/fs/bpf/custos
+  start_sched sched-first; sleep 3; start_collector sched-first
+  flood sched-first
+  stop_collector; stop_sched
+}
+
+run_collector-first() {
+  echo "collector-first: collector, then scheduler" >&2
+  rm -rf /sys/fs/bpf/custos
+  start_collector collector-first; sleep 3; start_sched collector-first
+  flood collector-first
+  stop_sched; stop_collector
+}
+
+run_restart() {
+  echo "restart: the collector restarted under the running scheduler" >&2
+  rm -rf /sys/fs/bpf/custos
+  start_collector restart-before; start_sched restart
+  sleep 2; stop_collector; sleep 1
+  start_collector restart
+  flood restart
+  stop_sched; stop_collector
+}
+
 cp "$(dirname "$0")/../../crates/custos/tests/fixtures/http_server.py" "$work/server.py"
-
-echo "attack: the scripted attack during the flood, under custos sched" >&2
-start_collector attack; start_sched attack
-flood attack attack
-stop_sched; stop_collector
-
-echo "skips: the flood under the default scheduler" >&2
-start_collector skips
-flood skips
-stop_collector
-
-echo "sched-first: scheduler, then collector" >&2
-rm -rf /sys/fs/bpf/custos
-start_sched sched-first; sleep 3; start_collector sched-first
-flood sched-first
-stop_collector; stop_sched
-
-echo "collector-first: collector, then scheduler" >&2
-rm -rf /sys/fs/bpf/custos
-start_collector collector-first; sleep 3; start_sched collector-first
-flood collector-first
-stop_sched; stop_collector
-
-echo "restart: the collector restarted under the running scheduler" >&2
-rm -rf /sys/fs/bpf/custos
-start_collector restart-before; start_sched restart
-sleep 2; stop_collector; sleep 1
-start_collector restart
-flood restart
-stop_sched; stop_collector
+for run in ${RUNS:-attack skips sched-first collector-first restart}; do
+  case $run in
+    attack | skips | sched-first | collector-first | restart) "run_$run" ;;
+    *) echo "unknown run '$run' (attack, skips, sched-first, collector-first, restart)" >&2; exit 2 ;;
+  esac
+done
 echo done >&2

@@ -40,8 +40,15 @@ enum custos_ring {
 	CUSTOS_NR_RINGS       = 3,
 };
 
-/* Value of the task_features map (LRU hash, key: __u32 tid). */
+/*
+ * Value of the task_features map (LRU hash, key: __u32 tid). A tid is
+ * recycled once its thread is gone, so an entry belongs to the thread whose
+ * task_struct start_time it carries: the collector resets an entry another
+ * thread left, and a reader ignores one whose start time is not its task's.
+ * The collector deletes a thread's entry when the thread exits.
+ */
 struct custos_task_features {
+	__u64 start_time_ns;     /* task_struct->start_time of the owning thread */
 	__u64 events_total;      /* events produced by this thread, ever */
 	__u64 drops_total;       /* of those, dropped before reaching a ring */
 	__u64 event_rate;        /* nr_event: EWMA of events per window */

@@ -147,9 +147,16 @@ fn open_and_load<'obj>(
     let rodata = open.maps.rodata_data.as_deref_mut().context("BPF object has no .rodata")?;
     rodata.collector_tgid = std::process::id();
     rodata.availability_sample_every = 64;
-    open.progs.custos_bprm_check.set_autoload(hooks.bprm_check);
-    open.progs.custos_file_open.set_autoload(hooks.file_open);
-    open.progs.custos_fork.set_autoload(fork);
+    let p = &mut open.progs;
+    for prog in [&mut p.custos_fork_0, &mut p.custos_fork_1, &mut p.custos_fork_2] {
+        prog.set_autoload(fork);
+    }
+    for prog in [&mut p.custos_bprm_check_0, &mut p.custos_bprm_check_1, &mut p.custos_bprm_check_2] {
+        prog.set_autoload(hooks.bprm_check);
+    }
+    for prog in [&mut p.custos_file_open_0, &mut p.custos_file_open_1, &mut p.custos_file_open_2] {
+        prog.set_autoload(hooks.file_open);
+    }
     open.load().context("loading the BPF programs into the kernel")
 }
 
@@ -237,30 +244,39 @@ pub fn collect<W: Write>(opts: &Options, out: W, stop: &AtomicBool, on_ready: im
             .with_context(|| format!("configuring syscall {}", s.name))?;
     }
 
-    let mut links: Vec<Link> = Vec::with_capacity(2 * SYSCALL_COPIES + 2);
+    let mut links: Vec<Link> = Vec::with_capacity(2 * SYSCALL_COPIES + 1 + 3 * HOOK_COPIES);
     for [enter, exit] in syscall_copies(&skel) {
         links.push(enter.attach().context("attaching to raw_syscalls:sys_enter (tp_btf)")?);
         links.push(exit.attach().context("attaching to raw_syscalls:sys_exit (tp_btf)")?);
     }
-    if fork {
-        links.push(skel.progs.custos_fork.attach().context("attaching to sched:sched_process_fork (tp_btf)")?);
+    links.push(skel.progs.custos_task_exit.attach().context("attaching to sched:sched_process_exit (tp_btf)")?);
+    let [fork_copies, bprm_copies, open_copies] = hook_copies(&skel);
+    for prog in fork_copies.into_iter().filter(|_| fork) {
+        links.push(prog.attach().context("attaching to sched:sched_process_fork (tp_btf)")?);
     }
-    if hooks.bprm_check {
-        links.push(skel.progs.custos_bprm_check.attach_lsm().context("attaching lsm/bprm_check_security")?);
+    // A trampoline runs the program attached last first (a tracepoint, the
+    // first): the first copy is attached last, to run first as everywhere.
+    for prog in bprm_copies.into_iter().rev().filter(|_| hooks.bprm_check) {
+        links.push(prog.attach_lsm().context("attaching lsm/bprm_check_security")?);
     }
-    if hooks.file_open {
-        links.push(skel.progs.custos_file_open.attach_lsm().context("attaching lsm/file_open")?);
+    for prog in open_copies.into_iter().rev().filter(|_| hooks.file_open) {
+        links.push(prog.attach_lsm().context("attaching lsm/file_open")?);
     }
 
     // Every copy is attached: from now on a tracepoint found unseen is a skip.
     // Read before arming, and after disarming at the end, so that every
     // syscall counted in a task falls inside the counters' difference.
-    let skip_base = SkipCounters::read(&skel, &read_cpu_states(&skel)?);
+    let skip_base = SkipBase {
+        upper: SkipCounters::read(&skel, ReadOrder::KernelsFirst)?,
+        lower: SkipCounters::read(&skel, ReadOrder::OursFirst)?,
+    };
     set_skip_epoch(&skel, 1)?;
 
     // Publish the provenance features. The pins stay after the run: a
     // scheduler keeps reading the maps, and the next collector fills them.
     if reuse_pins {
+        // Threads that exited while no collector ran left their entries.
+        features::forget_dead_tasks(&skel.maps.task_features);
         features::publish(&skel.maps.global_features, 0, 0, true, monotonic_ns())?;
     } else {
         pin(&skel)?;
@@ -304,7 +320,7 @@ fn drain<W: Write>(
     on_ready: impl FnOnce(),
     lsm_active: bool,
     syscalls_attached: usize,
-    skip_base: &SkipCounters,
+    skip_base: &SkipBase,
 ) -> Result<Summary> {
     let nr_cpus = libbpf_rs::num_possible_cpus().context("counting CPUs")?;
     let consumer = Rc::new(RefCell::new(Consumer::with_reorder_buffer(out, nr_cpus, opts.reorder_buffer_bytes)));
@@ -407,7 +423,9 @@ fn drain<W: Write>(
             let snap = snapshots.pop_front().unwrap();
             consumer.borrow_mut().settle_gaps(&snap.seqs, &drops, Some(snap.as_of))?;
         }
-        let skips = SkipCounters::read(skel, &states).since(skip_base);
+        // While programs run, the counters move between the reads: the
+        // running report never counts a skip a backup is about to cover.
+        let skips = SkipCounters::read(skel, ReadOrder::KernelsFirst)?.since(&skip_base.lower);
         {
             let mut c = consumer.borrow_mut();
             c.report_skips(&states.iter().map(|s| s.skipped).collect::<Vec<_>>(), skips.skipped_bound + skips.lsm)?;
@@ -447,7 +465,8 @@ fn drain<W: Write>(
 
     // The recording ends: what the copies skip while they go one by one is not part of it.
     set_skip_epoch(skel, 0)?;
-    let skip_end = SkipCounters::read(skel, &read_cpu_states(skel)?);
+    // The final account errs the other way: at most what was lost.
+    let skip_end = SkipCounters::read(skel, ReadOrder::OursFirst)?;
     // Detach, let programs already running finish, then drain to empty.
     // Last attached, first detached: the first copy of a syscall program
     // outlives its backups, which only count what it skipped.
@@ -464,14 +483,14 @@ fn drain<W: Write>(
         c.settle_gaps(&cpu_seq, &drops, None)?;
         c.flush_waiting();
         c.release(true)?;
-        let skips = skip_end.since(skip_base);
+        let skips = skip_end.since(&skip_base.upper);
         c.report_skips(&states.iter().map(|s| s.skipped).collect::<Vec<_>>(), skips.skipped_bound + skips.lsm)?;
     }
     // The final account and the final stats record are one computation.
     let counters = consumer.borrow().counters.clone();
     let g = global_snapshot(skel);
     metrics.update(&states, &counters, g.as_ref(), started.elapsed());
-    metrics.skips = skip_end.since(skip_base);
+    metrics.skips = skip_end.since(&skip_base.upper);
     let m = &metrics;
     let invariant_holds = m.produced == counters.delivered + m.dropped && counters.lost_in_gaps == m.dropped && counters.late == 0;
     let summary = Summary {
@@ -520,6 +539,20 @@ struct Snapshot {
     producers: Option<Vec<u64>>,
 }
 
+/// Copies of each hook program (HOOK_COPY in the BPF program): fork, and
+/// the BPF-LSM hooks. A hook run is lost only when every copy was busy.
+const HOOK_COPIES: usize = 3;
+
+/// The copies of the fork, bprm_check and file_open programs, in that order.
+fn hook_copies<'a, 'b>(skel: &'a MainSkel<'b>) -> [[&'a libbpf_rs::ProgramMut<'b>; HOOK_COPIES]; 3] {
+    let p = &skel.progs;
+    [
+        [&p.custos_fork_0, &p.custos_fork_1, &p.custos_fork_2],
+        [&p.custos_bprm_check_0, &p.custos_bprm_check_1, &p.custos_bprm_check_2],
+        [&p.custos_file_open_0, &p.custos_file_open_1, &p.custos_file_open_2],
+    ]
+}
+
 fn syscall_copies<'a, 'b>(skel: &'a MainSkel<'b>) -> [[&'a libbpf_rs::ProgramMut<'b>; 2]; SYSCALL_COPIES] {
     let p = &skel.progs;
     [
@@ -527,6 +560,26 @@ fn syscall_copies<'a, 'b>(skel: &'a MainSkel<'b>) -> [[&'a libbpf_rs::ProgramMut
         [&p.custos_sys_enter_1, &p.custos_sys_exit_1],
         [&p.custos_sys_enter_2, &p.custos_sys_exit_2],
     ]
+}
+
+/// Which counters a read takes first. The kernel counts a first copy's skip
+/// before a backup copy counts covering it (the copies run in order), so
+/// reading the programs' own counters first gives at most the skips' losses,
+/// and reading the kernel's first gives at least them. (Before, the running
+/// reports read ours first, and a flood of covered skips between the two
+/// reads was now and then reported in-band as a loss that never happened.)
+#[derive(Clone, Copy)]
+enum ReadOrder {
+    OursFirst,
+    KernelsFirst,
+}
+
+/// Counters read when every copy was attached, both ways: an upper bound of
+/// the losses since then subtracts the read that took the kernel's first, a
+/// lower bound the other.
+struct SkipBase {
+    upper: SkipCounters,
+    lower: SkipCounters,
 }
 
 /// The kernel's skip counters of every program and the programs' own, read
@@ -538,11 +591,18 @@ struct SkipCounters {
     covered: [u64; 2],
     unseen: [u64; 2],
     skipped: u64,
-    hooks: u64,
+    /// Skips of each hook's first copy, summed over the hooks.
+    hook_first_skips: u64,
+    hook_runs_first: u64,
+    hook_handled: u64,
 }
 
 impl SkipCounters {
-    fn read(skel: &MainSkel, states: &[custos_cpu_state]) -> SkipCounters {
+    fn read(skel: &MainSkel, order: ReadOrder) -> Result<SkipCounters> {
+        let ours_first = match order {
+            ReadOrder::OursFirst => Some(read_cpu_states(skel)?),
+            ReadOrder::KernelsFirst => None,
+        };
         // SAFETY: bpf_program__fd only reads the program; -1 when not loaded.
         let fd = |p: &libbpf_rs::ProgramMut| unsafe { libbpf_rs::libbpf_sys::bpf_program__fd(p.as_libbpf_object().as_ptr()) };
         let misses = |p: &libbpf_rs::ProgramMut| {
@@ -557,14 +617,23 @@ impl SkipCounters {
             if rc == 0 { info.recursion_misses } else { 0 }
         };
         let copies = syscall_copies(skel);
-        SkipCounters {
-            enter: copies.iter().map(|[enter, _]| misses(enter)).collect(),
-            exit: copies.iter().map(|[_, exit]| misses(exit)).collect(),
+        let enter = copies.iter().map(|[enter, _]| misses(enter)).collect();
+        let exit = copies.iter().map(|[_, exit]| misses(exit)).collect();
+        let hook_first_skips = hook_copies(skel).iter().map(|copies| misses(copies[0])).sum();
+        let states = match ours_first {
+            Some(states) => states,
+            None => read_cpu_states(skel)?,
+        };
+        Ok(SkipCounters {
+            enter,
+            exit,
             covered: [0, 1].map(|i| states.iter().map(|s| s.covered[i]).sum()),
             unseen: [0, 1].map(|i| states.iter().map(|s| s.unseen[i]).sum()),
             skipped: states.iter().map(|s| s.skipped).sum(),
-            hooks: misses(&skel.progs.custos_bprm_check) + misses(&skel.progs.custos_file_open) + misses(&skel.progs.custos_fork),
-        }
+            hook_first_skips,
+            hook_runs_first: states.iter().map(|s| s.hook_runs_first).sum(),
+            hook_handled: states.iter().map(|s| s.hook_handled).sum(),
+        })
     }
 
     /// The skips between `base` (read when every copy was attached) and
@@ -579,7 +648,12 @@ impl SkipCounters {
             pair(self.covered, base.covered),
             pair(self.unseen, base.unseen),
             self.skipped.saturating_sub(base.skipped),
-            self.hooks.saturating_sub(base.hooks),
+            [
+                self.hook_first_skips.saturating_sub(base.hook_first_skips),
+                // Runs handled without the first copy running.
+                (self.hook_handled.saturating_sub(base.hook_handled))
+                    .saturating_sub(self.hook_runs_first.saturating_sub(base.hook_runs_first)),
+            ],
         )
     }
 }

@@ -4,6 +4,7 @@
 
 use std::ffi::CString;
 use std::fs;
+use std::mem::size_of;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
@@ -58,12 +59,42 @@ pub fn prepare_pin_dir() -> Result<bool> {
         );
     }
     if task.exists() && global.exists() {
-        return Ok(true);
+        match pinned_value_sizes(&task, &global) {
+            Some(sizes) if sizes == (size_of::<TaskFeatures>(), size_of::<custos_global_features>()) => return Ok(true),
+            // Left by another version of custos: a scheduler still holding
+            // the old maps keeps its zeroed features until it restarts.
+            _ => eprintln!(
+                "custos collect: notice: the provenance features pinned at {PIN_DIR} have another layout (another custos version); replacing them (restart a running custos sched to read the new ones)"
+            ),
+        }
     }
     // Half a pair is of no use to anyone.
     remove_pins();
     fs::create_dir_all(PIN_DIR).with_context(|| format!("creating {PIN_DIR}"))?;
     Ok(false)
+}
+
+fn pinned_value_sizes(task: &Path, global: &Path) -> Option<(usize, usize)> {
+    let size = |p: &Path| Some(MapHandle::from_pinned_path(p).ok()?.info().ok()?.info.value_size as usize);
+    Some((size(task)?, size(global)?))
+}
+
+/// Deletes the entries of threads that are gone (and of this process, which
+/// is never traced): they exited while no collector ran to see it. Entries
+/// of a recycled tid are told apart by their start time instead.
+pub fn forget_dead_tasks(map: &dyn MapCore) {
+    let me = std::process::id();
+    let stale: Vec<Vec<u8>> = map
+        .keys()
+        .filter(|k| {
+            let Ok(tid) = <[u8; 4]>::try_from(k.as_slice()).map(u32::from_ne_bytes) else { return false };
+            let own = Path::new(&format!("/proc/self/task/{tid}")).exists();
+            own || !Path::new(&format!("/proc/{tid}")).exists() || tid == me
+        })
+        .collect();
+    for k in stale {
+        let _ = map.delete(&k);
+    }
 }
 
 /// The pid of the collector that pinned these maps, if it is still alive.
@@ -91,6 +122,11 @@ pub fn global_bytes(g: &custos_global_features) -> &[u8] {
     unsafe {
         std::slice::from_raw_parts((g as *const custos_global_features).cast(), std::mem::size_of_val(g))
     }
+}
+
+pub fn task_bytes(t: &TaskFeatures) -> &[u8] {
+    // SAFETY: plain-old-data struct viewed as bytes for a map update.
+    unsafe { std::slice::from_raw_parts((t as *const TaskFeatures).cast(), std::mem::size_of_val(t)) }
 }
 
 pub fn read_task(raw: &[u8]) -> Option<TaskFeatures> {

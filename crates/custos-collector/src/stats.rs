@@ -132,9 +132,13 @@ pub struct Skips {
     /// Of the first copy's skips, the syscalls a backup copy saw instead.
     #[serde(rename = "skips_covered")]
     pub covered: u64,
-    /// Skipped BPF-LSM hook runs: these events are lost.
+    /// Hook runs (fork, BPF-LSM) every copy of the hook's program skipped:
+    /// these events are lost. (The name predates the fork hook's copies.)
     #[serde(rename = "skipped_lsm")]
     pub lsm: u64,
+    /// Of the first copy's hook skips, the runs a backup copy saw instead.
+    #[serde(rename = "skips_covered_hooks")]
+    pub hooks_covered: u64,
     /// Syscalls that would have been recorded and were lost because every
     /// copy skipped their entry or their exit: found in the task at its next
     /// tracepoint, exact, each once, and reported in-band per CPU.
@@ -151,8 +155,9 @@ impl Skips {
     /// `enter[k]`, `exit[k]`: skips of copy k of each tracepoint's program;
     /// `covered`: entries and exits a backup copy saw first; `unseen`:
     /// entries and exits found unseen in the task; `skipped`: of those, the
-    /// syscalls that would have been recorded; `lsm`: skipped hook runs.
-    pub fn new(enter: &[u64], exit: &[u64], covered: [u64; 2], unseen: [u64; 2], skipped: u64, lsm: u64) -> Self {
+    /// syscalls that would have been recorded; `hooks`: the hooks' first
+    /// copies' skips, and the runs a backup copy handled instead.
+    pub fn new(enter: &[u64], exit: &[u64], covered: [u64; 2], unseen: [u64; 2], skipped: u64, hooks: [u64; 2]) -> Self {
         let first = |v: &[u64]| v.first().copied().unwrap_or(0);
         // Counters are read one after the other while programs run: a
         // covered count can be ahead of the skip count it belongs to.
@@ -161,10 +166,12 @@ impl Skips {
         // Every entry (exit) no copy saw was either found unseen in its task,
         // or its syscall's exit (entry) went unseen too.
         let both = lost_entries.saturating_sub(unseen[0]).min(lost_exits.saturating_sub(unseen[1]));
+        let lsm = hooks[0].saturating_sub(hooks[1]);
         Skips {
             by_copy: enter.iter().zip(exit).map(|(a, b)| a + b).collect(),
             covered: covered[0] + covered[1],
             lsm,
+            hooks_covered: hooks[1],
             skipped,
             skipped_bound: both,
             unnumbered: skipped + both + lsm,
@@ -187,16 +194,18 @@ mod skips_tests {
         // 5 entries and 2 exits no copy saw; 3 of those entries and 1 exit
         // were found in their tasks (2 of the 4 syscalls were traced): at
         // most 1 syscall went wholly unseen.
-        let s = Skips::new(&[900, 12, 30], &[400, 50, 7], [895, 398], [3, 1], 2, 2);
+        // 9 hook runs the first copies skipped, 7 of them seen by a backup.
+        let s = Skips::new(&[900, 12, 30], &[400, 50, 7], [895, 398], [3, 1], 2, [9, 7]);
         assert_eq!(s.by_copy, vec![1300, 62, 37]);
         assert_eq!(s.covered, 1293);
         assert_eq!(s.skipped, 2);
         assert_eq!(s.skipped_bound, 1);
+        assert_eq!((s.lsm, s.hooks_covered), (2, 7));
         assert_eq!(s.unnumbered, 2 + 1 + 2);
         assert_eq!(s.first_copy(), 1300);
         // A syscall counted twice before (entry and exit) counts once.
-        assert_eq!(Skips::new(&[1], &[1], [0, 0], [0, 0], 0, 0).unnumbered, 1);
+        assert_eq!(Skips::new(&[1], &[1], [0, 0], [0, 0], 0, [0, 0]).unnumbered, 1);
         // Read while running, covered may run ahead: never an underflow.
-        assert_eq!(Skips::new(&[3], &[0], [4, 0], [0, 0], 0, 0).unnumbered, 0);
+        assert_eq!(Skips::new(&[3], &[0], [4, 0], [0, 0], 0, [1, 2]).unnumbered, 0);
     }
 }

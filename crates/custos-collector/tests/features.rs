@@ -3,11 +3,12 @@
 
 mod common;
 
+use std::io::{BufRead, Write};
 use std::path::Path;
 use std::time::Duration;
 
 use common::*;
-use custos_collector::features::{self, read_global, read_task};
+use custos_collector::features::{self, read_global, read_task, task_bytes};
 use custos_collector::intf::PIN_DIR;
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 
@@ -24,15 +25,28 @@ fn features_are_pinned_filled_and_kept_and_one_collector_runs_at_a_time() {
     let run = run_collector(opts, &out, || {
         // One thread producing events, idle past a rate window, then more:
         // the next event closes the window, so the EWMA must be non-zero.
+        // It waits for a line before producing and before exiting.
         let mut child = std::process::Command::new("python3")
             .args([
                 "-c",
-                "import os, time\nf = os.open('/dev/zero', os.O_RDONLY)\nfor _ in range(25000): os.read(f, 1)\ntime.sleep(0.3)\nfor _ in range(25000): os.read(f, 1)\n",
+                "import os, sys, time\nf = os.open('/dev/zero', os.O_RDONLY)\nsys.stdin.readline()\nfor _ in range(25000): os.read(f, 1)\ntime.sleep(0.3)\nfor _ in range(25000): os.read(f, 1)\nprint('done', flush=True)\nsys.stdin.readline()\n",
             ])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
             .spawn()
             .unwrap();
         let tid = child.id();
-        assert!(child.wait().unwrap().success());
+        let tasks = MapHandle::from_pinned_path(features::task_features_path()).expect("task_features pinned");
+        // What a dead thread with this tid would have left: another start
+        // time, a flood's counts. The live thread must not inherit them.
+        let mut left = read_task(&vec![0u8; std::mem::size_of::<features::TaskFeatures>()]).unwrap();
+        (left.start_time_ns, left.events_total, left.drops_total, left.event_rate) = (1, 1 << 40, 1 << 39, 1 << 30);
+        tasks.update(&tid.to_ne_bytes(), task_bytes(&left), MapFlags::ANY).unwrap();
+        let (mut stdin, mut stdout) = (child.stdin.take().unwrap(), std::io::BufReader::new(child.stdout.take().unwrap()));
+        writeln!(stdin).unwrap();
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "done");
         // Wait (no deadline assertion) until the consumer has caught up.
         let global = MapHandle::from_pinned_path(features::global_features_path()).expect("global_features pinned");
         let read = || read_global(&global.lookup(&0u32.to_ne_bytes(), MapFlags::ANY).unwrap().unwrap()).unwrap();
@@ -54,12 +68,16 @@ fn features_are_pinned_filled_and_kept_and_one_collector_runs_at_a_time() {
         assert!(g.produced >= 50_000 && g.consumed > 0 && g.updated_ns > 0, "{g:?}");
         assert_eq!(g.consumer_lag, g.produced.saturating_sub(g.consumed));
 
-        let tasks = MapHandle::from_pinned_path(features::task_features_path()).expect("task_features pinned");
         let t = read_task(&tasks.lookup(&tid.to_ne_bytes(), MapFlags::ANY).unwrap().expect("the producer has a feature entry")).unwrap();
-        assert!(t.events_total >= 50_000, "events_total {}", t.events_total);
+        assert!(t.events_total >= 50_000 && t.events_total < 1 << 40, "events_total {}", t.events_total);
+        assert!(t.start_time_ns > 1, "the entry is the live thread's: {t:?}");
         producer_drops = t.drops_total;
-        assert!(t.event_rate > 0, "nr_event EWMA: {t:?}");
+        assert!(t.event_rate > 0 && t.event_rate < 1 << 30, "nr_event EWMA: {t:?}");
         assert!(tasks.lookup(&me.to_ne_bytes(), MapFlags::ANY).unwrap().is_none(), "the collector is not traced");
+        // Its entry ends with it.
+        drop(stdin);
+        assert!(child.wait().unwrap().success());
+        assert!(tasks.lookup(&tid.to_ne_bytes(), MapFlags::ANY).unwrap().is_none(), "an exited thread's entry is deleted");
 
         // A second collector is refused with a message saying why.
         let stop = std::sync::atomic::AtomicBool::new(true);
@@ -78,6 +96,20 @@ fn features_are_pinned_filled_and_kept_and_one_collector_runs_at_a_time() {
     assert_eq!(g.collector_running, 0);
     let ids = (map_id(features::global_features_path()), map_id(features::task_features_path()));
 
+    // Entries of threads that exited while no collector ran (a dead tid, and
+    // this very process, which a collector never traces) are dropped by the
+    // next collector; a live thread's stays.
+    let tasks = MapHandle::from_pinned_path(features::task_features_path()).unwrap();
+    let dead = {
+        let mut c = std::process::Command::new("true").spawn().unwrap();
+        c.wait().unwrap();
+        c.id()
+    };
+    let mut live = std::process::Command::new("sleep").arg("60").spawn().unwrap();
+    let entry = read_task(&vec![7u8; std::mem::size_of::<features::TaskFeatures>()]).unwrap();
+    for tid in [dead, me, live.id()] {
+        tasks.update(&tid.to_ne_bytes(), task_bytes(&entry), MapFlags::ANY).unwrap();
+    }
     // The next collector fills the same maps: a scheduler holding them sees it.
     let mut running_again = 0;
     run_collector(quiet_options(), &out, || {
@@ -85,6 +117,11 @@ fn features_are_pinned_filled_and_kept_and_one_collector_runs_at_a_time() {
         running_again = g.collector_running;
     });
     assert_eq!(running_again, 1, "the restarted collector publishes through the kept map");
+    let has = |tid: u32| tasks.lookup(&tid.to_ne_bytes(), MapFlags::ANY).unwrap().is_some();
+    assert!(!has(dead) && !has(me), "entries of gone threads are dropped at start");
+    assert!(has(live.id()), "a live thread's entry is kept");
+    live.kill().unwrap();
+    live.wait().unwrap();
     assert_eq!((map_id(features::global_features_path()), map_id(features::task_features_path())), ids);
     assert!(Path::new(PIN_DIR).exists());
 }

@@ -10,8 +10,9 @@
 //! - the scheduler protects the consumer whichever starts first, and after a
 //!   collector restart.
 //!
-//! `CUSTOS_SCHED_ARGS="--policy learned" cargo test --release --test attack`
-//! asks the same of another scheduler configuration.
+//! The learned policy (the shipped model) is asked the same, in a run of
+//! its own; `CUSTOS_SCHED_ARGS="--policy feedback" cargo test --release
+//! --test attack` asks it of another configuration.
 
 use std::path::Path;
 use std::process::Command;
@@ -43,17 +44,24 @@ fn n(v: &Value, k: &str) -> u64 {
     v[k].as_u64().unwrap_or_else(|| panic!("{k} missing in {v}"))
 }
 
-#[test]
-fn an_attack_during_a_flood_is_in_the_graph_and_every_loss_is_in_band() {
+/// One VM at a time: the tests of this file share the machine.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs bench/reliability/guest.sh's `runs` in the VM (one vCPU, 16
+/// workers) with `custos sched {sched_args}`; the streams are in the result.
+fn run_guest(sched_args: &str, runs: &str) -> tempfile::TempDir {
     let bin = Path::new(env!("CARGO_BIN_EXE_custos"));
     let out = tempfile::tempdir().unwrap();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/reliability/guest.sh");
-    let sched_args = std::env::var("CUSTOS_SCHED_ARGS").unwrap_or_default();
     let env = format!(
-        "CUSTOS_BIN={} OUT={} WORKERS=16 SCHED_ARGS='{sched_args}'",
+        "CUSTOS_BIN={} OUT={} WORKERS=16 SCHED_ARGS='{sched_args}' RUNS='{runs}'",
         bin.parent().unwrap().display(),
         out.path().display()
     );
+    let _vm = serial();
     let run = Command::new(bin)
         .args(["vm", "run", "-q", "--cpus", "1", "--timeout", "1500", "--share"])
         .arg(out.path())
@@ -63,12 +71,38 @@ fn an_attack_during_a_flood_is_in_the_graph_and_every_loss_is_in_band() {
         .expect("run custos vm");
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert_eq!(run.status.code(), Some(0), "stderr: {stderr}");
-    let o = out.path();
+    out
+}
 
+const START_ORDERS: [&str; 3] = ["sched-first", "collector-first", "restart"];
+
+#[test]
+fn an_attack_during_a_flood_is_in_the_graph_and_every_loss_is_in_band() {
+    let sched_args = std::env::var("CUSTOS_SCHED_ARGS").unwrap_or_default();
+    let out = run_guest(&sched_args, "attack skips sched-first collector-first restart");
+    let o = out.path();
+    the_attack_is_found_and_nothing_lost(o);
+    skips_are_in_band(o);
+    every_start_order_protects_the_consumer(o);
+}
+
+#[test]
+fn the_learned_policy_loses_nothing_of_an_attack_in_any_start_order() {
+    let out = run_guest("--policy learned", "attack sched-first collector-first restart");
+    let o = out.path();
+    the_attack_is_found_and_nothing_lost(o);
+    every_start_order_protects_the_consumer(o);
+    let log = std::fs::read_to_string(o.join("attack.sched.log")).unwrap();
+    assert!(log.contains("learned policy:"), "the scheduler did not run the learned policy: {log}");
+}
+
+fn the_attack_is_found_and_nothing_lost(o: &Path) {
     // The attack: nothing lost, and every step found by a query.
     let (attack, _) = account(&o.join("attack.jsonl"));
     assert!(n(&attack, "produced") > 50_000, "the flood hardly ran: {attack}");
-    assert_eq!(n(&attack, "dropped") + n(&attack, "unnumbered"), 0, "events lost under custos sched: {attack}");
+    assert_eq!(n(&attack, "dropped") + n(&attack, "unnumbered") + n(&attack, "incomplete"), 0, "events lost under custos sched: {attack}");
+    let (_, in_band) = account(&o.join("attack.jsonl"));
+    assert!(in_band.is_empty(), "nothing was lost, yet the stream has loss records: {in_band:?}");
     let db = o.join("attack.db");
     let db = db.to_str().unwrap();
     custos(&["ingest", "-q", "--db", db, o.join("attack.jsonl").to_str().unwrap()]);
@@ -76,7 +110,7 @@ fn an_attack_during_a_flood_is_in_the_graph_and_every_loss_is_in_band() {
     let endpoint = format!("127.0.0.1:{}", std::fs::read_to_string(o.join("attack.port")).unwrap().trim());
     let names = |dir: &str, file: &str| -> (Vec<String>, Value) {
         let a: Value = serde_json::from_str(&custos(&["query", "--db", db, "--json", dir, &format!("{v}/{file}")])).unwrap();
-        (a["nodes"].as_array().unwrap().iter().map(|n| n["name"].as_str().unwrap_or("").to_string()).collect(), a["complete"].clone())
+        (a["nodes"].as_array().unwrap().iter().map(|n| n["name"].as_str().unwrap_or("").to_string()).collect(), serde_json::json!({"complete": a["complete"], "losses": a["losses"]}))
     };
     let (behind_archive, _) = names("ancestors", "archive.tar");
     for s in ["id_rsa", "shadow", "db.conf", "wallet"] {
@@ -90,8 +124,11 @@ fn an_attack_during_a_flood_is_in_the_graph_and_every_loss_is_in_band() {
     let (behind_overwrite, complete) = names("ancestors", "maintenance.sh");
     assert!(behind_overwrite.contains(&format!("{v}/download.sh")), "{behind_overwrite:?}");
     assert!(behind_overwrite.contains(&endpoint), "{behind_overwrite:?}");
-    assert_eq!(complete, true, "nothing was lost, so the answer is complete");
+    assert_eq!(complete["complete"], true, "nothing was lost, so the answer is complete: {complete}");
 
+}
+
+fn skips_are_in_band(o: &Path) {
     // The default scheduler: syscalls skipped, all of them in loss records.
     let (skips, losses) = account(&o.join("skips.jsonl"));
     assert!(n(&skips, "unnumbered") > 0, "the default scheduler skipped nothing: {skips}");
@@ -102,8 +139,10 @@ fn an_attack_during_a_flood_is_in_the_graph_and_every_loss_is_in_band() {
     assert!(in_band(true) >= n(&skips, "skipped_bound"), "the bound in-band covers the final bound: {skips}");
     assert!(losses.iter().filter(|l| l["category"] == "skipped" && !l["upper_bound"].as_bool().unwrap_or(false)).all(|l| l["cpu"].is_u64()));
 
-    // Every start order protects the consumer.
-    for order in ["sched-first", "collector-first", "restart"] {
+}
+
+fn every_start_order_protects_the_consumer(o: &Path) {
+    for order in START_ORDERS {
         let (s, _) = account(&o.join(format!("{order}.jsonl")));
         let info: Value = serde_json::from_str(&std::fs::read_to_string(o.join(format!("{order}.json"))).unwrap()).unwrap();
         assert!(n(&s, "produced") > 50_000, "{order}: the flood hardly ran: {s}");

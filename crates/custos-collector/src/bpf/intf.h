@@ -167,6 +167,10 @@ struct custos_cpu_state {
 	__u64 unseen[2];
 	/* Of those, syscalls that would have been recorded: lost, each once. */
 	__u64 skipped;
+	/* Hook runs (fork, BPF-LSM) the first copy of a hook program made, and
+	 * runs any copy handled: see HOOK_COPY in main.bpf.c. */
+	__u64 hook_runs_first;
+	__u64 hook_handled;
 };
 
 #endif /* CUSTOS_COLLECTOR_INTF_H */

@@ -66,6 +66,14 @@ struct {
 	__type(value, struct custos_cpu_state);
 } cpu_state SEC(".maps");
 
+/* Hooks beside the syscall tracepoints, each with HOOK_COPIES programs. */
+enum hook_kind {
+	HOOK_KIND_FORK,
+	HOOK_KIND_BPRM_CHECK,
+	HOOK_KIND_FILE_OPEN,
+	NR_HOOK_KINDS,
+};
+
 /* Arguments saved at entry until the syscall returns, in the task itself:
  * no hashing, and freed with the task (a thread killed inside a syscall
  * never reaches its exit tracepoint). */
@@ -79,6 +87,13 @@ struct inflight {
 	__u32 phase;
 	/* skip_epoch when the phase was recorded. */
 	__u32 epoch;
+	/* Syscall entries this task made (by whichever copy saw them). */
+	__u32 calls;
+	/* The hook run each kind of hook handled last, as (object, calls):
+	 * the copies of a hook program see the same run one after the other
+	 * (see hook_first_to_see). */
+	__u32 hook_call[NR_HOOK_KINDS];
+	__u64 hook_object[NR_HOOK_KINDS];
 };
 
 #define PHASE_ENTER 1
@@ -424,14 +439,19 @@ static __always_inline void ewma_roll(struct custos_task_features *tf, __u64 now
 	tf->window_drops = 0;
 }
 
+/* Called in the thread itself: its events and drops, in its own entry. */
 static __always_inline void account_task(__u32 tid, __u64 now, int dropped)
 {
-	struct custos_task_features *tf, zero = {};
+	struct custos_task_features *tf, fresh = {};
+	__u64 start = bpf_get_current_task_btf()->start_time;
 
 	tf = bpf_map_lookup_elem(&task_features, &tid);
-	if (!tf) {
-		zero.window_start_ns = now;
-		bpf_map_update_elem(&task_features, &tid, &zero, BPF_NOEXIST);
+	if (!tf || tf->start_time_ns != start) {
+		/* No entry, or one a dead thread with this tid left (it exited
+		 * while no collector ran): this thread starts from zero. */
+		fresh.start_time_ns = start;
+		fresh.window_start_ns = now;
+		bpf_map_update_elem(&task_features, &tid, &fresh, BPF_ANY);
 		tf = bpf_map_lookup_elem(&task_features, &tid);
 		if (!tf)
 			return;
@@ -938,6 +958,8 @@ static __always_inline bool first_to_see(int copy, __u32 phase, struct inflight 
 		note_unseen(phase, in, regs);
 	in->phase = phase;
 	in->epoch = skip_epoch;
+	if (phase == PHASE_ENTER)
+		in->calls++;
 	if (copy) {
 		cs = bpf_map_lookup_elem(&cpu_state, &zero);
 		if (cs)
@@ -980,6 +1002,56 @@ SYSCALL_COPY(0)
 SYSCALL_COPY(1)
 SYSCALL_COPY(2)
 
+/* A thread's features end with it; its tid will name another thread. */
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(custos_task_exit, struct task_struct *p)
+{
+	__u32 tid = p->pid;
+
+	bpf_map_delete_elem(&task_features, &tid);
+	return 0;
+}
+
+/*
+ * The hooks get copies for the same reason as the syscall tracepoints (see
+ * SYSCALL_COPY): the kernel skips a program still "running" on this CPU in
+ * a preempted task, here in the trampoline around an LSM program. The
+ * copies of a hook see one run of it one after the other; the first to run
+ * handles it and leaves (object, calls) in the task for the others: the
+ * object (the file, the child) is unique among the runs of one syscall.
+ * A run is lost only when no copy ran; user space counts those: the first
+ * copy's skips, less the runs handled without it (hook_handled -
+ * hook_runs_first), which holds whatever order the copies run in (user
+ * space attaches them so that the first copy runs first, as for syscalls).
+ */
+static __always_inline bool hook_first_to_see(int copy, enum hook_kind kind, const void *object,
+					      struct inflight **inp)
+{
+	struct custos_cpu_state *cs;
+	struct inflight *in;
+	__u32 zero = 0;
+	bool mine;
+
+	cs = bpf_map_lookup_elem(&cpu_state, &zero);
+	if (cs && !copy)
+		__sync_fetch_and_add(&cs->hook_runs_first, 1);
+	in = bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0,
+				  BPF_LOCAL_STORAGE_GET_F_CREATE);
+	*inp = in;
+	if (!in) {
+		mine = !copy; /* no memory: the first copy alone, as for syscalls */
+	} else if (in->hook_object[kind] == (__u64)object && in->hook_call[kind] == in->calls) {
+		mine = false;
+	} else {
+		in->hook_object[kind] = (__u64)object;
+		in->hook_call[kind] = in->calls;
+		mine = true;
+	}
+	if (mine && cs)
+		__sync_fetch_and_add(&cs->hook_handled, 1);
+	return mine;
+}
+
 /*
  * A new process, recorded by its parent before the child can run: the
  * clone/fork/vfork record is written when the parent's call returns, which
@@ -988,31 +1060,33 @@ SYSCALL_COPY(2)
  * inherits, before anything the child does (docs/event-schema.md, "Order").
  * New threads are not new processes: they are left out.
  */
-SEC("tp_btf/sched_process_fork")
-int BPF_PROG(custos_fork, struct task_struct *parent, struct task_struct *child)
+static __always_inline int fork_hook(int copy, struct task_struct *child)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct custos_event *e;
+	struct inflight *in;
 	__u32 child_tgid = child->tgid;
 
-	if ((__u32)(pid_tgid >> 32) == collector_tgid || child_tgid == (__u32)(pid_tgid >> 32))
-		return 0;
+	/* Every run is seen, also those left out, for exact skip counts. */
 	bpf_preempt_disable();
+	if (!hook_first_to_see(copy, HOOK_KIND_FORK, child, &in))
+		goto out;
+	if ((__u32)(pid_tgid >> 32) == collector_tgid || child_tgid == (__u32)(pid_tgid >> 32))
+		goto out;
 	e = new_event(CUSTOS_HOOK_FORK);
 	if (e) {
 		e->flags |= CUSTOS_EV_NO_RET;
 		e->args[0] = child_tgid;
 		submit(e, NULL, 1);
 	}
+out:
 	bpf_preempt_enable();
 	return 0;
 }
 
 /* ---- BPF-LSM hooks: intent before the fact (only where the kernel allows) ---- */
 
-
-SEC("lsm/bprm_check_security")
-int BPF_PROG(custos_bprm_check, struct linux_binprm *bprm)
+static __always_inline int bprm_check(int copy, struct linux_binprm *bprm)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tgid = pid_tgid >> 32, nr;
@@ -1022,9 +1096,11 @@ int BPF_PROG(custos_bprm_check, struct linux_binprm *bprm)
 	struct attr_buf *b;
 	__u32 off = 0;
 
-	if (tgid == collector_tgid)
-		return 0;
 	bpf_preempt_disable();
+	/* A script's interpreter is checked again with the same bprm: the
+	 * file tells the runs apart. */
+	if (!hook_first_to_see(copy, HOOK_KIND_BPRM_CHECK, bprm->file, &in) || tgid == collector_tgid)
+		goto out;
 	e = new_event(CUSTOS_HOOK_BPRM_CHECK);
 	b = scratch_attrs();
 	if (!e || !b)
@@ -1032,7 +1108,6 @@ int BPF_PROG(custos_bprm_check, struct linux_binprm *bprm)
 	e->flags |= CUSTOS_EV_NO_RET;
 	off = put_file_path(b, off, CUSTOS_ATTR_FILE_PATH, BPF_CORE_READ(bprm, file));
 	/* The caller's argv is still mapped here: the old image is replaced later. */
-	in = bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0, 0);
 	if (in && in->active) {
 		nr = in->nr;
 		spec = bpf_map_lookup_elem(&syscall_specs, &nr);
@@ -1046,17 +1121,18 @@ out:
 	return 0;
 }
 
-SEC("lsm/file_open")
-int BPF_PROG(custos_file_open, struct file *file)
+static __always_inline int file_open(int copy, struct file *file)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct custos_event *e;
+	struct inflight *in;
 	struct attr_buf *b;
 	__u32 flags;
 
-	if ((__u32)(pid_tgid >> 32) == collector_tgid)
-		return 0;
 	bpf_preempt_disable();
+	if (!hook_first_to_see(copy, HOOK_KIND_FILE_OPEN, file, &in) ||
+	    (__u32)(pid_tgid >> 32) == collector_tgid)
+		goto out;
 	e = new_event(CUSTOS_HOOK_FILE_OPEN);
 	b = scratch_attrs();
 	if (!e || !b)
@@ -1071,3 +1147,26 @@ out:
 	bpf_preempt_enable();
 	return 0;
 }
+
+#define HOOK_COPY(n)                                                           \
+	SEC("tp_btf/sched_process_fork")                                       \
+	int BPF_PROG(custos_fork_##n, struct task_struct *parent,              \
+		     struct task_struct *child)                                \
+	{                                                                      \
+		return fork_hook(n, child);                                    \
+	}                                                                      \
+	SEC("lsm/bprm_check_security")                                         \
+	int BPF_PROG(custos_bprm_check_##n, struct linux_binprm *bprm)         \
+	{                                                                      \
+		return bprm_check(n, bprm);                                    \
+	}                                                                      \
+	SEC("lsm/file_open")                                                   \
+	int BPF_PROG(custos_file_open_##n, struct file *file)                  \
+	{                                                                      \
+		return file_open(n, file);                                     \
+	}
+
+/* Keep in step with HOOK_COPIES in collector.rs. */
+HOOK_COPY(0)
+HOOK_COPY(1)
+HOOK_COPY(2)
