@@ -48,7 +48,8 @@ enum custos_ring {
  * The collector deletes a thread's entry when the thread exits.
  */
 struct custos_task_features {
-	__u64 start_time_ns;     /* task_struct->start_time of the owning thread */
+	__u64 start_time_ns;     /* task_struct->start_time of the owning thread;
+				  * 0: unknown to the writer (taken as the thread's) */
 	__u64 events_total;      /* events produced by this thread, ever */
 	__u64 drops_total;       /* of those, dropped before reaching a ring */
 	__u64 event_rate;        /* nr_event: EWMA of events per window */

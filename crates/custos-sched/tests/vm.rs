@@ -236,7 +236,8 @@ fn vm_static_policy_budgets_pressured_producers_and_spares_consumers() {
     assert_eq!(m["collector_features"], 1, "{m}");
     // Only the producer is budgeted, once (consumers are registered before
     // attach); the consumer, producing as much under the same pressure,
-    // stays primary.
+    // stays primary, and so does a thread whose tid's entry is a dead
+    // thread's (another start time).
     assert_eq!(m["policy_to_budgeted"], 1, "{m}");
     assert!(m["consumer_decisions"].as_u64().unwrap() > 0, "{m}");
     // ... and it returns once the rings drain.

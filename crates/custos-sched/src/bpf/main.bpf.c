@@ -445,8 +445,9 @@ static void fill_policy_input(const struct task_struct *p, const struct task_ctx
 
 	in->raw_nvcsw = tctx->nvcsw_avg;
 	tf = bpf_map_lookup_elem(&task_features, &tid);
-	/* An entry with another start time is a dead thread's under a recycled tid. */
-	if (tf && tf->start_time_ns == p->start_time) {
+	/* An entry with another start time is a dead thread's under a recycled
+	 * tid; 0 is a writer that does not know it (not the collector). */
+	if (tf && (!tf->start_time_ns || tf->start_time_ns == p->start_time)) {
 		in->raw_nr_event = task_event_rate(tf, now, false);
 		in->feat[CUSTOS_FEAT_NR_EVENT] = norm_log2(in->raw_nr_event);
 		in->feat[CUSTOS_FEAT_NR_DROP] = norm_log2(task_event_rate(tf, now, true));

@@ -160,24 +160,28 @@ global_value() {
 	le32 0; le32 1  # nr_consumers, collector_running
 }
 
-# struct custos_task_features of a thread producing RATE events per window.
-task_value() { le64 0; le64 0; le64 "$1"; le64 0; le64 0; le32 0; le32 0; }
+# struct custos_task_features of a thread started at START (0: unknown)
+# producing RATE events per window.
+task_value() { le64 "$1"; le64 0; le64 0; le64 "$2"; le64 0; le64 0; le32 0; le32 0; }
 
 # The static policy on maps laid out and pinned like the collector's: a
 # pressured producer is budgeted and comes back when the rings drain; a
-# named consumer producing as much is never budgeted.
+# named consumer producing as much is never budgeted, nor is a thread whose
+# entry a dead thread with its tid left (another start time).
 policy() {
 	dir=/sys/fs/bpf/custos-test
 	mkdir -p $dir
-	bpftool map create $dir/task_features type lru_hash key 4 value 48 entries 65536 name task_features
+	bpftool map create $dir/task_features type lru_hash key 4 value 56 entries 65536 name task_features
 	bpftool map create $dir/global_features type array key 4 value 120 entries 1 name global_features
 	bpftool map update pinned $dir/global_features key $(le32 0) value $(global_value 65536)
 	ln -sf "$(command -v dash)" /tmp/producer
 	ln -sf "$(command -v dash)" /tmp/consumer
 	/tmp/producer -c 'while :; do :; done' & prod=$!
 	/tmp/consumer -c 'while :; do :; done' & cons=$!
-	bpftool map update pinned $dir/task_features key $(le32 $prod) value $(task_value 100000)
-	bpftool map update pinned $dir/task_features key $(le32 $cons) value $(task_value 100000)
+	/tmp/producer -c 'while :; do :; done' & stranger=$!
+	bpftool map update pinned $dir/task_features key $(le32 $prod) value $(task_value 0 100000)
+	bpftool map update pinned $dir/task_features key $(le32 $cons) value $(task_value 0 100000)
+	bpftool map update pinned $dir/task_features key $(le32 $stranger) value $(task_value 1 100000)
 	$BIN --pin-dir $dir --consumer consumer --audit-pressure --stats-json "$OUT/policy.json" \
 		>"$OUT/policy.log" 2>&1 &
 	pid=$!
@@ -188,8 +192,8 @@ policy() {
 	sleep 3
 	echo "policy.state $(state)"
 	stop_sched $pid policy
-	kill $prod $cons
-	wait $prod $cons 2>/dev/null
+	kill $prod $cons $stranger
+	wait $prod $cons $stranger 2>/dev/null
 	rm -rf $dir
 }
 
