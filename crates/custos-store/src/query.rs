@@ -249,6 +249,14 @@ const SPEC_HELP: &str = "give a node id (42 or n42), a path (/etc/passwd, /tmp/x
 
 /// Resolves a user's name for something to node ids.
 /// `latest`: for a path or socket, only its newest version (what "this file" means now).
+/// Whether a target names one version (`path@vN`, a node id) rather than
+/// whatever is newest (a path, `pid:N`, a socket or pipe).
+fn names_a_version(spec: &str) -> bool {
+    let spec = spec.trim();
+    spec.strip_prefix('n').unwrap_or(spec).parse::<i64>().is_ok()
+        || spec.rsplit_once("@v").is_some_and(|(_, v)| v.parse::<i64>().is_ok())
+}
+
 pub fn resolve(conn: &Connection, spec: &str, latest: bool) -> Result<Vec<i64>> {
     let spec = spec.trim();
     let num = spec.strip_prefix('n').unwrap_or(spec);
@@ -401,7 +409,27 @@ fn losses_for(conn: &Connection, boots: &HashSet<i64>, span: Option<(i64, i64)>)
     Ok(all.into_iter().filter(|l| boots.contains(&l.boot)).collect())
 }
 
-fn finish(conn: &Connection, query: String, start: Vec<i64>, depth: NodeMap<u32>, edges: Vec<EdgeInfo>, rows: Vec<TouchRow>, path: Option<String>) -> Result<Answer> {
+/// How far in time a lost event could still have changed an answer. A
+/// lost event leaves no edge, so the edges found do not bound it: a cause
+/// of the target may have been lost at any time before the target was
+/// written, and a later reader or writer at any time after the target
+/// appeared. (Before, only the found edges' span counted, and a who-touched
+/// of a secret whose reader was lost answered "complete".)
+#[derive(Clone, Copy)]
+enum Reach {
+    /// The edges found (a path: its own links are what it claims).
+    Found,
+    /// From the window's start (or the recording's) to the targets' time:
+    /// the causes of one version (`path@vN`, a node id).
+    Before(Window),
+    /// The whole window: the causes of the newest version of a path or a
+    /// process, which a lost later write or exec may have replaced.
+    All(Window),
+    /// From the targets' time to the window's end (or the recording's).
+    After(Window),
+}
+
+fn finish(conn: &Connection, query: String, start: Vec<i64>, depth: NodeMap<u32>, edges: Vec<EdgeInfo>, rows: Vec<TouchRow>, path: Option<String>, reach: Reach) -> Result<Answer> {
     let mut nodes = Vec::with_capacity(depth.len());
     for (id, d) in &depth {
         let mut n = node_info(conn, *id)?.with_context(|| format!("node {id} referenced by an edge is missing"))?;
@@ -417,7 +445,15 @@ fn finish(conn: &Connection, query: String, start: Vec<i64>, depth: NodeMap<u32>
     let times = times.into_iter();
     let span = times.fold(None, |acc: Option<(i64, i64)>, t| Some(acc.map_or((t, t), |(a, b)| (a.min(t), b.max(t)))));
     let boots: HashSet<i64> = nodes.iter().map(|n| n.boot).chain(edges.iter().map(|e| e.boot)).collect();
-    let losses = losses_for(conn, &boots, span)?;
+    let targets = || nodes.iter().filter(|n| start.contains(&n.node)).map(|n| n.time_ns);
+    let question = match reach {
+        Reach::Found => span,
+        Reach::Before(w) => targets().max().map(|t| (w.since.unwrap_or(i64::MIN), span.map_or(t, |(_, hi)| hi.max(t)))),
+        Reach::All(w) => Some((w.since.unwrap_or(i64::MIN), w.until.unwrap_or(i64::MAX))),
+        Reach::After(w) => targets().min().map(|t| (span.map_or(t, |(lo, _)| lo.min(t)), w.until.unwrap_or(i64::MAX))),
+    }
+    .or(span);
+    let losses = losses_for(conn, &boots, question)?;
     Ok(Answer { query, start, nodes, edges, rows, path, span_ns: span, complete: losses.is_empty(), losses })
 }
 
@@ -426,7 +462,12 @@ pub fn ancestry(conn: &Connection, spec: &str, dir: Direction, max_depth: Option
     let start = resolve(conn, spec, true)?;
     let (depth, edges) = traverse(conn, &start, dir, max_depth, window)?;
     let what = if dir == Direction::Ancestors { "ancestors" } else { "descendants" };
-    finish(conn, format!("{what} {spec}"), start, depth, edges, vec![], None)
+    let reach = match dir {
+        Direction::Ancestors if names_a_version(spec) => Reach::Before(window),
+        Direction::Ancestors => Reach::All(window),
+        Direction::Descendants => Reach::After(window),
+    };
+    finish(conn, format!("{what} {spec}"), start, depth, edges, vec![], None, reach)
 }
 
 /// Shortest causal path between two things: `a` depends on `b` or `b` on `a`.
@@ -444,13 +485,13 @@ pub fn path(conn: &Connection, a: &str, b: &str) -> Result<Answer> {
                 depth.insert(src[0], 0);
             }
             let start = vec![edges.first().map(|e| e.effect).unwrap_or(src[0])];
-            return finish(conn, format!("path {a} {b}"), start, depth, edges, vec![], Some(label));
+            return finish(conn, format!("path {a} {b}"), start, depth, edges, vec![], Some(label), Reach::Found);
         }
     }
     let mut depth = NodeMap::default();
     depth.insert(from[from.len() - 1], 0);
     depth.insert(to[to.len() - 1], 0);
-    finish(conn, format!("path {a} {b}"), vec![], depth, vec![], vec![], Some("no causal path".into()))
+    finish(conn, format!("path {a} {b}"), vec![], depth, vec![], vec![], Some("no causal path".into()), Reach::Found)
 }
 
 fn shortest(conn: &Connection, src: &[i64], dst: &[i64]) -> Result<Option<Vec<EdgeInfo>>> {
@@ -506,7 +547,7 @@ const WRITES_OF_PROC: &str = "SELECT e.effect, e.cause, e.kind, e.event_id, e.ti
 const READERS_OF: &str = "SELECT effect, cause, kind, event_id, time_ns, boot FROM edges WHERE cause = ?1 AND kind = 1";
 const WRITER_OF: &str = "SELECT effect, cause, kind, event_id, time_ns, boot FROM edges WHERE effect = ?1 AND kind = 2";
 
-fn touch_answer(conn: &Connection, query: String, start: Vec<i64>, edges: Vec<EdgeInfo>) -> Result<Answer> {
+fn touch_answer(conn: &Connection, query: String, start: Vec<i64>, edges: Vec<EdgeInfo>, window: Window) -> Result<Answer> {
     let mut rows: Vec<TouchRow> = edges
         .iter()
         .map(|e| {
@@ -520,7 +561,7 @@ fn touch_answer(conn: &Connection, query: String, start: Vec<i64>, edges: Vec<Ed
         depth.entry(e.effect).or_insert(1);
         depth.entry(e.cause).or_insert(1);
     }
-    finish(conn, query, start, depth, edges, rows, None)
+    finish(conn, query, start, depth, edges, rows, None, Reach::After(window))
 }
 
 /// Every artifact version the process (all versions of its executions) read or wrote.
@@ -532,7 +573,7 @@ pub fn touched_by(conn: &Connection, spec: &str, window: Window) -> Result<Answe
         edges.extend(touch_edges(conn, WRITES_OF_PROC, *p)?);
     }
     edges.retain(|e| window.admits(e.time_ns));
-    touch_answer(conn, format!("touched-by {spec}"), procs, edges)
+    touch_answer(conn, format!("touched-by {spec}"), procs, edges, window)
 }
 
 /// Every process that read or wrote any version of the file (or socket/pipe).
@@ -544,7 +585,7 @@ pub fn who_touched(conn: &Connection, spec: &str, window: Window) -> Result<Answ
         edges.extend(touch_edges(conn, WRITER_OF, *v)?);
     }
     edges.retain(|e| window.admits(e.time_ns));
-    touch_answer(conn, format!("who-touched {spec}"), versions, edges)
+    touch_answer(conn, format!("who-touched {spec}"), versions, edges, window)
 }
 
 /// A cheap hasher for node ids (SipHash costs more than the rest of a BFS step).

@@ -312,24 +312,37 @@ fn completeness_annotation_exactly_when_a_loss_overlaps() {
     }
     let late_start = s.read(90, "/late/in"); // T0+8s
     let late_end = s.write(90, "/late/out"); // T0+9s
-    s.loss(3, 7, T0 + 4 * SEC, T0 + 6 * SEC); // overlaps neither: between the two spans
+    s.loss(3, 7, T0 + 4 * SEC, T0 + 6 * SEC); // after /early/out was written, before /late/out
     s.loss(1, 42, late_end, late_end + SEC); // touches the late span at its last instant
     s.ingest(&p);
     let conn = crate::schema::open_ro(&p).unwrap();
-    let early = ancestry(&conn, "/early/out", Direction::Ancestors, None, Window::default()).unwrap();
-    assert!(early.complete, "losses at T0+4..6s do not overlap {:?}", early.span_ns);
+    // A loss after a version was written cannot hide one of its causes ...
+    let version = |path: &str| resolve(&conn, path, true).unwrap()[0].to_string();
+    let early = ancestry(&conn, &version("/early/out"), Direction::Ancestors, None, Window::default()).unwrap();
+    assert!(early.complete, "losses at T0+4..6s come after {:?}", early.span_ns);
     assert!(early.losses.is_empty());
+    // ... but the newest version of a path may be a write that was lost.
+    let newest = ancestry(&conn, "/early/out", Direction::Ancestors, None, Window::default()).unwrap();
+    assert_eq!(newest.losses.iter().map(|l| l.cpu).collect::<Vec<_>>(), vec![3, 1]);
+    // Any loss before it may have: the CPU 3 loss may have been a write to
+    // /late/in, though no edge of the answer is near it.
     let late = ancestry(&conn, "/late/out", Direction::Ancestors, None, Window::default()).unwrap();
     assert_eq!(late.span_ns, Some((late_start as i64, late_end as i64)));
     assert!(!late.complete);
-    assert_eq!(late.losses.len(), 1);
-    let msg = late.losses[0].message();
+    assert_eq!(late.losses.iter().map(|l| l.cpu).collect::<Vec<_>>(), vec![3, 1]);
+    let msg = late.losses[1].message();
     assert!(msg.starts_with("may be incomplete: 42 events lost on CPU 1 between "), "{msg}");
     assert!(crate::render::text(&late).contains("WARNING: may be incomplete: 42 events lost on CPU 1"));
     assert!(!crate::render::text(&early).contains("may be incomplete"));
-    // Widening the early question to everything /filler fed overlaps the CPU 3 loss.
+    // What /filler fed, and who touched /early/out, may have grown by any
+    // loss after them (a reader lost leaves no edge near the found ones).
     let filler = ancestry(&conn, "/filler", Direction::Descendants, None, Window::default()).unwrap();
-    assert_eq!(filler.losses.iter().map(|l| l.cpu).collect::<Vec<_>>(), vec![3]);
+    assert_eq!(filler.losses.iter().map(|l| l.cpu).collect::<Vec<_>>(), vec![3, 1]);
+    let touched = who_touched(&conn, "/early/out", Window::default()).unwrap();
+    assert!(!touched.complete && touched.losses.len() == 2, "{:?}", touched.losses);
+    // ... unless the question ends before them.
+    let until = Window { since: None, until: Some((T0 + 3 * SEC) as i64) };
+    assert!(who_touched(&conn, "/early/out", until).unwrap().complete);
 }
 
 #[test]
@@ -387,6 +400,46 @@ fn a_stream_split_across_ingests_continues_version_chains() {
         (c.query_row("SELECT COUNT(*) FROM nodes", [], |r| r.get(0)).unwrap(), c.query_row("SELECT COUNT(*) FROM edges", [], |r| r.get(0)).unwrap())
     };
     assert_eq!(n(&c1), n(&c2));
+}
+
+#[test]
+fn a_picture_sums_up_a_flood_of_loss_records() {
+    let (_d, p) = db();
+    let mut s = build_stream();
+    for i in 0..40u64 {
+        s.loss(i as u32, 5, T0 + i * SEC / 4, T0 + 100 * SEC);
+    }
+    s.ingest(&p);
+    let conn = crate::schema::open_ro(&p).unwrap();
+    let a = ancestry(&conn, "/out/app.final", Direction::Ancestors, None, Window::default()).unwrap();
+    assert!(a.losses.len() > 10, "{}", a.losses.len());
+    let dot = crate::render::dot(&a);
+    let note = dot.lines().find(|l| l.contains("incomplete [shape=note")).unwrap();
+    assert_eq!(note.matches("may be incomplete").count(), 4, "{note}");
+    let rest = a.losses.len() - 4;
+    let events: i64 = a.losses[4..].iter().map(|l| l.count).sum();
+    assert!(note.contains(&format!("and {rest} more loss records: {events} events")), "{note}");
+    // The JSON answer keeps every record.
+    assert_eq!(serde_json::to_value(&a).unwrap()["losses"].as_array().unwrap().len(), a.losses.len());
+}
+
+#[test]
+fn hidden_nodes_leave_the_picture_with_their_edges_but_targets_stay() {
+    let (_d, p) = db();
+    build_stream().ingest(&p);
+    let conn = crate::schema::open_ro(&p).unwrap();
+    let mut a = ancestry(&conn, "/out/app.final", Direction::Ancestors, None, Window::default()).unwrap();
+    let (nodes, edges) = (a.nodes.len(), a.edges.len());
+    let libs = a.nodes.iter().filter(|n| n.name.starts_with("/usr/include/")).count();
+    assert!(libs > 0, "the fixture reads a header: {:?}", a.nodes.iter().map(|n| &n.name).collect::<Vec<_>>());
+    let pats = [glob::Pattern::new("/usr/include/*").unwrap(), glob::Pattern::new("/out/app.final").unwrap()];
+    assert_eq!(crate::render::hide_nodes(&mut a, &pats, "/usr/include/* /out/app.final"), libs);
+    assert_eq!(a.nodes.len(), nodes - libs);
+    assert!(a.edges.len() < edges);
+    let ids: std::collections::HashSet<i64> = a.nodes.iter().map(|n| n.node).collect();
+    assert!(a.edges.iter().all(|e| ids.contains(&e.cause) && ids.contains(&e.effect)));
+    assert!(a.start.iter().all(|s| ids.contains(s)), "the target stays");
+    assert!(crate::render::dot(&a).contains(&format!("({libs} nodes hidden: /usr/include/* /out/app.final)")));
 }
 
 #[test]
@@ -528,15 +581,18 @@ fn skipped_syscalls_and_incomplete_events_make_answers_say_so() {
     s.lines.push(json!({"type":"loss","count":2,"category":"skipped","upper_bound":true,"start_ns":c,"end_ns":c_end}).to_string());
     s.ingest(&p);
     let conn = crate::schema::open_ro(&p).unwrap();
+    // One version each (its node id): the losses before it was written.
     let msg = |path: &str| -> Vec<String> {
-        let ans = ancestry(&conn, path, Direction::Ancestors, None, Window::default()).unwrap();
+        let node = resolve(&conn, path, true).unwrap()[0].to_string();
+        let ans = ancestry(&conn, &node, Direction::Ancestors, None, Window::default()).unwrap();
         assert_eq!(ans.complete, ans.losses.is_empty());
         ans.losses.iter().map(LossNote::message).collect()
     };
     let a = msg("/a/out");
     assert!(a.len() == 1 && a[0].starts_with("may be incomplete: 3 events lost (syscalls skipped by the kernel) on CPU 1"), "{a:?}");
+    // Later targets: every earlier loss may have held one of their causes.
     let b = msg("/b/out");
-    assert!(b.len() == 1 && b[0].contains("1 events lost their paths, arguments or address on CPU 0"), "{b:?}");
+    assert!(b.len() == 2 && b[1].contains("1 events lost their paths, arguments or address on CPU 0"), "{b:?}");
     let c = msg("/c/out");
-    assert!(c.len() == 1 && c[0].contains("up to 2 events lost (skipped, upper bound) on an unknown CPU"), "{c:?}");
+    assert!(c.len() == 3 && c[2].contains("up to 2 events lost (skipped, upper bound) on an unknown CPU"), "{c:?}");
 }

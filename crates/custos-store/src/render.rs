@@ -142,11 +142,57 @@ pub fn dot(a: &Answer) -> String {
         let _ = writeln!(out, "  n{} -> n{} [label=\"{}\", style={style}];", e.effect, e.cause, e.kind.name());
     }
     if !a.losses.is_empty() {
-        let text: Vec<String> = a.losses.iter().map(|l| esc(&l.message())).collect();
+        let text: Vec<String> = loss_note_lines(&a.losses).iter().map(|l| esc(l)).collect();
         let _ = writeln!(out, "  incomplete [shape=note, color=red, fontcolor=red, label=\"{}\"];", text.join("\\n"));
     }
     out.push_str("}\n");
     out
+}
+
+/// Leaves out of a picture the nodes whose name matches one of `patterns`
+/// (the query's targets stay) and the edges that touch them; the answer's
+/// title says how many went (`described`: the patterns as the user wrote
+/// them). Returns how many nodes were hidden.
+pub fn hide_nodes(a: &mut Answer, patterns: &[glob::Pattern], described: &str) -> usize {
+    if patterns.is_empty() {
+        return 0;
+    }
+    let hidden: std::collections::HashSet<i64> = a
+        .nodes
+        .iter()
+        .filter(|n| !a.start.contains(&n.node) && patterns.iter().any(|p| p.matches(&n.name)))
+        .map(|n| n.node)
+        .collect();
+    a.nodes.retain(|n| !hidden.contains(&n.node));
+    a.edges.retain(|e| !hidden.contains(&e.cause) && !hidden.contains(&e.effect));
+    if !hidden.is_empty() {
+        a.query = format!("{} ({} nodes hidden: {described})", a.query, hidden.len());
+    }
+    hidden.len()
+}
+
+/// Loss records a picture lists one by one; beyond, their sum and span.
+const LOSS_NOTE_LINES: usize = 4;
+
+/// The picture's note on what the answer may lack: each overlapping loss
+/// record, or with many (a flood leaves hundreds), the first few and then
+/// how many more, how many events and when. The JSON answer has them all.
+fn loss_note_lines(losses: &[crate::query::LossNote]) -> Vec<String> {
+    if losses.len() <= LOSS_NOTE_LINES + 1 {
+        return losses.iter().map(|l| l.message()).collect();
+    }
+    let (shown, rest) = losses.split_at(LOSS_NOTE_LINES);
+    let mut lines: Vec<String> = shown.iter().map(|l| l.message()).collect();
+    let events: i64 = rest.iter().map(|l| l.count).sum();
+    let from = rest.iter().map(|l| l.start_ns).min().unwrap_or(0);
+    let to = rest.iter().map(|l| l.end_ns).max().unwrap_or(0);
+    lines.push(format!(
+        "... and {} more loss records: {events} events (at most) between {} and {}",
+        rest.len(),
+        format_ns(from as u64),
+        format_ns(to as u64)
+    ));
+    lines
 }
 
 fn qn(id: i64) -> String {

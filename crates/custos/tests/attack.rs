@@ -2,9 +2,11 @@
 //! collector → scheduler → store → query, in the sched_ext VM (one vCPU),
 //! with bench/reliability/guest.sh (16 `find` workers):
 //!
-//! - a scripted attack during the flood under `custos sched` (four secrets
-//!   read, archived, uploaded over HTTP with curl's non-blocking connect, a
-//!   script downloaded and copied over another) is found step by step;
+//! - the scripted attack of scripts/attack.sh during the flood under the
+//!   learned policy (four secrets read, archived, uploaded over HTTP with
+//!   curl's non-blocking connect, a script downloaded and copied over
+//!   another) is found step by step (under the static policy it is `make
+//!   demo`'s, tests/demo.rs);
 //! - under the default scheduler the syscalls the kernel skipped are all in
 //!   the loss records;
 //! - the scheduler protects the consumer whichever starts first, and after a
@@ -76,12 +78,16 @@ fn run_guest(sched_args: &str, runs: &str) -> tempfile::TempDir {
 
 const START_ORDERS: [&str; 3] = ["sched-first", "collector-first", "restart"];
 
+/// The attack under the static policy is `make demo`'s (tests/demo.rs).
 #[test]
-fn an_attack_during_a_flood_is_in_the_graph_and_every_loss_is_in_band() {
+fn every_skip_is_in_band_and_every_start_order_protects_the_consumer() {
     let sched_args = std::env::var("CUSTOS_SCHED_ARGS").unwrap_or_default();
-    let out = run_guest(&sched_args, "attack skips sched-first collector-first restart");
+    let runs = if sched_args.is_empty() { "skips sched-first collector-first restart" } else { "attack skips sched-first collector-first restart" };
+    let out = run_guest(&sched_args, runs);
     let o = out.path();
-    the_attack_is_found_and_nothing_lost(o);
+    if !sched_args.is_empty() {
+        the_attack_is_found_and_nothing_lost(o);
+    }
     skips_are_in_band(o);
     every_start_order_protects_the_consumer(o);
 }
@@ -114,15 +120,15 @@ fn the_attack_is_found_and_nothing_lost(o: &Path) {
     };
     let (behind_archive, _) = names("ancestors", "archive.tar");
     for s in ["id_rsa", "shadow", "db.conf", "wallet"] {
-        assert!(behind_archive.contains(&format!("{v}/secrets/{s}")), "the archive does not hold {s}: {behind_archive:?}");
+        assert!(behind_archive.contains(&format!("{v}/secret/{s}")), "the archive does not hold {s}: {behind_archive:?}");
     }
     assert!(behind_archive.iter().any(|n| n == "/usr/bin/tar"), "{behind_archive:?}");
     let (from_archive, _) = names("descendants", "archive.tar");
     assert!(from_archive.contains(&endpoint), "the upload to {endpoint} is missing: {from_archive:?}");
-    let (behind_download, _) = names("ancestors", "download.sh");
+    let (behind_download, _) = names("ancestors", "suspicious.sh");
     assert!(behind_download.contains(&endpoint), "the download from {endpoint} is missing: {behind_download:?}");
     let (behind_overwrite, complete) = names("ancestors", "maintenance.sh");
-    assert!(behind_overwrite.contains(&format!("{v}/download.sh")), "{behind_overwrite:?}");
+    assert!(behind_overwrite.contains(&format!("{v}/suspicious.sh")), "{behind_overwrite:?}");
     assert!(behind_overwrite.contains(&endpoint), "{behind_overwrite:?}");
     assert_eq!(complete["complete"], true, "nothing was lost, so the answer is complete: {complete}");
 
