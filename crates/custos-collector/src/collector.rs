@@ -663,3 +663,24 @@ fn global_snapshot(skel: &MainSkel) -> Option<crate::bpf_skel::types::custos_glo
     features::read_global(&raw)
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The BPF object has as many copies of each program as user space
+    /// attaches (SYSCALL_COPY and HOOK_COPY in main.bpf.c): a copy added on
+    /// one side only would never run, or never be counted.
+    #[test]
+    fn the_bpf_object_has_the_copies_user_space_attaches() {
+        let mut storage = MaybeUninit::uninit();
+        let open = MainSkelBuilder::default().open(&mut storage).expect("opening the BPF object (no kernel needed)");
+        let names: Vec<String> = open.open_object().progs().map(|p| p.name().to_string_lossy().into_owned()).collect();
+        let count = |prefix: &str| names.iter().filter(|n| n.starts_with(prefix)).count();
+        assert_eq!(count("custos_sys_enter_"), SYSCALL_COPIES, "{names:?}");
+        assert_eq!(count("custos_sys_exit_"), SYSCALL_COPIES, "{names:?}");
+        for hook in ["custos_fork_", "custos_bprm_check_", "custos_file_open_"] {
+            assert_eq!(count(hook), HOOK_COPIES, "{hook}: {names:?}");
+        }
+    }
+}
