@@ -769,9 +769,14 @@ impl<'a> Scheduler<'a> {
                 None => std::thread::sleep(Duration::from_millis(100)),
             }
         }
-        let final_metrics = self.metrics();
+        let mut final_metrics = self.metrics();
         let _ = self.struct_ops.take();
         let learner = self.stop_learner();
+        // The learner's last epoch pushes weights as it stops: the final
+        // statistics name the generation the run ended with.
+        if let Ok(state) = learning::read_policy_state(&self.skel.maps.policy_state) {
+            final_metrics.policy_generation = state.generation;
+        }
         if let Some(dir) = self.policy_pins.take() {
             for name in learning::PINNED_MAPS {
                 let _ = std::fs::remove_file(dir.join(name));
