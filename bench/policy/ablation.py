@@ -138,6 +138,11 @@ def loss_pct(r):
     return 100.0 * (r["dropped"] + r["unnumbered"]) / total if total else 0.0
 
 
+def workload_order(key):
+    """'find x16, protection on' before 'find x64, ...', the find floods first."""
+    return not key.startswith("find"), int(key.split(",")[0].rsplit("x", 1)[1])
+
+
 def report(command):
     runs = []
     for f in sorted(OUT.glob("eval-protection-*/*/results.jsonl")):
@@ -200,8 +205,7 @@ def report(command):
     print(results.table(rows, ["workload", "config", "loss", "runtime ms", "marker", "policy (stats)"]))
     # Markdown, one table per protection setting: loss · runtime per workload.
     for protection in ("off", "on"):
-        cols = sorted((wl for wl in by if wl.endswith(f"protection {protection}")),
-                      key=lambda wl: (not wl.startswith("find"), int(wl.split(",")[0].rsplit("x", 1)[1])))
+        cols = sorted((wl for wl in by if wl.endswith(f"protection {protection}")), key=workload_order)
         if not cols:
             continue
         print(f"\nprotection {protection}\n")
@@ -216,7 +220,7 @@ def report(command):
                              f"{r['loss_pct']:.1f} % · {r['runtime_ms'] / 1000:.1f} s" +
                              ("" if r["marker_delivered"] else " (marker lost)"))
             print(f"| {name} | " + " | ".join(cells) + " |")
-    ordered = sorted(by, key=lambda wl: (not wl.startswith("find"), int(wl.split(",")[0].rsplit("x", 1)[1])))
+    ordered = sorted(by, key=workload_order)
     plots.grouped_bars({wl.replace(", protection off", ""): {c: r["loss_pct"] for c, r in by[wl].items()}
                         for wl in ordered if wl.endswith("off")},
                        "ablation without consumer protection: events lost (1 vCPU VM)", "lost %",

@@ -96,20 +96,14 @@ run_skips() {
   stop_collector
 }
 
-run_sched-first() {
-  echo "sched-first: scheduler, then collector" >&2
+# sched-first / collector-first: one starts, the other 3 s later; the flood;
+# they stop in the reverse order.
+run_in_order() { # name first second (sched or collector)
+  echo "$1: $2, then $3" >&2
   rm -rf /sys/fs/bpf/custos
-  start_sched sched-first; sleep 3; start_collector sched-first
-  flood sched-first
-  stop_collector; stop_sched
-}
-
-run_collector-first() {
-  echo "collector-first: collector, then scheduler" >&2
-  rm -rf /sys/fs/bpf/custos
-  start_collector collector-first; sleep 3; start_sched collector-first
-  flood collector-first
-  stop_sched; stop_collector
+  "start_$2" "$1"; sleep 3; "start_$3" "$1"
+  flood "$1"
+  "stop_$3"; "stop_$2"
 }
 
 run_restart() {
@@ -124,7 +118,9 @@ run_restart() {
 
 for run in ${RUNS:-attack skips sched-first collector-first restart}; do
   case $run in
-    attack | skips | sched-first | collector-first | restart) "run_$run" ;;
+    attack | skips | restart) "run_$run" ;;
+    sched-first) run_in_order sched-first sched collector ;;
+    collector-first) run_in_order collector-first collector sched ;;
     *) echo "unknown run '$run' (attack, skips, sched-first, collector-first, restart)" >&2; exit 2 ;;
   esac
 done

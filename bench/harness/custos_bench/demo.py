@@ -104,10 +104,13 @@ def custos(*args, check=True):
 
 
 def query(db: Path, direction: str, target: str):
-    """The store's answer as JSON, or None when the target is not in it."""
+    """The store's answer as JSON, or None when the target is not in it
+    (any other failure stops the demo with the store's message)."""
     proc = custos("query", "--db", db, "--json", direction, target, check=False)
     if proc.returncode != 0:
-        return None
+        if "nothing in the store matches" in proc.stderr:
+            return None
+        raise SystemExit(f"custos query {direction} {target} failed: {proc.stderr.strip()}")
     return json.loads(proc.stdout)
 
 
@@ -168,7 +171,6 @@ def plot_timeline(runs: dict, out: Path):
             if not any(series):
                 continue
             xs = [i / 1000 for i in range(len(series))]
-            longest = max(longest, xs[-1])
             base = bottom or [0.0] * len(series)
             # Tens of thousands of steps: drawn as pixels, or the SVG weighs megabytes.
             ax.fill_between(xs, base, [b + v for b, v in zip(base, series)], step="post", color=colors[kind],

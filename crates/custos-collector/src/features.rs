@@ -79,17 +79,16 @@ fn pinned_value_sizes(task: &Path, global: &Path) -> Option<(usize, usize)> {
     Some((size(task)?, size(global)?))
 }
 
-/// Deletes the entries of threads that are gone (and of this process, which
-/// is never traced): they exited while no collector ran to see it. Entries
-/// of a recycled tid are told apart by their start time instead.
+/// Deletes the entries of threads that are gone (and of this process's
+/// threads, which are never traced): they exited while no collector ran to
+/// see it. Entries of a recycled tid are told apart by their start time.
 pub fn forget_dead_tasks(map: &dyn MapCore) {
-    let me = std::process::id();
     let stale: Vec<Vec<u8>> = map
         .keys()
         .filter(|k| {
             let Ok(tid) = <[u8; 4]>::try_from(k.as_slice()).map(u32::from_ne_bytes) else { return false };
             let own = Path::new(&format!("/proc/self/task/{tid}")).exists();
-            own || !Path::new(&format!("/proc/{tid}")).exists() || tid == me
+            own || !Path::new(&format!("/proc/{tid}")).exists()
         })
         .collect();
     for k in stale {
@@ -111,28 +110,34 @@ fn running_collector(global: &Path) -> Option<u32> {
     alive.then_some(pid)
 }
 
+/// The two feature structs are plain old data (include/custos/
+/// provenance_features.h): these four wrappers are the only callers of the
+/// two unsafe views below.
+fn read_pod<T: Copy>(raw: &[u8]) -> Option<T> {
+    // SAFETY: T is one of the feature structs (plain old data, any bit
+    // pattern valid), and the length is checked.
+    (raw.len() >= std::mem::size_of::<T>()).then(|| unsafe { std::ptr::read_unaligned(raw.as_ptr().cast()) })
+}
+
+fn pod_bytes<T: Copy>(v: &T) -> &[u8] {
+    // SAFETY: T is one of the feature structs, viewed as bytes for a map update.
+    unsafe { std::slice::from_raw_parts((v as *const T).cast(), std::mem::size_of::<T>()) }
+}
+
 pub fn read_global(raw: &[u8]) -> Option<custos_global_features> {
-    (raw.len() >= std::mem::size_of::<custos_global_features>())
-        // SAFETY: the value is a custos_global_features (size checked).
-        .then(|| unsafe { std::ptr::read_unaligned(raw.as_ptr().cast()) })
+    read_pod(raw)
 }
 
 pub fn global_bytes(g: &custos_global_features) -> &[u8] {
-    // SAFETY: plain-old-data struct viewed as bytes for the map update.
-    unsafe {
-        std::slice::from_raw_parts((g as *const custos_global_features).cast(), std::mem::size_of_val(g))
-    }
+    pod_bytes(g)
 }
 
 pub fn task_bytes(t: &TaskFeatures) -> &[u8] {
-    // SAFETY: plain-old-data struct viewed as bytes for a map update.
-    unsafe { std::slice::from_raw_parts((t as *const TaskFeatures).cast(), std::mem::size_of_val(t)) }
+    pod_bytes(t)
 }
 
 pub fn read_task(raw: &[u8]) -> Option<TaskFeatures> {
-    (raw.len() >= std::mem::size_of::<TaskFeatures>())
-        // SAFETY: the value is a custos_task_features (size checked).
-        .then(|| unsafe { std::ptr::read_unaligned(raw.as_ptr().cast()) })
+    read_pod(raw)
 }
 
 pub fn remove_pins() {

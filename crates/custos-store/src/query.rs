@@ -249,18 +249,26 @@ const SPEC_HELP: &str = "give a node id (42 or n42), a path (/etc/passwd, /tmp/x
 
 /// Resolves a user's name for something to node ids.
 /// `latest`: for a path or socket, only its newest version (what "this file" means now).
+/// A target given as a node id (`123`, `n123`).
+fn node_id_of(spec: &str) -> Option<i64> {
+    spec.strip_prefix('n').unwrap_or(spec).parse::<i64>().ok()
+}
+
+/// A target given as one version of a file: `path@vN`.
+fn file_version_of(spec: &str) -> Option<(&str, i64)> {
+    spec.rsplit_once("@v").and_then(|(p, v)| Some((p, v.parse::<i64>().ok()?)))
+}
+
 /// Whether a target names one version (`path@vN`, a node id) rather than
 /// whatever is newest (a path, `pid:N`, a socket or pipe).
 fn names_a_version(spec: &str) -> bool {
     let spec = spec.trim();
-    spec.strip_prefix('n').unwrap_or(spec).parse::<i64>().is_ok()
-        || spec.rsplit_once("@v").is_some_and(|(_, v)| v.parse::<i64>().is_ok())
+    node_id_of(spec).is_some() || file_version_of(spec).is_some()
 }
 
 pub fn resolve(conn: &Connection, spec: &str, latest: bool) -> Result<Vec<i64>> {
     let spec = spec.trim();
-    let num = spec.strip_prefix('n').unwrap_or(spec);
-    if let Ok(id) = num.parse::<i64>() {
+    if let Some(id) = node_id_of(spec) {
         if node_info(conn, id)?.is_none() {
             bail!("node {id} does not exist in this store");
         }
@@ -277,8 +285,8 @@ pub fn resolve(conn: &Connection, spec: &str, latest: bool) -> Result<Vec<i64>> 
             (a, NodeKind::Socket, None)
         } else if spec.starts_with("pipe:[") {
             (spec, NodeKind::Pipe, None)
-        } else if let Some((p, v)) = spec.rsplit_once("@v").filter(|(_, v)| v.parse::<i64>().is_ok()) {
-            (p, NodeKind::File, v.parse::<i64>().ok())
+        } else if let Some((p, v)) = file_version_of(spec) {
+            (p, NodeKind::File, Some(v))
         } else {
             (spec, NodeKind::File, None)
         };
