@@ -61,7 +61,8 @@ struct custos_task_features {
 
 /* Value of the global_features map (array, one entry, key 0). */
 struct custos_global_features {
-	__u64 ring_size[CUSTOS_NR_RINGS];       /* bytes */
+	__u64 ring_size[CUSTOS_NR_RINGS];       /* bytes; 0: no ring (a features-only
+						  * collector records nothing) */
 	__u64 ring_free_bytes[CUSTOS_NR_RINGS]; /* availability, sampled at submit */
 	__u64 produced;          /* events produced (sum of per-CPU sequences) */
 	__u64 consumed;          /* events accounted for: read by the consumer, or

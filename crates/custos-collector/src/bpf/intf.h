@@ -171,6 +171,9 @@ struct custos_cpu_state {
 	 * runs any copy handled: see HOOK_COPY in main.bpf.c. */
 	__u64 hook_runs_first;
 	__u64 hook_handled;
+	/* Features-only mode: events counted in their task's features and not
+	 * recorded (0 in a recording run, where submit() counts them). */
+	__u64 counted;
 };
 
 #endif /* CUSTOS_COLLECTOR_INTF_H */

@@ -27,6 +27,13 @@ const volatile __u32 availability_sample_every = 64;
  * user space after attaching, cleared before detaching): only then does a
  * tracepoint found unseen mean a skip (see note_unseen). */
 volatile __u32 skip_epoch = 0;
+/* Features-only mode (`custos collect --features-only`): every event the
+ * programs would record is counted in its task's features (task_features,
+ * for the scheduler) and nothing else happens: no number is taken, no ring
+ * is touched, nothing is built. It measures per-task event rates for a
+ * scheduler protecting another provenance consumer (auditd, bpftrace) at the
+ * lowest cost. Read-only, so the verifier drops the recording path. */
+const volatile bool features_only = false;
 
 #define AT_FDCWD_VAL    -100
 #define PROT_EXEC_VAL   0x4
@@ -616,6 +623,19 @@ out:
 	return 0;
 }
 
+/* Features-only mode: the event counts where submit() would count it, in
+ * the current thread's features (never dropped: no ring refuses it). */
+static __always_inline void count_only(void)
+{
+	struct custos_cpu_state *cs;
+	__u32 zero = 0;
+
+	account_task((__u32)bpf_get_current_pid_tgid(), bpf_ktime_get_ns(), 0);
+	cs = bpf_map_lookup_elem(&cpu_state, &zero);
+	if (cs)
+		__sync_fetch_and_add(&cs->counted, 1);
+}
+
 static __always_inline struct custos_event *new_event(__u32 nr)
 {
 	__u32 zero = 0;
@@ -678,8 +698,8 @@ static __always_inline __u32 put_path_args(struct attr_buf *b, __u32 off,
 static __always_inline int emit_syscall(__u32 nr, const struct custos_syscall_spec *spec,
 					const __u64 *args, __s64 ret, int has_ret)
 {
-	struct task_struct *t = (void *)bpf_get_current_task();
-	struct custos_event *e = new_event(nr);
+	struct task_struct *t;
+	struct custos_event *e;
 	struct attr_buf *b;
 	struct file *f = NULL;
 	int critical = spec->critical, i;
@@ -688,6 +708,12 @@ static __always_inline int emit_syscall(__u32 nr, const struct custos_syscall_sp
 	__u64 addr;
 	__u32 addrlen = 0;
 
+	if (features_only) {
+		count_only();
+		return 0;
+	}
+	t = (void *)bpf_get_current_task();
+	e = new_event(nr);
 	if (!e)
 		return 0;
 	for (i = 0; i < 6; i++)
@@ -828,7 +854,12 @@ static __always_inline int sys_enter(struct pt_regs *regs, long id, struct infli
 	if (spec->flags & CUSTOS_SPEC_NO_EXIT)
 		return emit_syscall(key, spec, now.args, 0, 0);
 	if (!in) {
-		account_unparked(spec->critical);
+		/* The event cannot be counted at its exit: a recording run
+		 * numbers it and counts it dropped; in features-only mode
+		 * there is no number to account for. (Its task's features
+		 * miss it either way.) */
+		if (!features_only)
+			account_unparked(spec->critical);
 		return 0;
 	}
 	now.nr = key;
@@ -836,7 +867,7 @@ static __always_inline int sys_enter(struct pt_regs *regs, long id, struct infli
 	now.phase = in->phase;
 	now.epoch = in->epoch;
 	*in = now;
-	if (spec->flags & CUSTOS_SPEC_EXEC) {
+	if ((spec->flags & CUSTOS_SPEC_EXEC) && !features_only) {
 		b = scratch_attrs();
 		if (b) {
 			off = put_path_args(b, off, spec, now.args, 0);
@@ -1073,6 +1104,10 @@ static __always_inline int fork_hook(int copy, struct task_struct *child)
 		goto out;
 	if ((__u32)(pid_tgid >> 32) == collector_tgid || child_tgid == (__u32)(pid_tgid >> 32))
 		goto out;
+	if (features_only) {
+		count_only();
+		goto out;
+	}
 	e = new_event(CUSTOS_HOOK_FORK);
 	if (e) {
 		e->flags |= CUSTOS_EV_NO_RET;
@@ -1101,6 +1136,10 @@ static __always_inline int bprm_check(int copy, struct linux_binprm *bprm)
 	 * file tells the runs apart. */
 	if (!hook_first_to_see(copy, HOOK_KIND_BPRM_CHECK, bprm->file, &in) || tgid == collector_tgid)
 		goto out;
+	if (features_only) {
+		count_only();
+		goto out;
+	}
 	e = new_event(CUSTOS_HOOK_BPRM_CHECK);
 	b = scratch_attrs();
 	if (!e || !b)
@@ -1133,6 +1172,10 @@ static __always_inline int file_open(int copy, struct file *file)
 	if (!hook_first_to_see(copy, HOOK_KIND_FILE_OPEN, file, &in) ||
 	    (__u32)(pid_tgid >> 32) == collector_tgid)
 		goto out;
+	if (features_only) {
+		count_only();
+		goto out;
+	}
 	e = new_event(CUSTOS_HOOK_FILE_OPEN);
 	b = scratch_attrs();
 	if (!e || !b)
