@@ -57,10 +57,38 @@ pub struct CollectArgs {
     /// Seconds between stats lines on stderr (and `stats` records); 0 turns them off.
     #[arg(long, default_value_t = 5.0, value_name = "SECS")]
     pub stats_interval: f64,
+    /// Record nothing; only keep the per-task provenance features (event
+    /// counts and rates, pinned under /sys/fs/bpf/custos) up to date. For
+    /// protecting a third-party provenance consumer (auditd, bpftrace) with
+    /// `custos sched --consumer NAME`: the scheduler budgets producers by
+    /// these rates, and this mode measures them at the lowest cost — no ring
+    /// is used and nothing is written, so -o/--output, --db and --archive
+    /// are refused. The features count the events a recording run would.
+    #[arg(long)]
+    pub features_only: bool,
     /// Run this command once the collector is attached; stop when it exits
     /// and exit with its status.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+impl CollectArgs {
+    /// `--features-only` writes nothing: an output given with it (`-o`, and
+    /// the caller's `outputs`, named and whether given) is refused, saying why.
+    pub fn check_features_only(&self, outputs: &[(&str, bool)]) -> Result<()> {
+        if !self.features_only {
+            return Ok(());
+        }
+        let given: Vec<&str> =
+            [("-o/--output", self.output.is_some())].iter().chain(outputs).filter(|(_, given)| *given).map(|(name, _)| *name).collect();
+        if !given.is_empty() {
+            anyhow::bail!(
+                "--features-only records no events, so there is nothing to write to {}: drop it, or drop --features-only to record",
+                given.join(" or ")
+            );
+        }
+        Ok(())
+    }
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -98,6 +126,7 @@ pub fn run_with_sink(args: CollectArgs, sink: Option<(Box<dyn Write + Send>, Lin
         }
         return Ok(0);
     }
+    args.check_features_only(&[("--db/--archive", sink.is_some())])?;
     let stats_interval = if args.stats_interval < 0.0 || !args.stats_interval.is_finite() {
         anyhow::bail!("--stats-interval must be a number of seconds ≥ 0");
     } else if args.stats_interval == 0.0 {
@@ -115,6 +144,7 @@ pub fn run_with_sink(args: CollectArgs, sink: Option<(Box<dyn Write + Send>, Lin
         stats_interval,
         reorder_buffer_bytes: args.reorder_buffer_mb << 20,
         lines_done: None,
+        features_only: args.features_only,
     };
     // No buffering here: the OffloadWriter below hands these whole chunks.
     let output: Option<Box<dyn Write + Send>> = match &args.output {
@@ -122,7 +152,7 @@ pub fn run_with_sink(args: CollectArgs, sink: Option<(Box<dyn Write + Send>, Lin
             Some(Box::new(File::create(p).with_context(|| format!("creating output file {}", p.display()))?))
         }
         Some(_) => Some(Box::new(std::io::stdout())),
-        None if sink.is_some() => None,
+        None if sink.is_some() || args.features_only => None,
         None => Some(Box::new(std::io::stdout())),
     };
     if args.reorder_buffer_mb == 0 || args.reorder_buffer_mb > 1 << 20 {
@@ -144,7 +174,8 @@ pub fn run_with_sink(args: CollectArgs, sink: Option<(Box<dyn Write + Send>, Lin
         (Some(o), Some(s)) => Box::new(Tee(o, s)),
         (Some(o), None) => o,
         (None, Some(s)) => s,
-        (None, None) => unreachable!("stdout is the default output"),
+        // Only with --features-only, which writes nothing.
+        (None, None) => Box::new(std::io::sink()),
     };
 
     // SAFETY: installing a handler that only stores to an atomic.
@@ -189,26 +220,48 @@ pub fn run_with_sink(args: CollectArgs, sink: Option<(Box<dyn Write + Send>, Lin
     let mut out = OffloadWriter::spawn(out, args.output_buffer_mb << 20, writer_counts).context("starting the output writer")?;
     let summary = collect(&opts, &mut out, &STOP, on_ready)?;
     out.finish().context("writing the event stream")?;
-    eprintln!(
-        "custos collect: produced {} = delivered {} + dropped {} (critical {}, events {}); incomplete {}; loss records {}; \
-         unnumbered {} (lost to the kernel's skips: {} syscalls found, at most {} unseen, {} hook runs; \
-         the first copy skipped {}, backups saw {})",
-        summary.produced,
-        summary.delivered,
-        summary.dropped,
-        summary.dropped_critical,
-        summary.dropped_events,
-        summary.consumer.incomplete,
-        summary.consumer.loss_records,
-        summary.skips.unnumbered,
-        summary.skips.skipped,
-        summary.skips.skipped_bound,
-        summary.skips.lsm,
-        summary.skips.first_copy(),
-        summary.skips.covered
-    );
+    if summary.features_only {
+        eprintln!(
+            "custos collect: features-only: recorded {} events (produced {} = delivered {} + dropped {}); \
+             counted {} in per-task features; missed to the kernel's skips: {} syscalls found, at most {} unseen, {} hook runs",
+            summary.delivered,
+            summary.produced,
+            summary.delivered,
+            summary.dropped,
+            summary.features_counted,
+            summary.skips.skipped,
+            summary.skips.skipped_bound,
+            summary.skips.lsm
+        );
+    } else {
+        eprintln!(
+            "custos collect: produced {} = delivered {} + dropped {} (critical {}, events {}); incomplete {}; loss records {}; \
+             unnumbered {} (lost to the kernel's skips: {} syscalls found, at most {} unseen, {} hook runs; \
+             the first copy skipped {}, backups saw {})",
+            summary.produced,
+            summary.delivered,
+            summary.dropped,
+            summary.dropped_critical,
+            summary.dropped_events,
+            summary.consumer.incomplete,
+            summary.consumer.loss_records,
+            summary.skips.unnumbered,
+            summary.skips.skipped,
+            summary.skips.skipped_bound,
+            summary.skips.lsm,
+            summary.skips.first_copy(),
+            summary.skips.covered
+        );
+    }
     if let Some(e) = spawn_error.lock().unwrap().take() {
         return Err(e);
+    }
+    if !summary.invariant_holds && summary.features_only {
+        eprintln!(
+            "custos collect: error: features-only, yet {} events were numbered ({} dropped); this is a collector bug, please report it",
+            summary.produced, summary.dropped
+        );
+        return Ok(3);
     }
     if !summary.invariant_holds {
         eprintln!(

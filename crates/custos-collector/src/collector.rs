@@ -46,6 +46,9 @@ pub struct Options {
     /// Lines the output's last stage is done with (see writer::LinesDone);
     /// the rest of what was written is backlog and counts as consumer lag.
     pub lines_done: Option<crate::writer::LinesDone>,
+    /// Keep the per-task features and record nothing (`--features-only`):
+    /// no ring is used and nothing is written to the output.
+    pub features_only: bool,
 }
 
 impl Default for Options {
@@ -60,6 +63,7 @@ impl Default for Options {
             stats_interval: Some(Duration::from_secs(5)),
             reorder_buffer_bytes: crate::consumer::DEFAULT_REORDER_BUFFER,
             lines_done: None,
+            features_only: false,
         }
     }
 }
@@ -84,6 +88,11 @@ pub struct Summary {
     /// running on that CPU: events never numbered, so outside
     /// produced/dropped, but counted and reported.
     pub skips: Skips,
+    /// The run kept the per-task features and recorded nothing.
+    pub features_only: bool,
+    /// Features-only: events counted in their tasks' features, unrecorded
+    /// (0 in a recording run).
+    pub features_counted: u64,
 }
 
 /// Whether the kernel runs the BPF LSM at all (CONFIG_BPF_LSM and "bpf" in lsm=).
@@ -141,12 +150,16 @@ fn open_and_load<'obj>(
         open.maps.task_features.reuse_pinned_map(features::task_features_path()).with_context(|| format!("reusing the pinned provenance features: {again}"))?;
         open.maps.global_features.reuse_pinned_map(features::global_features_path()).with_context(|| format!("reusing the pinned provenance features: {again}"))?;
     }
-    open.maps.ring_critical.set_max_entries(check_ring_kb("critical", opts.critical_ring_kb)?)?;
-    open.maps.ring_events.set_max_entries(check_ring_kb("events", opts.events_ring_kb)?)?;
-    open.maps.ring_attrs.set_max_entries(check_ring_kb("attrs", opts.attrs_ring_kb)?)?;
+    // Features-only: the programs never touch the rings, which still exist
+    // (the object names them): the smallest a ring can be.
+    let ring_kb = |kb: u32| if opts.features_only { 4 } else { kb };
+    open.maps.ring_critical.set_max_entries(check_ring_kb("critical", ring_kb(opts.critical_ring_kb))?)?;
+    open.maps.ring_events.set_max_entries(check_ring_kb("events", ring_kb(opts.events_ring_kb))?)?;
+    open.maps.ring_attrs.set_max_entries(check_ring_kb("attrs", ring_kb(opts.attrs_ring_kb))?)?;
     let rodata = open.maps.rodata_data.as_deref_mut().context("BPF object has no .rodata")?;
     rodata.collector_tgid = std::process::id();
     rodata.availability_sample_every = 64;
+    rodata.features_only = opts.features_only;
     let p = &mut open.progs;
     for prog in [&mut p.custos_fork_0, &mut p.custos_fork_1, &mut p.custos_fork_2] {
         prog.set_autoload(fork);
@@ -272,6 +285,11 @@ pub fn collect<W: Write>(opts: &Options, out: W, stop: &AtomicBool, on_ready: im
     };
     set_skip_epoch(&skel, 1)?;
 
+    if opts.features_only {
+        // No ring: ring availability is not this collector's to publish, and
+        // what a recording collector left in kept pins must not read as pressure.
+        features::forget_rings(&skel.maps.global_features)?;
+    }
     // Publish the provenance features. The pins stay after the run: a
     // scheduler keeps reading the maps, and the next collector fills them.
     if reuse_pins {
@@ -281,7 +299,11 @@ pub fn collect<W: Write>(opts: &Options, out: W, stop: &AtomicBool, on_ready: im
     } else {
         pin(&skel)?;
     }
-    let result = drain(opts, &skel, out, stop, links, on_ready, lsm_active, available.len(), &skip_base);
+    let result = if opts.features_only {
+        watch(opts, &skel, stop, links, on_ready, lsm_active, available.len(), &skip_base)
+    } else {
+        drain(opts, &skel, out, stop, links, on_ready, lsm_active, available.len(), &skip_base)
+    };
     let _ = features::publish(&skel.maps.global_features, 0, 0, false, monotonic_ns());
     result
 }
@@ -506,6 +528,8 @@ fn drain<W: Write>(
         syscalls_attached,
         invariant_holds,
         skips: m.skips.clone(),
+        features_only: false,
+        features_counted: 0,
     };
     let mut c = consumer.borrow_mut();
     let wall = c.wall_ns(monotonic_ns());
@@ -517,6 +541,73 @@ fn drain<W: Write>(
     drop(c);
     drop(rings);
     Ok(summary)
+}
+
+/// Features-only mode: the programs count events in their tasks' features
+/// and record none, so there is nothing to drain. Keeps the global features
+/// current (the collector is running, nothing produced) until told to stop,
+/// with a stats line on stderr, then accounts: produced, delivered and
+/// dropped are read like a recording run's, and must all be 0.
+#[allow(clippy::too_many_arguments)]
+fn watch(
+    opts: &Options,
+    skel: &MainSkel,
+    stop: &AtomicBool,
+    mut links: Vec<Link>,
+    on_ready: impl FnOnce(),
+    lsm_active: bool,
+    syscalls_attached: usize,
+    skip_base: &SkipBase,
+) -> Result<Summary> {
+    on_ready();
+    let counted = |states: &[custos_cpu_state]| -> u64 { states.iter().map(|s| s.counted).sum() };
+    let (mut last_stats, mut last_counted) = (Instant::now(), 0u64);
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(opts.poll_interval);
+        features::publish(&skel.maps.global_features, 0, 0, true, monotonic_ns())?;
+        if opts.stats_interval.is_none_or(|every| last_stats.elapsed() < every) {
+            continue;
+        }
+        let states = read_cpu_states(skel)?;
+        let now = counted(&states);
+        let skips = SkipCounters::read(skel, ReadOrder::KernelsFirst)?.since(&skip_base.lower);
+        eprintln!(
+            "custos collect: features-only: {:.0} ev/s counted  counted {now}  produced {}  missed to skips {}",
+            now.saturating_sub(last_counted) as f64 / last_stats.elapsed().as_secs_f64(),
+            states.iter().map(|s| s.seq).sum::<u64>(),
+            skips.unnumbered
+        );
+        (last_stats, last_counted) = (Instant::now(), now);
+    }
+
+    set_skip_epoch(skel, 0)?;
+    let skip_end = SkipCounters::read(skel, ReadOrder::OursFirst)?;
+    while let Some(link) = links.pop() {
+        drop(link);
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    let states = read_cpu_states(skel)?;
+    let mut metrics = Metrics::new(states.len());
+    let counters = ConsumerCounters::default();
+    metrics.update(&states, &counters, None, Duration::ZERO);
+    let m = &metrics;
+    Ok(Summary {
+        produced: m.produced,
+        delivered: counters.delivered,
+        dropped: m.dropped,
+        dropped_critical: m.dropped_critical,
+        dropped_events: m.dropped_events,
+        dropped_attrs: m.dropped_attrs,
+        consumer: counters,
+        cpu_seq: states.iter().map(|s| s.seq).collect(),
+        lsm_active,
+        syscalls_attached,
+        // Nothing may be produced, hence nothing delivered or dropped.
+        invariant_holds: m.produced == 0 && m.dropped == 0 && m.dropped_attrs == 0,
+        skips: skip_end.since(&skip_base.upper),
+        features_only: true,
+        features_counted: counted(&states),
+    })
 }
 
 /// Copies of each syscall tracepoint program (SYSCALL_COPY in the BPF

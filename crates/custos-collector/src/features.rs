@@ -146,6 +146,19 @@ pub fn remove_pins() {
     let _ = fs::remove_dir(PIN_DIR);
 }
 
+/// A features-only collector has no rings: their sizes read 0 ("no ring",
+/// which the scheduler skips), so that what a recording collector left in
+/// the kept map is not taken for this one's pressure. The programs never
+/// write them in that mode, and [`publish`] keeps them.
+pub fn forget_rings(map: &dyn MapCore) -> Result<()> {
+    let key = 0u32.to_ne_bytes();
+    let raw = map.lookup(&key, MapFlags::ANY).context("reading global_features")?;
+    let mut g = raw.as_deref().and_then(read_global).unwrap_or_default();
+    g.ring_size = Default::default();
+    g.ring_free_bytes = Default::default();
+    map.update(&key, global_bytes(&g), MapFlags::ANY).context("updating global_features")
+}
+
 /// Publishes the consumer side of the global features (produced, consumed,
 /// consumer lag, consumer pids); the BPF side writes ring availability.
 pub fn publish(map: &dyn MapCore, produced: u64, consumed: u64, running: bool, now_ns: u64) -> Result<()> {

@@ -27,6 +27,8 @@ pub struct CollectCmd {
 }
 
 pub fn run(cmd: CollectCmd) -> Result<i32> {
+    // Before the store is opened: --features-only writes nothing.
+    cmd.collect.check_features_only(&[("--db", cmd.db.is_some()), ("--archive", cmd.archive.is_some())])?;
     if cmd.db.is_none() && cmd.archive.is_none() {
         return custos_collector::cli::run(cmd.collect);
     }
