@@ -156,9 +156,9 @@ class Workloads:
         if name == "compile":
             shutil.rmtree(d / "obj", ignore_errors=True)
             return ["make", "-s", "-C", self.libbpf_src, f"-j{p['jobs']}", f"OBJDIR={d}/obj", "BUILD_STATIC_ONLY=1",
-                    "CFLAGS=-O0 -g0"]
+                    "CFLAGS=-O0 -g0"] + [f"{d}/obj/staticobjs/{o}.o" for o in p["objects"].split()]
         if name == "stress-ng":
-            return ["stress-ng", "--fork", "1", "--fork-ops", str(p["fork_ops"]), "--pipe", "1", "--pipe-ops",
+            return ["stress-ng", "--temp-path", str(d), "--fork", "1", "--fork-ops", str(p["fork_ops"]), "--pipe", "1", "--pipe-ops",
                     str(p["pipe_ops"]), "--quiet"]
         if name == "pipe":
             return [w, "pipe-pingpong", "-n", str(p["n"])]
@@ -188,13 +188,15 @@ class Workloads:
         out_path = WORK / "workload.out"
         with open(out_path, "w") as out:
             t0 = time.monotonic()
-            proc = subprocess.Popen(cmd, stdout=out, stderr=log)
+            proc = subprocess.Popen(cmd, stdout=out, stderr=log, cwd=WORK / name)
             _, status, ru = os.wait4(proc.pid, 0)
             wall = time.monotonic() - t0
             proc.returncode = os.waitstatus_to_exitcode(status)
         text = out_path.read_text(errors="replace")
         if proc.returncode != 0:
-            raise RunFailed(f"{cmd[0]} exited with {proc.returncode}: {text[-300:]}")
+            log.flush()
+            err = Path(log.name).read_text(errors="replace")
+            raise RunFailed(f"{cmd[0]} exited with {proc.returncode}: {text[-300:]} {err[-300:]}")
         return {"wall_s": wall, "user_s": ru.ru_utime, "sys_s": ru.ru_stime,
                 "work_s": self.work_seconds(name, p, text, wall)}
 

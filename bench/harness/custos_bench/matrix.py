@@ -171,8 +171,11 @@ def summarize(df: pd.DataFrame, rates: dict, command: str, schedulers: list, wor
     custos = df[(df["collector"] == "custos") & (df["ok"] == True)]  # noqa: E712
     out["custos_invariant_holds"] = bool(custos["invariant_ok"].all()) if len(custos) else None
     names, feats = subset_features(c, [w for w in workloads if w in set(c["workload"])])
-    if len(names) >= 3:
-        s = subset.choose(names, feats)
+    try:
+        s = subset.choose(names, feats) if len(names) >= 3 else None
+    except ValueError:  # the workloads do not differ in any feature
+        s = None
+    if s:
         out["subset"] = s["chosen"]["subset"]
         out["subset_rmse"] = s["chosen"]["accuracy_rmse"]
         out["subset_representativeness_rmse"] = s["chosen"]["representativeness_rmse"]
