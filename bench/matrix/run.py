@@ -59,9 +59,9 @@ def quick_workloads():
     """The benchmark subset chosen from the committed full matrix (seed 003)."""
     summary = RESULTS / "summary.json"
     if summary.exists():
-        chosen = json.loads(summary.read_text()).get("subset")
-        if chosen:
-            return chosen
+        s = json.loads(summary.read_text())
+        if s.get("complete") and s.get("subset"):
+            return s["subset"]
     return QUICK_DEFAULT
 
 
@@ -122,7 +122,7 @@ def main():
                     help="the benchmark subset (bench/results/summary.json), smaller, one repetition, "
                          "the default and Custos schedulers")
     ap.add_argument("--out", type=Path, help="results directory (default bench/results, or target/tmp/matrix-quick)")
-    ap.add_argument("--reps", type=int, help="repetitions per cell (default 3; 1 with --quick)")
+    ap.add_argument("--reps", type=int, help="repetitions per cell (default 2, which keeps the full matrix near 2.5 hours; 1 with --quick)")
     ap.add_argument("--workloads", help="comma-separated subset of: " + ",".join(w.name for w in WORKLOADS))
     ap.add_argument("--collectors", help="comma-separated subset of: " + ",".join(COLLECTORS))
     ap.add_argument("--schedulers", help="comma-separated subset of: " + ",".join(SCHEDULERS))
@@ -141,7 +141,7 @@ def main():
     out = (args.out or (ROOT / "target" / "tmp" / "matrix-quick" if args.quick else RESULTS)).resolve()
     out.mkdir(parents=True, exist_ok=True)
     if args.reps is None:
-        args.reps = 1 if args.quick else 3
+        args.reps = 1 if args.quick else 2
     workloads = args.workloads.split(",") if args.workloads else (quick_workloads() if args.quick else
                                                                   [w.name for w in WORKLOADS])
     collectors = args.collectors.split(",") if args.collectors else COLLECTORS
@@ -191,8 +191,10 @@ def main():
         command = json.loads(plan_path.read_text()).get("command", command)
     df = matrix.load_runs(out / "runs.jsonl")
     rates = matrix.load_drains(out / "drain.jsonl")
+    plan_path = out / "plan.json"
+    planned = len(json.loads(plan_path.read_text())["runs"]) if plan_path.exists() else None
     summary = matrix.write_all(df, rates, out, command, schedulers, workloads,
-                               rate_based=[w.name for w in WORKLOADS if w.rate_based])
+                               rate_based=[w.name for w in WORKLOADS if w.rate_based], planned=planned)
     print((out / "summary.md").read_text())
     print(f"bench/matrix: {summary['runs']} runs, {summary['runs_failed']} failed; results in {out}", file=sys.stderr)
 

@@ -189,16 +189,27 @@ def _num(v):
 
 
 def write_all(df: pd.DataFrame, rates: dict, out: Path, command: str, schedulers: list, workloads: list,
-              rate_based=()) -> dict:
-    """runs.parquet, runs.csv, summary.md, summary.json and the pictures."""
+              rate_based=(), planned: int = None) -> dict:
+    """runs.parquet, runs.csv, summary.md, summary.json and the pictures.
+    `planned`: the plan's size; fewer runs than that is a partial matrix,
+    and the summary says so (and picks no subset from it)."""
     df = with_limits(df, rates, rate_based)
     df.to_parquet(out / "runs.parquet", index=False)
     df.drop(columns=["sched_stats"]).to_csv(out / "runs.csv", index=False)
     summary = summarize(df, rates, command, schedulers, workloads)
+    summary["planned_runs"] = planned if planned is not None else int(len(df))
+    summary["complete"] = bool(len(df) >= summary["planned_runs"])
+    if not summary["complete"]:
+        for k in [k for k in summary if k.startswith("subset")]:
+            del summary[k]
     (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     c = cells(df)
     present = [w for w in workloads if w in set(c["workload"])]
-    md = ["# Evaluation matrix", "", f"Command: `{command}`", "",
+    md = ["# Evaluation matrix", "", f"Command: `{command}`", ""]
+    if not summary["complete"]:
+        md += [f"**Partial: {len(df)} of {summary['planned_runs']} planned runs.** The same command continues "
+               "the matrix; cells may have fewer repetitions than planned, and no subset is chosen yet.", ""]
+    md += [
           f"{summary['runs']} runs ({summary['runs_failed']} failed); every run is in `runs.parquet` "
           "(and `runs.csv`).", ""]
     if rates:

@@ -114,3 +114,11 @@ def test_summary_json_has_every_cell_the_subset_and_the_command(runs_file, tmp_p
     assert len(pd.read_parquet(out / "runs.parquet")) == 26
     md = (out / "summary.md").read_text()
     assert "| flood | 1.00× / 72.7 % | 1.33× / 0.0 % |" in md
+
+
+def test_a_partial_matrix_says_so_and_chooses_no_subset(runs_file, tmp_path):
+    df = matrix.load_runs(runs_file)
+    s = matrix.write_all(df, {"custos": 500.0}, tmp_path, "bench/matrix/run.py", ["default", "custos"],
+                         ["flood", "cpu", "ipc"], planned=40)
+    assert s["complete"] is False and s["planned_runs"] == 40 and "subset" not in s
+    assert "Partial: 26 of 40 planned runs" in (tmp_path / "summary.md").read_text()
