@@ -647,6 +647,7 @@ impl<'a> Scheduler<'a> {
                 sum.inference_ns += s.inference_ns;
                 sum.delta_skips += s.delta_skips;
                 sum.learned_fallbacks += s.learned_fallbacks;
+                sum.learned_unpressured += s.learned_unpressured;
                 sum.explorations += s.explorations;
                 sum.transitions += s.transitions;
                 sum.transitions_dropped += s.transitions_dropped;
@@ -730,6 +731,7 @@ impl<'a> Scheduler<'a> {
             inference_ns: sum.inference_ns,
             delta_skips: sum.delta_skips,
             learned_fallbacks: sum.learned_fallbacks,
+            learned_unpressured: sum.learned_unpressured,
             explorations: sum.explorations,
             transitions: sum.transitions,
             transitions_dropped: sum.transitions_dropped,

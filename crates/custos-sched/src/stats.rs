@@ -122,6 +122,8 @@ pub struct Metrics {
     pub inference_cpu_pct: f64,
     #[stat(desc = "Learned decisions taken by the static policy (no weights pushed yet)")]
     pub learned_fallbacks: u64,
+    #[stat(desc = "Learned decisions that kept a task primary without the network: no pressure (availability at or above --availability-high), the budgeted queues masked")]
+    pub learned_unpressured: u64,
     #[stat(desc = "Training: decisions that explored a random queue")]
     pub explorations: u64,
     #[stat(desc = "Transitions emitted for training or recording")]
@@ -163,13 +165,14 @@ impl Metrics {
         if self.policy.starts_with("learned") || self.transitions > 0 {
             writeln!(
                 w,
-                "  {} | generation {} | inferences {} ({:.0} ns, {:.3}% cpu) delta skips {:.1}% fallbacks {} explored {} | transitions {} dropped {}",
+                "  {} | generation {} | inferences {} ({:.0} ns, {:.3}% cpu) delta skips {:.1}% unpressured {} fallbacks {} explored {} | transitions {} dropped {}",
                 self.policy,
                 self.policy_generation,
                 self.inferences,
                 self.inference_ns_per_decision,
                 self.inference_cpu_pct,
                 self.delta_skip_pct,
+                self.learned_unpressured,
                 self.learned_fallbacks,
                 self.explorations,
                 self.transitions,
@@ -268,6 +271,7 @@ impl Metrics {
             inference_ns: self.inference_ns.saturating_sub(prev.inference_ns),
             delta_skips: self.delta_skips.saturating_sub(prev.delta_skips),
             learned_fallbacks: self.learned_fallbacks.saturating_sub(prev.learned_fallbacks),
+            learned_unpressured: self.learned_unpressured.saturating_sub(prev.learned_unpressured),
             explorations: self.explorations.saturating_sub(prev.explorations),
             transitions: self.transitions.saturating_sub(prev.transitions),
             transitions_dropped: self.transitions_dropped.saturating_sub(prev.transitions_dropped),

@@ -1,7 +1,8 @@
 //! The learned queue policy in the sched_ext VM (issue 10), one boot
 //! (tests/guest/learned.sh): a model's network decides in the kernel (a
 //! given model, and the shipped one without --model), a corrupt model falls
-//! back to the static policy and says so, and online
+//! back to the static policy and says so, the network is masked while
+//! there is no provenance pressure, and online
 //! training, in the scheduler and by `custos train --online` beside it,
 //! visibly replaces the kernel's weights (their generation grows); the
 //! feedback controller budgets the producers of a flood that fills the rings.
@@ -66,7 +67,16 @@ fn the_learned_policy_runs_falls_back_and_trains_online_in_the_kernel() {
     assert!(s["policy"].as_str().unwrap().starts_with("static (learned unavailable"), "{s}");
     assert_eq!(s["inferences"], 0, "{s}");
 
-    // The model: its network ran in the kernel, from generation 1.
+    // Without pressure the budgeted queues are masked: the network never
+    // runs, and nobody is budgeted (unmasked, the shipped model budgeted
+    // tasks of a flood with no collector at all and made it 3.5x slower).
+    assert_eq!(r["unpressured.rc"], "0", "{}", log(dir, "unpressured.log"));
+    let s = stats(dir, "unpressured-stats.json");
+    assert_eq!(s["inferences"], 0, "{s}");
+    assert_eq!(s["policy_to_budgeted"], 0, "{s}");
+    assert!(s["learned_unpressured"].as_u64().unwrap() > 100, "{s}");
+
+    // Under pressure the model's network ran in the kernel, from generation 1.
     assert_eq!(r["learned.attached"], "yes", "{}", log(dir, "learned.log"));
     assert_eq!(r["learned.rc"], "0", "{}", log(dir, "learned.log"));
     let s = stats(dir, "learned-stats.json");

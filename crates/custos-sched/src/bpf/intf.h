@@ -118,6 +118,7 @@ struct custos_sched_stats {
 	u64 inference_ns;			 /* ... and their time */
 	u64 delta_skips;			 /* learned policy: decisions the delta function reused */
 	u64 learned_fallbacks;			 /* learned policy without weights: static decided */
+	u64 learned_unpressured;		 /* learned policy: primary, no pressure (queues masked) */
 	u64 explorations;			 /* training: random queues instead of the network's */
 	u64 transitions;			 /* transitions emitted for training */
 	u64 transitions_dropped;		 /* ... refused by a full transitions ring */

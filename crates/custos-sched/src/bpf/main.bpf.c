@@ -484,6 +484,13 @@ static __always_inline bool delta_near(u64 prev, u64 cur)
  * the task's context unchanged since the network last ran for it. Without
  * pushed weights (generation 0) the static policy decides, counted.
  *
+ * The budgeted queues are masked while there is no provenance pressure
+ * (availability at or above availability_high, as for the feedback policy):
+ * then nothing can be lost and a budget only costs the task its runtime.
+ * Unmasked, the shipped model budgeted 47 tasks of a 16-worker find flood
+ * with no collector running at all, which then took 3.5x as long as under
+ * the static policy (bench/matrix, 2026-11-23).
+ *
  * A global function, so the verifier checks it once on its own: inlined,
  * it was re-verified for every distinct state the feature normalisation
  * leaves behind in each caller, past the verifier's 1M-instruction limit.
@@ -508,6 +515,11 @@ __noinline u32 learned_policy(struct custos_policy_input *in, struct task_ctx *t
 		if (st)
 			st->learned_fallbacks++;
 		return static_policy(in);
+	}
+	if (avail >= availability_high) {
+		if (st)
+			st->learned_unpressured++;
+		return CUSTOS_PRIMARY_QUEUE;
 	}
 	if (delta_shift && tctx->delta_valid &&
 	    delta_near(tctx->delta_nvcsw, in->raw_nvcsw) &&

@@ -17,29 +17,63 @@ load() { # seconds of busy work the policy decides on
 		sh -c 'for i in 1 2 3 4 5 6 7 8; do cat /proc/self/stat >/dev/null; done'
 	done
 }
+# The network only runs under provenance pressure (without it the budgeted
+# queues are masked): a collector with 16 KiB rings and a storm beside the
+# load make availability fall.
+collector=
+pressure_on() {
+	rm -rf /sys/fs/bpf/custos
+	$B/custos collect -o /dev/null --events-ring-kb 16 --attrs-ring-kb 16 --critical-ring-kb 16 \
+		--stats-interval 0 >"$OUT/$1-collect.log" 2>&1 &
+	collector=$!
+	i=0
+	while [ ! -e /sys/fs/bpf/custos/global_features ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+}
+pressure_off() {
+	kill -INT $collector; wait $collector
+}
+pressured_load() { # seconds
+	$B/custos-workload storm --procs 4 --seconds "$1" >/dev/null 2>&1 &
+	load "$1"
+	wait $!
+}
+BARE="--no-consumer-preempt --no-overflow-hold"
 
 # A corrupt model: the scheduler runs on, with the static policy, and says why.
 $B/custos sched --policy learned --model "$OUT/corrupt.json" --duration 4 \
 	--stats-json "$OUT/corrupt-stats.json" >"$OUT/corrupt.log" 2>&1
 echo "corrupt.rc $?"
 
+# No pressure (no collector): the shipped model never budgets anyone.
+$B/custos sched --policy learned --duration 5 --stats-json "$OUT/unpressured-stats.json" >"$OUT/unpressured.log" 2>&1 &
+pid=$!
+wait_state enabled 60
+load 4
+wait $pid
+echo "unpressured.rc $?"
+
+pressure_on learned
 # The model's network decides: weights live (generation), inferences counted.
-$B/custos sched --policy learned --model "$OUT/model.json" --duration 10 \
+$B/custos sched --policy learned --model "$OUT/model.json" $BARE --duration 10 \
 	--stats-json "$OUT/learned-stats.json" >"$OUT/learned.log" 2>&1 &
 pid=$!
 wait_state enabled 60 && echo "learned.attached yes"
-load 6
+pressured_load 6
 wait $pid
 echo "learned.rc $?"
 
 # No --model: the shipped model.
-$B/custos sched --policy learned --duration 4 --stats-json "$OUT/shipped-stats.json" >"$OUT/shipped.log" 2>&1 &
+$B/custos sched --policy learned $BARE --duration 4 --stats-json "$OUT/shipped-stats.json" >"$OUT/shipped.log" 2>&1 &
 pid=$!
-load 3
+wait_state enabled 60
+pressured_load 3
 wait $pid
 echo "shipped.rc $?"
+pressure_off
 
-# Online training in the scheduler: new weights after every epoch.
+# Online training in the scheduler: new weights after every epoch. (Without
+# pressure: every decision is still a transition to learn from, and the
+# learner gets the CPU time an epoch needs on this one vCPU.)
 $B/custos sched --policy learned --train --save-model "$OUT/inproc.json" --duration 14 \
 	--stats-json "$OUT/inproc-stats.json" >"$OUT/inproc.log" 2>&1 &
 pid=$!
