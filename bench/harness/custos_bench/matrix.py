@@ -176,6 +176,7 @@ def summarize(df: pd.DataFrame, rates: dict, command: str, schedulers: list, wor
     except ValueError:  # the workloads do not differ in any feature
         s = None
     if s:
+        out["_subset_inputs"] = (names, subset.standardize(np.asarray(feats, dtype=float)))
         out["subset"] = s["chosen"]["subset"]
         out["subset_rmse"] = s["chosen"]["accuracy_rmse"]
         out["subset_representativeness_rmse"] = s["chosen"]["representativeness_rmse"]
@@ -197,6 +198,7 @@ def write_all(df: pd.DataFrame, rates: dict, out: Path, command: str, schedulers
     df.to_parquet(out / "runs.parquet", index=False)
     df.drop(columns=["sched_stats"]).to_csv(out / "runs.csv", index=False)
     summary = summarize(df, rates, command, schedulers, workloads)
+    subset_inputs = summary.pop("_subset_inputs", None)
     summary["planned_runs"] = planned if planned is not None else int(len(df))
     summary["complete"] = bool(len(df) >= summary["planned_runs"])
     if not summary["complete"]:
@@ -237,7 +239,8 @@ def write_all(df: pd.DataFrame, rates: dict, out: Path, command: str, schedulers
         md += [f"| {r.workload} | {r.collector} | {r.scheduler} | {r.over_limit:.2f} |" for r in lim.itertuples()]
         md.append("")
     if "subset" in summary:
-        md += ["## Benchmark subset (seed 003)", "",
+        plots.subset_picture(*subset_inputs, summary["subset"], "benchmark subset", out / "subset")
+        md += ["## Benchmark subset (seed 003)", "", "![subset](subset.svg)", "",
                f"Chosen: {', '.join(summary['subset'])} (accuracy RMSE {summary['subset_rmse']:.3f}, "
                f"representativeness RMSE {summary['subset_representativeness_rmse']:.3f}).", "",
                "| k | subset | accuracy RMSE | representativeness RMSE |", "|---|---|---|---|"]

@@ -66,3 +66,29 @@ def time_series(series: dict, title: str, xlabel: str, ylabel: str, stem: Path):
     ax.set_title(title)
     ax.legend()
     return _save(fig, stem)
+
+
+def subset_picture(names: list, z, chosen: list, title: str, stem: Path):
+    """Seed 003 Figures 3 and 4 side by side: the workloads' standardized
+    features projected on their first two principal components (the chosen
+    representatives ringed), and the Ward dendrogram of the clustering."""
+    import numpy as np
+    from scipy.cluster.hierarchy import dendrogram, linkage
+
+    z = np.asarray(z, dtype=float)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    centred = z - z.mean(axis=0)
+    _, _, vt = np.linalg.svd(centred, full_matrices=False)
+    xy = centred @ vt[:2].T if vt.shape[0] >= 2 else np.c_[centred @ vt[:1].T, np.zeros(len(z))]
+    for i, n in enumerate(names):
+        picked = n in chosen
+        ax1.scatter(xy[i, 0], xy[i, 1], s=90 if picked else 30, facecolors="none" if picked else "#4c72b0",
+                    edgecolors="#c44e52" if picked else "#4c72b0", linewidths=2 if picked else 1)
+        ax1.annotate(n, xy[i], textcoords="offset points", xytext=(4, 4), fontsize=8)
+    ax1.set_xlabel("principal component 1")
+    ax1.set_ylabel("principal component 2")
+    ax1.set_title(f"{title}: workloads (ringed: the subset)")
+    dendrogram(linkage(z, method="ward"), labels=names, ax=ax2, leaf_rotation=60)
+    ax2.set_ylabel("Ward distance")
+    ax2.set_title("clustering")
+    return _save(fig, stem)
