@@ -1,4 +1,4 @@
-"""The evaluation's --quick matrix end to end, in the sched_ext VM (about 8
+"""The evaluation's --quick matrix end to end, in the sched_ext VM (about 3.5
 minutes): every planned run in the results file, the loss invariant of
 Custos's collector in each of its runs, each collector's drain rate, and an
 interrupted matrix resumed without running a finished run twice."""
