@@ -117,7 +117,8 @@ def figure6_table(c: pd.DataFrame, collector: str, schedulers: list, workloads: 
             if not r["runs"]:
                 cellv.append(f"failed ({r['failed']})")
                 continue
-            text = f"{r['runtime_ratio']:.2f}×"
+            # No default-scheduler run to divide by (yet): the loss alone.
+            text = "?×" if math.isnan(r["runtime_ratio"]) else f"{r['runtime_ratio']:.2f}×"
             if collector != "none":
                 text += f" / {r['loss_pct']:.1f} %"
             if r["failed"]:
@@ -127,7 +128,8 @@ def figure6_table(c: pd.DataFrame, collector: str, schedulers: list, workloads: 
     gm = []
     for s in scheds:
         col = sub.xs(s, level=1)
-        text = f"{geomean(col['runtime_ratio']):.2f}×"
+        g = geomean(col["runtime_ratio"])
+        text = "?×" if math.isnan(g) else f"{g:.2f}×"
         if collector != "none":
             text += f" / {col['loss_pct'].mean():.1f} %"
         gm.append(f"**{text}**")
