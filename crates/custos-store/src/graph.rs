@@ -15,6 +15,12 @@ use rusqlite::{params, Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 
+/// The graph's maps: keyed by paths and addresses that traced programs
+/// choose, so hashed with a randomly keyed hash (aHash; faster than the
+/// standard SipHash, and unlike FxHash its collisions cannot be forced).
+pub(crate) type Map<K, V> = HashMap<K, V, ahash::RandomState>;
+pub(crate) type Set<K> = HashSet<K, ahash::RandomState>;
+
 /// Bytes per entry in `causes.list`: cause node (i64), edge kind (u8), event
 /// id (i64), time (i64), boot (u32); little-endian.
 pub const CAUSE_ENTRY: usize = 29;
@@ -86,10 +92,10 @@ struct Proc {
     /// fork (0: it came from a fork we saw).
     #[serde(default)]
     root: i64,
-    fds: HashMap<i32, ObjKey>,
+    fds: Map<i32, ObjKey>,
     /// Causes already linked to the current version (avoids duplicate edges;
     /// persisted so a resumed ingest builds exactly the same graph).
-    causes: HashSet<i64>,
+    causes: Set<i64>,
 }
 
 /// Counters about events the graph could not use; reported by the ingest summary.
@@ -105,20 +111,20 @@ pub struct GraphStats {
 
 pub struct Graph {
     next_node: i64,
-    procs: HashMap<(i64, u32), Proc>,
-    heads: HashMap<ObjKey, Head>,
-    dirty_procs: HashSet<(i64, u32)>,
-    dirty_heads: HashSet<ObjKey>,
+    procs: Map<(i64, u32), Proc>,
+    heads: Map<ObjKey, Head>,
+    dirty_procs: Set<(i64, u32)>,
+    dirty_heads: Set<ObjKey>,
     /// True while every persisted head/proc is also cached, so a cache miss needs no lookup.
     all_cached: bool,
     /// Nodes from this id on were created in the open batch.
     batch_first_node: i64,
     /// Cause entries added in the open batch, by effect.
-    pending_causes: HashMap<i64, Vec<u8>>,
+    pending_causes: Map<i64, Vec<u8>>,
     /// Boots whose stream records births where they happen (`sched:process_fork`):
     /// there the clone/fork/vfork records, written when the parent's call
     /// returns (after the child ran, for vfork), add nothing.
-    fork_hook_boots: HashSet<i64>,
+    fork_hook_boots: Set<i64>,
     pub stats: GraphStats,
 }
 
@@ -139,14 +145,14 @@ impl Graph {
         let procs: i64 = db.query_row("SELECT EXISTS(SELECT 1 FROM procs)", [], |r| r.get(0))?;
         Ok(Self {
             next_node,
-            procs: HashMap::new(),
-            heads: HashMap::new(),
-            dirty_procs: HashSet::new(),
-            dirty_heads: HashSet::new(),
+            procs: Map::default(),
+            heads: Map::default(),
+            dirty_procs: Set::default(),
+            dirty_heads: Set::default(),
             all_cached: heads == 0 && procs == 0,
             batch_first_node: next_node,
-            pending_causes: HashMap::new(),
-            fork_hook_boots: HashSet::new(),
+            pending_causes: Map::default(),
+            fork_hook_boots: Set::default(),
             stats: GraphStats::default(),
         })
     }
@@ -304,7 +310,7 @@ impl Graph {
         let node = self.new_node(db, NodeKind::Process, boot, &name, 1, Some((ev.pid, None)), ev, Some(attrs))?;
         self.procs.insert(
             (boot, ev.pid),
-            Proc { node, exec: node, version: 1, frozen: false, euid: None, name, root: node, fds: HashMap::new(), causes: HashSet::new() },
+            Proc { node, exec: node, version: 1, frozen: false, euid: None, name, root: node, fds: Map::default(), causes: Set::default() },
         );
         self.dirty_procs.insert((boot, ev.pid));
         if let Some(uid) = ev.euid.or(ev.uid) {
@@ -707,7 +713,7 @@ impl Graph {
         let attrs = serde_json::json!({"comm": ev.comm, "parent_pid": ev.pid}).to_string();
         let node = self.new_node(db, NodeKind::Process, boot, &name, 1, Some((child, None)), ev, Some(attrs))?;
         self.edge(db, node, parent, EdgeKind::WasInformedBy, boot, ev)?;
-        let mut causes = HashSet::new();
+        let mut causes = Set::default();
         causes.insert(parent);
         self.procs.insert((boot, child), Proc { node, exec: node, version: 1, frozen: false, euid, name, root: 0, fds, causes });
         self.dirty_procs.insert((boot, child));
@@ -725,7 +731,7 @@ impl Graph {
         let attrs = serde_json::json!({"comm": ev.comm, "argv": ev.argv, "uid": ev.uid, "euid": ev.euid}).to_string();
         let node = self.new_node(db, NodeKind::Process, boot, &name, 1, Some((ev.pid, None)), ev, Some(attrs))?;
         self.edge(db, node, old, EdgeKind::WasInformedBy, boot, ev)?;
-        let mut causes = HashSet::new();
+        let mut causes = Set::default();
         causes.insert(old);
         if let Some(path) = &ev.path {
             let exe = self.obj_cause(db, &ObjKey::new(NodeKind::File, 0, path.as_str()), boot, ev)?;

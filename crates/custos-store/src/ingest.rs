@@ -11,7 +11,7 @@ use crate::record::{parse_line, Record};
 use anyhow::{Context, Result};
 use rusqlite::{params, Connection};
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -86,7 +86,7 @@ pub struct Ingestor {
     graph: Graph,
     opts: IngestOptions,
     ingest_id: i64,
-    boots: HashMap<String, i64>,
+    boots: crate::graph::Map<String, i64>,
     current_boot: String,
     in_tx: bool,
     tx_started: Instant,
@@ -144,7 +144,7 @@ impl Ingestor {
             graph,
             opts,
             ingest_id,
-            boots: HashMap::new(),
+            boots: Default::default(),
             current_boot: UNKNOWN_BOOT.into(),
             in_tx: false,
             tx_started: Instant::now(),
