@@ -11,9 +11,15 @@
 use crate::record::Event;
 use crate::schema::{EdgeKind, NodeKind};
 use anyhow::{Context, Result};
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, CachedStatement, Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
+
+/// The graph's maps: keyed by paths and addresses that traced programs
+/// choose, so hashed with a randomly keyed hash (aHash; faster than the
+/// standard SipHash, and unlike FxHash its collisions cannot be forced).
+pub(crate) type Map<K, V> = HashMap<K, V, ahash::RandomState>;
+pub(crate) type Set<K> = HashSet<K, ahash::RandomState>;
 
 /// Bytes per entry in `causes.list`: cause node (i64), edge kind (u8), event
 /// id (i64), time (i64), boot (u32); little-endian.
@@ -45,6 +51,29 @@ fn encode_cause(out: &mut Vec<u8>, cause: i64, kind: EdgeKind, ev: &Event, boot:
     out.extend_from_slice(&(ev.id as i64).to_le_bytes());
     out.extend_from_slice(&(ev.time_ns as i64).to_le_bytes());
     out.extend_from_slice(&(boot as u32).to_le_bytes());
+}
+
+/// The connection with the graph's per-event statements prepared once, for
+/// a run of [`Graph::apply`] calls (a statement-cache lookup per row hashed
+/// and compared the SQL text every time).
+pub struct Sql<'c> {
+    pub conn: &'c Connection,
+    node: CachedStatement<'c>,
+    edge: CachedStatement<'c>,
+}
+
+impl<'c> Sql<'c> {
+    pub fn new(conn: &'c Connection) -> Result<Self> {
+        Ok(Self {
+            conn,
+            node: conn.prepare_cached(
+                "INSERT INTO nodes(node, kind, boot, name, version, pid, exec, time_ns, event_id, attrs) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)",
+            )?,
+            edge: conn.prepare_cached(
+                "INSERT OR IGNORE INTO edges(effect, cause, kind, event_id, time_ns, boot) VALUES(?1,?2,?3,?4,?5,?6)",
+            )?,
+        })
+    }
 }
 
 /// Clean cached heads are dropped when the cache grows past this; they are in the `heads` table.
@@ -86,10 +115,10 @@ struct Proc {
     /// fork (0: it came from a fork we saw).
     #[serde(default)]
     root: i64,
-    fds: HashMap<i32, ObjKey>,
+    fds: Map<i32, ObjKey>,
     /// Causes already linked to the current version (avoids duplicate edges;
     /// persisted so a resumed ingest builds exactly the same graph).
-    causes: HashSet<i64>,
+    causes: Set<i64>,
 }
 
 /// Counters about events the graph could not use; reported by the ingest summary.
@@ -105,20 +134,20 @@ pub struct GraphStats {
 
 pub struct Graph {
     next_node: i64,
-    procs: HashMap<(i64, u32), Proc>,
-    heads: HashMap<ObjKey, Head>,
-    dirty_procs: HashSet<(i64, u32)>,
-    dirty_heads: HashSet<ObjKey>,
+    procs: Map<(i64, u32), Proc>,
+    heads: Map<ObjKey, Head>,
+    dirty_procs: Set<(i64, u32)>,
+    dirty_heads: Set<ObjKey>,
     /// True while every persisted head/proc is also cached, so a cache miss needs no lookup.
     all_cached: bool,
     /// Nodes from this id on were created in the open batch.
     batch_first_node: i64,
     /// Cause entries added in the open batch, by effect.
-    pending_causes: HashMap<i64, Vec<u8>>,
+    pending_causes: Map<i64, Vec<u8>>,
     /// Boots whose stream records births where they happen (`sched:process_fork`):
     /// there the clone/fork/vfork records, written when the parent's call
     /// returns (after the child ran, for vfork), add nothing.
-    fork_hook_boots: HashSet<i64>,
+    fork_hook_boots: Set<i64>,
     pub stats: GraphStats,
 }
 
@@ -139,14 +168,14 @@ impl Graph {
         let procs: i64 = db.query_row("SELECT EXISTS(SELECT 1 FROM procs)", [], |r| r.get(0))?;
         Ok(Self {
             next_node,
-            procs: HashMap::new(),
-            heads: HashMap::new(),
-            dirty_procs: HashSet::new(),
-            dirty_heads: HashSet::new(),
+            procs: Map::default(),
+            heads: Map::default(),
+            dirty_procs: Set::default(),
+            dirty_heads: Set::default(),
             all_cached: heads == 0 && procs == 0,
             batch_first_node: next_node,
-            pending_causes: HashMap::new(),
-            fork_hook_boots: HashSet::new(),
+            pending_causes: Map::default(),
+            fork_hook_boots: Set::default(),
             stats: GraphStats::default(),
         })
     }
@@ -202,7 +231,7 @@ impl Graph {
     #[allow(clippy::too_many_arguments)] // one column each; a struct would only rename them
     fn new_node(
         &mut self,
-        db: &Connection,
+        db: &mut Sql<'_>,
         kind: NodeKind,
         boot: i64,
         name: &str,
@@ -217,20 +246,16 @@ impl Graph {
             Some((pid, exec)) => (Some(pid), Some(exec.unwrap_or(node))),
             None => (None, None),
         };
-        db.prepare_cached(
-            "INSERT INTO nodes(node, kind, boot, name, version, pid, exec, time_ns, event_id, attrs) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)",
-        )?
-        .execute(params![node, kind as i64, boot, name, version, pid, exec, ev.time_ns as i64, ev.id as i64, attrs])
+        db.node
+            .execute(params![node, kind as i64, boot, name, version, pid, exec, ev.time_ns as i64, ev.id as i64, attrs])
         .context("inserting a node")?;
         self.stats.nodes += 1;
         Ok(node)
     }
 
-    fn edge(&mut self, db: &Connection, effect: i64, cause: i64, kind: EdgeKind, boot: i64, ev: &Event) -> Result<()> {
+    fn edge(&mut self, db: &mut Sql<'_>, effect: i64, cause: i64, kind: EdgeKind, boot: i64, ev: &Event) -> Result<()> {
         let n = db
-            .prepare_cached(
-                "INSERT OR IGNORE INTO edges(effect, cause, kind, event_id, time_ns, boot) VALUES(?1,?2,?3,?4,?5,?6)",
-            )?
+            .edge
             .execute(params![effect, cause, kind as i64, ev.id as i64, ev.time_ns as i64, boot])
             .context("inserting an edge")?;
         if n == 1 {
@@ -240,7 +265,7 @@ impl Graph {
         Ok(())
     }
 
-    fn head(&mut self, db: &Connection, key: &ObjKey) -> Result<Option<Head>> {
+    fn head(&mut self, db: &mut Sql<'_>, key: &ObjKey) -> Result<Option<Head>> {
         if let Some(h) = self.heads.get(key) {
             return Ok(Some(*h));
         }
@@ -248,6 +273,7 @@ impl Graph {
             return Ok(None);
         }
         let h = db
+            .conn
             .prepare_cached(
                 "SELECT node, version, frozen, generator, deleted FROM heads WHERE kind = ?1 AND scope = ?2 AND name = ?3",
             )?
@@ -266,7 +292,7 @@ impl Graph {
         self.dirty_heads.insert(key.clone());
     }
 
-    fn cached_proc(&mut self, db: &Connection, boot: i64, pid: u32) -> Result<bool> {
+    fn cached_proc(&mut self, db: &mut Sql<'_>, boot: i64, pid: u32) -> Result<bool> {
         if self.procs.contains_key(&(boot, pid)) {
             return Ok(true);
         }
@@ -274,6 +300,7 @@ impl Graph {
             return Ok(false);
         }
         let state: Option<String> = db
+            .conn
             .prepare_cached("SELECT state FROM procs WHERE boot = ?1 AND pid = ?2")?
             .query_row(params![boot, pid], |r| r.get(0))
             .optional()?;
@@ -293,7 +320,7 @@ impl Graph {
     }
 
     /// The current node of the event's process, creating it on first sight.
-    fn proc_node(&mut self, db: &Connection, boot: i64, ev: &Event) -> Result<i64> {
+    fn proc_node(&mut self, db: &mut Sql<'_>, boot: i64, ev: &Event) -> Result<i64> {
         if self.cached_proc(db, boot, ev.pid)? {
             return Ok(self.procs[&(boot, ev.pid)].node);
         }
@@ -304,7 +331,7 @@ impl Graph {
         let node = self.new_node(db, NodeKind::Process, boot, &name, 1, Some((ev.pid, None)), ev, Some(attrs))?;
         self.procs.insert(
             (boot, ev.pid),
-            Proc { node, exec: node, version: 1, frozen: false, euid: None, name, root: node, fds: HashMap::new(), causes: HashSet::new() },
+            Proc { node, exec: node, version: 1, frozen: false, euid: None, name, root: node, fds: Map::default(), causes: Set::default() },
         );
         self.dirty_procs.insert((boot, ev.pid));
         if let Some(uid) = ev.euid.or(ev.uid) {
@@ -314,7 +341,7 @@ impl Graph {
     }
 
     /// The process's node, ready to receive a new cause (a new version if it is frozen).
-    fn proc_effect(&mut self, db: &Connection, boot: i64, ev: &Event) -> Result<i64> {
+    fn proc_effect(&mut self, db: &mut Sql<'_>, boot: i64, ev: &Event) -> Result<i64> {
         let cur = self.proc_node(db, boot, ev)?;
         let p = &self.procs[&(boot, ev.pid)];
         if !p.frozen {
@@ -332,7 +359,7 @@ impl Graph {
     }
 
     /// The current version of an object as a cause (creating version 0 if never seen).
-    fn obj_cause(&mut self, db: &Connection, key: &ObjKey, boot: i64, ev: &Event) -> Result<i64> {
+    fn obj_cause(&mut self, db: &mut Sql<'_>, key: &ObjKey, boot: i64, ev: &Event) -> Result<i64> {
         let head = self.head(db, key)?;
         if let Some(mut h) = head.filter(|h| !h.deleted) {
             if !h.frozen {
@@ -348,7 +375,7 @@ impl Graph {
         Ok(node)
     }
 
-    fn associate(&mut self, db: &Connection, boot: i64, ev: &Event, uid: u32) -> Result<()> {
+    fn associate(&mut self, db: &mut Sql<'_>, boot: i64, ev: &Event, uid: u32) -> Result<()> {
         let p = self.proc_effect(db, boot, ev)?;
         let u = self.obj_cause(db, &ObjKey::new(NodeKind::User, 0, format!("uid:{uid}")), boot, ev)?;
         let proc = self.proc_mut(boot, ev.pid);
@@ -360,7 +387,7 @@ impl Graph {
     }
 
     /// Process `ev.pid` read `key`.
-    fn read(&mut self, db: &Connection, boot: i64, ev: &Event, key: &ObjKey) -> Result<()> {
+    fn read(&mut self, db: &mut Sql<'_>, boot: i64, ev: &Event, key: &ObjKey) -> Result<()> {
         let pnode = self.proc_node(db, boot, ev)?;
         if let Some(h) = self.head(db, key)?.filter(|h| !h.deleted) {
             // Reading back what this very process version wrote adds no
@@ -382,7 +409,7 @@ impl Graph {
     /// Process `ev.pid` wrote `key`; returns the new version if one was made.
     fn write(
         &mut self,
-        db: &Connection,
+        db: &mut Sql<'_>,
         boot: i64,
         ev: &Event,
         key: &ObjKey,
@@ -413,7 +440,7 @@ impl Graph {
     }
 
     /// What a read/write touched: its path, else its address, else the fd table.
-    fn io_object(&mut self, db: &Connection, boot: i64, ev: &Event, fd: Option<i32>) -> Result<Option<ObjKey>> {
+    fn io_object(&mut self, db: &mut Sql<'_>, boot: i64, ev: &Event, fd: Option<i32>) -> Result<Option<ObjKey>> {
         if let Some(p) = &ev.path {
             if p.starts_with("pipe:[") {
                 return Ok(Some(ObjKey::new(NodeKind::Pipe, boot, p.as_str())));
@@ -464,7 +491,7 @@ impl Graph {
         }
     }
 
-    fn bind_fd(&mut self, db: &Connection, boot: i64, ev: &Event, fd: i32, key: ObjKey) -> Result<()> {
+    fn bind_fd(&mut self, db: &mut Sql<'_>, boot: i64, ev: &Event, fd: i32, key: ObjKey) -> Result<()> {
         self.proc_node(db, boot, ev)?;
         self.proc_mut(boot, ev.pid).fds.insert(fd, key);
         Ok(())
@@ -477,7 +504,7 @@ impl Graph {
     }
 
     /// Applies one (new, never before seen) event to the graph.
-    pub fn apply(&mut self, db: &Connection, boot: i64, ev: &Event) -> Result<()> {
+    pub fn apply(&mut self, db: &mut Sql<'_>, boot: i64, ev: &Event) -> Result<()> {
         let call = ev.syscall.as_str();
         if ev.failed() {
             self.stats.no_graph_effect += 1;
@@ -674,7 +701,7 @@ impl Graph {
         Ok(())
     }
 
-    fn fork(&mut self, db: &Connection, boot: i64, ev: &Event, child: u32) -> Result<()> {
+    fn fork(&mut self, db: &mut Sql<'_>, boot: i64, ev: &Event, child: u32) -> Result<()> {
         let parent = self.proc_node(db, boot, ev)?;
         if self.cached_proc(db, boot, child)? {
             // The child ran (even exec'd) before the parent's clone returned and
@@ -707,14 +734,14 @@ impl Graph {
         let attrs = serde_json::json!({"comm": ev.comm, "parent_pid": ev.pid}).to_string();
         let node = self.new_node(db, NodeKind::Process, boot, &name, 1, Some((child, None)), ev, Some(attrs))?;
         self.edge(db, node, parent, EdgeKind::WasInformedBy, boot, ev)?;
-        let mut causes = HashSet::new();
+        let mut causes = Set::default();
         causes.insert(parent);
         self.procs.insert((boot, child), Proc { node, exec: node, version: 1, frozen: false, euid, name, root: 0, fds, causes });
         self.dirty_procs.insert((boot, child));
         Ok(())
     }
 
-    fn exec(&mut self, db: &Connection, boot: i64, ev: &Event) -> Result<()> {
+    fn exec(&mut self, db: &mut Sql<'_>, boot: i64, ev: &Event) -> Result<()> {
         let old = self.proc_node(db, boot, ev)?;
         let name = ev
             .path
@@ -725,7 +752,7 @@ impl Graph {
         let attrs = serde_json::json!({"comm": ev.comm, "argv": ev.argv, "uid": ev.uid, "euid": ev.euid}).to_string();
         let node = self.new_node(db, NodeKind::Process, boot, &name, 1, Some((ev.pid, None)), ev, Some(attrs))?;
         self.edge(db, node, old, EdgeKind::WasInformedBy, boot, ev)?;
-        let mut causes = HashSet::new();
+        let mut causes = Set::default();
         causes.insert(old);
         if let Some(path) = &ev.path {
             let exe = self.obj_cause(db, &ObjKey::new(NodeKind::File, 0, path.as_str()), boot, ev)?;

@@ -6,12 +6,12 @@
 //! so it is on disk); [`IngestOptions::on_commit`] is called right after.
 
 use crate::archive::Recorder;
-use crate::graph::{Graph, GraphStats};
+use crate::graph::{Graph, GraphStats, Sql};
 use crate::record::{parse_line, Record};
 use anyhow::{Context, Result};
 use rusqlite::{params, Connection};
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -86,7 +86,7 @@ pub struct Ingestor {
     graph: Graph,
     opts: IngestOptions,
     ingest_id: i64,
-    boots: HashMap<String, i64>,
+    boots: crate::graph::Map<String, i64>,
     current_boot: String,
     in_tx: bool,
     tx_started: Instant,
@@ -144,7 +144,7 @@ impl Ingestor {
             graph,
             opts,
             ingest_id,
-            boots: HashMap::new(),
+            boots: Default::default(),
             current_boot: UNKNOWN_BOOT.into(),
             in_tx: false,
             tx_started: Instant::now(),
@@ -351,6 +351,10 @@ impl Ingestor {
     /// (an archive, another collector) thus builds the same graph as the
     /// ordered stream. De-duplication against the store happens here.
     fn apply_ready(&mut self, all: bool) -> Result<()> {
+        // Statements prepared once for the run, not looked up per event.
+        let mut sql = Sql::new(&self.conn)?;
+        let mut insert_event =
+            self.conn.prepare_cached("INSERT OR IGNORE INTO events(boot, event_id, time_ns, chunk, slot) VALUES(?1,?2,?3,?4,?5)")?;
         while let Some((&key, _)) = self.pending.first_key_value() {
             let due = all
                 || key.0.saturating_add(self.opts.reorder_window_ns) <= self.newest_ns
@@ -361,12 +365,12 @@ impl Ingestor {
             let p = self.pending.remove(&key).expect("the first key is held");
             self.applied_through = Some(self.applied_through.map_or(key, |k| k.max(key)));
             let slot = self.batch_slots;
-            let fresh = self
-                .conn
-                .prepare_cached("INSERT OR IGNORE INTO events(boot, event_id, time_ns, chunk, slot) VALUES(?1,?2,?3,?4,?5)")?
-                .execute(params![p.boot, p.event.id as i64, key.0 as i64, self.next_chunk, slot])?;
+            let fresh = insert_event.execute(params![p.boot, p.event.id as i64, key.0 as i64, self.next_chunk, slot])?;
             if fresh == 1 {
-                self.keep_raw(&p.line);
+                // keep_raw (a method would borrow all of self)
+                self.batch_raw.extend_from_slice(p.line.as_bytes());
+                self.batch_raw.push(b'\n');
+                self.batch_slots += 1;
                 self.summary.events_new += 1;
                 if p.event.incomplete {
                     // Its paths, argv or address were lost: an answer through it may be wrong.
@@ -378,7 +382,7 @@ impl Ingestor {
                         .execute(params![p.boot, p.event.cpu, seq as i64, key.0 as i64])?;
                 }
                 self.graph
-                    .apply(&self.conn, p.boot, &p.event)
+                    .apply(&mut sql, p.boot, &p.event)
                     .with_context(|| format!("line {}: applying event {} to the graph", p.line_no, p.event.id))?;
             } else {
                 self.summary.events_duplicate += 1;

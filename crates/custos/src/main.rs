@@ -5,6 +5,12 @@ use clap::{Parser, Subcommand};
 
 mod collect;
 
+/// mimalloc instead of glibc malloc: the store's ingest (`ingest`, `collect
+/// --db`) allocates and frees per event; measured 13 % faster at scale 0.05
+/// and 29 % at 0.25 (bench/store/README.md, "after the quick wins").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(name = "custos", version, about = "Complete Linux provenance under the super producer attack")]
 struct Cli {

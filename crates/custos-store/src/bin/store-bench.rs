@@ -13,6 +13,10 @@ use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+/// The same allocator as the `custos` binary, so the ingest measured is the one shipped.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(about = "Benchmark the Custos provenance store at LPM scale")]
 struct Args {
