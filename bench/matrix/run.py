@@ -153,7 +153,8 @@ def main():
         if bad:
             raise SystemExit(f"bench/matrix: unknown {name} {', '.join(bad)}")
     # The command that reproduces the results (not how this invocation resumed them).
-    command = " ".join(["bench/matrix/run.py"] + [a for a in sys.argv[1:] if a not in ("--fresh", "--retry-failed")])
+    command = " ".join(["bench/matrix/run.py"] + [a for a in sys.argv[1:]
+                                                  if a not in ("--fresh", "--retry-failed", "--report-only")])
     if not args.report_only:
         if args.fresh:
             for f in ("runs.jsonl", "drain.jsonl", "plan.json"):
@@ -188,7 +189,8 @@ def main():
             rc = boot(plan_path, out, boot_no, total, args.boot_minutes * 60 + 900, args.mem)
             if count_lines(out / "runs.jsonl") == done and count_lines(out / "drain.jsonl") == drained:
                 raise SystemExit(f"bench/matrix: a VM boot made no progress (exit {rc}); see {out / 'guest.log'}")
-        command = json.loads(plan_path.read_text()).get("command", command)
+    if (out / "plan.json").exists():  # the command that made the runs, also for --report-only
+        command = json.loads((out / "plan.json").read_text()).get("command", command)
     df = matrix.load_runs(out / "runs.jsonl")
     rates = matrix.load_drains(out / "drain.jsonl")
     plan_path = out / "plan.json"
