@@ -122,7 +122,7 @@ def main():
                     help="the benchmark subset (bench/results/summary.json), smaller, one repetition, "
                          "the default and Custos schedulers")
     ap.add_argument("--out", type=Path, help="results directory (default bench/results, or target/tmp/matrix-quick)")
-    ap.add_argument("--reps", type=int, help="repetitions per cell (default 2, which keeps the full matrix near 2.5 hours; 1 with --quick)")
+    ap.add_argument("--reps", type=int, help="repetitions per cell (default 2, about 3 hours for the full matrix; 1 with --quick)")
     ap.add_argument("--workloads", help="comma-separated subset of: " + ",".join(w.name for w in WORKLOADS))
     ap.add_argument("--collectors", help="comma-separated subset of: " + ",".join(COLLECTORS))
     ap.add_argument("--schedulers", help="comma-separated subset of: " + ",".join(SCHEDULERS))
