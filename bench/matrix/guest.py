@@ -208,6 +208,16 @@ def syscall_names():
     return [line.split()[0] for line in out.splitlines() if line.strip()]
 
 
+def start_custos_collect(args, log_path, what):
+    """`custos collect ARGS` on fresh pins, once it has published its features."""
+    shutil.rmtree(PINS, ignore_errors=True)
+    proc = subprocess.Popen([CUSTOS, "collect", *args], stdout=subprocess.DEVNULL, stderr=open(log_path, "w"))
+    wait_for(lambda: (PINS / "global_features").exists() or proc.poll() is not None, 120, f"{what} did not start")
+    if proc.poll() is not None:
+        raise RunFailed(f"{what} exited: {log_path.read_text()[-500:]}")
+    return proc
+
+
 def bpftrace_program(names):
     """bpftrace printing the syscalls Custos records: one line per syscall
     exit (time, pid, tid, comm, number, return value), plus the path of
@@ -242,15 +252,10 @@ class Collector:
     def start(self, log, extra_env=None):
         d = self.d
         if self.name == "custos":
-            shutil.rmtree(PINS, ignore_errors=True)
             kb = str(self.ring_kb)
-            self.proc = subprocess.Popen([CUSTOS, "collect", "-o", d / "events.jsonl", "--events-ring-kb", kb,
-                                          "--attrs-ring-kb", kb, "--critical-ring-kb", kb, "--stats-interval", "0"],
-                                         stdout=subprocess.DEVNULL, stderr=open(d / "collect.log", "w"))
-            wait_for(lambda: (PINS / "global_features").exists() or self.proc.poll() is not None, 120,
-                     "the Custos collector did not start")
-            if self.proc.poll() is not None:
-                raise RunFailed(f"custos collect exited: {(d / 'collect.log').read_text()[-500:]}")
+            self.proc = start_custos_collect(["-o", d / "events.jsonl", "--events-ring-kb", kb, "--attrs-ring-kb", kb,
+                                              "--critical-ring-kb", kb, "--stats-interval", "0"],
+                                             d / "collect.log", "the Custos collector")
         elif self.name == "bpftrace":
             program, n = bpftrace_program(self.names)
             (d / "trace.bt").write_text(program)
@@ -346,14 +351,8 @@ def start_features_only(d):
     """Custos's collector in features-only mode: it records nothing and
     publishes per-task event rates, so that Custos's scheduler can budget the
     producers a third-party collector (bpftrace, auditd) cannot keep up with."""
-    shutil.rmtree(PINS, ignore_errors=True)
-    proc = subprocess.Popen([CUSTOS, "collect", "--features-only", "--stats-interval", "0"],
-                            stdout=subprocess.DEVNULL, stderr=open(d / "features.log", "w"))
-    wait_for(lambda: (PINS / "global_features").exists() or proc.poll() is not None, 120,
-             "the features-only collector did not start")
-    if proc.poll() is not None:
-        raise RunFailed(f"custos collect --features-only exited: {(d / 'features.log').read_text()[-500:]}")
-    return proc
+    return start_custos_collect(["--features-only", "--stats-interval", "0"], d / "features.log",
+                                "the features-only collector")
 
 
 def start_scheduler(name, collector, d):

@@ -99,18 +99,13 @@ echo "external.rc $?"
 # The feedback controller (no learning) under a flood that fills the rings:
 # the seed's bare backbone (no consumer protection) and 16 KiB rings, so
 # availability falls and the controller must budget the producers.
-rm -rf /sys/fs/bpf/custos
-$B/custos collect -o /dev/null --events-ring-kb 16 --attrs-ring-kb 16 --critical-ring-kb 16 \
-	--stats-interval 0 >"$OUT/feedback-collect.log" 2>&1 &
-collector=$!
-i=0
-while [ ! -e /sys/fs/bpf/custos/global_features ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
-$B/custos sched --policy feedback --no-consumer-preempt --no-overflow-hold --duration 10 \
+pressure_on feedback
+$B/custos sched --policy feedback $BARE --duration 10 \
 	--stats-json "$OUT/feedback-stats.json" >"$OUT/feedback.log" 2>&1 &
 pid=$!
 wait_state enabled 60 && echo "feedback.attached yes"
 $B/custos-workload storm --procs 4 --seconds 6 >/dev/null 2>&1
 wait $pid
 echo "feedback.rc $?"
-kill -INT $collector; wait $collector
+pressure_off
 echo "done yes"
