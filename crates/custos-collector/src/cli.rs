@@ -3,7 +3,6 @@
 use std::fs::File;
 use std::io::Write;
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -199,7 +198,7 @@ pub fn run_with_sink(args: CollectArgs, sink: Option<(Box<dyn Write + Send>, Lin
     let (status, err_slot) = (child_status.clone(), spawn_error.clone());
     let on_ready = move || {
         let Some((prog, rest)) = command.split_first() else { return };
-        match Command::new(prog).args(rest).spawn() {
+        match crate::collector::child_command(prog).args(rest).spawn() {
             Ok(mut child) => {
                 std::thread::spawn(move || {
                     let code = match child.wait() {

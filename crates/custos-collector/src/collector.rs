@@ -189,6 +189,35 @@ fn read_cpu_states(skel: &MainSkel) -> Result<Vec<custos_cpu_state>> {
         .collect())
 }
 
+/// Takes this process's memory out of khugepaged's reach. khugepaged
+/// collapses a process's pages into huge pages holding its mmap lock for
+/// writing; preempted by a flood, it held the consumer's for 70 ms, the
+/// consumer blocked in its next page fault and the rings overflowed under
+/// Custos (traced in the VM, docs/collector.md "A consumer that never
+/// waits"). The flag is inherited, so children get THP back (`child_command`).
+fn keep_off_khugepaged() -> Result<()> {
+    // SAFETY: prctl with integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("prctl(PR_SET_THP_DISABLE)");
+    }
+    Ok(())
+}
+
+/// A command to run beside the collector, with transparent huge pages as
+/// the system sets them rather than the collector's own setting.
+pub fn child_command(prog: &str) -> std::process::Command {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new(prog);
+    // SAFETY: prctl is async-signal-safe and touches no memory of ours.
+    unsafe {
+        cmd.pre_exec(|| match libc::prctl(libc::PR_SET_THP_DISABLE, 0, 0, 0, 0) {
+            0 => Ok(()),
+            _ => Err(std::io::Error::last_os_error()),
+        });
+    }
+    cmd
+}
+
 fn spec_bytes(spec: &custos_syscall_spec) -> &[u8] {
     // SAFETY: plain-old-data struct viewed as bytes.
     unsafe { std::slice::from_raw_parts((spec as *const custos_syscall_spec).cast(), std::mem::size_of_val(spec)) }
@@ -206,6 +235,7 @@ pub fn collect<W: Write>(opts: &Options, out: W, stop: &AtomicBool, on_ready: im
     check_ring_kb("events", opts.events_ring_kb)?;
     check_ring_kb("attrs", opts.attrs_ring_kb)?;
     let reuse_pins = features::prepare_pin_dir()?;
+    keep_off_khugepaged()?;
 
     // BPF-LSM: used where the kernel allows it; one notice where it does not.
     let selected = |names: &[&str]| available.iter().any(|s| names.contains(&s.name));

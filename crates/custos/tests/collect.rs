@@ -56,3 +56,28 @@ fn an_unknown_syscall_name_is_a_clear_error() {
     assert!(err.contains("unknown syscall name in --syscalls: `conect` (did you mean `connect`?)"), "{err}");
     assert!(err.contains("--list-syscalls"), "{err}");
 }
+
+/// The consumer's memory is out of khugepaged's reach (a preempted
+/// khugepaged holding its mmap lock stalled it under a flood), and the
+/// command it runs gets transparent huge pages as the system sets them.
+#[test]
+fn the_collector_keeps_khugepaged_off_its_memory_but_not_its_commands() {
+    let _g = serial();
+    let run = Command::new(env!("CARGO_BIN_EXE_custos"))
+        .args(["collect", "-o", "/dev/null", "--stats-interval", "0", "--", "sh", "-c"])
+        .arg("grep THP_enabled /proc/$PPID/status /proc/self/status")
+        .output()
+        .unwrap();
+    let (out, err) = (text(&run.stdout), text(&run.stderr));
+    assert_eq!(run.status.code(), Some(0), "{out}{err}");
+    let field = |who: &str| {
+        out.lines()
+            .find(|l| l.starts_with(&format!("/proc/{who}/status:")))
+            .and_then(|l| l.split_whitespace().last())
+            .unwrap_or_else(|| panic!("no THP_enabled for {who}: {out}"))
+            .to_string()
+    };
+    assert_eq!(field("self"), "1", "the command keeps THP: {out}");
+    let collector = out.lines().find(|l| !l.starts_with("/proc/self")).expect("the collector's line");
+    assert!(collector.ends_with("\t0") || collector.ends_with(" 0"), "the collector disabled THP: {out}");
+}
