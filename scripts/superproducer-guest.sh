@@ -19,7 +19,8 @@
 # or a list of schedulers, SP_TRACE=custos, to trace only their runs),
 # SP_KEEP_EVENTS (1, the default, keeps each run's event stream; 0 keeps only
 # its loss records; or a list of schedulers whose streams are kept),
-# SP_WORKLOAD (find, the default; exec: each worker forks and execs
+# SP_PAUSE_MS (stop the collector with SIGSTOP for that long, 2 s into each
+# run's flood), SP_WORKLOAD (find, the default; exec: each worker forks and execs
 # /bin/true SP_EXEC_ITERATIONS times; storm: each worker opens and closes a
 # file for SP_STORM_SECONDS), SP_OUT (results.jsonl and logs), CUSTOS_BIN.
 # Arguments go to `custos sched`.
@@ -100,6 +101,10 @@ run() { # name tag workers [custos sched args...]
     esac
   done
   (sleep 1; exec /bin/sh -c 'echo marker > /tmp/custos-marker') & pids+=($!)
+  # The consumer stopped mid-flood, as by a lock or a page fault outside
+  # the CPU: every producer must be held until it drains again.
+  [ "${SP_PAUSE_MS:-0}" -gt 0 ] &&
+    { (sleep 2; kill -STOP "$collector"; sleep "$(awk -v m="$SP_PAUSE_MS" 'BEGIN { print m / 1000 }')"; kill -CONT "$collector") & pids+=($!); }
   wait "${pids[@]}"
   end=$(date +%s%N)
   trace_stop "$name" "$out/$tag.trace"
