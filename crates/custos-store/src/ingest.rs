@@ -79,6 +79,26 @@ impl Default for IngestOptions {
     }
 }
 
+/// The raw lines of the open batch, one slot each, stored as one
+/// compressed chunk at commit; events point into it by (chunk, slot).
+struct RawBatch {
+    bytes: Vec<u8>,
+    slots: i64,
+}
+
+impl RawBatch {
+    fn keep(&mut self, line: &str) {
+        self.bytes.extend_from_slice(line.as_bytes());
+        self.bytes.push(b'\n');
+        self.slots += 1;
+    }
+
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.slots = 0;
+    }
+}
+
 /// Writes a stream into a store. Library entry point for `custos collect` too:
 /// `Ingestor::open`, then `push_line` per line, `commit_if_due` now and then, `finish`.
 pub struct Ingestor {
@@ -90,8 +110,7 @@ pub struct Ingestor {
     current_boot: String,
     in_tx: bool,
     tx_started: Instant,
-    batch_raw: Vec<u8>,
-    batch_slots: i64,
+    raw: RawBatch,
     batch_lines: usize,
     next_chunk: i64,
     line_no: u64,
@@ -148,8 +167,7 @@ impl Ingestor {
             current_boot: UNKNOWN_BOOT.into(),
             in_tx: false,
             tx_started: Instant::now(),
-            batch_raw: Vec::with_capacity(8 << 20),
-            batch_slots: 0,
+            raw: RawBatch { bytes: Vec::with_capacity(8 << 20), slots: 0 },
             batch_lines: 0,
             next_chunk,
             line_no: 0,
@@ -175,13 +193,6 @@ impl Ingestor {
         let b: i64 = self.conn.query_row("SELECT boot FROM boots WHERE boot_id = ?1", [id], |r| r.get(0))?;
         self.boots.insert(id.to_string(), b);
         Ok(b)
-    }
-
-    fn keep_raw(&mut self, line: &str) -> i64 {
-        self.batch_raw.extend_from_slice(line.as_bytes());
-        self.batch_raw.push(b'\n');
-        self.batch_slots += 1;
-        self.batch_slots - 1
     }
 
     fn begin(&mut self) -> Result<()> {
@@ -244,7 +255,7 @@ impl Ingestor {
                         l.end_ns as i64
                     ])?;
                 if fresh == 1 {
-                    self.keep_raw(line);
+                    self.raw.keep(line);
                     self.summary.losses_new += 1;
                     self.summary.lost_events += l.count;
                 }
@@ -261,7 +272,7 @@ impl Ingestor {
             }
             Ok(Record::Other(_)) => {
                 self.summary.unknown_types += 1;
-                self.keep_raw(line);
+                self.raw.keep(line);
             }
         }
         if self.batch_lines >= self.opts.batch_lines {
@@ -337,8 +348,7 @@ impl Ingestor {
             let _ = self.conn.execute_batch("ROLLBACK");
             self.in_tx = false;
             self.pending.clear();
-            self.batch_raw.clear();
-            self.batch_slots = 0;
+            self.raw.clear();
             self.batch_lines = 0;
             self.graph.reset_cache(&self.conn)?;
         }
@@ -364,13 +374,10 @@ impl Ingestor {
             }
             let p = self.pending.remove(&key).expect("the first key is held");
             self.applied_through = Some(self.applied_through.map_or(key, |k| k.max(key)));
-            let slot = self.batch_slots;
+            let slot = self.raw.slots;
             let fresh = insert_event.execute(params![p.boot, p.event.id as i64, key.0 as i64, self.next_chunk, slot])?;
             if fresh == 1 {
-                // keep_raw (a method would borrow all of self)
-                self.batch_raw.extend_from_slice(p.line.as_bytes());
-                self.batch_raw.push(b'\n');
-                self.batch_slots += 1;
+                self.raw.keep(&p.line);
                 self.summary.events_new += 1;
                 if p.event.incomplete {
                     // Its paths, argv or address were lost: an answer through it may be wrong.
@@ -393,11 +400,11 @@ impl Ingestor {
 
     fn commit_inner(&mut self, all: bool) -> Result<Ack> {
         self.apply_ready(all)?;
-        if self.batch_slots > 0 {
-            let blob = zstd::bulk::compress(&self.batch_raw, 3).context("compressing raw lines")?;
+        if self.raw.slots > 0 {
+            let blob = zstd::bulk::compress(&self.raw.bytes, 3).context("compressing raw lines")?;
             self.conn
                 .prepare_cached("INSERT INTO raw_chunks(chunk, ingest, lines, zstd) VALUES(?1,?2,?3,?4)")?
-                .execute(params![self.next_chunk, self.ingest_id, self.batch_slots, blob])?;
+                .execute(params![self.next_chunk, self.ingest_id, self.raw.slots, blob])?;
             self.next_chunk += 1;
         }
         self.graph.flush(&self.conn)?;
@@ -408,8 +415,7 @@ impl Ingestor {
         )?;
         self.conn.execute_batch("COMMIT").context("committing a batch")?;
         self.in_tx = false;
-        self.batch_raw.clear();
-        self.batch_slots = 0;
+        self.raw.clear();
         self.batch_lines = 0;
         self.summary.batches += 1;
         if let Some(a) = self.opts.archive.as_mut() {
