@@ -102,7 +102,7 @@ run() { # name tag workers [custos sched args...]
   done
   (sleep 1; exec /bin/sh -c 'echo marker > /tmp/custos-marker') & pids+=($!)
   # The consumer stopped mid-flood, as by a lock or a page fault outside
-  # the CPU: every producer must be held until it drains again.
+  # the CPU: what the scheduler can do is hold the producers until it drains.
   [ "${SP_PAUSE_MS:-0}" -gt 0 ] &&
     { (sleep 2; kill -STOP "$collector"; sleep "$(awk -v m="$SP_PAUSE_MS" 'BEGIN { print m / 1000 }')"; kill -CONT "$collector") & pids+=($!); }
   wait "${pids[@]}"
