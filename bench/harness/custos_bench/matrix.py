@@ -159,7 +159,9 @@ def subset_features(c: pd.DataFrame, workloads: list):
     return names, np.array(rows)
 
 
-def summarize(df: pd.DataFrame, rates: dict, command: str, schedulers: list, workloads: list) -> dict:
+def summarize(df: pd.DataFrame, rates: dict, command: str, schedulers: list, workloads: list):
+    """summary.json's content, and the subset's (names, standardized features)
+    for its picture, or None without a subset."""
     c = cells(df)
     out = {"command": command, "runs": int(len(df)), "runs_failed": int((df["ok"] != True).sum()),  # noqa: E712
            "drain_rate_events_per_s": rates, "cells": {}}
@@ -178,13 +180,12 @@ def summarize(df: pd.DataFrame, rates: dict, command: str, schedulers: list, wor
     except ValueError:  # the workloads do not differ in any feature
         s = None
     if s:
-        out["_subset_inputs"] = (names, subset.standardize(np.asarray(feats, dtype=float)))
         out["subset"] = s["chosen"]["subset"]
         out["subset_rmse"] = s["chosen"]["accuracy_rmse"]
         out["subset_representativeness_rmse"] = s["chosen"]["representativeness_rmse"]
         out["subset_weights"] = dict(zip(s["chosen"]["subset"], s["chosen"]["weights"]))
         out["subset_sweep"] = [{k: v for k, v in x.items() if k != "weights"} for x in s["sweep"]]
-    return out
+    return out, ((names, s["standardized"]) if s else None)
 
 
 def _num(v):
@@ -199,8 +200,7 @@ def write_all(df: pd.DataFrame, rates: dict, out: Path, command: str, schedulers
     df = with_limits(df, rates, rate_based)
     df.to_parquet(out / "runs.parquet", index=False)
     df.drop(columns=["sched_stats"]).to_csv(out / "runs.csv", index=False)
-    summary = summarize(df, rates, command, schedulers, workloads)
-    subset_inputs = summary.pop("_subset_inputs", None)
+    summary, subset_inputs = summarize(df, rates, command, schedulers, workloads)
     summary["planned_runs"] = planned if planned is not None else int(len(df))
     summary["complete"] = bool(len(df) >= summary["planned_runs"])
     if not summary["complete"]:

@@ -67,7 +67,8 @@ def knee(values: list) -> int:
 
 
 def choose(names: list, features: np.ndarray, max_k: int = None) -> dict:
-    """Sweeps k, picks the knee, and returns the subset with its scores."""
+    """Sweeps k, picks the knee, and returns the subset with its scores and
+    the standardized features it was chosen from (for the picture)."""
     z = standardize(np.asarray(features, dtype=float))
     n = len(names)
     if n < 2 or z.shape[1] == 0:
@@ -81,4 +82,4 @@ def choose(names: list, features: np.ndarray, max_k: int = None) -> dict:
                       "representativeness_rmse": representativeness_rmse(z, chosen),
                       "weights": [float(w) for w in weights]})
     best = sweep[knee([s["representativeness_rmse"] for s in sweep])]
-    return {"chosen": best, "sweep": sweep, "features": int(z.shape[1])}
+    return {"chosen": best, "sweep": sweep, "features": int(z.shape[1]), "standardized": z}
