@@ -121,6 +121,11 @@ fn check_ring_kb(name: &str, kb: u32) -> Result<u32> {
     Ok(bytes as u32)
 }
 
+/// log2 of a sixteenth of a ring of `bytes` (a power of two, at least 4 KiB).
+fn wake_shift(bytes: u32) -> u32 {
+    bytes.trailing_zeros() - 4
+}
+
 /// Which BPF-LSM hooks to load: each only when the syscalls it stands
 /// beside are selected.
 #[derive(Clone, Copy)]
@@ -153,10 +158,18 @@ fn open_and_load<'obj>(
     // Features-only: the programs never touch the rings, which still exist
     // (the object names them): the smallest a ring can be.
     let ring_kb = |kb: u32| if opts.features_only { 4 } else { kb };
-    open.maps.ring_critical.set_max_entries(check_ring_kb("critical", ring_kb(opts.critical_ring_kb))?)?;
-    open.maps.ring_events.set_max_entries(check_ring_kb("events", ring_kb(opts.events_ring_kb))?)?;
-    open.maps.ring_attrs.set_max_entries(check_ring_kb("attrs", ring_kb(opts.attrs_ring_kb))?)?;
+    let critical = check_ring_kb("critical", ring_kb(opts.critical_ring_kb))?;
+    let events = check_ring_kb("events", ring_kb(opts.events_ring_kb))?;
+    let attrs = check_ring_kb("attrs", ring_kb(opts.attrs_ring_kb))?;
+    open.maps.ring_critical.set_max_entries(critical)?;
+    open.maps.ring_events.set_max_entries(events)?;
+    open.maps.ring_attrs.set_max_entries(attrs)?;
     let rodata = open.maps.rodata_data.as_deref_mut().context("BPF object has no .rodata")?;
+    // A record wakes the consumer when it takes its ring across another
+    // sixteenth (wakeup_policy); ring sizes are powers of two.
+    rodata.wake_shift_critical = wake_shift(critical);
+    rodata.wake_shift_events = wake_shift(events);
+    rodata.wake_shift_attrs = wake_shift(attrs);
     rodata.collector_tgid = std::process::id();
     rodata.availability_sample_every = 64;
     rodata.features_only = opts.features_only;

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
+use std::rc::Rc;
 
 use anyhow::{Context, Result};
 use serde::Serialize;
@@ -98,7 +99,7 @@ pub struct Consumer<W: Write> {
     ahead_bytes: usize,
     /// (dev, inode) -> path, so later reads/writes of a file carry its path
     /// although only the first one walks it in the kernel.
-    file_paths: HashMap<(u32, u64), String>,
+    file_paths: HashMap<(u32, u64), Rc<str>>,
     pub counters: ConsumerCounters,
     /// Lines handed to the output so far.
     pub lines_written: u64,
@@ -449,8 +450,11 @@ impl<W: Write> Consumer<W> {
         };
         let has_ret = ev.flags & EV_NO_RET == 0;
         let file = (ev.flags & EV_HAS_FILE != 0).then_some((ev.dev, ev.ino));
-        let mut path = a.file_path.clone().or_else(|| join_base(a.path.as_deref(), a.path_base.as_deref()));
-        if let (Some(key), Some(p)) = (file, a.file_path) {
+        // Shared, not copied: most events (a read or write after the first)
+        // name their file only through this map.
+        let file_path: Option<Rc<str>> = a.file_path.map(Rc::from);
+        let mut path = file_path.clone().or_else(|| join_base(a.path.as_deref(), a.path_base.as_deref()).map(Rc::from));
+        if let (Some(key), Some(p)) = (file, file_path) {
             if self.file_paths.len() > 1 << 20 {
                 self.file_paths.clear();
             }
@@ -465,8 +469,8 @@ impl<W: Write> Consumer<W> {
         if file.is_some() && path.as_deref().is_none_or(|p| p == "/") {
             let kind = ev.file_mode & S_IFMT;
             path = match kind {
-                S_IFIFO => Some(format!("pipe:[{}]", ev.ino)),
-                S_IFSOCK => Some(format!("socket:[{}]", ev.ino)),
+                S_IFIFO => Some(Rc::from(format!("pipe:[{}]", ev.ino))),
+                S_IFSOCK => Some(Rc::from(format!("socket:[{}]", ev.ino))),
                 S_IFDIR => path,
                 _ => None,
             };

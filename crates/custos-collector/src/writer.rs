@@ -92,7 +92,9 @@ fn write_all(mut out: Box<dyn Write + Send>, rx: Receiver<Msg>, error: Arc<Mutex
         let r = match msg {
             Msg::Data(bytes) => out.write_all(&bytes).map(|()| {
                 if let Some(d) = &done {
-                    d.fetch_add(bytes.iter().filter(|&&b| b == b'\n').count() as u64, Ordering::Relaxed);
+                    // memchr's vectorised search: a byte-by-byte count was a tenth
+                    // of the consumer's CPU at 400 k events/s.
+                    d.fetch_add(memchr::memchr_iter(b'\n', &bytes).count() as u64, Ordering::Relaxed);
                 }
             }),
             Msg::Flush => out.flush(),
