@@ -304,8 +304,8 @@ impl Ingestor {
         self.batch_lines += 1;
         match parse_line(line) {
             Err(msg) => self.reject(line, &msg)?,
-            Ok(Record::Event(ev)) => {
-                let boot = self.boot(ev.boot_id.as_deref())?;
+            Ok(Record::Event(ev, boot_id)) => {
+                let boot = self.boot(boot_id.as_deref())?;
                 if ev.syscall == "sched:process_fork" {
                     self.graph.note_fork_hooks(boot);
                 }
