@@ -189,6 +189,20 @@ impl<'c> CauseReader<'c> {
         b.read_at_exact(&mut self.buf, 0).context("reading a cause list")?;
         Ok(())
     }
+
+    /// `node`'s edges to its causes, in the order of the edge table's old
+    /// key (cause, kind, event id), so answers list them as before.
+    pub fn edges_of(&mut self, node: i64) -> Result<Vec<EdgeInfo>> {
+        self.load(node)?;
+        let mut v = crate::graph::decode_causes(&self.buf)
+            .map(|c| {
+                let kind = EdgeKind::from_i64(c.kind as i64).context("unknown edge kind in store")?;
+                Ok(EdgeInfo { effect: node, cause: c.cause, kind, event_id: c.event_id, time_ns: c.time_ns, boot: c.boot })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        v.sort_by_key(|e| (e.cause, e.kind as i64, e.event_id));
+        Ok(v)
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -396,14 +410,6 @@ pub fn traverse(
     Ok((depth, edges))
 }
 
-/// Ancestor count by a recursive CTE, kept for the benchmark's design comparison.
-pub fn ancestors_cte_count(conn: &Connection, root: i64) -> Result<i64> {
-    Ok(conn.prepare_cached(
-        "WITH RECURSIVE anc(n) AS (SELECT ?1 UNION SELECT e.cause FROM edges e JOIN anc ON e.effect = anc.n) SELECT COUNT(*) - 1 FROM anc",
-    )?
-    .query_row([root], |r| r.get(0))?)
-}
-
 fn losses_for(conn: &Connection, boots: &HashSet<i64>, span: Option<(i64, i64)>) -> Result<Vec<LossNote>> {
     let Some((lo, hi)) = span else { return Ok(vec![]) };
     let mut st = conn.prepare_cached(
@@ -505,7 +511,7 @@ pub fn path(conn: &Connection, a: &str, b: &str) -> Result<Answer> {
 fn shortest(conn: &Connection, src: &[i64], dst: &[i64]) -> Result<Option<Vec<EdgeInfo>>> {
     let _tx = ReadTx::begin(conn)?;
     let targets: HashSet<i64> = dst.iter().copied().collect();
-    let mut st = conn.prepare_cached("SELECT cause, kind, event_id, time_ns, boot FROM edges WHERE effect = ?1")?;
+    let mut reader = CauseReader::new(conn);
     let mut parent: HashMap<i64, Option<EdgeInfo>> = src.iter().map(|s| (*s, None)).collect();
     let mut queue: VecDeque<i64> = src.iter().copied().collect();
     while let Some(n) = queue.pop_front() {
@@ -519,15 +525,12 @@ fn shortest(conn: &Connection, src: &[i64], dst: &[i64]) -> Result<Option<Vec<Ed
             out.reverse();
             return Ok(Some(out));
         }
-        let mut rows = st.query([n])?;
-        while let Some(r) = rows.next()? {
-            let cause: i64 = r.get(0)?;
-            if parent.contains_key(&cause) {
+        for e in reader.edges_of(n)? {
+            if parent.contains_key(&e.cause) {
                 continue;
             }
-            let kind = EdgeKind::from_i64(r.get(1)?).context("unknown edge kind in store")?;
-            parent.insert(cause, Some(EdgeInfo { effect: n, cause, kind, event_id: r.get(2)?, time_ns: r.get(3)?, boot: r.get(4)? }));
-            queue.push_back(cause);
+            parent.insert(e.cause, Some(e));
+            queue.push_back(e.cause);
         }
     }
     Ok(None)
@@ -550,10 +553,26 @@ fn touch_edges(conn: &Connection, sql: &str, node: i64) -> Result<Vec<EdgeInfo>>
     Ok(v)
 }
 
-const READS_OF_PROC: &str = "SELECT e.effect, e.cause, e.kind, e.event_id, e.time_ns, e.boot FROM edges e JOIN nodes n ON n.node = e.cause WHERE e.effect = ?1 AND e.kind = 1 AND n.kind <> 1";
 const WRITES_OF_PROC: &str = "SELECT e.effect, e.cause, e.kind, e.event_id, e.time_ns, e.boot FROM edges e JOIN nodes n ON n.node = e.effect WHERE e.cause = ?1 AND e.kind = 2 AND n.kind <> 1";
 const READERS_OF: &str = "SELECT effect, cause, kind, event_id, time_ns, boot FROM edges WHERE cause = ?1 AND kind = 1";
-const WRITER_OF: &str = "SELECT effect, cause, kind, event_id, time_ns, boot FROM edges WHERE effect = ?1 AND kind = 2";
+
+/// What a process version read (artifacts it `used`, not the executable's
+/// process edges), from its cause list.
+fn reads_of_proc(conn: &Connection, reader: &mut CauseReader<'_>, node: i64) -> Result<Vec<EdgeInfo>> {
+    let mut kind_of = conn.prepare_cached("SELECT kind FROM nodes WHERE node = ?1")?;
+    let mut out = Vec::new();
+    for e in reader.edges_of(node)? {
+        if e.kind == EdgeKind::Used && kind_of.query_row([e.cause], |r| r.get::<_, i64>(0))? != NodeKind::Process as i64 {
+            out.push(e);
+        }
+    }
+    Ok(out)
+}
+
+/// Who wrote an artifact version, from its cause list.
+fn writer_of(reader: &mut CauseReader<'_>, node: i64) -> Result<Vec<EdgeInfo>> {
+    Ok(reader.edges_of(node)?.into_iter().filter(|e| e.kind == EdgeKind::WasGeneratedBy).collect())
+}
 
 fn touch_answer(conn: &Connection, query: String, start: Vec<i64>, edges: Vec<EdgeInfo>, window: Window) -> Result<Answer> {
     let mut rows: Vec<TouchRow> = edges
@@ -575,9 +594,11 @@ fn touch_answer(conn: &Connection, query: String, start: Vec<i64>, edges: Vec<Ed
 /// Every artifact version the process (all versions of its executions) read or wrote.
 pub fn touched_by(conn: &Connection, spec: &str, window: Window) -> Result<Answer> {
     let procs = resolve_processes(conn, spec)?;
+    let _tx = ReadTx::begin(conn)?;
+    let mut reader = CauseReader::new(conn);
     let mut edges = Vec::new();
     for p in &procs {
-        edges.extend(touch_edges(conn, READS_OF_PROC, *p)?);
+        edges.extend(reads_of_proc(conn, &mut reader, *p)?);
         edges.extend(touch_edges(conn, WRITES_OF_PROC, *p)?);
     }
     edges.retain(|e| window.admits(e.time_ns));
@@ -587,10 +608,12 @@ pub fn touched_by(conn: &Connection, spec: &str, window: Window) -> Result<Answe
 /// Every process that read or wrote any version of the file (or socket/pipe).
 pub fn who_touched(conn: &Connection, spec: &str, window: Window) -> Result<Answer> {
     let versions = resolve(conn, spec, false)?;
+    let _tx = ReadTx::begin(conn)?;
+    let mut reader = CauseReader::new(conn);
     let mut edges = Vec::new();
     for v in &versions {
         edges.extend(touch_edges(conn, READERS_OF, *v)?);
-        edges.extend(touch_edges(conn, WRITER_OF, *v)?);
+        edges.extend(writer_of(&mut reader, *v)?);
     }
     edges.retain(|e| window.admits(e.time_ns));
     touch_answer(conn, format!("who-touched {spec}"), versions, edges, window)
@@ -637,25 +660,3 @@ pub fn ancestor_ids(conn: &Connection, root: i64) -> Result<NodeSet> {
 #[cfg(test)]
 #[path = "query_tests.rs"]
 mod tests;
-
-/// The ancestor set through the edge table (one prepared point query per node),
-/// kept for the benchmark's design comparison with the cause-list walk.
-pub fn ancestor_ids_by_edge_table(conn: &Connection, root: i64) -> Result<NodeSet> {
-    let _tx = ReadTx::begin(conn)?;
-    let mut st = conn.prepare_cached("SELECT cause FROM edges WHERE effect = ?1")?;
-    let mut seen = NodeSet::default();
-    seen.insert(root);
-    let mut stack = vec![root];
-    while let Some(n) = stack.pop() {
-        st.raw_bind_parameter(1, n)?;
-        let mut rows = st.raw_query();
-        while let Some(r) = rows.next()? {
-            let c: i64 = r.get(0)?;
-            if seen.insert(c) {
-                stack.push(c);
-            }
-        }
-    }
-    seen.remove(&root);
-    Ok(seen)
-}

@@ -502,6 +502,25 @@ fn out_of_order_delivery_is_applied_in_time_order() {
     assert_eq!(execs.len(), 1, "the exec is not replaced by the late clone: {l:?}");
 }
 
+/// The ancestor set through the edge table alone (one query per node; the
+/// table is keyed by cause now, so this scans: fine for a test's graph).
+fn ancestor_ids_by_edge_table(conn: &Connection, root: i64) -> Result<NodeSet> {
+    let mut st = conn.prepare("SELECT cause FROM edges WHERE effect = ?1")?;
+    let mut seen = NodeSet::default();
+    seen.insert(root);
+    let mut stack = vec![root];
+    while let Some(n) = stack.pop() {
+        for c in st.query_map([n], |r| r.get::<_, i64>(0))? {
+            let c = c?;
+            if seen.insert(c) {
+                stack.push(c);
+            }
+        }
+    }
+    seen.remove(&root);
+    Ok(seen)
+}
+
 /// The ancestry index (cause lists) must hold exactly the edge table's rows.
 fn assert_cause_lists_match_edges(conn: &Connection) {
     let nodes: Vec<i64> = conn.prepare("SELECT node FROM nodes").unwrap().query_map([], |r| r.get(0)).unwrap().map(|r| r.unwrap()).collect();

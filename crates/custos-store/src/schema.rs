@@ -5,7 +5,8 @@ use rusqlite::{Connection, OpenFlags};
 use std::path::Path;
 
 /// Bumped whenever the layout changes; a database with another version is refused.
-/// 2: `event_ranges` (runs of event ids per raw chunk) replaced the per-event `events` rows.
+/// 2: `event_ranges` (runs of event ids per raw chunk) replaced the per-event
+/// `events` rows; `edges` is clustered on the cause (no `edges_by_cause`).
 pub const SCHEMA_VERSION: i64 = 2;
 
 /// WAL size after which a commit checkpoints (see `open_rw`).
@@ -115,7 +116,10 @@ CREATE TABLE IF NOT EXISTS nodes(
 CREATE INDEX IF NOT EXISTS nodes_by_name ON nodes(name, kind);
 CREATE INDEX IF NOT EXISTS nodes_by_pid ON nodes(pid) WHERE pid IS NOT NULL;
 CREATE INDEX IF NOT EXISTS nodes_by_exec ON nodes(exec) WHERE exec IS NOT NULL;
--- Clustered on the effect: an ancestry step is one b-tree seek plus a short scan.
+-- Clustered on the cause: descendants, readers of a version and writes of
+-- a process are one seek plus a short scan. The same edges by effect are
+-- the `causes` lists below, which serve ancestry and every lookup by effect
+-- (a second copy keyed by effect, or an index, cost 30 bytes an event).
 CREATE TABLE IF NOT EXISTS edges(
     effect INTEGER NOT NULL,
     cause INTEGER NOT NULL,
@@ -123,8 +127,7 @@ CREATE TABLE IF NOT EXISTS edges(
     event_id INTEGER NOT NULL,
     time_ns INTEGER NOT NULL,
     boot INTEGER NOT NULL,
-    PRIMARY KEY(effect, cause, kind, event_id)) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS edges_by_cause ON edges(cause, effect, kind, time_ns);
+    PRIMARY KEY(cause, effect, kind, event_id)) WITHOUT ROWID;
 -- The ancestry index: every node's outgoing edges (its causes) packed in one
 -- blob (see graph::CAUSE_ENTRY), one row per node keyed by node id, so a walk
 -- step is one integer-keyed seek read through the incremental-blob API.
