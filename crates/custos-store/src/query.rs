@@ -228,29 +228,49 @@ pub enum Direction {
     Descendants,
 }
 
+const NODE_COLUMNS: &str = "SELECT node, kind, boot, name, version, pid, exec, time_ns, event_id, attrs FROM nodes WHERE node = ?1";
+
+fn node_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<NodeInfo> {
+    let kind: i64 = r.get(1)?;
+    let t: i64 = r.get(7)?;
+    let attrs: Option<String> = r.get(9)?;
+    Ok(NodeInfo {
+        node: r.get(0)?,
+        kind: NodeKind::from_i64(kind).map(|k| k.name()).unwrap_or("unknown"),
+        boot: r.get(2)?,
+        name: r.get(3)?,
+        version: r.get(4)?,
+        pid: r.get(5)?,
+        exec: r.get(6)?,
+        time_ns: t,
+        time: format_ns(t as u64),
+        event_id: r.get::<_, Option<i64>>(8)?.unwrap_or(0),
+        attrs: attrs.and_then(|a| serde_json::from_str(&a).ok()),
+        depth: None,
+    })
+}
+
 pub fn node_info(conn: &Connection, id: i64) -> Result<Option<NodeInfo>> {
-    conn.prepare_cached("SELECT node, kind, boot, name, version, pid, exec, time_ns, event_id, attrs FROM nodes WHERE node = ?1")?
-        .query_row([id], |r| {
-            let kind: i64 = r.get(1)?;
-            let t: i64 = r.get(7)?;
-            let attrs: Option<String> = r.get(9)?;
-            Ok(NodeInfo {
-                node: r.get(0)?,
-                kind: NodeKind::from_i64(kind).map(|k| k.name()).unwrap_or("unknown"),
-                boot: r.get(2)?,
-                name: r.get(3)?,
-                version: r.get(4)?,
-                pid: r.get(5)?,
-                exec: r.get(6)?,
-                time_ns: t,
-                time: format_ns(t as u64),
-                event_id: r.get::<_, Option<i64>>(8)?.unwrap_or(0),
-                attrs: attrs.and_then(|a| serde_json::from_str(&a).ok()),
-                depth: None,
-            })
-        })
-        .optional()
-        .context("reading a node")
+    conn.prepare_cached(NODE_COLUMNS)?.query_row([id], node_row).optional().context("reading a node")
+}
+
+/// The rows of many nodes (an answer's), with their depths: one statement,
+/// ids in ascending order so consecutive lookups share b-tree pages.
+fn node_infos(conn: &Connection, depth: &NodeMap<u32>) -> Result<Vec<NodeInfo>> {
+    let mut ids: Vec<(i64, u32)> = depth.iter().map(|(n, d)| (*n, *d)).collect();
+    ids.sort_unstable();
+    let mut st = conn.prepare_cached(NODE_COLUMNS)?;
+    let mut nodes = Vec::with_capacity(ids.len());
+    for (id, d) in ids {
+        let mut n = st
+            .query_row([id], node_row)
+            .optional()
+            .context("reading a node")?
+            .with_context(|| format!("node {id} referenced by an edge is missing"))?;
+        n.depth = Some(d);
+        nodes.push(n);
+    }
+    Ok(nodes)
 }
 
 fn ids(conn: &Connection, sql: &str, p: impl rusqlite::Params) -> Result<Vec<i64>> {
@@ -444,12 +464,7 @@ enum Reach {
 }
 
 fn finish(conn: &Connection, query: String, start: Vec<i64>, depth: NodeMap<u32>, edges: Vec<EdgeInfo>, rows: Vec<TouchRow>, path: Option<String>, reach: Reach) -> Result<Answer> {
-    let mut nodes = Vec::with_capacity(depth.len());
-    for (id, d) in &depth {
-        let mut n = node_info(conn, *id)?.with_context(|| format!("node {id} referenced by an edge is missing"))?;
-        n.depth = Some(*d);
-        nodes.push(n);
-    }
+    let mut nodes = node_infos(conn, &depth)?;
     nodes.sort_by_key(|n| (n.depth, n.node));
     // The span is when the answer's causal facts happened: its edge times. A
     // long-lived node (a user, a header first read hours ago) does not stretch
