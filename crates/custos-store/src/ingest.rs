@@ -112,13 +112,12 @@ impl RawBatch {
         self.other_lines = 0;
     }
 
-    /// The chunk's bytes, its line count and its runs of consecutive event
-    /// ids as (boot, first id, last id, first slot).
-    fn seal(&mut self) -> (Vec<u8>, i64, Vec<(i64, i64, i64, i64)>) {
+    /// The chunk's bytes, its line count and its runs of consecutive event ids.
+    fn seal(&mut self) -> (Vec<u8>, i64, Vec<Run>) {
         self.events.sort_unstable_by_key(|e| (e.0, e.1));
         let len: usize = self.events.iter().map(|e| e.2.len() + 1).sum::<usize>() + self.other.len();
         let mut bytes = Vec::with_capacity(len);
-        let mut runs: Vec<(i64, i64, i64, i64)> = Vec::new();
+        let mut runs: Vec<Run> = Vec::new();
         for (slot, (boot, id, line)) in self.events.iter().enumerate() {
             bytes.extend_from_slice(line.as_bytes());
             bytes.push(b'\n');
@@ -131,6 +130,9 @@ impl RawBatch {
         (bytes, self.events.len() as i64 + self.other_lines, runs)
     }
 }
+
+/// A run of consecutive event ids in a chunk: (boot, first id, last id, first slot).
+type Run = (i64, i64, i64, i64);
 
 /// The event ids in the store, per boot, as disjoint inclusive ranges
 /// (first → last): exact de-duplication without a row per event. Ranges of

@@ -11,6 +11,9 @@ use serde::Deserialize;
 use std::borrow::Cow;
 use std::fmt;
 
+#[path = "fastline.rs"]
+mod fastline;
+
 /// A string borrowed from the line when it has no escapes (serde only
 /// borrows a `Cow` that is a field of its own, not one inside an `Option`).
 #[derive(Deserialize, Debug)]
@@ -378,7 +381,11 @@ fn need<T>(v: Option<T>, kind: &str, field: &str) -> Result<T, String> {
 
 /// Parses one line. Errors are messages for the user (the caller adds the line number).
 pub fn parse_line(text: &str) -> Result<Record<'_>, String> {
-    let l: Line = serde_json::from_str(text).map_err(|e| format!("not valid JSON for the event schema: {e}"))?;
+    // The collector's plain lines take the fast path; serde decides the rest.
+    let l: Line = match fastline::fast_line(text) {
+        Some(l) => l,
+        None => serde_json::from_str(text).map_err(|e| format!("not valid JSON for the event schema: {e}"))?,
+    };
     let kind = l.kind.ok_or("no `type` field (expected \"event\", \"loss\", \"boot\" or \"stats\")")?.0;
     let owned = |s: Option<Str<'_>>| s.map(|s| s.0.into_owned());
     match &*kind {
