@@ -11,7 +11,7 @@ use crate::record::{parse_line, Record};
 use anyhow::{Context, Result};
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::fs::File;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -199,7 +199,7 @@ pub struct Ingestor {
     next_chunk: i64,
     line_no: u64,
     /// Events not applied yet, in the order they are applied (see `apply_ready`).
-    pending: BTreeMap<OrderKey, Pending>,
+    pending: Held,
     /// The newest event time seen, and the key of the last event applied.
     newest_ns: u64,
     applied_through: Option<OrderKey>,
@@ -217,6 +217,83 @@ struct Pending {
     boot: i64,
     event: Box<crate::record::Event>,
     line: String,
+}
+
+/// The reorder window's events, in apply order. Events arriving in order
+/// (the collector's own stream, an archive of it) queue up at the back,
+/// O(1) each, instead of walking a tree of up to 100,000 entries; the few
+/// that arrive out of order go to a sorted map. The next to apply is the
+/// smaller of the two fronts.
+#[derive(Default)]
+struct Held {
+    in_order: VecDeque<(OrderKey, Pending)>,
+    late: BTreeMap<OrderKey, Pending>,
+}
+
+impl Held {
+    /// Holds an event; false if one with the same key is held already.
+    fn insert(&mut self, key: OrderKey, p: Pending) -> bool {
+        let newest = match (self.in_order.back(), self.late.last_key_value()) {
+            (Some((a, _)), Some((b, _))) => Some(*a.max(b)),
+            (Some((a, _)), None) => Some(*a),
+            (None, Some((b, _))) => Some(*b),
+            (None, None) => None,
+        };
+        if newest.is_none_or(|n| key > n) {
+            self.in_order.push_back((key, p));
+            return true;
+        }
+        if self.in_order.binary_search_by(|(k, _)| k.cmp(&key)).is_ok() {
+            return false;
+        }
+        match self.late.entry(key) {
+            std::collections::btree_map::Entry::Occupied(_) => false,
+            std::collections::btree_map::Entry::Vacant(v) => {
+                v.insert(p);
+                true
+            }
+        }
+    }
+
+    fn first_key(&self) -> Option<OrderKey> {
+        match (self.in_order.front(), self.late.first_key_value()) {
+            (Some((a, _)), Some((b, _))) => Some(*a.min(b)),
+            (Some((a, _)), None) => Some(*a),
+            (None, Some((b, _))) => Some(*b),
+            (None, None) => None,
+        }
+    }
+
+    fn pop_first(&mut self) -> Option<(OrderKey, Pending)> {
+        let from_queue = match (self.in_order.front(), self.late.first_key_value()) {
+            (Some((a, _)), Some((b, _))) => a < b,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        if from_queue {
+            self.in_order.pop_front()
+        } else {
+            self.late.pop_first()
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.in_order.len() + self.late.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn clear(&mut self) {
+        self.in_order.clear();
+        self.late.clear();
+    }
+
+    /// The input line of the earliest-read event held.
+    fn first_line(&self) -> Option<u64> {
+        self.in_order.iter().map(|(_, p)| p.line_no).chain(self.late.values().map(|p| p.line_no)).min()
+    }
 }
 
 /// Boot identity used when the stream names none (see docs/event-schema.md, `boot_id`).
@@ -257,7 +334,7 @@ impl Ingestor {
             batch_lines: 0,
             next_chunk,
             line_no: 0,
-            pending: BTreeMap::new(),
+            pending: Held::default(),
             newest_ns: 0,
             applied_through: None,
             summary: IngestSummary::default(),
@@ -316,11 +393,8 @@ impl Ingestor {
                     self.summary.out_of_window += 1;
                 }
                 self.newest_ns = self.newest_ns.max(ev.time_ns);
-                match self.pending.entry(key) {
-                    std::collections::btree_map::Entry::Occupied(_) => self.summary.events_duplicate += 1,
-                    std::collections::btree_map::Entry::Vacant(v) => {
-                        v.insert(Pending { line_no: self.line_no, boot, event: ev, line: line.to_string() });
-                    }
+                if !self.pending.insert(key, Pending { line_no: self.line_no, boot, event: ev, line: line.to_string() }) {
+                    self.summary.events_duplicate += 1;
                 }
             }
             Ok(Record::Loss(l)) => {
@@ -370,7 +444,7 @@ impl Ingestor {
     /// Input lines up to which everything is in the store once the open
     /// batch commits: events still in the reorder window are not.
     fn lines_through(&self) -> u64 {
-        match self.pending.values().map(|p| p.line_no).min() {
+        match self.pending.first_line() {
             Some(first_held) => first_held - 1,
             None => self.line_no,
         }
@@ -450,14 +524,14 @@ impl Ingestor {
     fn apply_ready(&mut self, all: bool) -> Result<()> {
         // Statements prepared once for the run, not looked up per event.
         let mut sql = Sql::new(&self.conn)?;
-        while let Some((&key, _)) = self.pending.first_key_value() {
+        while let Some(key) = self.pending.first_key() {
             let due = all
                 || key.0.saturating_add(self.opts.reorder_window_ns) <= self.newest_ns
                 || self.pending.len() > self.opts.reorder_max_events;
             if !due {
                 break;
             }
-            let p = self.pending.remove(&key).expect("the first key is held");
+            let (key, p) = self.pending.pop_first().expect("the first key is held");
             self.applied_through = Some(self.applied_through.map_or(key, |k| k.max(key)));
             let id = p.event.id as i64;
             if self.stored.contains(p.boot, id) {
@@ -673,6 +747,50 @@ mod tests {
             for b in boots {
                 assert_eq!(raw_event(&conn, b, id).unwrap().as_deref(), Some(l.as_str()));
             }
+        }
+    }
+
+    /// The queue-plus-map window yields exactly what one sorted map would:
+    /// the same order, the same duplicates refused, the same first line.
+    #[test]
+    fn held_events_come_out_in_key_order_like_a_sorted_map() {
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let mut rnd = move |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        for round in 0..200 {
+            let mut held = Held::default();
+            let mut model: BTreeMap<OrderKey, u64> = BTreeMap::new();
+            let mut t = 1000u64;
+            for line_no in 1..=300u64 {
+                // Mostly in order, sometimes late by up to 50, sometimes a repeat.
+                t += rnd(3);
+                let time = if rnd(4) == 0 { t.saturating_sub(rnd(50)) } else { t };
+                let key = (time, rnd(if round % 2 == 0 { 4 } else { 1000 }), 1);
+                let p = Pending { line_no, boot: 1, event: Box::default(), line: String::new() };
+                let fresh = !model.contains_key(&key);
+                assert_eq!(held.insert(key, p), fresh, "{key:?}");
+                if fresh {
+                    model.insert(key, line_no);
+                }
+                assert_eq!(held.len(), model.len());
+                assert_eq!(held.first_line(), model.values().min().copied());
+                // Apply some now and then, as the window does.
+                if rnd(10) == 0 {
+                    for _ in 0..rnd(20) {
+                        assert_eq!(held.first_key(), model.first_key_value().map(|(k, _)| *k));
+                        let got = held.pop_first().map(|(k, p)| (k, p.line_no));
+                        assert_eq!(got, model.pop_first());
+                    }
+                }
+            }
+            while let Some((k, l)) = model.pop_first() {
+                assert_eq!(held.pop_first().map(|(k, p)| (k, p.line_no)), Some((k, l)));
+            }
+            assert!(held.is_empty() && held.first_key().is_none());
         }
     }
 
