@@ -618,3 +618,46 @@ fn skipped_syscalls_and_incomplete_events_make_answers_say_so() {
     let c = msg("/c/out");
     assert!(c.len() == 3 && c[2].contains("up to 2 events lost (skipped, upper bound) on an unknown CPU"), "{c:?}");
 }
+
+/// Node attributes reach a JSON answer exactly as stored (they are parsed
+/// only when the answer is written).
+#[test]
+fn json_answers_carry_every_nodes_stored_attributes() {
+    let (_d, p) = db();
+    build_stream().ingest(&p);
+    let conn = crate::schema::open_ro(&p).unwrap();
+    let gcc: i64 = conn.query_row("SELECT node FROM nodes WHERE name = '/usr/bin/gcc' AND kind = 1", [], |r| r.get(0)).unwrap();
+    let a = ancestry(&conn, &gcc.to_string(), Direction::Ancestors, None, Window::default()).unwrap();
+    let out: Value = serde_json::from_str(&crate::render::json(&a).unwrap()).unwrap();
+    let nodes = out["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), a.nodes.len());
+    let mut with_attrs = 0;
+    for n in nodes {
+        let stored: Option<String> =
+            conn.query_row("SELECT attrs FROM nodes WHERE node = ?1", [n["node"].as_i64().unwrap()], |r| r.get(0)).unwrap();
+        match stored {
+            Some(text) => {
+                assert_eq!(n["attrs"], serde_json::from_str::<Value>(&text).unwrap());
+                with_attrs += 1;
+            }
+            None => assert!(n.get("attrs").is_none()),
+        }
+    }
+    assert!(with_attrs >= 2, "bash and gcc carry attributes");
+    assert_eq!(nodes.iter().find(|n| n["node"] == gcc).unwrap()["attrs"]["argv"], json!(["gcc"]));
+}
+
+/// An answer read through a connection the caller opened (not
+/// `schema::open_ro`) still gets its node rows.
+#[test]
+fn answers_work_on_a_plain_connection() {
+    let (_d, p) = db();
+    build_stream().ingest(&p);
+    let plain = Connection::open(&p).unwrap();
+    let ours = crate::schema::open_ro(&p).unwrap();
+    let gcc: i64 = ours.query_row("SELECT node FROM nodes WHERE name = '/usr/bin/gcc' AND kind = 1", [], |r| r.get(0)).unwrap();
+    let a = ancestry(&plain, &gcc.to_string(), Direction::Ancestors, None, Window::default()).unwrap();
+    let b = ancestry(&ours, &gcc.to_string(), Direction::Ancestors, None, Window::default()).unwrap();
+    assert!(a.nodes.len() > 1);
+    assert_eq!(crate::render::json(&a).unwrap(), crate::render::json(&b).unwrap());
+}

@@ -194,6 +194,8 @@ fn tune(conn: &Connection) -> Result<()> {
     )
     .context("setting connection pragmas")?;
     conn.busy_timeout(std::time::Duration::from_secs(30))?;
+    // `rarray(?)`: an answer's node rows are read through one statement.
+    rusqlite::vtab::array::load_module(conn).context("loading the rarray module")?;
     Ok(())
 }
 
