@@ -304,3 +304,37 @@ fn sigterm_on_a_live_stream_commits_what_was_read() {
     let conn = Connection::open(&db).unwrap();
     assert_eq!(count(&conn, "SELECT COALESCE(SUM(last_id - first_id + 1), 0) FROM event_ranges"), 50);
 }
+
+/// `custos query event ID` finds any stored event's raw line through the
+/// event ranges (hex or decimal id), says so when there is none, and a
+/// store of the old layout is refused naming the command that rebuilds it.
+#[test]
+fn query_event_prints_the_raw_line_and_old_stores_name_custos_ingest() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, lines) = synthetic(dir.path(), 0.0005);
+    let db = dir.path().join("e.db");
+    ingest_ok(&db, &input);
+    let events: Vec<(&String, i64)> = lines.iter().filter_map(|l| event_id(l).map(|id| (l, id))).collect();
+    assert!(events.len() > 1000);
+    for (line, id) in events.iter().step_by(97).chain(events.last()) {
+        for arg in [format!("{id:#x}"), id.to_string()] {
+            let out = custos().args(["query", "--db"]).arg(&db).args(["event", &arg]).output().unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            assert_eq!(String::from_utf8_lossy(&out.stdout).trim_end(), line.as_str());
+        }
+    }
+    let missing = events.iter().map(|e| e.1).max().unwrap() + 1;
+    let out = custos().args(["query", "--db"]).arg(&db).args(["event", &missing.to_string()]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no event"), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let old = dir.path().join("old.db");
+    let c = Connection::open(&old).unwrap();
+    c.execute_batch("CREATE TABLE meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID; INSERT INTO meta VALUES('schema_version', 1);").unwrap();
+    drop(c);
+    for args in [vec!["query", "--db", old.to_str().unwrap(), "ancestors", "/x"], vec!["ingest", "--db", old.to_str().unwrap(), input.to_str().unwrap()]] {
+        let out = custos().args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains("schema version 1") && err.contains("custos ingest --db"), "{args:?}: {err}");
+    }
+}
