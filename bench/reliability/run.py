@@ -134,7 +134,7 @@ def flood_into_store(d: Path, bounds_mb):
     dropped = int(err.split("+ dropped ")[1].split()[0])
     peak_mb = int(err.split("maxrss_kb=")[1].split()[0]) / 1024
     con = sqlite3.connect(d / "flood.db")
-    stored = con.execute("SELECT count(*) FROM events").fetchone()[0]
+    stored = con.execute("SELECT COALESCE(SUM(last_id - first_id + 1), 0) FROM event_ranges").fetchone()[0]
     in_band = con.execute("SELECT COALESCE(SUM(count), 0) FROM losses WHERE category NOT LIKE 'skipped%'").fetchone()[0]
     con.close()
     return {"produced": produced, "stored": stored, "dropped": dropped, "refused_in_band": in_band,

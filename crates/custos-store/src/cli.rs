@@ -166,10 +166,7 @@ pub fn query(args: QueryArgs) -> Result<i32> {
             None => id.parse::<i64>(),
         }
         .with_context(|| format!("event id {id:?}: expected a decimal or 0x-hex number"))?;
-        let boots: Vec<i64> = conn
-            .prepare("SELECT boot FROM events WHERE event_id = ?1")?
-            .query_map([id], |r| r.get(0))?
-            .collect::<rusqlite::Result<_>>()?;
+        let boots = crate::ingest::event_boots(&conn, id)?;
         if boots.is_empty() {
             bail!("no event {id:#x} in {}", args.store.db.display());
         }

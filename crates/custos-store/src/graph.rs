@@ -76,6 +76,29 @@ impl<'c> Sql<'c> {
     }
 }
 
+// A process node's `attrs`, serialized from a struct rather than built as
+// a `json!` map; fields in alphabetical order, as the map wrote them.
+#[derive(Serialize)]
+struct FirstSeenAttrs<'a> {
+    comm: &'a str,
+    first_seen: bool,
+}
+#[derive(Serialize)]
+struct ForkAttrs<'a> {
+    comm: Option<&'a str>,
+    parent_pid: u32,
+}
+#[derive(Serialize)]
+struct ExecAttrs<'a> {
+    argv: Option<&'a [String]>,
+    comm: Option<&'a str>,
+    euid: Option<u32>,
+    uid: Option<u32>,
+}
+fn attrs_json(a: &impl Serialize) -> String {
+    serde_json::to_string(a).expect("attributes serialize")
+}
+
 /// Clean cached heads are dropped when the cache grows past this; they are in the `heads` table.
 const HEAD_CACHE_MAX: usize = 4_000_000;
 
@@ -327,7 +350,7 @@ impl Graph {
         // Started before collection (or its fork was lost): an execution with no known parent.
         let comm = ev.comm.clone().unwrap_or_default();
         let name = format!("[{}]", if comm.is_empty() { "unknown" } else { &comm });
-        let attrs = serde_json::json!({"comm": comm, "first_seen": true}).to_string();
+        let attrs = attrs_json(&FirstSeenAttrs { comm: &comm, first_seen: true });
         let node = self.new_node(db, NodeKind::Process, boot, &name, 1, Some((ev.pid, None)), ev, Some(attrs))?;
         self.procs.insert(
             (boot, ev.pid),
@@ -505,7 +528,7 @@ impl Graph {
 
     /// Applies one (new, never before seen) event to the graph.
     pub fn apply(&mut self, db: &mut Sql<'_>, boot: i64, ev: &Event) -> Result<()> {
-        let call = ev.syscall.as_str();
+        let call = &*ev.syscall;
         if ev.failed() {
             self.stats.no_graph_effect += 1;
             return Ok(());
@@ -557,9 +580,7 @@ impl Graph {
                 let name = ev.path.clone().unwrap_or_else(|| format!("pipe:[event {}]", ev.id));
                 let key = ObjKey::new(NodeKind::Pipe, boot, name);
                 let mut fds: Vec<i32> = ["read_fd", "write_fd"].iter().filter_map(|n| ev.arg_i64(n)).map(|v| v as i32).collect();
-                if let Some(arr) = ev.args.get("fds").and_then(|v| v.as_array()) {
-                    fds.extend(arr.iter().filter_map(|v| v.as_i64()).map(|v| v as i32));
-                }
+                fds.extend(ev.arg_fds().iter().map(|v| *v as i32));
                 if fds.is_empty() {
                     self.stats.no_graph_effect += 1;
                 }
@@ -731,7 +752,7 @@ impl Graph {
             p.frozen = true;
             (p.name.clone(), p.fds.clone(), p.euid)
         };
-        let attrs = serde_json::json!({"comm": ev.comm, "parent_pid": ev.pid}).to_string();
+        let attrs = attrs_json(&ForkAttrs { comm: ev.comm.as_deref(), parent_pid: ev.pid });
         let node = self.new_node(db, NodeKind::Process, boot, &name, 1, Some((child, None)), ev, Some(attrs))?;
         self.edge(db, node, parent, EdgeKind::WasInformedBy, boot, ev)?;
         let mut causes = Set::default();
@@ -749,7 +770,7 @@ impl Graph {
             .or_else(|| ev.argv.as_ref().and_then(|a| a.first().cloned()))
             .or_else(|| ev.comm.as_ref().map(|c| format!("[{c}]")))
             .unwrap_or_else(|| "[unknown]".into());
-        let attrs = serde_json::json!({"comm": ev.comm, "argv": ev.argv, "uid": ev.uid, "euid": ev.euid}).to_string();
+        let attrs = attrs_json(&ExecAttrs { argv: ev.argv.as_deref(), comm: ev.comm.as_deref(), euid: ev.euid, uid: ev.uid });
         let node = self.new_node(db, NodeKind::Process, boot, &name, 1, Some((ev.pid, None)), ev, Some(attrs))?;
         self.edge(db, node, old, EdgeKind::WasInformedBy, boot, ev)?;
         let mut causes = Set::default();

@@ -24,7 +24,7 @@ pub struct NodeInfo {
     pub time: String,
     pub event_id: i64,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub attrs: Option<serde_json::Value>,
+    pub attrs: Option<Attrs>,
     /// Distance from the query's start node(s), when the query is a traversal.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub depth: Option<u32>,
@@ -127,6 +127,25 @@ impl Answer {
     }
 }
 
+/// A node's stored attributes: JSON text, checked when read and turned into
+/// a JSON value only when an answer is written as JSON (building a
+/// `serde_json::Value` per node was a fifth of a large answer's time).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Attrs(String);
+
+impl Attrs {
+    /// The attributes as a JSON value.
+    pub fn value(&self) -> serde_json::Value {
+        serde_json::from_str(&self.0).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+impl Serialize for Attrs {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        self.value().serialize(s)
+    }
+}
+
 /// Holds one read transaction across many point lookups. Outside a
 /// transaction SQLite takes and drops its file locks on every statement
 /// (two fcntl and an fstat each): that, not the b-tree, dominated the walk.
@@ -189,6 +208,20 @@ impl<'c> CauseReader<'c> {
         b.read_at_exact(&mut self.buf, 0).context("reading a cause list")?;
         Ok(())
     }
+
+    /// `node`'s edges to its causes, in the order of the edge table's old
+    /// key (cause, kind, event id), so answers list them as before.
+    pub fn edges_of(&mut self, node: i64) -> Result<Vec<EdgeInfo>> {
+        self.load(node)?;
+        let mut v = crate::graph::decode_causes(&self.buf)
+            .map(|c| {
+                let kind = EdgeKind::from_i64(c.kind as i64).context("unknown edge kind in store")?;
+                Ok(EdgeInfo { effect: node, cause: c.cause, kind, event_id: c.event_id, time_ns: c.time_ns, boot: c.boot })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        v.sort_by_key(|e| (e.cause, e.kind as i64, e.event_id));
+        Ok(v)
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -214,29 +247,64 @@ pub enum Direction {
     Descendants,
 }
 
+const NODE_COLUMNS: &str = "SELECT node, kind, boot, name, version, pid, exec, time_ns, event_id, attrs FROM nodes WHERE node = ?1";
+
+fn node_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<NodeInfo> {
+    let kind: i64 = r.get(1)?;
+    let t: i64 = r.get(7)?;
+    let attrs: Option<String> = r.get(9)?;
+    Ok(NodeInfo {
+        node: r.get(0)?,
+        kind: NodeKind::from_i64(kind).map(|k| k.name()).unwrap_or("unknown"),
+        boot: r.get(2)?,
+        name: r.get(3)?,
+        version: r.get(4)?,
+        pid: r.get(5)?,
+        exec: r.get(6)?,
+        time_ns: t,
+        time: format_ns(t as u64),
+        event_id: r.get::<_, Option<i64>>(8)?.unwrap_or(0),
+        // Text that is not JSON reads as no attributes, as before.
+        attrs: attrs.filter(|a| serde_json::from_str::<serde::de::IgnoredAny>(a).is_ok()).map(Attrs),
+        depth: None,
+    })
+}
+
 pub fn node_info(conn: &Connection, id: i64) -> Result<Option<NodeInfo>> {
-    conn.prepare_cached("SELECT node, kind, boot, name, version, pid, exec, time_ns, event_id, attrs FROM nodes WHERE node = ?1")?
-        .query_row([id], |r| {
-            let kind: i64 = r.get(1)?;
-            let t: i64 = r.get(7)?;
-            let attrs: Option<String> = r.get(9)?;
-            Ok(NodeInfo {
-                node: r.get(0)?,
-                kind: NodeKind::from_i64(kind).map(|k| k.name()).unwrap_or("unknown"),
-                boot: r.get(2)?,
-                name: r.get(3)?,
-                version: r.get(4)?,
-                pid: r.get(5)?,
-                exec: r.get(6)?,
-                time_ns: t,
-                time: format_ns(t as u64),
-                event_id: r.get::<_, Option<i64>>(8)?.unwrap_or(0),
-                attrs: attrs.and_then(|a| serde_json::from_str(&a).ok()),
-                depth: None,
-            })
-        })
-        .optional()
-        .context("reading a node")
+    conn.prepare_cached(NODE_COLUMNS)?.query_row([id], node_row).optional().context("reading a node")
+}
+
+/// The rows of many nodes (an answer's), with their depths: one statement
+/// over the sorted ids (`rarray`), so SQLite steps one cursor through them
+/// instead of a statement run per node.
+fn node_infos(conn: &Connection, depth: &NodeMap<u32>) -> Result<Vec<NodeInfo>> {
+    let mut ids: Vec<i64> = depth.keys().copied().collect();
+    ids.sort_unstable();
+    let n = ids.len();
+    let list = std::rc::Rc::new(ids.into_iter().map(rusqlite::types::Value::from).collect::<Vec<_>>());
+    const SQL: &str = "SELECT node, kind, boot, name, version, pid, exec, time_ns, event_id, attrs FROM nodes WHERE node IN rarray(?1)";
+    // The stores' own connections have `rarray` (schema::open_*); another
+    // connection gets it here.
+    let mut st = match conn.prepare_cached(SQL) {
+        Ok(st) => st,
+        Err(_) => {
+            rusqlite::vtab::array::load_module(conn).context("loading the rarray module")?;
+            conn.prepare_cached(SQL)?
+        }
+    };
+    let mut nodes = Vec::with_capacity(n);
+    let mut rows = st.query([list])?;
+    while let Some(r) = rows.next()? {
+        let mut info = node_row(r)?;
+        info.depth = depth.get(&info.node).copied();
+        nodes.push(info);
+    }
+    if nodes.len() != n {
+        let found: HashSet<i64> = nodes.iter().map(|x| x.node).collect();
+        let missing = depth.keys().find(|id| !found.contains(id)).copied().unwrap_or_default();
+        bail!("node {missing} referenced by an edge is missing");
+    }
+    Ok(nodes)
 }
 
 fn ids(conn: &Connection, sql: &str, p: impl rusqlite::Params) -> Result<Vec<i64>> {
@@ -396,14 +464,6 @@ pub fn traverse(
     Ok((depth, edges))
 }
 
-/// Ancestor count by a recursive CTE, kept for the benchmark's design comparison.
-pub fn ancestors_cte_count(conn: &Connection, root: i64) -> Result<i64> {
-    Ok(conn.prepare_cached(
-        "WITH RECURSIVE anc(n) AS (SELECT ?1 UNION SELECT e.cause FROM edges e JOIN anc ON e.effect = anc.n) SELECT COUNT(*) - 1 FROM anc",
-    )?
-    .query_row([root], |r| r.get(0))?)
-}
-
 fn losses_for(conn: &Connection, boots: &HashSet<i64>, span: Option<(i64, i64)>) -> Result<Vec<LossNote>> {
     let Some((lo, hi)) = span else { return Ok(vec![]) };
     let mut st = conn.prepare_cached(
@@ -438,12 +498,7 @@ enum Reach {
 }
 
 fn finish(conn: &Connection, query: String, start: Vec<i64>, depth: NodeMap<u32>, edges: Vec<EdgeInfo>, rows: Vec<TouchRow>, path: Option<String>, reach: Reach) -> Result<Answer> {
-    let mut nodes = Vec::with_capacity(depth.len());
-    for (id, d) in &depth {
-        let mut n = node_info(conn, *id)?.with_context(|| format!("node {id} referenced by an edge is missing"))?;
-        n.depth = Some(*d);
-        nodes.push(n);
-    }
+    let mut nodes = node_infos(conn, &depth)?;
     nodes.sort_by_key(|n| (n.depth, n.node));
     // The span is when the answer's causal facts happened: its edge times. A
     // long-lived node (a user, a header first read hours ago) does not stretch
@@ -505,7 +560,7 @@ pub fn path(conn: &Connection, a: &str, b: &str) -> Result<Answer> {
 fn shortest(conn: &Connection, src: &[i64], dst: &[i64]) -> Result<Option<Vec<EdgeInfo>>> {
     let _tx = ReadTx::begin(conn)?;
     let targets: HashSet<i64> = dst.iter().copied().collect();
-    let mut st = conn.prepare_cached("SELECT cause, kind, event_id, time_ns, boot FROM edges WHERE effect = ?1")?;
+    let mut reader = CauseReader::new(conn);
     let mut parent: HashMap<i64, Option<EdgeInfo>> = src.iter().map(|s| (*s, None)).collect();
     let mut queue: VecDeque<i64> = src.iter().copied().collect();
     while let Some(n) = queue.pop_front() {
@@ -519,15 +574,12 @@ fn shortest(conn: &Connection, src: &[i64], dst: &[i64]) -> Result<Option<Vec<Ed
             out.reverse();
             return Ok(Some(out));
         }
-        let mut rows = st.query([n])?;
-        while let Some(r) = rows.next()? {
-            let cause: i64 = r.get(0)?;
-            if parent.contains_key(&cause) {
+        for e in reader.edges_of(n)? {
+            if parent.contains_key(&e.cause) {
                 continue;
             }
-            let kind = EdgeKind::from_i64(r.get(1)?).context("unknown edge kind in store")?;
-            parent.insert(cause, Some(EdgeInfo { effect: n, cause, kind, event_id: r.get(2)?, time_ns: r.get(3)?, boot: r.get(4)? }));
-            queue.push_back(cause);
+            parent.insert(e.cause, Some(e));
+            queue.push_back(e.cause);
         }
     }
     Ok(None)
@@ -550,10 +602,26 @@ fn touch_edges(conn: &Connection, sql: &str, node: i64) -> Result<Vec<EdgeInfo>>
     Ok(v)
 }
 
-const READS_OF_PROC: &str = "SELECT e.effect, e.cause, e.kind, e.event_id, e.time_ns, e.boot FROM edges e JOIN nodes n ON n.node = e.cause WHERE e.effect = ?1 AND e.kind = 1 AND n.kind <> 1";
 const WRITES_OF_PROC: &str = "SELECT e.effect, e.cause, e.kind, e.event_id, e.time_ns, e.boot FROM edges e JOIN nodes n ON n.node = e.effect WHERE e.cause = ?1 AND e.kind = 2 AND n.kind <> 1";
 const READERS_OF: &str = "SELECT effect, cause, kind, event_id, time_ns, boot FROM edges WHERE cause = ?1 AND kind = 1";
-const WRITER_OF: &str = "SELECT effect, cause, kind, event_id, time_ns, boot FROM edges WHERE effect = ?1 AND kind = 2";
+
+/// What a process version read (artifacts it `used`, not the executable's
+/// process edges), from its cause list.
+fn reads_of_proc(conn: &Connection, reader: &mut CauseReader<'_>, node: i64) -> Result<Vec<EdgeInfo>> {
+    let mut kind_of = conn.prepare_cached("SELECT kind FROM nodes WHERE node = ?1")?;
+    let mut out = Vec::new();
+    for e in reader.edges_of(node)? {
+        if e.kind == EdgeKind::Used && kind_of.query_row([e.cause], |r| r.get::<_, i64>(0))? != NodeKind::Process as i64 {
+            out.push(e);
+        }
+    }
+    Ok(out)
+}
+
+/// Who wrote an artifact version, from its cause list.
+fn writer_of(reader: &mut CauseReader<'_>, node: i64) -> Result<Vec<EdgeInfo>> {
+    Ok(reader.edges_of(node)?.into_iter().filter(|e| e.kind == EdgeKind::WasGeneratedBy).collect())
+}
 
 fn touch_answer(conn: &Connection, query: String, start: Vec<i64>, edges: Vec<EdgeInfo>, window: Window) -> Result<Answer> {
     let mut rows: Vec<TouchRow> = edges
@@ -575,9 +643,11 @@ fn touch_answer(conn: &Connection, query: String, start: Vec<i64>, edges: Vec<Ed
 /// Every artifact version the process (all versions of its executions) read or wrote.
 pub fn touched_by(conn: &Connection, spec: &str, window: Window) -> Result<Answer> {
     let procs = resolve_processes(conn, spec)?;
+    let _tx = ReadTx::begin(conn)?;
+    let mut reader = CauseReader::new(conn);
     let mut edges = Vec::new();
     for p in &procs {
-        edges.extend(touch_edges(conn, READS_OF_PROC, *p)?);
+        edges.extend(reads_of_proc(conn, &mut reader, *p)?);
         edges.extend(touch_edges(conn, WRITES_OF_PROC, *p)?);
     }
     edges.retain(|e| window.admits(e.time_ns));
@@ -587,10 +657,12 @@ pub fn touched_by(conn: &Connection, spec: &str, window: Window) -> Result<Answe
 /// Every process that read or wrote any version of the file (or socket/pipe).
 pub fn who_touched(conn: &Connection, spec: &str, window: Window) -> Result<Answer> {
     let versions = resolve(conn, spec, false)?;
+    let _tx = ReadTx::begin(conn)?;
+    let mut reader = CauseReader::new(conn);
     let mut edges = Vec::new();
     for v in &versions {
         edges.extend(touch_edges(conn, READERS_OF, *v)?);
-        edges.extend(touch_edges(conn, WRITER_OF, *v)?);
+        edges.extend(writer_of(&mut reader, *v)?);
     }
     edges.retain(|e| window.admits(e.time_ns));
     touch_answer(conn, format!("who-touched {spec}"), versions, edges, window)
@@ -637,25 +709,3 @@ pub fn ancestor_ids(conn: &Connection, root: i64) -> Result<NodeSet> {
 #[cfg(test)]
 #[path = "query_tests.rs"]
 mod tests;
-
-/// The ancestor set through the edge table (one prepared point query per node),
-/// kept for the benchmark's design comparison with the cause-list walk.
-pub fn ancestor_ids_by_edge_table(conn: &Connection, root: i64) -> Result<NodeSet> {
-    let _tx = ReadTx::begin(conn)?;
-    let mut st = conn.prepare_cached("SELECT cause FROM edges WHERE effect = ?1")?;
-    let mut seen = NodeSet::default();
-    seen.insert(root);
-    let mut stack = vec![root];
-    while let Some(n) = stack.pop() {
-        st.raw_bind_parameter(1, n)?;
-        let mut rows = st.raw_query();
-        while let Some(r) = rows.next()? {
-            let c: i64 = r.get(0)?;
-            if seen.insert(c) {
-                stack.push(c);
-            }
-        }
-    }
-    seen.remove(&root);
-    Ok(seen)
-}

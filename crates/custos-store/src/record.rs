@@ -1,16 +1,33 @@
 //! One line of the collector's JSON Lines stream (docs/event-schema.md).
+//!
+//! Parsed in one pass straight into typed fields: strings the store does not
+//! keep (`type`, `boot_id`, `category`) are borrowed from the line, `args` is
+//! read into the few integer arguments the graph uses, and syscall names are
+//! static strings, so an event costs a handful of small allocations instead
+//! of a `serde_json::Value` tree.
 
+use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
-use serde_json::Value;
+use std::borrow::Cow;
+use std::fmt;
+
+#[path = "fastline.rs"]
+mod fastline;
+
+/// A string borrowed from the line when it has no escapes (serde only
+/// borrows a `Cow` that is a field of its own, not one inside an `Option`).
+#[derive(Deserialize, Debug)]
+struct Str<'a>(#[serde(borrow)] Cow<'a, str>);
 
 /// Every field any record type may carry; which ones are required depends on `type`.
 /// One flat struct keeps parsing to a single pass over the line.
 #[derive(Deserialize, Default, Debug)]
 #[serde(default)]
-struct Line {
-    #[serde(rename = "type")]
-    kind: Option<String>,
-    boot_id: Option<String>,
+struct Line<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Option<Str<'a>>,
+    #[serde(borrow)]
+    boot_id: Option<Str<'a>>,
     id: Option<u64>,
     cpu: Option<u32>,
     time_ns: Option<u64>,
@@ -20,9 +37,10 @@ struct Line {
     uid: Option<u32>,
     euid: Option<u32>,
     comm: Option<String>,
-    syscall: Option<String>,
+    #[serde(borrow)]
+    syscall: Option<Str<'a>>,
     ret: Option<i64>,
-    args: Option<serde_json::Map<String, Value>>,
+    args: Option<Box<Args>>,
     path: Option<String>,
     path2: Option<String>,
     argv: Option<Vec<String>>,
@@ -31,21 +49,257 @@ struct Line {
     child_pid: Option<u32>,
     count: Option<u64>,
     // A flag on events, a counter on stats lines: accept both.
-    incomplete: Option<Value>,
+    incomplete: Option<Lenient<bool>>,
     dev: Option<u64>,
     inode: Option<u64>,
     first_seq: Option<u64>,
     last_seq: Option<u64>,
-    category: Option<String>,
+    #[serde(borrow)]
+    category: Option<Str<'a>>,
     upper_bound: Option<bool>,
     start_ns: Option<u64>,
     end_ns: Option<u64>,
 }
 
+/// A value of any JSON type, kept when it is a `T` (an integer that fits,
+/// `true`/`false`) and `None` otherwise, as `Value::as_i64`/`as_bool` did:
+/// arguments of other types are not an error, the graph just cannot use them.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Lenient<T>(Option<T>);
+
+trait FromJsonScalar: Sized {
+    fn from_i64(_: i64) -> Option<Self> {
+        None
+    }
+    fn from_u64(_: u64) -> Option<Self> {
+        None
+    }
+    fn from_bool(_: bool) -> Option<Self> {
+        None
+    }
+}
+impl FromJsonScalar for i64 {
+    fn from_i64(v: i64) -> Option<Self> {
+        Some(v)
+    }
+    fn from_u64(v: u64) -> Option<Self> {
+        i64::try_from(v).ok()
+    }
+}
+impl FromJsonScalar for bool {
+    fn from_bool(v: bool) -> Option<Self> {
+        Some(v)
+    }
+}
+
+struct LenientVisitor<T>(std::marker::PhantomData<T>);
+
+impl<'de, T: FromJsonScalar> Visitor<'de> for LenientVisitor<T> {
+    type Value = Lenient<T>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
+        Ok(Lenient(T::from_i64(v)))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
+        Ok(Lenient(T::from_u64(v)))
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Self::Value, E> {
+        Ok(Lenient(T::from_bool(v)))
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(Lenient(None))
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(Lenient(None))
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(Lenient(None))
+    }
+    fn visit_none<E>(self) -> Result<Self::Value, E> {
+        Ok(Lenient(None))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Lenient(None))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(Lenient(None))
+    }
+}
+
+impl<'de, T: FromJsonScalar> Deserialize<'de> for Lenient<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(LenientVisitor(std::marker::PhantomData))
+    }
+}
+
+/// The integer arguments the graph reads (`args.fd`, `args.newfd`, ...);
+/// others are skipped. Non-integer values read as absent, and a repeated
+/// key keeps its last value, as with a JSON object.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Args {
+    fd: Option<i64>,
+    sockfd: Option<i64>,
+    oldfd: Option<i64>,
+    newfd: Option<i64>,
+    cmd: Option<i64>,
+    prot: Option<i64>,
+    flags: Option<i64>,
+    read_fd: Option<i64>,
+    write_fd: Option<i64>,
+    in_fd: Option<i64>,
+    fd_in: Option<i64>,
+    out_fd: Option<i64>,
+    fd_out: Option<i64>,
+    uid: Option<i64>,
+    euid: Option<i64>,
+    fsuid: Option<i64>,
+    /// `args.fds` of pipe/socketpair: its integer elements.
+    pub fds: Vec<i64>,
+}
+
+impl Args {
+    /// An integer argument by name; `None` for names the graph does not read.
+    pub fn get(&self, name: &str) -> Option<i64> {
+        match name {
+            "fd" => self.fd,
+            "sockfd" => self.sockfd,
+            "oldfd" => self.oldfd,
+            "newfd" => self.newfd,
+            "cmd" => self.cmd,
+            "prot" => self.prot,
+            "flags" => self.flags,
+            "read_fd" => self.read_fd,
+            "write_fd" => self.write_fd,
+            "in_fd" => self.in_fd,
+            "fd_in" => self.fd_in,
+            "out_fd" => self.out_fd,
+            "fd_out" => self.fd_out,
+            "uid" => self.uid,
+            "euid" => self.euid,
+            "fsuid" => self.fsuid,
+            _ => {
+                debug_assert!(false, "args.{name} is not parsed (add it to record::Args)");
+                None
+            }
+        }
+    }
+}
+
+/// The elements of `args.fds` that are integers; nothing for another type.
+struct IntList(Vec<i64>);
+
+impl<'de> Deserialize<'de> for IntList {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = IntList;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<IntList, A::Error> {
+                let mut v = Vec::new();
+                while let Some(Lenient(x)) = seq.next_element::<Lenient<i64>>()? {
+                    v.extend(x);
+                }
+                Ok(IntList(v))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<IntList, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(IntList(Vec::new()))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<IntList, E> {
+                Ok(IntList(Vec::new()))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<IntList, E> {
+                Ok(IntList(Vec::new()))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<IntList, E> {
+                Ok(IntList(Vec::new()))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<IntList, E> {
+                Ok(IntList(Vec::new()))
+            }
+            fn visit_str<E>(self, _: &str) -> Result<IntList, E> {
+                Ok(IntList(Vec::new()))
+            }
+            fn visit_unit<E>(self) -> Result<IntList, E> {
+                Ok(IntList(Vec::new()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl<'de> Deserialize<'de> for Args {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Args;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a JSON object of arguments")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Args, A::Error> {
+                let mut a = Args::default();
+                while let Some(key) = map.next_key::<Str<'de>>()? {
+                    let slot = match &*key.0 {
+                        "fd" => &mut a.fd,
+                        "sockfd" => &mut a.sockfd,
+                        "oldfd" => &mut a.oldfd,
+                        "newfd" => &mut a.newfd,
+                        "cmd" => &mut a.cmd,
+                        "prot" => &mut a.prot,
+                        "flags" => &mut a.flags,
+                        "read_fd" => &mut a.read_fd,
+                        "write_fd" => &mut a.write_fd,
+                        "in_fd" => &mut a.in_fd,
+                        "fd_in" => &mut a.fd_in,
+                        "out_fd" => &mut a.out_fd,
+                        "fd_out" => &mut a.fd_out,
+                        "uid" => &mut a.uid,
+                        "euid" => &mut a.euid,
+                        "fsuid" => &mut a.fsuid,
+                        "fds" => {
+                            a.fds = map.next_value::<IntList>()?.0;
+                            continue;
+                        }
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                            continue;
+                        }
+                    };
+                    *slot = map.next_value::<Lenient<i64>>()?.0;
+                }
+                Ok(a)
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// The syscall names the stream uses most, as static strings: no allocation
+/// for them (any other name is kept as its own string).
+fn syscall_name(s: Cow<'_, str>) -> Cow<'static, str> {
+    const KNOWN: &[&str] = &[
+        "read", "write", "openat", "close", "mmap", "execve", "clone", "clone3", "exit_group", "exit", "pread64",
+        "pwrite64", "readv", "writev", "open", "creat", "openat2", "unlink", "unlinkat", "rename", "renameat",
+        "renameat2", "link", "linkat", "pipe", "pipe2", "dup", "dup2", "dup3", "fcntl", "connect", "accept",
+        "accept4", "recvfrom", "sendto", "recvmsg", "sendmsg", "fork", "vfork", "execveat", "sched:process_fork",
+        "lsm:file_open", "truncate", "ftruncate", "setuid", "setresuid", "setreuid", "setfsuid", "socketpair",
+        "sendfile", "splice", "copy_file_range", "mmap2", "rmdir",
+    ];
+    match KNOWN.iter().find(|k| **k == s) {
+        Some(k) => Cow::Borrowed(k),
+        None => Cow::Owned(s.into_owned()),
+    }
+}
+
 /// A syscall/hook event, reduced to what the graph needs (the raw line is kept separately).
 #[derive(Debug, Clone, Default)]
 pub struct Event {
-    pub boot_id: Option<String>,
     pub id: u64,
     pub cpu: u32,
     pub time_ns: u64,
@@ -55,9 +309,10 @@ pub struct Event {
     pub uid: Option<u32>,
     pub euid: Option<u32>,
     pub comm: Option<String>,
-    pub syscall: String,
+    pub syscall: Cow<'static, str>,
     pub ret: Option<i64>,
-    pub args: serde_json::Map<String, Value>,
+    /// Boxed: most events carry none, and the event is moved around.
+    pub args: Option<Box<Args>>,
     pub path: Option<String>,
     pub path2: Option<String>,
     pub argv: Option<Vec<String>>,
@@ -73,9 +328,12 @@ pub struct Event {
 impl Event {
     /// An integer argument by name (`args.fd`, `args.newfd`, ...).
     pub fn arg_i64(&self, name: &str) -> Option<i64> {
-        self.args.get(name).and_then(Value::as_i64)
+        self.args.as_ref().and_then(|a| a.get(name))
     }
-    /// The call failed (negative errno).
+    /// The integer elements of `args.fds` (pipe, socketpair).
+    pub fn arg_fds(&self) -> &[i64] {
+        self.args.as_ref().map_or(&[], |a| &a.fds)
+    }
     /// Whether the call failed. A non-blocking `connect` returning
     /// -EINPROGRESS has not: it is how most network clients connect, and the
     /// socket is bound to its peer from then on (a later failure shows in
@@ -104,9 +362,11 @@ pub struct Loss {
     pub end_ns: u64,
 }
 
+/// One parsed line; borrows from it (the event's boot identity).
 #[derive(Debug)]
-pub enum Record {
-    Event(Box<Event>),
+pub enum Record<'a> {
+    /// An event and the boot it names, if it names one.
+    Event(Box<Event>, Option<Cow<'a, str>>),
     Loss(Loss),
     /// `{"type":"boot","boot_id":...}`: names the boot of the lines that follow.
     Boot(String),
@@ -120,36 +380,46 @@ fn need<T>(v: Option<T>, kind: &str, field: &str) -> Result<T, String> {
 }
 
 /// Parses one line. Errors are messages for the user (the caller adds the line number).
-pub fn parse_line(text: &str) -> Result<Record, String> {
-    let l: Line = serde_json::from_str(text).map_err(|e| format!("not valid JSON for the event schema: {e}"))?;
-    let kind = l.kind.ok_or("no `type` field (expected \"event\", \"loss\", \"boot\" or \"stats\")")?;
-    match kind.as_str() {
+pub fn parse_line(text: &str) -> Result<Record<'_>, String> {
+    // The collector's plain lines take the fast path; serde decides the rest.
+    let l: Line = match fastline::fast_line(text) {
+        Some(l) => l,
+        None => serde_json::from_str(text).map_err(|e| format!("not valid JSON for the event schema: {e}"))?,
+    };
+    let kind = l.kind.ok_or("no `type` field (expected \"event\", \"loss\", \"boot\" or \"stats\")")?.0;
+    let owned = |s: Option<Str<'_>>| s.map(|s| s.0.into_owned());
+    match &*kind {
         "event" => {
             let id = need(l.id, "event", "id")?;
-            Ok(Record::Event(Box::new(Event {
-                boot_id: l.boot_id,
-                id,
-                cpu: l.cpu.unwrap_or((id >> 48) as u32),
-                time_ns: need(l.time_ns, "event", "time_ns")?,
-                pid: need(l.pid, "event", "pid")?,
-                tid: l.tid.or(l.pid).unwrap_or(0),
-                ppid: l.ppid.unwrap_or(0),
-                uid: l.uid,
-                euid: l.euid,
-                comm: l.comm,
-                syscall: need(l.syscall, "event", "syscall")?,
-                ret: l.ret,
-                args: l.args.unwrap_or_default(),
-                path: l.path.filter(|p| !p.is_empty()),
-                path2: l.path2.filter(|p| !p.is_empty()),
-                argv: l.argv,
-                addr: l.addr.filter(|a| !a.is_empty()),
-                fd: l.fd,
-                child_pid: l.child_pid,
-                incomplete: l.incomplete.as_ref().and_then(Value::as_bool).unwrap_or(false),
-                dev: l.dev,
-                inode: l.inode,
-            })))
+            let time_ns = need(l.time_ns, "event", "time_ns")?;
+            let pid = need(l.pid, "event", "pid")?;
+            let syscall = syscall_name(need(l.syscall, "event", "syscall")?.0);
+            Ok(Record::Event(
+                Box::new(Event {
+                    id,
+                    cpu: l.cpu.unwrap_or((id >> 48) as u32),
+                    time_ns,
+                    pid,
+                    tid: l.tid.or(l.pid).unwrap_or(0),
+                    ppid: l.ppid.unwrap_or(0),
+                    uid: l.uid,
+                    euid: l.euid,
+                    comm: l.comm,
+                    syscall,
+                    ret: l.ret,
+                    args: l.args,
+                    path: l.path.filter(|p| !p.is_empty()),
+                    path2: l.path2.filter(|p| !p.is_empty()),
+                    argv: l.argv,
+                    addr: l.addr.filter(|a| !a.is_empty()),
+                    fd: l.fd,
+                    child_pid: l.child_pid,
+                    incomplete: l.incomplete.and_then(|v| v.0).unwrap_or(false),
+                    dev: l.dev,
+                    inode: l.inode,
+                }),
+                l.boot_id.map(|b| b.0),
+            ))
         }
         "loss" => {
             let start_ns = need(l.start_ns, "loss", "start_ns")?;
@@ -162,13 +432,14 @@ pub fn parse_line(text: &str) -> Result<Record, String> {
                 (None, Some(f), Some(t)) if t >= f => t - f + 1,
                 _ => return Err("loss record lacks `count` (and first_seq/last_seq to derive it)".into()),
             };
+            let category = owned(l.category);
             Ok(Record::Loss(Loss {
-                boot_id: l.boot_id,
+                boot_id: owned(l.boot_id),
                 cpu: l.cpu,
                 first_seq: l.first_seq,
                 last_seq: l.last_seq,
                 count,
-                category: match (l.category, l.upper_bound) {
+                category: match (category, l.upper_bound) {
                     (Some(c), Some(true)) => format!("{c}, upper bound"),
                     (c, _) => c.unwrap_or_else(|| "unknown".into()),
                 },
@@ -176,8 +447,8 @@ pub fn parse_line(text: &str) -> Result<Record, String> {
                 end_ns,
             }))
         }
-        "boot" => Ok(Record::Boot(need(l.boot_id, "boot", "boot_id")?)),
-        "stats" => Ok(Record::Stats { boot_id: l.boot_id, time_ns: need(l.time_ns, "stats", "time_ns")? }),
+        "boot" => Ok(Record::Boot(need(owned(l.boot_id), "boot", "boot_id")?)),
+        "stats" => Ok(Record::Stats { boot_id: owned(l.boot_id), time_ns: need(l.time_ns, "stats", "time_ns")? }),
         other => Ok(Record::Other(other.to_string())),
     }
 }
@@ -190,10 +461,11 @@ mod tests {
     fn parses_event_and_loss() {
         let r = parse_line(r#"{"type":"event","id":281474976710657,"time_ns":5,"pid":10,"tid":11,"syscall":"read","fd":3,"path":"/a","args":{"fd":3}}"#).unwrap();
         match r {
-            Record::Event(e) => {
+            Record::Event(e, boot) => {
                 assert_eq!(e.cpu, 1);
                 assert_eq!(e.arg_i64("fd"), Some(3));
                 assert_eq!(e.path.as_deref(), Some("/a"));
+                assert_eq!(boot, None);
             }
             _ => panic!("not an event"),
         }
@@ -213,5 +485,38 @@ mod tests {
         assert!(matches!(parse_line(r#"{"type":"future","x":1}"#).unwrap(), Record::Other(_)));
         // The collector's stats lines count `incomplete` events.
         assert!(matches!(parse_line(r#"{"type":"stats","time_ns":5,"incomplete":0,"count":3}"#).unwrap(), Record::Stats { .. }));
+    }
+
+    /// The typed parse reads what the `serde_json::Value` parse read:
+    /// escaped strings, arguments of any type (only integers count), the
+    /// last of a repeated argument, `fds` arrays, `incomplete` of any type.
+    #[test]
+    fn typed_parse_keeps_escapes_and_reads_arguments_leniently() {
+        let line = r#"{"type":"event","boot_id":"b\u0031","id":7,"time_ns":5,"pid":10,"comm":"a\"b","syscall":"pipe2","path":"/tmp/x\\y\u00e9","args":{"flags":"O_CLOEXEC","fd":1.5,"newfd":18446744073709551615,"cmd":-3,"cmd":4,"fds":[3,"x",4,null,{"a":1}],"nested":{"fd":9},"read_fd":[1]},"incomplete":true,"extra":[1,{"b":[2]}]}"#;
+        let Record::Event(e, boot) = parse_line(line).unwrap() else { panic!("not an event") };
+        assert_eq!(boot.as_deref(), Some("b1"));
+        assert_eq!(e.comm.as_deref(), Some("a\"b"));
+        assert_eq!(e.path.as_deref(), Some("/tmp/x\\yé"));
+        assert_eq!(e.syscall, "pipe2");
+        assert_eq!(e.arg_i64("flags"), None, "a string flag is not an integer");
+        assert_eq!(e.arg_i64("fd"), None, "nor a fraction");
+        assert_eq!(e.arg_i64("newfd"), None, "nor one past i64");
+        assert_eq!(e.arg_i64("cmd"), Some(4), "the last of a repeated key");
+        assert_eq!(e.arg_i64("read_fd"), None);
+        assert_eq!(e.arg_fds(), &[3, 4]);
+        assert!(e.incomplete);
+        let Record::Event(e, _) = parse_line(r#"{"type":"event","id":7,"time_ns":5,"pid":10,"syscall":"frobnicate","incomplete":1,"args":{"fds":5}}"#).unwrap() else {
+            panic!("not an event")
+        };
+        assert_eq!(e.syscall, "frobnicate");
+        assert!(!e.incomplete, "only `true` marks an event incomplete");
+        assert!(e.arg_fds().is_empty());
+        // Wrong types of the fields the store needs are still errors, with the column.
+        let err = parse_line(r#"{"type":"event","id":7,"time_ns":5,"pid":"ten","syscall":"read"}"#).unwrap_err();
+        assert!(err.contains("invalid type") && err.contains("column"), "{err}");
+        let err = parse_line(r#"{"type":"event","id":7,"time_ns":5,"pid":1,"syscall":"read","args":[1]}"#).unwrap_err();
+        assert!(err.contains("invalid type"), "{err}");
+        let err = parse_line(r#"{"type":"event","id":7,"time_ns":5,"pid":1,"syscall":"read","args":{"fd":3"#).unwrap_err();
+        assert!(err.contains("EOF"), "{err}");
     }
 }

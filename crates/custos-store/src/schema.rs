@@ -5,7 +5,9 @@ use rusqlite::{Connection, OpenFlags};
 use std::path::Path;
 
 /// Bumped whenever the layout changes; a database with another version is refused.
-pub const SCHEMA_VERSION: i64 = 1;
+/// 2: `event_ranges` (runs of event ids per raw chunk) replaced the per-event
+/// `events` rows; `edges` is clustered on the cause (no `edges_by_cause`).
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// WAL size after which a commit checkpoints (see `open_rw`).
 pub const WAL_CHECKPOINT_BYTES: i64 = 64 << 20;
@@ -89,14 +91,17 @@ CREATE TABLE IF NOT EXISTS raw_chunks(
     ingest INTEGER NOT NULL,
     lines INTEGER NOT NULL,
     zstd BLOB NOT NULL);
--- Every accepted event once: (boot, event_id) is the de-duplication key.
-CREATE TABLE IF NOT EXISTS events(
+-- Every accepted event once, as runs of consecutive event ids (an id is
+-- cpu << 48 | seq, so one CPU's run of a batch is one row): the events
+-- first_id..=last_id of `boot` are lines first_slot.. of raw chunk `chunk`.
+-- The runs of all batches are disjoint; they are the de-duplication key.
+CREATE TABLE IF NOT EXISTS event_ranges(
     boot INTEGER NOT NULL,
-    event_id INTEGER NOT NULL,
-    time_ns INTEGER NOT NULL,
+    first_id INTEGER NOT NULL,
+    last_id INTEGER NOT NULL,
     chunk INTEGER NOT NULL,
-    slot INTEGER NOT NULL,
-    PRIMARY KEY(boot, event_id)) WITHOUT ROWID;
+    first_slot INTEGER NOT NULL,
+    PRIMARY KEY(boot, first_id)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS nodes(
     node INTEGER PRIMARY KEY,
     kind INTEGER NOT NULL,
@@ -111,7 +116,10 @@ CREATE TABLE IF NOT EXISTS nodes(
 CREATE INDEX IF NOT EXISTS nodes_by_name ON nodes(name, kind);
 CREATE INDEX IF NOT EXISTS nodes_by_pid ON nodes(pid) WHERE pid IS NOT NULL;
 CREATE INDEX IF NOT EXISTS nodes_by_exec ON nodes(exec) WHERE exec IS NOT NULL;
--- Clustered on the effect: an ancestry step is one b-tree seek plus a short scan.
+-- Clustered on the cause: descendants, readers of a version and writes of
+-- a process are one seek plus a short scan. The same edges by effect are
+-- the `causes` lists below, which serve ancestry and every lookup by effect
+-- (a second copy keyed by effect, or an index, cost 30 bytes an event).
 CREATE TABLE IF NOT EXISTS edges(
     effect INTEGER NOT NULL,
     cause INTEGER NOT NULL,
@@ -119,8 +127,7 @@ CREATE TABLE IF NOT EXISTS edges(
     event_id INTEGER NOT NULL,
     time_ns INTEGER NOT NULL,
     boot INTEGER NOT NULL,
-    PRIMARY KEY(effect, cause, kind, event_id)) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS edges_by_cause ON edges(cause, effect, kind, time_ns);
+    PRIMARY KEY(cause, effect, kind, event_id)) WITHOUT ROWID;
 -- The ancestry index: every node's outgoing edges (its causes) packed in one
 -- blob (see graph::CAUSE_ENTRY), one row per node keyed by node id, so a walk
 -- step is one integer-keyed seek read through the incremental-blob API.
@@ -187,6 +194,8 @@ fn tune(conn: &Connection) -> Result<()> {
     )
     .context("setting connection pragmas")?;
     conn.busy_timeout(std::time::Duration::from_secs(30))?;
+    // `rarray(?)`: an answer's node rows are read through one statement.
+    rusqlite::vtab::array::load_module(conn).context("loading the rarray module")?;
     Ok(())
 }
 
@@ -194,6 +203,8 @@ fn tune(conn: &Connection) -> Result<()> {
 pub fn open_rw(path: &Path) -> Result<Connection> {
     let conn = Connection::open(path)
         .with_context(|| format!("opening store {}", path.display()))?;
+    // Refuse another version before changing anything in it.
+    check_version(&conn, path, true)?;
     let mode: String = conn
         .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
         .with_context(|| format!("switching {} to WAL mode (is it a SQLite database?)", path.display()))?;
@@ -224,7 +235,7 @@ pub fn open_rw(path: &Path) -> Result<Connection> {
     conn.execute_batch("PRAGMA cache_size = -524288;")?;
     conn.execute_batch(DDL)
         .with_context(|| format!("creating tables in {}", path.display()))?;
-    check_version(&conn, path, true)?;
+    stamp_version(&conn)?;
     Ok(conn)
 }
 
@@ -248,24 +259,34 @@ pub fn open_ro(path: &Path) -> Result<Connection> {
 }
 
 fn check_version(conn: &Connection, path: &Path, create: bool) -> Result<()> {
-    let v: Option<i64> = conn
-        .query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0))
-        .ok();
+    let has_meta: bool = conn.query_row(
+        "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta')",
+        [],
+        |r| r.get(0),
+    )
+    .with_context(|| format!("reading the schema version of {} (is it a SQLite database?)", path.display()))?;
+    let v: Option<i64> = if has_meta {
+        conn.query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0)).ok()
+    } else {
+        None
+    };
     match v {
         Some(SCHEMA_VERSION) => Ok(()),
         Some(other) => anyhow::bail!(
-            "{} has store schema version {other}, this custos understands {SCHEMA_VERSION}; re-ingest the archived JSON Lines into a new store",
+            "{} has store schema version {other}, this custos understands {SCHEMA_VERSION}; re-ingest the archived \
+             JSON Lines into a new store: `custos ingest --db NEW.db ARCHIVE.jsonl.zst` (the file written by --archive, \
+             or the original .jsonl)",
             path.display()
         ),
-        None if create => {
-            conn.execute(
-                "INSERT INTO meta(key, value) VALUES('schema_version', ?1)",
-                [SCHEMA_VERSION],
-            )?;
-            Ok(())
-        }
+        None if create => Ok(()),
         None => anyhow::bail!("{} is not a custos store (no schema version)", path.display()),
     }
+}
+
+/// Records the layout version in a new store (after the tables exist).
+fn stamp_version(conn: &Connection) -> Result<()> {
+    conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES('schema_version', ?1)", [SCHEMA_VERSION])?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -281,5 +302,31 @@ mod tests {
         assert_eq!(frames * page, WAL_CHECKPOINT_BYTES);
         let limit: i64 = conn.query_row("PRAGMA journal_size_limit", [], |r| r.get(0)).unwrap();
         assert_eq!(limit, 2 * WAL_CHECKPOINT_BYTES);
+    }
+
+    /// A store of the layout before event ranges (version 1, per-event
+    /// `events` rows) is refused with the command that rebuilds it, for
+    /// writing and for queries, and is left untouched.
+    #[test]
+    fn an_older_store_is_refused_naming_custos_ingest() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("old.db");
+        {
+            let c = Connection::open(&p).unwrap();
+            c.execute_batch(
+                "CREATE TABLE meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;
+                 INSERT INTO meta VALUES('schema_version', 1);
+                 CREATE TABLE events(boot INTEGER, event_id INTEGER, time_ns INTEGER, chunk INTEGER, slot INTEGER);",
+            )
+            .unwrap();
+        }
+        for err in [open_rw(&p).unwrap_err(), open_ro(&p).unwrap_err()] {
+            let msg = format!("{err:#}");
+            assert!(msg.contains("schema version 1") && msg.contains("understands 2"), "{msg}");
+            assert!(msg.contains("custos ingest --db"), "{msg}");
+        }
+        let c = Connection::open(&p).unwrap();
+        let tables: i64 = c.query_row("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'", [], |r| r.get(0)).unwrap();
+        assert_eq!(tables, 2, "nothing was created in the old store");
     }
 }

@@ -80,10 +80,10 @@ fn kill_9_mid_ingest_keeps_every_acknowledged_batch() {
     let conn = Connection::open(&db).unwrap();
     let check: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
     assert_eq!(check, "ok");
-    let stored = count(&conn, "SELECT COUNT(*) FROM events");
+    let stored = count(&conn, "SELECT COALESCE(SUM(last_id - first_id + 1), 0) FROM event_ranges");
     let total = lines.iter().filter_map(|l| event_id(l)).count() as i64;
     assert!(stored < total, "the kill landed after the whole ingest ({stored} of {total}); make the input larger");
-    let mut q = conn.prepare("SELECT COUNT(*) FROM events WHERE event_id = ?1").unwrap();
+    let mut q = conn.prepare("SELECT COUNT(*) FROM event_ranges WHERE ?1 BETWEEN first_id AND last_id").unwrap();
     let mut checked = 0;
     for l in &lines[..acked as usize] {
         if let Some(id) = event_id(l) {
@@ -104,7 +104,7 @@ fn kill_9_mid_ingest_keeps_every_acknowledged_batch() {
     let (a, b) = (Connection::open(&db).unwrap(), Connection::open(&clean).unwrap());
     assert_eq!(a.query_row("PRAGMA integrity_check", [], |r| r.get::<_, String>(0)).unwrap(), "ok");
     for sql in [
-        "SELECT COUNT(*) FROM events",
+        "SELECT COALESCE(SUM(last_id - first_id + 1), 0) FROM event_ranges",
         "SELECT COUNT(*) FROM nodes",
         "SELECT COUNT(*) FROM edges",
         "SELECT COUNT(*) FROM losses",
@@ -112,7 +112,7 @@ fn kill_9_mid_ingest_keeps_every_acknowledged_batch() {
     ] {
         assert_eq!(count(&a, sql), count(&b, sql), "{sql}");
     }
-    assert_eq!(count(&a, "SELECT COUNT(*) FROM events"), total);
+    assert_eq!(count(&a, "SELECT COALESCE(SUM(last_id - first_id + 1), 0) FROM event_ranges"), total);
 }
 
 /// The whole graph, in node order: identical tables mean an identical graph.
@@ -302,5 +302,39 @@ fn sigterm_on_a_live_stream_commits_what_was_read() {
     assert!(err.contains("interrupted"), "{err}");
     drop(stdin);
     let conn = Connection::open(&db).unwrap();
-    assert_eq!(count(&conn, "SELECT COUNT(*) FROM events"), 50);
+    assert_eq!(count(&conn, "SELECT COALESCE(SUM(last_id - first_id + 1), 0) FROM event_ranges"), 50);
+}
+
+/// `custos query event ID` finds any stored event's raw line through the
+/// event ranges (hex or decimal id), says so when there is none, and a
+/// store of the old layout is refused naming the command that rebuilds it.
+#[test]
+fn query_event_prints_the_raw_line_and_old_stores_name_custos_ingest() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, lines) = synthetic(dir.path(), 0.0005);
+    let db = dir.path().join("e.db");
+    ingest_ok(&db, &input);
+    let events: Vec<(&String, i64)> = lines.iter().filter_map(|l| event_id(l).map(|id| (l, id))).collect();
+    assert!(events.len() > 1000);
+    for (line, id) in events.iter().step_by(97).chain(events.last()) {
+        for arg in [format!("{id:#x}"), id.to_string()] {
+            let out = custos().args(["query", "--db"]).arg(&db).args(["event", &arg]).output().unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            assert_eq!(String::from_utf8_lossy(&out.stdout).trim_end(), line.as_str());
+        }
+    }
+    let missing = events.iter().map(|e| e.1).max().unwrap() + 1;
+    let out = custos().args(["query", "--db"]).arg(&db).args(["event", &missing.to_string()]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no event"), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let old = dir.path().join("old.db");
+    let c = Connection::open(&old).unwrap();
+    c.execute_batch("CREATE TABLE meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID; INSERT INTO meta VALUES('schema_version', 1);").unwrap();
+    drop(c);
+    for args in [vec!["query", "--db", old.to_str().unwrap(), "ancestors", "/x"], vec!["ingest", "--db", old.to_str().unwrap(), input.to_str().unwrap()]] {
+        let out = custos().args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains("schema version 1") && err.contains("custos ingest --db"), "{args:?}: {err}");
+    }
 }

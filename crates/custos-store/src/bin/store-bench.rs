@@ -243,23 +243,7 @@ fn main() -> Result<()> {
     }
     let worst_full = median(&mut full);
 
-    let mut by_table = Vec::new();
-    for _ in 0..11 {
-        let t = Instant::now();
-        let s = query::ancestor_ids_by_edge_table(&conn, worst_node)?;
-        by_table.push(ms(t.elapsed()));
-        assert_eq!(s.len(), worst.1, "edge table and cause lists agree");
-    }
-    let worst_table = median(&mut by_table);
-    let mut cte = Vec::new();
-    for _ in 0..5 {
-        let t = Instant::now();
-        let c = query::ancestors_cte_count(&conn, worst_node)?;
-        cte.push(ms(t.elapsed()));
-        assert_eq!(c as usize, worst.1, "CTE and BFS agree");
-    }
-    let worst_cte = median(&mut cte);
-    eprintln!("store-bench: worst ancestry: cold {worst_cold:.2} ms, warm {worst_warm:.2} ms, warm with edges {worst_edges:.2} ms, with node details {worst_full:.2} ms, edge-table BFS {worst_table:.2} ms, recursive CTE {worst_cte:.2} ms");
+    eprintln!("store-bench: worst ancestry: cold {worst_cold:.2} ms, warm {worst_warm:.2} ms, warm with edges {worst_edges:.2} ms, with node details {worst_full:.2} ms");
 
     // Deepest chain: a different shape (long and thin).
     let mut chain_ms = f64::NAN;
@@ -323,8 +307,6 @@ fn main() -> Result<()> {
         "ancestry_worst_ms_cold": worst_cold,
         "ancestry_worst_ms_with_node_details": worst_full,
         "ancestry_worst_ms_with_edges": worst_edges,
-        "ancestry_worst_ms_recursive_cte": worst_cte,
-        "ancestry_worst_ms_edge_table_bfs": worst_table,
         "ancestry_median_ms": med_warm,
         "ancestry_median_ms_cold": med_cold,
         "ancestry_median_ancestors": med_size,
