@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only
 // Syscall load for the collector benchmark.
 //   loadgen openclose N            N x (openat + close) on /dev/null; prints ns per iteration
+//   loadgen getpid N               N x getpid (a syscall the collector does not trace); prints ns per call
 //   loadgen read RATE SECONDS      read(2) of 1 byte from /dev/zero at RATE calls/s; prints calls done
 //   loadgen read 0 SECONDS         as fast as possible
 #define _GNU_SOURCE
@@ -8,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -28,6 +30,15 @@ int main(int argc, char **argv)
 			if (fd < 0) { perror("openat"); return 1; }
 			close(fd);
 		}
+		printf("%.1f\n", (double)(now_ns() - t0) / n);
+		return 0;
+	}
+	if (argc == 3 && !strcmp(argv[1], "getpid")) {
+		long n = atol(argv[2]);
+		long long t0 = now_ns();
+		/* syscall(2), not getpid(3): the C library may answer from a cache. */
+		for (long i = 0; i < n; i++)
+			syscall(SYS_getpid);
 		printf("%.1f\n", (double)(now_ns() - t0) / n);
 		return 0;
 	}
@@ -56,6 +67,6 @@ int main(int argc, char **argv)
 		printf("%ld\n", calls);
 		return 0;
 	}
-	fprintf(stderr, "usage: loadgen openclose N | loadgen read RATE SECONDS\n");
+	fprintf(stderr, "usage: loadgen openclose N | loadgen getpid N | loadgen read RATE SECONDS\n");
 	return 2;
 }

@@ -802,6 +802,16 @@ fn global_snapshot(skel: &MainSkel) -> Option<crate::bpf_skel::types::custos_glo
 mod tests {
     use super::*;
 
+    /// A record wakes the consumer at every sixteenth of its ring
+    /// (wakeup_policy shifts the bytes waiting by this).
+    #[test]
+    fn the_wake_up_step_is_a_sixteenth_of_the_ring() {
+        for kb in [4u32, 64, 16384, 1 << 20] {
+            let bytes = check_ring_kb("events", kb).unwrap();
+            assert_eq!(1u64 << wake_shift(bytes), bytes as u64 / 16, "{kb} KiB");
+        }
+    }
+
     /// The BPF object has as many copies of each program as user space
     /// attaches (SYSCALL_COPY and HOOK_COPY in main.bpf.c): a copy added on
     /// one side only would never run, or never be counted.
