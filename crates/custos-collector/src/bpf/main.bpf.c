@@ -866,19 +866,16 @@ static __always_inline void account_unparked(int critical)
 		__sync_fetch_and_add(&cs->drops[CUSTOS_DROP_EVENTS], 1);
 }
 
-static __always_inline int sys_enter(struct pt_regs *regs, long id, struct inflight *in)
+/* @key, @spec: the traced syscall and its table entry (traced_spec). */
+static __always_inline int sys_enter(struct pt_regs *regs, __u32 key,
+				     const struct custos_syscall_spec *spec, struct inflight *in)
 {
-	__u32 tgid = bpf_get_current_task_btf()->tgid, key;
-	struct custos_syscall_spec *spec;
+	__u32 tgid = bpf_get_current_task_btf()->tgid;
 	struct inflight now = {};
 	struct attr_buf *b;
 	__u32 off = 0;
 
-	if (id < 0 || id >= CUSTOS_MAX_SYSCALLS || tgid == collector_tgid)
-		return 0;
-	key = id;
-	spec = bpf_map_lookup_elem(&syscall_specs, &key);
-	if (!spec || !spec->traced || in_compat_syscall())
+	if (tgid == collector_tgid || in_compat_syscall())
 		return 0;
 	now.args[0] = regs->di;
 	now.args[1] = regs->si;
@@ -918,18 +915,13 @@ static __always_inline int sys_enter(struct pt_regs *regs, long id, struct infli
 	return 0;
 }
 
-static __always_inline int sys_exit(struct pt_regs *regs, long ret, struct inflight *in)
+static __always_inline int sys_exit(__u32 nr, const struct custos_syscall_spec *spec, long ret,
+				    struct inflight *in)
 {
-	__u32 tgid = bpf_get_current_task_btf()->tgid, nr;
-	struct custos_syscall_spec *spec;
+	__u32 tgid = bpf_get_current_task_btf()->tgid;
 	struct inflight saved;
-	long id = regs->orig_ax;
 
-	if (id < 0 || id >= CUSTOS_MAX_SYSCALLS || tgid == collector_tgid)
-		return 0;
-	nr = id;
-	spec = bpf_map_lookup_elem(&syscall_specs, &nr);
-	if (!spec || !spec->traced)
+	if (tgid == collector_tgid)
 		return 0;
 	/* A fork child returning from clone has no entry: its parent reports. */
 	if (!in || !in->active || in->nr != nr)
@@ -1008,18 +1000,19 @@ static __always_inline void note_unseen(__u32 phase, struct inflight *in, struct
 		__sync_fetch_and_add(&cs->skipped, 1);
 }
 
-/* Whether the syscall table traces syscall @id: an array lookup, which the
- * verifier inlines (no helper call). Every other syscall of the machine
- * passes here too, so nothing more happens for it than the phase below. */
-static __always_inline bool traced_nr(long id)
+/* The syscall table's entry of syscall @id if it is traced, else NULL: an
+ * array lookup, which the verifier inlines (no helper call). Every other
+ * syscall of the machine passes here too, so nothing more happens for it
+ * than the phase below. */
+static __always_inline const struct custos_syscall_spec *traced_spec(long id)
 {
 	struct custos_syscall_spec *spec;
 	__u32 key = id;
 
 	if (id < 0 || id >= CUSTOS_MAX_SYSCALLS)
-		return false;
+		return NULL;
 	spec = bpf_map_lookup_elem(&syscall_specs, &key);
-	return spec && spec->traced;
+	return spec && spec->traced ? spec : NULL;
 }
 
 /* Whether this copy handles the syscall. @in: the task's storage (NULL
@@ -1062,22 +1055,25 @@ static __always_inline bool first_to_see(int copy, __u32 phase, struct inflight 
  */
 static __always_inline int syscall_copy(int copy, __u32 phase, struct pt_regs *regs, long arg)
 {
+	const struct custos_syscall_spec *spec;
+	long id = phase == PHASE_ENTER ? arg : regs->orig_ax;
 	struct inflight *in;
 
 	in = bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0,
 				  BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (copy && in && in->phase == phase)
 		return 0;
-	if (!traced_nr(phase == PHASE_ENTER ? arg : regs->orig_ax)) {
+	spec = traced_spec(id);
+	if (!spec) {
 		first_to_see(copy, phase, in, regs);
 		return 0;
 	}
 	bpf_preempt_disable();
 	if (first_to_see(copy, phase, in, regs)) {
 		if (phase == PHASE_ENTER)
-			sys_enter(regs, arg, in);
+			sys_enter(regs, id, spec, in);
 		else
-			sys_exit(regs, arg, in);
+			sys_exit(id, spec, arg, in);
 	}
 	bpf_preempt_enable();
 	return 0;
