@@ -428,8 +428,6 @@ fn drain<W: Write>(
     // out in reservation order. This holds under a flood that never lets the
     // rings empty.
     let mut snapshots: VecDeque<Snapshot> = VecDeque::new();
-    // The kernel's drop counters as of the last tick (they name the ring of a gap).
-    let mut last_drops: Vec<[u64; 2]> = vec![[0, 0]; nr_cpus];
     let positions = |f: unsafe extern "C" fn(*const libbpf_rs::libbpf_sys::ring) -> std::os::raw::c_ulong| -> Vec<u64> {
         // SAFETY: every pointer is a ring of the live ring buffer `rings`.
         ring_ptrs.iter().map(|&r| unsafe { f(r) }).collect()
@@ -448,7 +446,7 @@ fn drain<W: Write>(
         {
             let mut c = consumer.borrow_mut();
             c.release(false)?;
-            if c.relieve(&last_drops)? {
+            if c.relieve()? {
                 eprintln!(
                     "custos collect: warning: the reorder buffer reached its bound ({} MiB); lines were written before their order was settled (see out_of_order)",
                     opts.reorder_buffer_bytes >> 20
@@ -498,7 +496,6 @@ fn drain<W: Write>(
         }
         let produced: u64 = states.iter().map(|s| s.seq).sum();
         let dropped: u64 = drops.iter().map(|d| d[0] + d[1]).sum();
-        last_drops = drops;
         // Consumed means stored: what waits in the reorder buffer or
         // downstream (writer, store) is lag too, so the scheduler throttles
         // producers to the slowest stage's rate.

@@ -91,6 +91,17 @@ impl Merge {
         self.cpus.iter().map(|c| c.items.len()).sum()
     }
 
+    /// Writes a line now, outside the merge (one the consumer holds back
+    /// for an earlier number of its CPU, written early to keep the bound).
+    pub fn write_early<W: Write>(&mut self, out: &mut W, time_ns: u64, line: &[u8]) -> std::io::Result<()> {
+        out.write_all(line)?;
+        if time_ns < self.last_out_ns {
+            self.out_of_order += 1;
+        }
+        self.last_out_ns = self.last_out_ns.max(time_ns);
+        Ok(())
+    }
+
     /// Writes every line no CPU can still precede; with `all`, every line.
     /// Returns how many it wrote.
     pub fn release<W: Write>(&mut self, out: &mut W, all: bool) -> std::io::Result<u64> {

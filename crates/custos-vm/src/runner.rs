@@ -358,6 +358,14 @@ pub fn run(spec: &VmSpec, command: &[String], streams: Streams) -> Result<VmOutp
     }
 }
 
+/// The line of QEMU's log saying KVM stopped the guest, if it did.
+fn kvm_stopped_the_guest(log: &str) -> Option<&str> {
+    // Console output and QEMU's stderr share the file, so a line may start
+    // with another writer's bytes (NULs, seen here).
+    const MARKS: [&str; 3] = ["KVM internal error", "error: kvm run failed", "KVM: entry failed"];
+    log.lines().find_map(|l| MARKS.iter().find_map(|m| l.find(m)).map(|i| l[i..].trim_end()))
+}
+
 /// A KVM attempt that died before the guest started, blaming KVM.
 fn kvm_failure(e: &anyhow::Error) -> bool {
     matches!(e.downcast_ref::<VmError>(), Some(VmError::GuestFailed { log_tail, .. }) if log_tail.to_lowercase().contains("kvm"))
@@ -411,6 +419,7 @@ fn boot(spec: &VmSpec, tools: &tools::Tools, ctl: &Path, streams: Streams, kvm: 
     let mut err = Tail { path: ctl.join("stderr"), offset: 0 };
     let mut boot_time = None;
     let mut last_note = Instant::now();
+    let mut last_kvm_check = Instant::now();
     let status = loop {
         if let Some(status) = child.try_wait()? {
             break status;
@@ -433,6 +442,24 @@ fn boot(spec: &VmSpec, tools: &tools::Tools, ctl: &Path, streams: Streams, kvm: 
             kill();
             let _ = child.wait();
             return Err(VmError::Interrupted.into());
+        }
+        // A KVM guest that hits an instruction KVM cannot emulate stops with
+        // QEMU still running ("KVM internal error", seen on hosts whose
+        // nested KVM is incomplete): fail now, so `auto` falls back to
+        // emulation instead of waiting for the timeout.
+        if kvm && boot_time.is_none() && last_kvm_check.elapsed() >= Duration::from_secs(1) {
+            last_kvm_check = Instant::now();
+            let log = std::fs::read_to_string(ctl.join("vng.log")).unwrap_or_default();
+            if let Some(line) = kvm_stopped_the_guest(&log) {
+                kill();
+                let _ = child.wait();
+                // The line first: the register dump after it is longer than a tail.
+                return Err(VmError::GuestFailed {
+                    reason: "KVM stopped the guest before it booted".into(),
+                    log_tail: format!("{line}\n{}", log_tail(&ctl.join("vng.log"), 15)),
+                }
+                .into());
+            }
         }
         if start.elapsed() >= spec.timeout {
             kill();
@@ -479,6 +506,15 @@ fn boot(spec: &VmSpec, tools: &tools::Tools, ctl: &Path, streams: Streams, kvm: 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_guest_kvm_stopped_is_recognised_in_the_log() {
+        // As QEMU 7.2 logged it here (a BMI2 instruction in the kernel's decompressor).
+        let log = "Probing EDD (edd=off to disable)... ok\r\r\n\n\0\0\0KVM internal error. Suberror: 1\nextra data[0]: 0x0000000000000001\nemulation failure\nRAX=000000000c692990";
+        assert_eq!(kvm_stopped_the_guest(log), Some("KVM internal error. Suberror: 1"));
+        assert!(kvm_failure(&VmError::GuestFailed { reason: String::new(), log_tail: log.into() }.into()));
+        assert_eq!(kvm_stopped_the_guest("Linux version 7.2.13\nrun-init\n"), None);
+    }
 
     #[test]
     fn quoting_survives_quotes_and_spaces() {
