@@ -220,7 +220,7 @@ pub(crate) fn parse_forcing(items: &[String], what: &str) -> Result<Vec<(String,
         .collect()
 }
 
-fn init_logging(verbose: bool) {
+pub(crate) fn init_logging(verbose: bool) {
     let level = if verbose {
         simplelog::LevelFilter::Debug
     } else {

@@ -342,6 +342,8 @@ fn run_online(args: TrainArgs) -> Result<i32> {
             explore_pct: args.explore_pct,
         }),
     };
+    // Each epoch says so (run_learner logs it): long work shows progress.
+    crate::cli::init_logging(false);
     eprintln!("custos train: training online beside the scheduler pinned in {}", dir.display());
     let report = learning::run_learner(&maps, cfg, shutdown)?;
     eprintln!(
