@@ -172,56 +172,21 @@ impl Drop for ReadTx<'_> {
     }
 }
 
-/// Reads a node's cause list through SQLite's incremental-blob API: one
-/// integer-keyed seek per node, no statement to step (see docs/store.md).
-pub struct CauseReader<'c> {
-    conn: &'c Connection,
-    blob: Option<rusqlite::blob::Blob<'c>>,
-    pub buf: Vec<u8>,
-}
+pub use crate::causes::CauseReader;
 
-impl<'c> CauseReader<'c> {
-    pub fn new(conn: &'c Connection) -> Self {
-        Self { conn, blob: None, buf: Vec::with_capacity(1024) }
-    }
-
-    /// Loads `node`'s entries into `self.buf` (empty if it has none).
-    pub fn load(&mut self, node: i64) -> Result<()> {
-        let ok = match self.blob.as_mut() {
-            Some(b) => b.reopen(node).is_ok(),
-            None => match self.conn.blob_open(rusqlite::MAIN_DB, "causes", "list", node, true) {
-                Ok(b) => {
-                    self.blob = Some(b);
-                    true
-                }
-                Err(_) => false,
-            },
-        };
-        self.buf.clear();
-        if !ok {
-            // A failed reopen aborts the handle; start a fresh one next time.
-            self.blob = None;
-            return Ok(());
-        }
-        let b = self.blob.as_ref().expect("opened above");
-        self.buf.resize(b.len(), 0);
-        b.read_at_exact(&mut self.buf, 0).context("reading a cause list")?;
-        Ok(())
-    }
-
-    /// `node`'s edges to its causes, in the order of the edge table's old
-    /// key (cause, kind, event id), so answers list them as before.
-    pub fn edges_of(&mut self, node: i64) -> Result<Vec<EdgeInfo>> {
-        self.load(node)?;
-        let mut v = crate::graph::decode_causes(&self.buf)
-            .map(|c| {
-                let kind = EdgeKind::from_i64(c.kind as i64).context("unknown edge kind in store")?;
-                Ok(EdgeInfo { effect: node, cause: c.cause, kind, event_id: c.event_id, time_ns: c.time_ns, boot: c.boot })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        v.sort_by_key(|e| (e.cause, e.kind as i64, e.event_id));
-        Ok(v)
-    }
+/// `node`'s edges to its causes, in the order of the edge table's old key
+/// (cause, kind, event id), so answers list them as before.
+fn edges_of(reader: &mut CauseReader<'_>, node: i64) -> Result<Vec<EdgeInfo>> {
+    let mut v = reader
+        .load(node)?
+        .iter()
+        .map(|c| {
+            let kind = EdgeKind::from_i64(c.kind as i64).context("unknown edge kind in store")?;
+            Ok(EdgeInfo { effect: node, cause: c.cause, kind, event_id: c.event_id, time_ns: c.time_ns, boot: c.boot })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    v.sort_by_key(|e| (e.cause, e.kind as i64, e.event_id));
+    Ok(v)
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -424,8 +389,7 @@ pub fn traverse(
             if max_depth.is_some_and(|m| d >= m) {
                 continue;
             }
-            reader.load(n)?;
-            for c in crate::graph::decode_causes(&reader.buf) {
+            for c in reader.load(n)? {
                 if !window.admits(c.time_ns) {
                     continue;
                 }
@@ -574,7 +538,7 @@ fn shortest(conn: &Connection, src: &[i64], dst: &[i64]) -> Result<Option<Vec<Ed
             out.reverse();
             return Ok(Some(out));
         }
-        for e in reader.edges_of(n)? {
+        for e in edges_of(&mut reader, n)? {
             if parent.contains_key(&e.cause) {
                 continue;
             }
@@ -610,7 +574,7 @@ const READERS_OF: &str = "SELECT effect, cause, kind, event_id, time_ns, boot FR
 fn reads_of_proc(conn: &Connection, reader: &mut CauseReader<'_>, node: i64) -> Result<Vec<EdgeInfo>> {
     let mut kind_of = conn.prepare_cached("SELECT kind FROM nodes WHERE node = ?1")?;
     let mut out = Vec::new();
-    for e in reader.edges_of(node)? {
+    for e in edges_of(reader, node)? {
         if e.kind == EdgeKind::Used && kind_of.query_row([e.cause], |r| r.get::<_, i64>(0))? != NodeKind::Process as i64 {
             out.push(e);
         }
@@ -620,7 +584,7 @@ fn reads_of_proc(conn: &Connection, reader: &mut CauseReader<'_>, node: i64) -> 
 
 /// Who wrote an artifact version, from its cause list.
 fn writer_of(reader: &mut CauseReader<'_>, node: i64) -> Result<Vec<EdgeInfo>> {
-    Ok(reader.edges_of(node)?.into_iter().filter(|e| e.kind == EdgeKind::WasGeneratedBy).collect())
+    Ok(edges_of(reader, node)?.into_iter().filter(|e| e.kind == EdgeKind::WasGeneratedBy).collect())
 }
 
 fn touch_answer(conn: &Connection, query: String, start: Vec<i64>, edges: Vec<EdgeInfo>, window: Window) -> Result<Answer> {
@@ -695,8 +659,7 @@ pub fn ancestor_ids(conn: &Connection, root: i64) -> Result<NodeSet> {
     seen.insert(root);
     let mut stack = vec![root];
     while let Some(n) = stack.pop() {
-        reader.load(n)?;
-        for c in crate::graph::decode_causes(&reader.buf) {
+        for c in reader.load(n)? {
             if seen.insert(c.cause) {
                 stack.push(c.cause);
             }

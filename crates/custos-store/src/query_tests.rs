@@ -524,12 +524,13 @@ fn ancestor_ids_by_edge_table(conn: &Connection, root: i64) -> Result<NodeSet> {
 /// The ancestry index (cause lists) must hold exactly the edge table's rows.
 fn assert_cause_lists_match_edges(conn: &Connection) {
     let nodes: Vec<i64> = conn.prepare("SELECT node FROM nodes").unwrap().query_map([], |r| r.get(0)).unwrap().map(|r| r.unwrap()).collect();
-    let rows: i64 = conn.query_row("SELECT COUNT(*) FROM causes", [], |r| r.get(0)).unwrap();
-    assert_eq!(rows as usize, nodes.len(), "one cause list per node");
+    let blocks: i64 = conn.query_row("SELECT COUNT(*) FROM cause_blocks", [], |r| r.get(0)).unwrap();
+    let spanned: std::collections::HashSet<i64> = nodes.iter().map(|n| crate::causes::block_of(*n)).collect();
+    assert!(blocks as usize <= spanned.len(), "no block outside the nodes' range");
+    let mut reader = crate::causes::CauseReader::new(conn);
     for n in nodes {
-        let list: Vec<u8> = conn.query_row("SELECT list FROM causes WHERE node = ?1", [n], |r| r.get(0)).unwrap();
         let mut from_list: Vec<(i64, i64, i64, i64)> =
-            crate::graph::decode_causes(&list).map(|c| (c.cause, c.kind as i64, c.event_id, c.time_ns)).collect();
+            reader.load(n).unwrap().iter().map(|c| (c.cause, c.kind as i64, c.event_id, c.time_ns)).collect();
         let mut from_edges: Vec<(i64, i64, i64, i64)> = conn
             .prepare("SELECT cause, kind, event_id, time_ns FROM edges WHERE effect = ?1")
             .unwrap()

@@ -7,7 +7,9 @@ use std::path::Path;
 /// Bumped whenever the layout changes; a database with another version is refused.
 /// 2: `event_ranges` (runs of event ids per raw chunk) replaced the per-event
 /// `events` rows; `edges` is clustered on the cause (no `edges_by_cause`).
-pub const SCHEMA_VERSION: i64 = 2;
+/// 3: the cause lists in blocks of 64 nodes (`cause_blocks`), not a row per
+/// node (`causes`).
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// WAL size after which a commit checkpoints (see `open_rw`).
 pub const WAL_CHECKPOINT_BYTES: i64 = 64 << 20;
@@ -118,7 +120,7 @@ CREATE INDEX IF NOT EXISTS nodes_by_pid ON nodes(pid) WHERE pid IS NOT NULL;
 CREATE INDEX IF NOT EXISTS nodes_by_exec ON nodes(exec) WHERE exec IS NOT NULL;
 -- Clustered on the cause: descendants, readers of a version and writes of
 -- a process are one seek plus a short scan. The same edges by effect are
--- the `causes` lists below, which serve ancestry and every lookup by effect
+-- the cause blocks below, which serve ancestry and every lookup by effect
 -- (a second copy keyed by effect, or an index, cost 30 bytes an event).
 CREATE TABLE IF NOT EXISTS edges(
     effect INTEGER NOT NULL,
@@ -128,10 +130,11 @@ CREATE TABLE IF NOT EXISTS edges(
     time_ns INTEGER NOT NULL,
     boot INTEGER NOT NULL,
     PRIMARY KEY(cause, effect, kind, event_id)) WITHOUT ROWID;
--- The ancestry index: every node's outgoing edges (its causes) packed in one
--- blob (see graph::CAUSE_ENTRY), one row per node keyed by node id, so a walk
--- step is one integer-keyed seek read through the incremental-blob API.
-CREATE TABLE IF NOT EXISTS causes(node INTEGER PRIMARY KEY, list BLOB NOT NULL);
+-- The ancestry index: every node's outgoing edges (its causes), varint-packed
+-- in blocks of 64 consecutive node ids keyed by node >> 6 (see causes.rs), so
+-- a walk step is one integer-keyed seek and two small reads through the
+-- incremental-blob API.
+CREATE TABLE IF NOT EXISTS cause_blocks(block INTEGER PRIMARY KEY, data BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS losses(
     boot INTEGER NOT NULL,
     cpu INTEGER NOT NULL,
@@ -304,29 +307,35 @@ mod tests {
         assert_eq!(limit, 2 * WAL_CHECKPOINT_BYTES);
     }
 
-    /// A store of the layout before event ranges (version 1, per-event
-    /// `events` rows) is refused with the command that rebuilds it, for
-    /// writing and for queries, and is left untouched.
+    /// A store of an older layout (version 1: per-event `events` rows;
+    /// version 2: a `causes` row per node) is refused with the command that
+    /// rebuilds it, for writing and for queries, and is left untouched.
     #[test]
     fn an_older_store_is_refused_naming_custos_ingest() {
         let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("old.db");
-        {
+        for (version, table) in [
+            (1, "CREATE TABLE events(boot INTEGER, event_id INTEGER, time_ns INTEGER, chunk INTEGER, slot INTEGER);"),
+            (2, "CREATE TABLE causes(node INTEGER PRIMARY KEY, list BLOB NOT NULL);"),
+        ] {
+            let p = dir.path().join(format!("old{version}.db"));
+            {
+                let c = Connection::open(&p).unwrap();
+                c.execute_batch(&format!(
+                    "CREATE TABLE meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;
+                     INSERT INTO meta VALUES('schema_version', {version});
+                     {table}"
+                ))
+                .unwrap();
+            }
+            for err in [open_rw(&p).unwrap_err(), open_ro(&p).unwrap_err()] {
+                let msg = format!("{err:#}");
+                assert!(msg.contains(&format!("schema version {version}")) && msg.contains("understands 3"), "{msg}");
+                assert!(msg.contains("custos ingest --db"), "{msg}");
+            }
             let c = Connection::open(&p).unwrap();
-            c.execute_batch(
-                "CREATE TABLE meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;
-                 INSERT INTO meta VALUES('schema_version', 1);
-                 CREATE TABLE events(boot INTEGER, event_id INTEGER, time_ns INTEGER, chunk INTEGER, slot INTEGER);",
-            )
-            .unwrap();
+            let tables: i64 =
+                c.query_row("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'", [], |r| r.get(0)).unwrap();
+            assert_eq!(tables, 2, "nothing was created in the old store");
         }
-        for err in [open_rw(&p).unwrap_err(), open_ro(&p).unwrap_err()] {
-            let msg = format!("{err:#}");
-            assert!(msg.contains("schema version 1") && msg.contains("understands 2"), "{msg}");
-            assert!(msg.contains("custos ingest --db"), "{msg}");
-        }
-        let c = Connection::open(&p).unwrap();
-        let tables: i64 = c.query_row("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'", [], |r| r.get(0)).unwrap();
-        assert_eq!(tables, 2, "nothing was created in the old store");
     }
 }

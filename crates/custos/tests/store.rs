@@ -108,7 +108,7 @@ fn kill_9_mid_ingest_keeps_every_acknowledged_batch() {
         "SELECT COUNT(*) FROM nodes",
         "SELECT COUNT(*) FROM edges",
         "SELECT COUNT(*) FROM losses",
-        "SELECT SUM(length(list)) FROM causes",
+        "SELECT SUM(length(data)) FROM cause_blocks",
     ] {
         assert_eq!(count(&a, sql), count(&b, sql), "{sql}");
     }
