@@ -9,6 +9,7 @@
 //! the current one and nobody has read it since (collapses write bursts).
 
 use crate::causes::CauseEntry;
+use crate::nodes::NodeRow;
 use crate::record::Event;
 use crate::schema::{EdgeKind, NodeKind};
 use anyhow::{Context, Result};
@@ -27,7 +28,6 @@ pub(crate) type Set<K> = HashSet<K, ahash::RandomState>;
 /// and compared the SQL text every time).
 pub struct Sql<'c> {
     pub conn: &'c Connection,
-    node: CachedStatement<'c>,
     edge: CachedStatement<'c>,
 }
 
@@ -35,9 +35,6 @@ impl<'c> Sql<'c> {
     pub fn new(conn: &'c Connection) -> Result<Self> {
         Ok(Self {
             conn,
-            node: conn.prepare_cached(
-                "INSERT INTO nodes(node, kind, boot, name, version, pid, exec, time_ns, event_id, attrs) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)",
-            )?,
             edge: conn.prepare_cached(
                 "INSERT OR IGNORE INTO edges(effect, cause, kind, event_id, time_ns, boot) VALUES(?1,?2,?3,?4,?5,?6)",
             )?,
@@ -134,6 +131,8 @@ pub struct Graph {
     all_cached: bool,
     /// Cause entries added in the open batch, with their effect, in the order made.
     pending_causes: Vec<(i64, CauseEntry)>,
+    /// Nodes made in the open batch, in id order.
+    pending_nodes: Vec<NodeRow>,
     /// Boots whose stream records births where they happen (`sched:process_fork`):
     /// there the clone/fork/vfork records, written when the parent's call
     /// returns (after the child ran, for vfork), add nothing.
@@ -153,7 +152,7 @@ fn is_write(s: &str) -> bool {
 
 impl Graph {
     pub fn load(db: &Connection) -> Result<Self> {
-        let next_node: i64 = db.query_row("SELECT COALESCE(MAX(node), 0) + 1 FROM nodes", [], |r| r.get(0))?;
+        let next_node = crate::nodes::next_node(db)?;
         let heads: i64 = db.query_row("SELECT EXISTS(SELECT 1 FROM heads)", [], |r| r.get(0))?;
         let procs: i64 = db.query_row("SELECT EXISTS(SELECT 1 FROM procs)", [], |r| r.get(0))?;
         Ok(Self {
@@ -164,6 +163,7 @@ impl Graph {
             dirty_heads: Set::default(),
             all_cached: heads == 0 && procs == 0,
             pending_causes: Vec::new(),
+            pending_nodes: Vec::new(),
             fork_hook_boots: Set::default(),
             stats: GraphStats::default(),
         })
@@ -171,6 +171,7 @@ impl Graph {
 
     /// Writes dirty builder state; call inside the batch transaction before commit.
     pub fn flush(&mut self, db: &Connection) -> Result<()> {
+        crate::nodes::write_pending(db, &mut self.pending_nodes)?;
         crate::causes::write_pending(db, &mut self.pending_causes)?;
         let mut put_head = db.prepare_cached(
             "INSERT OR REPLACE INTO heads(kind, scope, name, node, version, frozen, generator, deleted) VALUES(?1,?2,?3,?4,?5,?6,?7,?8)",
@@ -207,7 +208,7 @@ impl Graph {
     #[allow(clippy::too_many_arguments)] // one column each; a struct would only rename them
     fn new_node(
         &mut self,
-        db: &mut Sql<'_>,
+        _db: &mut Sql<'_>,
         kind: NodeKind,
         boot: i64,
         name: &str,
@@ -222,9 +223,18 @@ impl Graph {
             Some((pid, exec)) => (Some(pid), Some(exec.unwrap_or(node))),
             None => (None, None),
         };
-        db.node
-            .execute(params![node, kind as i64, boot, name, version, pid, exec, ev.time_ns as i64, ev.id as i64, attrs])
-        .context("inserting a node")?;
+        self.pending_nodes.push(NodeRow {
+            node,
+            kind: kind as i64,
+            boot,
+            name: name.to_owned(),
+            version,
+            pid: pid.map(i64::from),
+            exec,
+            time_ns: ev.time_ns as i64,
+            event_id: ev.id as i64,
+            attrs,
+        });
         self.stats.nodes += 1;
         Ok(node)
     }

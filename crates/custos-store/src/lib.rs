@@ -12,6 +12,7 @@ pub mod causes;
 pub mod cli;
 pub mod graph;
 pub mod ingest;
+pub mod nodes;
 pub mod query;
 pub mod record;
 pub mod render;

@@ -2,10 +2,11 @@
 //! what a process touched, who touched a file; each answer carries the loss
 //! records that overlap it in time (the completeness annotation).
 
+use crate::nodes::{self, NodeReader, NodeRow};
 use crate::schema::{EdgeKind, NodeKind};
 use crate::timefmt::format_ns;
 use anyhow::{bail, Context, Result};
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, Connection};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet, VecDeque};
 
@@ -212,70 +213,53 @@ pub enum Direction {
     Descendants,
 }
 
-const NODE_COLUMNS: &str = "SELECT node, kind, boot, name, version, pid, exec, time_ns, event_id, attrs FROM nodes WHERE node = ?1";
-
-fn node_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<NodeInfo> {
-    let kind: i64 = r.get(1)?;
-    let t: i64 = r.get(7)?;
-    let attrs: Option<String> = r.get(9)?;
-    Ok(NodeInfo {
-        node: r.get(0)?,
-        kind: NodeKind::from_i64(kind).map(|k| k.name()).unwrap_or("unknown"),
-        boot: r.get(2)?,
-        name: r.get(3)?,
-        version: r.get(4)?,
-        pid: r.get(5)?,
-        exec: r.get(6)?,
-        time_ns: t,
-        time: format_ns(t as u64),
-        event_id: r.get::<_, Option<i64>>(8)?.unwrap_or(0),
+fn node_info_of(r: &NodeRow) -> NodeInfo {
+    NodeInfo {
+        node: r.node,
+        kind: NodeKind::from_i64(r.kind).map(|k| k.name()).unwrap_or("unknown"),
+        boot: r.boot,
+        name: r.name.clone(),
+        version: r.version,
+        pid: r.pid,
+        exec: r.exec,
+        time_ns: r.time_ns,
+        time: format_ns(r.time_ns as u64),
+        event_id: r.event_id,
         // Text that is not JSON reads as no attributes, as before.
-        attrs: attrs.filter(|a| serde_json::from_str::<serde::de::IgnoredAny>(a).is_ok()).map(Attrs),
+        attrs: r.attrs.as_ref().filter(|a| serde_json::from_str::<serde::de::IgnoredAny>(a).is_ok()).cloned().map(Attrs),
         depth: None,
-    })
+    }
 }
 
 pub fn node_info(conn: &Connection, id: i64) -> Result<Option<NodeInfo>> {
-    conn.prepare_cached(NODE_COLUMNS)?.query_row([id], node_row).optional().context("reading a node")
+    Ok(nodes::get(conn, id).context("reading a node")?.as_ref().map(node_info_of))
 }
 
-/// The rows of many nodes (an answer's), with their depths: one statement
-/// over the sorted ids (`rarray`), so SQLite steps one cursor through them
-/// instead of a statement run per node.
+/// The rows of many nodes (an answer's), with their depths, in id order:
+/// each node block is read and decoded once.
 fn node_infos(conn: &Connection, depth: &NodeMap<u32>) -> Result<Vec<NodeInfo>> {
     let mut ids: Vec<i64> = depth.keys().copied().collect();
     ids.sort_unstable();
-    let n = ids.len();
-    let list = std::rc::Rc::new(ids.into_iter().map(rusqlite::types::Value::from).collect::<Vec<_>>());
-    const SQL: &str = "SELECT node, kind, boot, name, version, pid, exec, time_ns, event_id, attrs FROM nodes WHERE node IN rarray(?1)";
-    // The stores' own connections have `rarray` (schema::open_*); another
-    // connection gets it here.
-    let mut st = match conn.prepare_cached(SQL) {
-        Ok(st) => st,
-        Err(_) => {
-            rusqlite::vtab::array::load_module(conn).context("loading the rarray module")?;
-            conn.prepare_cached(SQL)?
-        }
-    };
-    let mut nodes = Vec::with_capacity(n);
-    let mut rows = st.query([list])?;
-    while let Some(r) = rows.next()? {
-        let mut info = node_row(r)?;
-        info.depth = depth.get(&info.node).copied();
-        nodes.push(info);
+    let _tx = ReadTx::begin(conn)?;
+    let mut reader = NodeReader::new(conn);
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        let Some(r) = reader.get(id)? else { bail!("node {id} referenced by an edge is missing") };
+        let mut info = node_info_of(r);
+        info.depth = depth.get(&id).copied();
+        out.push(info);
     }
-    if nodes.len() != n {
-        let found: HashSet<i64> = nodes.iter().map(|x| x.node).collect();
-        let missing = depth.keys().find(|id| !found.contains(id)).copied().unwrap_or_default();
-        bail!("node {missing} referenced by an edge is missing");
-    }
-    Ok(nodes)
+    Ok(out)
 }
 
-fn ids(conn: &Connection, sql: &str, p: impl rusqlite::Params) -> Result<Vec<i64>> {
-    let mut st = conn.prepare_cached(sql)?;
-    let v = st.query_map(p, |r| r.get(0))?.collect::<rusqlite::Result<Vec<i64>>>()?;
-    Ok(v)
+/// The nodes named `name` of `kind`, ascending.
+fn named(conn: &Connection, kind: NodeKind, name: &str) -> Result<Vec<NodeRow>> {
+    let k = kind as i64;
+    nodes::rows_where(conn, &nodes::lookup(conn, nodes::name_key(k, name))?, |r| r.kind == k && r.name == name)
+}
+
+fn ids_of(rows: &[NodeRow]) -> Vec<i64> {
+    rows.iter().map(|r| r.node).collect()
 }
 
 const SPEC_HELP: &str = "give a node id (42 or n42), a path (/etc/passwd, /tmp/x@v2 for one version), pid:N, sock:ADDR, pipe:[INODE] or uid:N";
@@ -310,9 +294,19 @@ pub fn resolve(conn: &Connection, spec: &str, latest: bool) -> Result<Vec<i64>> 
     let found = if let Some(pid) = spec.strip_prefix("pid:") {
         let pid: i64 = pid.parse().with_context(|| format!("{spec:?}: pid:N needs a number"))?;
         // The newest version of every execution that had this pid.
-        ids(conn, "SELECT MAX(node) FROM nodes WHERE pid = ?1 AND kind = 1 GROUP BY exec ORDER BY 1", [pid])?
+        let procs = nodes::rows_where(conn, &nodes::lookup(conn, nodes::pid_key(pid))?, |r| {
+            r.kind == NodeKind::Process as i64 && r.pid == Some(pid)
+        })?;
+        let mut newest: HashMap<Option<i64>, i64> = HashMap::new();
+        for r in &procs {
+            let n = newest.entry(r.exec).or_insert(r.node);
+            *n = (*n).max(r.node);
+        }
+        let mut v: Vec<i64> = newest.into_values().collect();
+        v.sort_unstable();
+        v
     } else if spec.starts_with("uid:") {
-        ids(conn, "SELECT node FROM nodes WHERE name = ?1 AND kind = 5", [spec])?
+        ids_of(&named(conn, NodeKind::User, spec)?)
     } else {
         let (name, kind, version) = if let Some(a) = spec.strip_prefix("sock:").or_else(|| spec.strip_prefix("socket:")) {
             (a, NodeKind::Socket, None)
@@ -323,9 +317,11 @@ pub fn resolve(conn: &Connection, spec: &str, latest: bool) -> Result<Vec<i64>> 
         } else {
             (spec, NodeKind::File, None)
         };
-        let all = ids(conn, "SELECT node FROM nodes WHERE name = ?1 AND kind = ?2 ORDER BY version, node", params![name, kind as i64])?;
+        let mut rows = named(conn, kind, name)?;
+        rows.sort_by_key(|r| (r.version, r.node));
+        let all = ids_of(&rows);
         match version {
-            Some(v) => ids(conn, "SELECT node FROM nodes WHERE name = ?1 AND kind = ?2 AND version = ?3", params![name, kind as i64, v])?,
+            Some(v) => rows.iter().filter(|r| r.version == v).map(|r| r.node).collect(),
             None if latest => all.last().copied().into_iter().collect(),
             None => all,
         }
@@ -342,11 +338,9 @@ pub fn resolve_processes(conn: &Connection, spec: &str) -> Result<Vec<i64>> {
         Ok(v) => v,
         Err(e) => {
             // Also accept an executable path or command name.
-            let v = ids(
-                conn,
-                "SELECT node FROM nodes WHERE kind = 1 AND (name = ?1 OR name = '[' || ?1 || ']') ORDER BY node",
-                [spec],
-            )?;
+            let mut v = ids_of(&named(conn, NodeKind::Process, spec)?);
+            v.extend(ids_of(&named(conn, NodeKind::Process, &format!("[{spec}]"))?));
+            v.sort_unstable();
             if v.is_empty() {
                 return Err(e.context(format!("no process named {spec:?} either")));
             }
@@ -360,7 +354,8 @@ pub fn resolve_processes(conn: &Connection, spec: &str) -> Result<Vec<i64>> {
         let Some(exec) = info.exec else {
             bail!("{spec:?} resolves to a {} ({}), not a process; use pid:N or a node id", info.kind, info.name);
         };
-        for v in ids(conn, "SELECT node FROM nodes WHERE exec = ?1 ORDER BY node", [exec])? {
+        let versions = nodes::rows_where(conn, &nodes::lookup(conn, nodes::exec_key(exec))?, |r| r.exec == Some(exec))?;
+        for v in ids_of(&versions) {
             if seen.insert(v) {
                 out.push(v);
             }
@@ -566,16 +561,19 @@ fn touch_edges(conn: &Connection, sql: &str, node: i64) -> Result<Vec<EdgeInfo>>
     Ok(v)
 }
 
-const WRITES_OF_PROC: &str = "SELECT e.effect, e.cause, e.kind, e.event_id, e.time_ns, e.boot FROM edges e JOIN nodes n ON n.node = e.effect WHERE e.cause = ?1 AND e.kind = 2 AND n.kind <> 1";
+const WRITES_OF_PROC: &str = "SELECT effect, cause, kind, event_id, time_ns, boot FROM edges WHERE cause = ?1 AND kind = 2";
 const READERS_OF: &str = "SELECT effect, cause, kind, event_id, time_ns, boot FROM edges WHERE cause = ?1 AND kind = 1";
+
+fn is_process(nodes: &mut NodeReader<'_>, node: i64) -> Result<bool> {
+    Ok(nodes.get(node)?.is_some_and(|r| r.kind == NodeKind::Process as i64))
+}
 
 /// What a process version read (artifacts it `used`, not the executable's
 /// process edges), from its cause list.
-fn reads_of_proc(conn: &Connection, reader: &mut CauseReader<'_>, node: i64) -> Result<Vec<EdgeInfo>> {
-    let mut kind_of = conn.prepare_cached("SELECT kind FROM nodes WHERE node = ?1")?;
+fn reads_of_proc(nodes: &mut NodeReader<'_>, reader: &mut CauseReader<'_>, node: i64) -> Result<Vec<EdgeInfo>> {
     let mut out = Vec::new();
     for e in edges_of(reader, node)? {
-        if e.kind == EdgeKind::Used && kind_of.query_row([e.cause], |r| r.get::<_, i64>(0))? != NodeKind::Process as i64 {
+        if e.kind == EdgeKind::Used && !is_process(nodes, e.cause)? {
             out.push(e);
         }
     }
@@ -609,10 +607,15 @@ pub fn touched_by(conn: &Connection, spec: &str, window: Window) -> Result<Answe
     let procs = resolve_processes(conn, spec)?;
     let _tx = ReadTx::begin(conn)?;
     let mut reader = CauseReader::new(conn);
+    let mut nodes = NodeReader::new(conn);
     let mut edges = Vec::new();
     for p in &procs {
-        edges.extend(reads_of_proc(conn, &mut reader, *p)?);
-        edges.extend(touch_edges(conn, WRITES_OF_PROC, *p)?);
+        edges.extend(reads_of_proc(&mut nodes, &mut reader, *p)?);
+        for e in touch_edges(conn, WRITES_OF_PROC, *p)? {
+            if !is_process(&mut nodes, e.effect)? {
+                edges.push(e);
+            }
+        }
     }
     edges.retain(|e| window.admits(e.time_ns));
     touch_answer(conn, format!("touched-by {spec}"), procs, edges, window)

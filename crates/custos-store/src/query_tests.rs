@@ -356,7 +356,7 @@ fn reingest_does_not_duplicate_and_malformed_lines_are_skipped() {
     assert_eq!(first.malformed, 2);
     let conn = crate::schema::open_ro(&p).unwrap();
     let count = |sql: &str| -> i64 { conn.query_row(sql, [], |r| r.get(0)).unwrap() };
-    let (events, nodes, edges) = (count("SELECT COALESCE(SUM(last_id - first_id + 1), 0) FROM event_ranges"), count("SELECT COUNT(*) FROM nodes"), count("SELECT COUNT(*) FROM edges"));
+    let (events, nodes, edges) = (count("SELECT COALESCE(SUM(last_id - first_id + 1), 0) FROM event_ranges"), crate::nodes::count(&conn).unwrap(), count("SELECT COUNT(*) FROM edges"));
     assert_eq!(events as u64, first.events_new);
     let rejects: Vec<(i64, String)> = conn
         .prepare("SELECT line_no, error FROM rejects ORDER BY line_no")
@@ -371,7 +371,7 @@ fn reingest_does_not_duplicate_and_malformed_lines_are_skipped() {
     assert_eq!(again.events_new, 0);
     assert_eq!(again.events_duplicate, first.events_new);
     assert_eq!(count("SELECT COALESCE(SUM(last_id - first_id + 1), 0) FROM event_ranges"), events);
-    assert_eq!(count("SELECT COUNT(*) FROM nodes"), nodes);
+    assert_eq!(crate::nodes::count(&conn).unwrap(), nodes);
     assert_eq!(count("SELECT COUNT(*) FROM edges"), edges);
     // The raw line is kept, byte for byte.
     let first: serde_json::Value = serde_json::from_str(&s.lines[1]).unwrap();
@@ -400,7 +400,7 @@ fn a_stream_split_across_ingests_continues_version_chains() {
     let ans = |c: &Connection| labels(&ancestry(c, "/out/app.final", Direction::Ancestors, None, Window::default()).unwrap());
     assert_eq!(ans(&c1), ans(&c2));
     let n = |c: &Connection| -> (i64, i64) {
-        (c.query_row("SELECT COUNT(*) FROM nodes", [], |r| r.get(0)).unwrap(), c.query_row("SELECT COUNT(*) FROM edges", [], |r| r.get(0)).unwrap())
+        (crate::nodes::count(c).unwrap(), c.query_row("SELECT COUNT(*) FROM edges", [], |r| r.get(0)).unwrap())
     };
     assert_eq!(n(&c1), n(&c2));
 }
@@ -523,7 +523,7 @@ fn ancestor_ids_by_edge_table(conn: &Connection, root: i64) -> Result<NodeSet> {
 
 /// The ancestry index (cause lists) must hold exactly the edge table's rows.
 fn assert_cause_lists_match_edges(conn: &Connection) {
-    let nodes: Vec<i64> = conn.prepare("SELECT node FROM nodes").unwrap().query_map([], |r| r.get(0)).unwrap().map(|r| r.unwrap()).collect();
+    let nodes: Vec<i64> = crate::nodes::all(conn).unwrap().iter().map(|r| r.node).collect();
     let blocks: i64 = conn.query_row("SELECT COUNT(*) FROM cause_blocks", [], |r| r.get(0)).unwrap();
     let spanned: std::collections::HashSet<i64> = nodes.iter().map(|n| crate::causes::block_of(*n)).collect();
     assert!(blocks as usize <= spanned.len(), "no block outside the nodes' range");
@@ -627,15 +627,14 @@ fn json_answers_carry_every_nodes_stored_attributes() {
     let (_d, p) = db();
     build_stream().ingest(&p);
     let conn = crate::schema::open_ro(&p).unwrap();
-    let gcc: i64 = conn.query_row("SELECT node FROM nodes WHERE name = '/usr/bin/gcc' AND kind = 1", [], |r| r.get(0)).unwrap();
+    let gcc: i64 = crate::nodes::all(&conn).unwrap().into_iter().find(|r| r.name == "/usr/bin/gcc" && r.kind == 1).unwrap().node;
     let a = ancestry(&conn, &gcc.to_string(), Direction::Ancestors, None, Window::default()).unwrap();
     let out: Value = serde_json::from_str(&crate::render::json(&a).unwrap()).unwrap();
     let nodes = out["nodes"].as_array().unwrap();
     assert_eq!(nodes.len(), a.nodes.len());
     let mut with_attrs = 0;
     for n in nodes {
-        let stored: Option<String> =
-            conn.query_row("SELECT attrs FROM nodes WHERE node = ?1", [n["node"].as_i64().unwrap()], |r| r.get(0)).unwrap();
+        let stored: Option<String> = crate::nodes::get(&conn, n["node"].as_i64().unwrap()).unwrap().unwrap().attrs;
         match stored {
             Some(text) => {
                 assert_eq!(n["attrs"], serde_json::from_str::<Value>(&text).unwrap());
@@ -656,7 +655,7 @@ fn answers_work_on_a_plain_connection() {
     build_stream().ingest(&p);
     let plain = Connection::open(&p).unwrap();
     let ours = crate::schema::open_ro(&p).unwrap();
-    let gcc: i64 = ours.query_row("SELECT node FROM nodes WHERE name = '/usr/bin/gcc' AND kind = 1", [], |r| r.get(0)).unwrap();
+    let gcc: i64 = crate::nodes::all(&ours).unwrap().into_iter().find(|r| r.name == "/usr/bin/gcc" && r.kind == 1).unwrap().node;
     let a = ancestry(&plain, &gcc.to_string(), Direction::Ancestors, None, Window::default()).unwrap();
     let b = ancestry(&ours, &gcc.to_string(), Direction::Ancestors, None, Window::default()).unwrap();
     assert!(a.nodes.len() > 1);

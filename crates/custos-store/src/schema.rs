@@ -8,7 +8,8 @@ use std::path::Path;
 /// 2: `event_ranges` (runs of event ids per raw chunk) replaced the per-event
 /// `events` rows; `edges` is clustered on the cause (no `edges_by_cause`).
 /// 3: the cause lists in blocks of 64 nodes (`cause_blocks`), not a row per
-/// node (`causes`).
+/// node (`causes`); the nodes likewise (`node_blocks`), their name, pid and
+/// exec indexes as sorted runs (`node_keys`).
 pub const SCHEMA_VERSION: i64 = 3;
 
 /// WAL size after which a commit checkpoints (see `open_rw`).
@@ -104,20 +105,11 @@ CREATE TABLE IF NOT EXISTS event_ranges(
     chunk INTEGER NOT NULL,
     first_slot INTEGER NOT NULL,
     PRIMARY KEY(boot, first_id)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS nodes(
-    node INTEGER PRIMARY KEY,
-    kind INTEGER NOT NULL,
-    boot INTEGER NOT NULL,
-    name TEXT NOT NULL,
-    version INTEGER NOT NULL,
-    pid INTEGER,
-    exec INTEGER,
-    time_ns INTEGER NOT NULL,
-    event_id INTEGER,
-    attrs TEXT);
-CREATE INDEX IF NOT EXISTS nodes_by_name ON nodes(name, kind);
-CREATE INDEX IF NOT EXISTS nodes_by_pid ON nodes(pid) WHERE pid IS NOT NULL;
-CREATE INDEX IF NOT EXISTS nodes_by_exec ON nodes(exec) WHERE exec IS NOT NULL;
+-- The nodes, packed by 64 consecutive ids (see nodes.rs): block = node >> 6.
+CREATE TABLE IF NOT EXISTS node_blocks(block INTEGER PRIMARY KEY, data BLOB NOT NULL);
+-- Lookups by name, pid and execution: sorted runs of (key, node) pairs,
+-- merged by level (a small log-structured merge; see nodes.rs).
+CREATE TABLE IF NOT EXISTS node_keys(run INTEGER PRIMARY KEY, level INTEGER NOT NULL, data BLOB NOT NULL);
 -- Clustered on the cause: descendants, readers of a version and writes of
 -- a process are one seek plus a short scan. The same edges by effect are
 -- the cause blocks below, which serve ancestry and every lookup by effect

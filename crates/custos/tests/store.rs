@@ -105,7 +105,7 @@ fn kill_9_mid_ingest_keeps_every_acknowledged_batch() {
     assert_eq!(a.query_row("PRAGMA integrity_check", [], |r| r.get::<_, String>(0)).unwrap(), "ok");
     for sql in [
         "SELECT COALESCE(SUM(last_id - first_id + 1), 0) FROM event_ranges",
-        "SELECT COUNT(*) FROM nodes",
+        "SELECT SUM(length(data)) FROM node_blocks",
         "SELECT COUNT(*) FROM edges",
         "SELECT COUNT(*) FROM losses",
         "SELECT SUM(length(data)) FROM cause_blocks",
@@ -127,7 +127,11 @@ fn graph_dump(db: &Path) -> (Vec<String>, Vec<String>) {
             .collect()
     };
     (
-        rows("SELECT node, kind, boot, name, version, pid, exec, event_id FROM nodes ORDER BY node"),
+        custos_store::nodes::all(&conn)
+            .unwrap()
+            .iter()
+            .map(|n| format!("{}|{}|{}|{}|{}|{:?}|{:?}|{}", n.node, n.kind, n.boot, n.name, n.version, n.pid, n.exec, n.event_id))
+            .collect(),
         rows("SELECT effect, cause, kind, event_id FROM edges ORDER BY effect, cause, kind"),
     )
 }

@@ -194,9 +194,9 @@ fn main() -> Result<()> {
     let db_bytes = std::fs::metadata(&db)?.len() + std::fs::metadata(format!("{}-wal", db.display())).map(|m| m.len()).unwrap_or(0);
 
     let conn = custos_store::schema::open_ro(&db)?;
-    let nodes: i64 = conn.query_row("SELECT COUNT(*) FROM nodes", [], |r| r.get(0))?;
+    let nodes: i64 = custos_store::nodes::count(&conn)?;
     let edges: i64 = conn.query_row("SELECT COUNT(*) FROM edges", [], |r| r.get(0))?;
-    let max_node: i64 = conn.query_row("SELECT MAX(node) FROM nodes", [], |r| r.get(0))?;
+    let max_node: i64 = custos_store::nodes::next_node(&conn)? - 1;
     eprintln!("store-bench: graph has {nodes} nodes, {edges} edges");
 
     // The worst case: the largest link outputs are the candidates by construction; measure them all.

@@ -1,0 +1,480 @@
+//! The graph's nodes, out of per-row SQLite inserts (docs/store.md, "Node
+//! blocks and the key index").
+//!
+//! **Node blocks.** Node ids are dense and assigned in order, and a node's
+//! row never changes, so a batch packs the nodes it made into blocks of
+//! [`BLOCK_NODES`] consecutive ids (`node_blocks`, keyed by `node >>
+//! BLOCK_SHIFT`), each written once (the batch's last, partly filled block is
+//! rewritten by the next batch). A block is one byte saying how the rest is
+//! stored (0: plain, 1: zstd), then per slot: `kind` (0: no node), boot,
+//! version, pid + 1 (0: none), `zigzag(node − exec) + 1` (0: none), the time
+//! and the event id's sequence as deltas from the previous node of the block,
+//! the id's CPU, the name front-coded against the previous node's name, and
+//! the attributes' length + 1 (0: none) and text; all integers varints.
+//!
+//! **The key index.** Lookups by name (paths, `uid:N`, command names), by
+//! pid and by execution go through sorted runs of `(key, node)` pairs
+//! (`node_keys`), a small log-structured merge: each batch writes one run
+//! of its nodes' keys; [`FANOUT`] runs of a level are merged into one of the
+//! next. A lookup binary-searches every run (a few dozen) through the
+//! incremental-blob API. A name's key is a 64-bit hash, so lookups read the
+//! candidates' blocks and keep only the nodes whose name really matches.
+
+use anyhow::{Context, Result};
+use rusqlite::{params, Connection, OptionalExtension};
+
+/// log2 of the nodes per block.
+pub const BLOCK_SHIFT: u32 = 6;
+/// Nodes per block.
+pub const BLOCK_NODES: usize = 1 << BLOCK_SHIFT;
+/// Blocks are compressed with zstd at this level (see docs/store.md).
+const BLOCK_ZSTD_LEVEL: i32 = 1;
+/// Runs of one level merged into one run of the next.
+pub const FANOUT: usize = 8;
+/// Runs of this level are not merged further (keeps every run a few
+/// hundred MiB at most, under SQLite's blob limit).
+const TOP_LEVEL: i64 = 3;
+const SEQ_BITS: u32 = 48;
+const SEQ_MASK: u64 = (1 << SEQ_BITS) - 1;
+const KEY_ENTRY: usize = 16;
+
+/// One node as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeRow {
+    pub node: i64,
+    pub kind: i64,
+    pub boot: i64,
+    pub name: String,
+    pub version: i64,
+    pub pid: Option<i64>,
+    pub exec: Option<i64>,
+    pub time_ns: i64,
+    pub event_id: i64,
+    pub attrs: Option<String>,
+}
+
+pub fn block_of(node: i64) -> i64 {
+    node >> BLOCK_SHIFT
+}
+
+fn slot_of(node: i64) -> usize {
+    (node as u64 as usize) & (BLOCK_NODES - 1)
+}
+
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+fn unzigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn get_varint(buf: &[u8], pos: &mut usize) -> Result<u64> {
+    let mut v = 0u64;
+    let mut shift = 0;
+    loop {
+        let b = *buf.get(*pos).context("node block truncated")?;
+        *pos += 1;
+        v |= ((b & 0x7f) as u64) << shift;
+        if b < 0x80 {
+            return Ok(v);
+        }
+        shift += 7;
+        anyhow::ensure!(shift < 64, "node block: varint too long");
+    }
+}
+
+fn get_bytes<'a>(buf: &'a [u8], pos: &mut usize, n: usize) -> Result<&'a [u8]> {
+    let b = buf.get(*pos..*pos + n).context("node block truncated")?;
+    *pos += n;
+    Ok(b)
+}
+
+/// Encodes one block's slots (`None`: no node with that id).
+fn encode_block(slots: &[Option<NodeRow>]) -> Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(64 * slots.len());
+    let (mut time, mut seq) = (0i64, 0u64);
+    let mut prev_name: &str = "";
+    for slot in slots {
+        let Some(n) = slot else {
+            out.push(0);
+            continue;
+        };
+        put_varint(&mut out, n.kind as u64);
+        put_varint(&mut out, n.boot as u64);
+        put_varint(&mut out, zigzag(n.version));
+        put_varint(&mut out, n.pid.map_or(0, |p| p as u64 + 1));
+        put_varint(&mut out, n.exec.map_or(0, |e| zigzag(n.node.wrapping_sub(e)) + 1));
+        put_varint(&mut out, zigzag(n.time_ns.wrapping_sub(time)));
+        let id = n.event_id as u64;
+        put_varint(&mut out, id >> SEQ_BITS);
+        put_varint(&mut out, zigzag((id & SEQ_MASK).wrapping_sub(seq) as i64));
+        let shared = n.name.bytes().zip(prev_name.bytes()).take_while(|(a, b)| a == b).count();
+        // Never split a UTF-8 sequence: the suffix must be valid text on its own.
+        let shared = (0..=shared).rev().find(|i| n.name.is_char_boundary(*i)).unwrap_or(0);
+        put_varint(&mut out, shared as u64);
+        put_varint(&mut out, (n.name.len() - shared) as u64);
+        out.extend_from_slice(&n.name.as_bytes()[shared..]);
+        match &n.attrs {
+            Some(a) => {
+                put_varint(&mut out, a.len() as u64 + 1);
+                out.extend_from_slice(a.as_bytes());
+            }
+            None => out.push(0),
+        }
+        (time, seq, prev_name) = (n.time_ns, id & SEQ_MASK, &n.name);
+    }
+    let mut block = Vec::with_capacity(out.len() / 3 + 16);
+    if BLOCK_ZSTD_LEVEL > 0 {
+        block.push(1);
+        block.extend_from_slice(&zstd::bulk::compress(&out, BLOCK_ZSTD_LEVEL).context("compressing a node block")?);
+    } else {
+        block.push(0);
+        block.extend_from_slice(&out);
+    }
+    Ok(block)
+}
+
+/// Decodes a stored block into its slots; `want` (a slot) stops after that slot.
+fn decode_block(block_id: i64, block: &[u8], want: Option<usize>) -> Result<Vec<Option<NodeRow>>> {
+    let (&how, body) = block.split_first().context("empty node block")?;
+    let plain;
+    let buf: &[u8] = match how {
+        0 => body,
+        1 => {
+            plain = zstd::stream::decode_all(body).context("decompressing a node block")?;
+            &plain
+        }
+        other => anyhow::bail!("node block {block_id}: unknown encoding {other}"),
+    };
+    let mut slots = Vec::with_capacity(BLOCK_NODES);
+    let (mut pos, mut time, mut seq) = (0usize, 0i64, 0u64);
+    let mut prev_name = String::new();
+    for i in 0..BLOCK_NODES {
+        if want.is_some_and(|w| i > w) {
+            break;
+        }
+        let kind = get_varint(buf, &mut pos)? as i64;
+        if kind == 0 {
+            slots.push(None);
+            continue;
+        }
+        let node = (block_id << BLOCK_SHIFT) + i as i64;
+        let boot = get_varint(buf, &mut pos)? as i64;
+        let version = unzigzag(get_varint(buf, &mut pos)?);
+        let pid = get_varint(buf, &mut pos)?.checked_sub(1).map(|p| p as i64);
+        let exec = get_varint(buf, &mut pos)?.checked_sub(1).map(|e| node.wrapping_sub(unzigzag(e)));
+        time = time.wrapping_add(unzigzag(get_varint(buf, &mut pos)?));
+        let cpu = get_varint(buf, &mut pos)?;
+        seq = seq.wrapping_add(unzigzag(get_varint(buf, &mut pos)?) as u64) & SEQ_MASK;
+        let shared = get_varint(buf, &mut pos)? as usize;
+        let len = get_varint(buf, &mut pos)? as usize;
+        let suffix = std::str::from_utf8(get_bytes(buf, &mut pos, len)?).context("node name is not UTF-8")?;
+        let mut name = String::with_capacity(shared + len);
+        name.push_str(prev_name.get(..shared).context("node block: bad name prefix")?);
+        name.push_str(suffix);
+        let attrs = match get_varint(buf, &mut pos)? {
+            0 => None,
+            n => Some(std::str::from_utf8(get_bytes(buf, &mut pos, n as usize - 1)?).context("attributes are not UTF-8")?.to_owned()),
+        };
+        prev_name.clone_from(&name);
+        slots.push(Some(NodeRow { node, kind, boot, name, version, pid, exec, time_ns: time, event_id: (cpu << SEQ_BITS | seq) as i64, attrs }));
+    }
+    Ok(slots)
+}
+
+/// A stable 64-bit hash (FNV-1a) for the key index: the same in every run.
+fn fnv(parts: &[&[u8]]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for p in parts {
+        for b in *p {
+            h = (h ^ *b as u64).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        h = (h ^ 0xff).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// The key of a name of a kind (top two bits 00).
+pub fn name_key(kind: i64, name: &str) -> u64 {
+    fnv(&[&[kind as u8], name.as_bytes()]) >> 2
+}
+
+/// The key of a pid (top bits 01).
+pub fn pid_key(pid: i64) -> u64 {
+    1 << 62 | (pid as u64 & ((1 << 62) - 1))
+}
+
+/// The key of an execution (top bits 10).
+pub fn exec_key(exec: i64) -> u64 {
+    2 << 62 | (exec as u64 & ((1 << 62) - 1))
+}
+
+fn keys_of(n: &NodeRow, out: &mut Vec<(u64, i64)>) {
+    out.push((name_key(n.kind, &n.name), n.node));
+    if let Some(p) = n.pid {
+        out.push((pid_key(p), n.node));
+    }
+    if let Some(e) = n.exec {
+        out.push((exec_key(e), n.node));
+    }
+}
+
+fn encode_run(keys: &[(u64, i64)]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(keys.len() * KEY_ENTRY);
+    for (k, n) in keys {
+        out.extend_from_slice(&k.to_le_bytes());
+        out.extend_from_slice(&n.to_le_bytes());
+    }
+    out
+}
+
+fn decode_run(data: &[u8]) -> Vec<(u64, i64)> {
+    data.chunks_exact(KEY_ENTRY)
+        .map(|c| (u64::from_le_bytes(c[0..8].try_into().expect("8 bytes")), i64::from_le_bytes(c[8..16].try_into().expect("8 bytes"))))
+        .collect()
+}
+
+/// Writes a batch's new nodes (ascending ids) into their blocks and their
+/// keys as a new run, then merges full levels. Call inside the batch's transaction.
+pub fn write_pending(db: &Connection, pending: &mut Vec<NodeRow>) -> Result<()> {
+    if pending.is_empty() {
+        return Ok(());
+    }
+    let mut get = db.prepare_cached("SELECT data FROM node_blocks WHERE block = ?1")?;
+    let mut put = db.prepare_cached("INSERT OR REPLACE INTO node_blocks(block, data) VALUES(?1, ?2)")?;
+    let mut keys = Vec::with_capacity(pending.len() * 2);
+    let mut rest = &pending[..];
+    while let Some(first) = rest.first() {
+        let block_id = block_of(first.node);
+        let n = rest.iter().take_while(|r| block_of(r.node) == block_id).count();
+        let (these, after) = rest.split_at(n);
+        rest = after;
+        let stored: Option<Vec<u8>> = if slot_of(first.node) == 0 { None } else { get.query_row([block_id], |r| r.get(0)).optional()? };
+        let mut slots = match stored {
+            Some(b) => decode_block(block_id, &b, None)?,
+            None => vec![None; BLOCK_NODES],
+        };
+        for r in these {
+            keys_of(r, &mut keys);
+            slots[slot_of(r.node)] = Some(r.clone());
+        }
+        put.execute(params![block_id, encode_block(&slots)?])?;
+    }
+    pending.clear();
+    keys.sort_unstable();
+    db.prepare_cached("INSERT INTO node_keys(level, data) VALUES(0, ?1)")?.execute([encode_run(&keys)])?;
+    for level in 0..TOP_LEVEL {
+        let runs: Vec<(i64, Vec<u8>)> = db
+            .prepare_cached("SELECT run, data FROM node_keys WHERE level = ?1 ORDER BY run")?
+            .query_map([level], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<rusqlite::Result<_>>()?;
+        if runs.len() < FANOUT {
+            break;
+        }
+        let mut merged: Vec<(u64, i64)> = Vec::with_capacity(runs.iter().map(|r| r.1.len() / KEY_ENTRY).sum());
+        let mut del = db.prepare_cached("DELETE FROM node_keys WHERE run = ?1")?;
+        for (run, data) in &runs {
+            merged.extend(decode_run(data));
+            del.execute([run])?;
+        }
+        merged.sort_unstable();
+        db.prepare_cached("INSERT INTO node_keys(level, data) VALUES(?1, ?2)")?.execute(params![level + 1, encode_run(&merged)])?;
+    }
+    Ok(())
+}
+
+/// The next node id of a store (1 for an empty one).
+pub fn next_node(db: &Connection) -> Result<i64> {
+    let last: Option<(i64, Vec<u8>)> = db
+        .query_row("SELECT block, data FROM node_blocks ORDER BY block DESC LIMIT 1", [], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    Ok(match last {
+        None => 1,
+        Some((b, data)) => decode_block(b, &data, None)?.iter().flatten().map(|n| n.node + 1).max().unwrap_or(b << BLOCK_SHIFT),
+    })
+}
+
+/// Reads node rows, keeping the block read last decoded (an answer's nodes
+/// come in id order, and neighbours share blocks).
+pub struct NodeReader<'c> {
+    conn: &'c Connection,
+    block: Option<(i64, Vec<Option<NodeRow>>)>,
+}
+
+impl<'c> NodeReader<'c> {
+    pub fn new(conn: &'c Connection) -> Self {
+        Self { conn, block: None }
+    }
+
+    /// The node with id `node`, if it exists.
+    pub fn get(&mut self, node: i64) -> Result<Option<&NodeRow>> {
+        let b = block_of(node);
+        if self.block.as_ref().is_none_or(|(id, _)| *id != b) {
+            let data: Option<Vec<u8>> = self
+                .conn
+                .prepare_cached("SELECT data FROM node_blocks WHERE block = ?1")?
+                .query_row([b], |r| r.get(0))
+                .optional()?;
+            let slots = match data {
+                Some(d) => decode_block(b, &d, None)?,
+                None => Vec::new(),
+            };
+            self.block = Some((b, slots));
+        }
+        let slots = &self.block.as_ref().expect("loaded above").1;
+        Ok(slots.get(slot_of(node)).and_then(Option::as_ref))
+    }
+}
+
+/// One node's row.
+pub fn get(conn: &Connection, node: i64) -> Result<Option<NodeRow>> {
+    Ok(NodeReader::new(conn).get(node)?.cloned())
+}
+
+/// Every node with `key` in the key index (candidates: a name key may
+/// collide), ascending, no repeats.
+pub fn lookup(conn: &Connection, key: u64) -> Result<Vec<i64>> {
+    let runs: Vec<i64> = conn.prepare_cached("SELECT run FROM node_keys")?.query_map([], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?;
+    let mut out = Vec::new();
+    let mut blob: Option<rusqlite::blob::Blob<'_>> = None;
+    let mut entry = [0u8; KEY_ENTRY];
+    for run in runs {
+        let b = match blob.as_mut() {
+            Some(b) => {
+                b.reopen(run).context("opening a key run")?;
+                b
+            }
+            None => blob.insert(conn.blob_open(rusqlite::MAIN_DB, "node_keys", "data", run, true).context("opening a key run")?),
+        };
+        let n = b.len() / KEY_ENTRY;
+        // The first entry with a key ≥ `key`.
+        let (mut lo, mut hi) = (0, n);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            b.read_at_exact(&mut entry[..8], mid * KEY_ENTRY)?;
+            if u64::from_le_bytes(entry[..8].try_into().expect("8 bytes")) < key {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        for i in lo..n {
+            b.read_at_exact(&mut entry, i * KEY_ENTRY)?;
+            if u64::from_le_bytes(entry[..8].try_into().expect("8 bytes")) != key {
+                break;
+            }
+            out.push(i64::from_le_bytes(entry[8..].try_into().expect("8 bytes")));
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    Ok(out)
+}
+
+/// The nodes among `candidates` that pass `keep`, ascending.
+pub fn rows_where(conn: &Connection, candidates: &[i64], keep: impl Fn(&NodeRow) -> bool) -> Result<Vec<NodeRow>> {
+    let mut reader = NodeReader::new(conn);
+    let mut out = Vec::new();
+    for c in candidates {
+        if let Some(r) = reader.get(*c)? {
+            if keep(r) {
+                out.push(r.clone());
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Every node, ascending (tests and tools; reads the whole table).
+pub fn all(conn: &Connection) -> Result<Vec<NodeRow>> {
+    let mut st = conn.prepare("SELECT block, data FROM node_blocks ORDER BY block")?;
+    let mut rows = st.query([])?;
+    let mut out = Vec::new();
+    while let Some(r) = rows.next()? {
+        let (b, data): (i64, Vec<u8>) = (r.get(0)?, r.get(1)?);
+        out.extend(decode_block(b, &data, None)?.into_iter().flatten());
+    }
+    Ok(out)
+}
+
+/// How many nodes the store holds.
+pub fn count(conn: &Connection) -> Result<i64> {
+    Ok(all(conn)?.len() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(node: i64, name: &str) -> NodeRow {
+        NodeRow {
+            node,
+            kind: 1 + node % 5,
+            boot: 1,
+            name: name.into(),
+            version: node % 3,
+            pid: (node % 2 == 0).then_some(node * 7),
+            exec: (node % 2 == 0).then_some(node - 3),
+            time_ns: 1_700_000_000_000_000_000 - node * 1000,
+            event_id: (node % 16) << 48 | node * 11,
+            attrs: (node % 4 == 0).then(|| format!("{{\"n\":{node}}}")),
+        }
+    }
+
+    #[test]
+    fn blocks_round_trip_with_gaps_and_shared_prefixes() {
+        let names = ["/usr/include/stdio.h", "/usr/include/stdlib.h", "é/ü", "é/ö", "", "[cc1]", "/usr/include/stdio.h"];
+        let mut slots = vec![None; BLOCK_NODES];
+        for (i, name) in names.iter().enumerate() {
+            slots[i * 3 + 1] = Some(row(5 * 64 + (i * 3 + 1) as i64, name));
+        }
+        let b = encode_block(&slots).unwrap();
+        assert_eq!(decode_block(5, &b, None).unwrap(), slots);
+        assert_eq!(decode_block(5, &b, Some(4)).unwrap()[4], slots[4]);
+    }
+
+    #[test]
+    fn the_key_index_finds_every_node_across_merged_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = crate::schema::open_rw(&dir.path().join("k.db")).unwrap();
+        let mut next = 1;
+        // Enough batches to merge level 0 twice and leave runs on two levels.
+        for batch in 0..(2 * FANOUT + 3) {
+            let mut pending: Vec<NodeRow> = (0..(batch % 5 + 1) * 13)
+                .map(|_| {
+                    next += 1;
+                    row(next - 1, &format!("/f/{}", (next - 1) % 17))
+                })
+                .collect();
+            write_pending(&conn, &mut pending).unwrap();
+        }
+        let all = all(&conn).unwrap();
+        assert_eq!(all.len() as i64, next - 1);
+        assert_eq!(next_node(&conn).unwrap(), next);
+        let levels: i64 = conn.query_row("SELECT COUNT(DISTINCT level) FROM node_keys", [], |r| r.get(0)).unwrap();
+        assert!(levels >= 2, "{levels} levels");
+        for probe in [1, 2, 17, 100, next - 1] {
+            let r = get(&conn, probe).unwrap().unwrap();
+            let want: Vec<i64> = all.iter().filter(|n| n.kind == r.kind && n.name == r.name).map(|n| n.node).collect();
+            let got: Vec<i64> = rows_where(&conn, &lookup(&conn, name_key(r.kind, &r.name)).unwrap(), |n| n.kind == r.kind && n.name == r.name)
+                .unwrap()
+                .iter()
+                .map(|n| n.node)
+                .collect();
+            assert_eq!(got, want, "name of {probe}");
+            if let Some(p) = r.pid {
+                let want: Vec<i64> = all.iter().filter(|n| n.pid == Some(p)).map(|n| n.node).collect();
+                assert_eq!(lookup(&conn, pid_key(p)).unwrap(), want, "pid of {probe}");
+            }
+        }
+    }
+}
