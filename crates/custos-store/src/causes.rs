@@ -18,6 +18,7 @@
 //! where an event id is `cpu << 48 | seq`. About 10 bytes an entry against
 //! 29 for fixed-width fields.
 
+use crate::varint;
 use anyhow::{Context, Result};
 use rusqlite::{params, Connection, OptionalExtension};
 
@@ -47,48 +48,17 @@ fn slot_of(node: i64) -> usize {
     (node as u64 as usize) & (BLOCK_NODES - 1)
 }
 
-fn zigzag(v: i64) -> u64 {
-    ((v << 1) ^ (v >> 63)) as u64
-}
-
-fn unzigzag(v: u64) -> i64 {
-    ((v >> 1) as i64) ^ -((v & 1) as i64)
-}
-
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-fn get_varint(buf: &[u8], pos: &mut usize) -> Result<u64> {
-    let mut v = 0u64;
-    let mut shift = 0;
-    loop {
-        let b = *buf.get(*pos).context("cause list truncated")?;
-        *pos += 1;
-        v |= ((b & 0x7f) as u64) << shift;
-        if b < 0x80 {
-            return Ok(v);
-        }
-        shift += 7;
-        anyhow::ensure!(shift < 64, "cause list: varint too long");
-    }
-}
-
 /// Appends the varints of `entries` (the causes of `effect`) to `out`.
 fn encode_node(out: &mut Vec<u8>, effect: i64, entries: &[CauseEntry], base_time: i64, base_seq: u64) {
     let (mut time, mut seq) = (base_time, base_seq);
     for e in entries {
         let id = e.event_id as u64;
         let s = id & SEQ_MASK;
-        put_varint(out, zigzag(effect.wrapping_sub(e.cause)));
-        put_varint(out, (id >> SEQ_BITS) << 3 | e.kind as u64);
-        put_varint(out, zigzag(s.wrapping_sub(seq) as i64));
-        put_varint(out, zigzag(e.time_ns.wrapping_sub(time)));
-        put_varint(out, e.boot as u64);
+        varint::put(out, varint::zigzag(effect.wrapping_sub(e.cause)));
+        varint::put(out, (id >> SEQ_BITS) << 3 | e.kind as u64);
+        varint::put(out, varint::zigzag(s.wrapping_sub(seq) as i64));
+        varint::put(out, varint::zigzag(e.time_ns.wrapping_sub(time)));
+        varint::put(out, e.boot as u64);
         (time, seq) = (e.time_ns, s);
     }
 }
@@ -98,11 +68,11 @@ pub fn decode_node(out: &mut Vec<CauseEntry>, effect: i64, bytes: &[u8], base_ti
     let (mut time, mut seq) = (base_time, base_seq);
     let mut pos = 0;
     while pos < bytes.len() {
-        let cause = effect.wrapping_sub(unzigzag(get_varint(bytes, &mut pos)?));
-        let hi = get_varint(bytes, &mut pos)?;
-        seq = seq.wrapping_add(unzigzag(get_varint(bytes, &mut pos)?) as u64) & SEQ_MASK;
-        time = time.wrapping_add(unzigzag(get_varint(bytes, &mut pos)?));
-        let boot = get_varint(bytes, &mut pos)? as i64;
+        let cause = effect.wrapping_sub(varint::unzigzag(varint::get(bytes, &mut pos)?));
+        let hi = varint::get(bytes, &mut pos)?;
+        seq = seq.wrapping_add(varint::unzigzag(varint::get(bytes, &mut pos)?) as u64) & SEQ_MASK;
+        time = time.wrapping_add(varint::unzigzag(varint::get(bytes, &mut pos)?));
+        let boot = varint::get(bytes, &mut pos)? as i64;
         out.push(CauseEntry { cause, kind: (hi & 7) as u8, event_id: ((hi >> 3) << SEQ_BITS | seq) as i64, time_ns: time, boot });
     }
     Ok(())

@@ -9,11 +9,12 @@
 //! the current one and nobody has read it since (collapses write bursts).
 
 use crate::causes::CauseEntry;
+use crate::effects::{Edge, EdgeBatch};
 use crate::nodes::NodeRow;
 use crate::record::Event;
 use crate::schema::{EdgeKind, NodeKind};
 use anyhow::{Context, Result};
-use rusqlite::{params, CachedStatement, Connection, OptionalExtension};
+use rusqlite::{params, Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 
@@ -23,22 +24,15 @@ use std::collections::{HashMap, HashSet};
 pub(crate) type Map<K, V> = HashMap<K, V, ahash::RandomState>;
 pub(crate) type Set<K> = HashSet<K, ahash::RandomState>;
 
-/// The connection with the graph's per-event statements prepared once, for
-/// a run of [`Graph::apply`] calls (a statement-cache lookup per row hashed
-/// and compared the SQL text every time).
+/// The connection the graph reads its saved state from, for a run of
+/// [`Graph::apply`] calls.
 pub struct Sql<'c> {
     pub conn: &'c Connection,
-    edge: CachedStatement<'c>,
 }
 
 impl<'c> Sql<'c> {
     pub fn new(conn: &'c Connection) -> Result<Self> {
-        Ok(Self {
-            conn,
-            edge: conn.prepare_cached(
-                "INSERT OR IGNORE INTO edges(effect, cause, kind, event_id, time_ns, boot) VALUES(?1,?2,?3,?4,?5,?6)",
-            )?,
-        })
+        Ok(Self { conn })
     }
 }
 
@@ -133,6 +127,8 @@ pub struct Graph {
     pending_causes: Vec<(i64, CauseEntry)>,
     /// Nodes made in the open batch, in id order.
     pending_nodes: Vec<NodeRow>,
+    /// Edges made in the open batch (by cause).
+    pending_edges: EdgeBatch,
     /// Boots whose stream records births where they happen (`sched:process_fork`):
     /// there the clone/fork/vfork records, written when the parent's call
     /// returns (after the child ran, for vfork), add nothing.
@@ -164,6 +160,7 @@ impl Graph {
             all_cached: heads == 0 && procs == 0,
             pending_causes: Vec::new(),
             pending_nodes: Vec::new(),
+            pending_edges: EdgeBatch::default(),
             fork_hook_boots: Set::default(),
             stats: GraphStats::default(),
         })
@@ -173,6 +170,7 @@ impl Graph {
     pub fn flush(&mut self, db: &Connection) -> Result<()> {
         crate::nodes::write_pending(db, &mut self.pending_nodes)?;
         crate::causes::write_pending(db, &mut self.pending_causes)?;
+        self.pending_edges.write(db)?;
         let mut put_head = db.prepare_cached(
             "INSERT OR REPLACE INTO heads(kind, scope, name, node, version, frozen, generator, deleted) VALUES(?1,?2,?3,?4,?5,?6,?7,?8)",
         )?;
@@ -239,16 +237,12 @@ impl Graph {
         Ok(node)
     }
 
-    fn edge(&mut self, db: &mut Sql<'_>, effect: i64, cause: i64, kind: EdgeKind, boot: i64, ev: &Event) -> Result<()> {
-        let n = db
-            .edge
-            .execute(params![effect, cause, kind as i64, ev.id as i64, ev.time_ns as i64, boot])
-            .context("inserting an edge")?;
-        if n == 1 {
-            let entry = CauseEntry { cause, kind: kind as u8, event_id: ev.id as i64, time_ns: ev.time_ns as i64, boot };
-            self.pending_causes.push((effect, entry));
+    fn edge(&mut self, _db: &mut Sql<'_>, effect: i64, cause: i64, kind: EdgeKind, boot: i64, ev: &Event) -> Result<()> {
+        let (event_id, time_ns) = (ev.id as i64, ev.time_ns as i64);
+        if self.pending_edges.add(Edge { cause, effect, kind: kind as u8, event_id, time_ns, boot }) {
+            self.pending_causes.push((effect, CauseEntry { cause, kind: kind as u8, event_id, time_ns, boot }));
+            self.stats.edges += 1;
         }
-        self.stats.edges += n as u64;
         Ok(())
     }
 

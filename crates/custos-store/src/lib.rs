@@ -10,6 +10,7 @@
 pub mod archive;
 pub mod causes;
 pub mod cli;
+pub mod effects;
 pub mod graph;
 pub mod ingest;
 pub mod nodes;
@@ -20,6 +21,7 @@ pub mod schema;
 pub mod sink;
 pub mod synth;
 pub mod timefmt;
+mod varint;
 
 pub use archive::Recorder;
 /// The SQLite binding the store is built on, for callers that open the file themselves.

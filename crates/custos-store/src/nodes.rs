@@ -20,6 +20,7 @@
 //! incremental-blob API. A name's key is a 64-bit hash, so lookups read the
 //! candidates' blocks and keep only the nodes whose name really matches.
 
+use crate::varint;
 use anyhow::{Context, Result};
 use rusqlite::{params, Connection, OptionalExtension};
 
@@ -61,37 +62,6 @@ fn slot_of(node: i64) -> usize {
     (node as u64 as usize) & (BLOCK_NODES - 1)
 }
 
-fn zigzag(v: i64) -> u64 {
-    ((v << 1) ^ (v >> 63)) as u64
-}
-
-fn unzigzag(v: u64) -> i64 {
-    ((v >> 1) as i64) ^ -((v & 1) as i64)
-}
-
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-fn get_varint(buf: &[u8], pos: &mut usize) -> Result<u64> {
-    let mut v = 0u64;
-    let mut shift = 0;
-    loop {
-        let b = *buf.get(*pos).context("node block truncated")?;
-        *pos += 1;
-        v |= ((b & 0x7f) as u64) << shift;
-        if b < 0x80 {
-            return Ok(v);
-        }
-        shift += 7;
-        anyhow::ensure!(shift < 64, "node block: varint too long");
-    }
-}
-
 fn get_bytes<'a>(buf: &'a [u8], pos: &mut usize, n: usize) -> Result<&'a [u8]> {
     let b = buf.get(*pos..*pos + n).context("node block truncated")?;
     *pos += n;
@@ -108,24 +78,24 @@ fn encode_block(slots: &[Option<NodeRow>]) -> Result<Vec<u8>> {
             out.push(0);
             continue;
         };
-        put_varint(&mut out, n.kind as u64);
-        put_varint(&mut out, n.boot as u64);
-        put_varint(&mut out, zigzag(n.version));
-        put_varint(&mut out, n.pid.map_or(0, |p| p as u64 + 1));
-        put_varint(&mut out, n.exec.map_or(0, |e| zigzag(n.node.wrapping_sub(e)) + 1));
-        put_varint(&mut out, zigzag(n.time_ns.wrapping_sub(time)));
+        varint::put(&mut out, n.kind as u64);
+        varint::put(&mut out, n.boot as u64);
+        varint::put(&mut out, varint::zigzag(n.version));
+        varint::put(&mut out, n.pid.map_or(0, |p| p as u64 + 1));
+        varint::put(&mut out, n.exec.map_or(0, |e| varint::zigzag(n.node.wrapping_sub(e)) + 1));
+        varint::put(&mut out, varint::zigzag(n.time_ns.wrapping_sub(time)));
         let id = n.event_id as u64;
-        put_varint(&mut out, id >> SEQ_BITS);
-        put_varint(&mut out, zigzag((id & SEQ_MASK).wrapping_sub(seq) as i64));
+        varint::put(&mut out, id >> SEQ_BITS);
+        varint::put(&mut out, varint::zigzag((id & SEQ_MASK).wrapping_sub(seq) as i64));
         let shared = n.name.bytes().zip(prev_name.bytes()).take_while(|(a, b)| a == b).count();
         // Never split a UTF-8 sequence: the suffix must be valid text on its own.
         let shared = (0..=shared).rev().find(|i| n.name.is_char_boundary(*i)).unwrap_or(0);
-        put_varint(&mut out, shared as u64);
-        put_varint(&mut out, (n.name.len() - shared) as u64);
+        varint::put(&mut out, shared as u64);
+        varint::put(&mut out, (n.name.len() - shared) as u64);
         out.extend_from_slice(&n.name.as_bytes()[shared..]);
         match &n.attrs {
             Some(a) => {
-                put_varint(&mut out, a.len() as u64 + 1);
+                varint::put(&mut out, a.len() as u64 + 1);
                 out.extend_from_slice(a.as_bytes());
             }
             None => out.push(0),
@@ -162,26 +132,26 @@ fn decode_block(block_id: i64, block: &[u8], want: Option<usize>) -> Result<Vec<
         if want.is_some_and(|w| i > w) {
             break;
         }
-        let kind = get_varint(buf, &mut pos)? as i64;
+        let kind = varint::get(buf, &mut pos)? as i64;
         if kind == 0 {
             slots.push(None);
             continue;
         }
         let node = (block_id << BLOCK_SHIFT) + i as i64;
-        let boot = get_varint(buf, &mut pos)? as i64;
-        let version = unzigzag(get_varint(buf, &mut pos)?);
-        let pid = get_varint(buf, &mut pos)?.checked_sub(1).map(|p| p as i64);
-        let exec = get_varint(buf, &mut pos)?.checked_sub(1).map(|e| node.wrapping_sub(unzigzag(e)));
-        time = time.wrapping_add(unzigzag(get_varint(buf, &mut pos)?));
-        let cpu = get_varint(buf, &mut pos)?;
-        seq = seq.wrapping_add(unzigzag(get_varint(buf, &mut pos)?) as u64) & SEQ_MASK;
-        let shared = get_varint(buf, &mut pos)? as usize;
-        let len = get_varint(buf, &mut pos)? as usize;
+        let boot = varint::get(buf, &mut pos)? as i64;
+        let version = varint::unzigzag(varint::get(buf, &mut pos)?);
+        let pid = varint::get(buf, &mut pos)?.checked_sub(1).map(|p| p as i64);
+        let exec = varint::get(buf, &mut pos)?.checked_sub(1).map(|e| node.wrapping_sub(varint::unzigzag(e)));
+        time = time.wrapping_add(varint::unzigzag(varint::get(buf, &mut pos)?));
+        let cpu = varint::get(buf, &mut pos)?;
+        seq = seq.wrapping_add(varint::unzigzag(varint::get(buf, &mut pos)?) as u64) & SEQ_MASK;
+        let shared = varint::get(buf, &mut pos)? as usize;
+        let len = varint::get(buf, &mut pos)? as usize;
         let suffix = std::str::from_utf8(get_bytes(buf, &mut pos, len)?).context("node name is not UTF-8")?;
         let mut name = String::with_capacity(shared + len);
         name.push_str(prev_name.get(..shared).context("node block: bad name prefix")?);
         name.push_str(suffix);
-        let attrs = match get_varint(buf, &mut pos)? {
+        let attrs = match varint::get(buf, &mut pos)? {
             0 => None,
             n => Some(std::str::from_utf8(get_bytes(buf, &mut pos, n as usize - 1)?).context("attributes are not UTF-8")?.to_owned()),
         };

@@ -2,6 +2,7 @@
 //! what a process touched, who touched a file; each answer carries the loss
 //! records that overlap it in time (the completeness annotation).
 
+use crate::effects::EffectReader;
 use crate::nodes::{self, NodeReader, NodeRow};
 use crate::schema::{EdgeKind, NodeKind};
 use crate::timefmt::format_ns;
@@ -398,25 +399,21 @@ pub fn traverse(
         }
         return Ok((depth, edges));
     }
-    let mut st = conn.prepare_cached("SELECT effect, kind, event_id, time_ns, boot FROM edges WHERE cause = ?1")?;
+    let mut effects = EffectReader::new(conn);
     while let Some(n) = queue.pop_front() {
         let d = depth[&n];
         if max_depth.is_some_and(|m| d >= m) {
             continue;
         }
-        let mut rows = st.query([n])?;
-        while let Some(r) = rows.next()? {
-            let other: i64 = r.get(0)?;
-            let t: i64 = r.get(3)?;
-            if !window.admits(t) {
+        for e in effects.of(n)? {
+            if !window.admits(e.time_ns) {
                 continue;
             }
-            let kind = EdgeKind::from_i64(r.get(1)?).context("unknown edge kind in store")?;
-            let (effect, cause) = (other, n);
-            edges.push(EdgeInfo { effect, cause, kind, event_id: r.get(2)?, time_ns: t, boot: r.get(4)? });
-            if let std::collections::hash_map::Entry::Vacant(v) = depth.entry(other) {
+            let kind = EdgeKind::from_i64(e.kind as i64).context("unknown edge kind in store")?;
+            edges.push(EdgeInfo { effect: e.effect, cause: n, kind, event_id: e.event_id, time_ns: e.time_ns, boot: e.boot });
+            if let std::collections::hash_map::Entry::Vacant(v) = depth.entry(e.effect) {
                 v.insert(d + 1);
-                queue.push_back(other);
+                queue.push_back(e.effect);
             }
         }
     }
@@ -544,25 +541,15 @@ fn shortest(conn: &Connection, src: &[i64], dst: &[i64]) -> Result<Option<Vec<Ed
     Ok(None)
 }
 
-fn touch_edges(conn: &Connection, sql: &str, node: i64) -> Result<Vec<EdgeInfo>> {
-    let mut st = conn.prepare_cached(sql)?;
-    let v = st
-        .query_map([node], |r| {
-            Ok(EdgeInfo {
-                effect: r.get(0)?,
-                cause: r.get(1)?,
-                kind: EdgeKind::from_i64(r.get(2)?).unwrap_or(EdgeKind::Used),
-                event_id: r.get(3)?,
-                time_ns: r.get(4)?,
-                boot: r.get(5)?,
-            })
-        })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    Ok(v)
+/// `node`'s edges of `kind` to its effects.
+fn effects_of_kind(effects: &mut EffectReader<'_>, node: i64, kind: EdgeKind) -> Result<Vec<EdgeInfo>> {
+    Ok(effects
+        .of(node)?
+        .iter()
+        .filter(|e| e.kind == kind as u8)
+        .map(|e| EdgeInfo { effect: e.effect, cause: node, kind, event_id: e.event_id, time_ns: e.time_ns, boot: e.boot })
+        .collect())
 }
-
-const WRITES_OF_PROC: &str = "SELECT effect, cause, kind, event_id, time_ns, boot FROM edges WHERE cause = ?1 AND kind = 2";
-const READERS_OF: &str = "SELECT effect, cause, kind, event_id, time_ns, boot FROM edges WHERE cause = ?1 AND kind = 1";
 
 fn is_process(nodes: &mut NodeReader<'_>, node: i64) -> Result<bool> {
     Ok(nodes.get(node)?.is_some_and(|r| r.kind == NodeKind::Process as i64))
@@ -608,10 +595,11 @@ pub fn touched_by(conn: &Connection, spec: &str, window: Window) -> Result<Answe
     let _tx = ReadTx::begin(conn)?;
     let mut reader = CauseReader::new(conn);
     let mut nodes = NodeReader::new(conn);
+    let mut effects = EffectReader::new(conn);
     let mut edges = Vec::new();
     for p in &procs {
         edges.extend(reads_of_proc(&mut nodes, &mut reader, *p)?);
-        for e in touch_edges(conn, WRITES_OF_PROC, *p)? {
+        for e in effects_of_kind(&mut effects, *p, EdgeKind::WasGeneratedBy)? {
             if !is_process(&mut nodes, e.effect)? {
                 edges.push(e);
             }
@@ -626,9 +614,10 @@ pub fn who_touched(conn: &Connection, spec: &str, window: Window) -> Result<Answ
     let versions = resolve(conn, spec, false)?;
     let _tx = ReadTx::begin(conn)?;
     let mut reader = CauseReader::new(conn);
+    let mut effects = EffectReader::new(conn);
     let mut edges = Vec::new();
     for v in &versions {
-        edges.extend(touch_edges(conn, READERS_OF, *v)?);
+        edges.extend(effects_of_kind(&mut effects, *v, EdgeKind::Used)?);
         edges.extend(writer_of(&mut reader, *v)?);
     }
     edges.retain(|e| window.admits(e.time_ns));

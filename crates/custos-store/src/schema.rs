@@ -9,7 +9,8 @@ use std::path::Path;
 /// `events` rows; `edges` is clustered on the cause (no `edges_by_cause`).
 /// 3: the cause lists in blocks of 64 nodes (`cause_blocks`), not a row per
 /// node (`causes`); the nodes likewise (`node_blocks`), their name, pid and
-/// exec indexes as sorted runs (`node_keys`).
+/// exec indexes as sorted runs (`node_keys`); the edges by cause as per-batch
+/// parts per block of causes (`effect_parts`), not a row per edge (`edges`).
 pub const SCHEMA_VERSION: i64 = 3;
 
 /// WAL size after which a commit checkpoints (see `open_rw`).
@@ -110,18 +111,15 @@ CREATE TABLE IF NOT EXISTS node_blocks(block INTEGER PRIMARY KEY, data BLOB NOT 
 -- Lookups by name, pid and execution: sorted runs of (key, node) pairs,
 -- merged by level (a small log-structured merge; see nodes.rs).
 CREATE TABLE IF NOT EXISTS node_keys(run INTEGER PRIMARY KEY, level INTEGER NOT NULL, data BLOB NOT NULL);
--- Clustered on the cause: descendants, readers of a version and writes of
--- a process are one seek plus a short scan. The same edges by effect are
--- the cause blocks below, which serve ancestry and every lookup by effect
--- (a second copy keyed by effect, or an index, cost 30 bytes an event).
-CREATE TABLE IF NOT EXISTS edges(
-    effect INTEGER NOT NULL,
-    cause INTEGER NOT NULL,
-    kind INTEGER NOT NULL,
-    event_id INTEGER NOT NULL,
-    time_ns INTEGER NOT NULL,
-    boot INTEGER NOT NULL,
-    PRIMARY KEY(cause, effect, kind, event_id)) WITHOUT ROWID;
+-- The edges by cause (descendants, readers of a version, writes of a
+-- process): per batch one part per block of 64 cause ids, varint-packed,
+-- merged when a block gathers 8 (see effects.rs). The same edges by effect
+-- are the cause blocks below (ancestry and every lookup by effect).
+CREATE TABLE IF NOT EXISTS effect_parts(
+    block INTEGER NOT NULL,
+    part INTEGER NOT NULL,
+    data BLOB NOT NULL,
+    PRIMARY KEY(block, part)) WITHOUT ROWID;
 -- The ancestry index: every node's outgoing edges (its causes), varint-packed
 -- in blocks of 64 consecutive node ids keyed by node >> 6 (see causes.rs), so
 -- a walk step is one integer-keyed seek and two small reads through the

@@ -195,7 +195,7 @@ fn main() -> Result<()> {
 
     let conn = custos_store::schema::open_ro(&db)?;
     let nodes: i64 = custos_store::nodes::count(&conn)?;
-    let edges: i64 = conn.query_row("SELECT COUNT(*) FROM edges", [], |r| r.get(0))?;
+    let edges: i64 = custos_store::effects::count(&conn)?;
     let max_node: i64 = custos_store::nodes::next_node(&conn)? - 1;
     eprintln!("store-bench: graph has {nodes} nodes, {edges} edges");
 
