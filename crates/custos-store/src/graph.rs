@@ -127,6 +127,7 @@ pub struct Graph {
     pending_causes: Vec<(i64, CauseEntry)>,
     /// Nodes made in the open batch, in id order.
     pending_nodes: Vec<NodeRow>,
+    node_codec: crate::nodes::Codec,
     /// Edges made in the open batch (by cause).
     pending_edges: EdgeBatch,
     /// Boots whose stream records births where they happen (`sched:process_fork`):
@@ -160,6 +161,7 @@ impl Graph {
             all_cached: heads == 0 && procs == 0,
             pending_causes: Vec::new(),
             pending_nodes: Vec::new(),
+            node_codec: crate::nodes::Codec::new()?,
             pending_edges: EdgeBatch::default(),
             fork_hook_boots: Set::default(),
             stats: GraphStats::default(),
@@ -168,7 +170,7 @@ impl Graph {
 
     /// Writes dirty builder state; call inside the batch transaction before commit.
     pub fn flush(&mut self, db: &Connection) -> Result<()> {
-        crate::nodes::write_pending(db, &mut self.pending_nodes)?;
+        crate::nodes::write_pending(db, &mut self.node_codec, &mut self.pending_nodes)?;
         crate::causes::write_pending(db, &mut self.pending_causes)?;
         self.pending_edges.write(db)?;
         let mut put_head = db.prepare_cached(

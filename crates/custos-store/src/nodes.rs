@@ -68,8 +68,24 @@ fn get_bytes<'a>(buf: &'a [u8], pos: &mut usize, n: usize) -> Result<&'a [u8]> {
     Ok(b)
 }
 
+/// A zstd compressor and decompressor kept across blocks (a fresh context
+/// per block cost more than compressing it: allocating and zeroing its tables).
+pub struct Codec {
+    zc: zstd::bulk::Compressor<'static>,
+    zd: zstd::bulk::Decompressor<'static>,
+}
+
+impl Codec {
+    pub fn new() -> Result<Self> {
+        Ok(Self {
+            zc: zstd::bulk::Compressor::new(BLOCK_ZSTD_LEVEL).context("creating a zstd compressor")?,
+            zd: zstd::bulk::Decompressor::new().context("creating a zstd decompressor")?,
+        })
+    }
+}
+
 /// Encodes one block's slots (`None`: no node with that id).
-fn encode_block(slots: &[Option<NodeRow>]) -> Result<Vec<u8>> {
+fn encode_block(codec: &mut Codec, slots: &[Option<NodeRow>]) -> Result<Vec<u8>> {
     let mut out = Vec::with_capacity(64 * slots.len());
     let (mut time, mut seq) = (0i64, 0u64);
     let mut prev_name: &str = "";
@@ -105,7 +121,8 @@ fn encode_block(slots: &[Option<NodeRow>]) -> Result<Vec<u8>> {
     let mut block = Vec::with_capacity(out.len() / 3 + 16);
     if BLOCK_ZSTD_LEVEL > 0 {
         block.push(1);
-        block.extend_from_slice(&zstd::bulk::compress(&out, BLOCK_ZSTD_LEVEL).context("compressing a node block")?);
+        varint::put(&mut block, out.len() as u64);
+        block.extend_from_slice(&codec.zc.compress(&out).context("compressing a node block")?);
     } else {
         block.push(0);
         block.extend_from_slice(&out);
@@ -114,13 +131,15 @@ fn encode_block(slots: &[Option<NodeRow>]) -> Result<Vec<u8>> {
 }
 
 /// Decodes a stored block into its slots; `want` (a slot) stops after that slot.
-fn decode_block(block_id: i64, block: &[u8], want: Option<usize>) -> Result<Vec<Option<NodeRow>>> {
+fn decode_block(codec: &mut Codec, block_id: i64, block: &[u8], want: Option<usize>) -> Result<Vec<Option<NodeRow>>> {
     let (&how, body) = block.split_first().context("empty node block")?;
     let plain;
     let buf: &[u8] = match how {
         0 => body,
         1 => {
-            plain = zstd::stream::decode_all(body).context("decompressing a node block")?;
+            let mut pos = 0;
+            let len = varint::get(body, &mut pos)? as usize;
+            plain = codec.zd.decompress(&body[pos..], len).context("decompressing a node block")?;
             &plain
         }
         other => anyhow::bail!("node block {block_id}: unknown encoding {other}"),
@@ -188,13 +207,18 @@ pub fn exec_key(exec: i64) -> u64 {
     2 << 62 | (exec as u64 & ((1 << 62) - 1))
 }
 
+/// The keys a node is found by. A process is found by name and pid at the
+/// start of its execution (`exec == node`); its later versions only by
+/// their execution (queries reach them from the start).
 fn keys_of(n: &NodeRow, out: &mut Vec<(u64, i64)>) {
-    out.push((name_key(n.kind, &n.name), n.node));
-    if let Some(p) = n.pid {
-        out.push((pid_key(p), n.node));
-    }
-    if let Some(e) = n.exec {
-        out.push((exec_key(e), n.node));
+    match n.exec {
+        Some(e) if e != n.node => out.push((exec_key(e), n.node)),
+        _ => {
+            out.push((name_key(n.kind, &n.name), n.node));
+            if let Some(p) = n.pid {
+                out.push((pid_key(p), n.node));
+            }
+        }
     }
 }
 
@@ -215,7 +239,7 @@ fn decode_run(data: &[u8]) -> Vec<(u64, i64)> {
 
 /// Writes a batch's new nodes (ascending ids) into their blocks and their
 /// keys as a new run, then merges full levels. Call inside the batch's transaction.
-pub fn write_pending(db: &Connection, pending: &mut Vec<NodeRow>) -> Result<()> {
+pub fn write_pending(db: &Connection, codec: &mut Codec, pending: &mut Vec<NodeRow>) -> Result<()> {
     if pending.is_empty() {
         return Ok(());
     }
@@ -230,14 +254,14 @@ pub fn write_pending(db: &Connection, pending: &mut Vec<NodeRow>) -> Result<()> 
         rest = after;
         let stored: Option<Vec<u8>> = if slot_of(first.node) == 0 { None } else { get.query_row([block_id], |r| r.get(0)).optional()? };
         let mut slots = match stored {
-            Some(b) => decode_block(block_id, &b, None)?,
+            Some(b) => decode_block(codec, block_id, &b, None)?,
             None => vec![None; BLOCK_NODES],
         };
         for r in these {
             keys_of(r, &mut keys);
             slots[slot_of(r.node)] = Some(r.clone());
         }
-        put.execute(params![block_id, encode_block(&slots)?])?;
+        put.execute(params![block_id, encode_block(codec, &slots)?])?;
     }
     pending.clear();
     keys.sort_unstable();
@@ -269,7 +293,7 @@ pub fn next_node(db: &Connection) -> Result<i64> {
         .optional()?;
     Ok(match last {
         None => 1,
-        Some((b, data)) => decode_block(b, &data, None)?.iter().flatten().map(|n| n.node + 1).max().unwrap_or(b << BLOCK_SHIFT),
+        Some((b, data)) => decode_block(&mut Codec::new()?, b, &data, None)?.iter().flatten().map(|n| n.node + 1).max().unwrap_or(b << BLOCK_SHIFT),
     })
 }
 
@@ -277,12 +301,13 @@ pub fn next_node(db: &Connection) -> Result<i64> {
 /// come in id order, and neighbours share blocks).
 pub struct NodeReader<'c> {
     conn: &'c Connection,
+    codec: Option<Codec>,
     block: Option<(i64, Vec<Option<NodeRow>>)>,
 }
 
 impl<'c> NodeReader<'c> {
     pub fn new(conn: &'c Connection) -> Self {
-        Self { conn, block: None }
+        Self { conn, codec: None, block: None }
     }
 
     /// The node with id `node`, if it exists.
@@ -295,7 +320,12 @@ impl<'c> NodeReader<'c> {
                 .query_row([b], |r| r.get(0))
                 .optional()?;
             let slots = match data {
-                Some(d) => decode_block(b, &d, None)?,
+                Some(d) => {
+                    if self.codec.is_none() {
+                        self.codec = Some(Codec::new()?);
+                    }
+                    decode_block(self.codec.as_mut().expect("made above"), b, &d, None)?
+                }
                 None => Vec::new(),
             };
             self.block = Some((b, slots));
@@ -369,9 +399,10 @@ pub fn all(conn: &Connection) -> Result<Vec<NodeRow>> {
     let mut st = conn.prepare("SELECT block, data FROM node_blocks ORDER BY block")?;
     let mut rows = st.query([])?;
     let mut out = Vec::new();
+    let mut codec = Codec::new()?;
     while let Some(r) = rows.next()? {
         let (b, data): (i64, Vec<u8>) = (r.get(0)?, r.get(1)?);
-        out.extend(decode_block(b, &data, None)?.into_iter().flatten());
+        out.extend(decode_block(&mut codec, b, &data, None)?.into_iter().flatten());
     }
     Ok(out)
 }
@@ -407,9 +438,10 @@ mod tests {
         for (i, name) in names.iter().enumerate() {
             slots[i * 3 + 1] = Some(row(5 * 64 + (i * 3 + 1) as i64, name));
         }
-        let b = encode_block(&slots).unwrap();
-        assert_eq!(decode_block(5, &b, None).unwrap(), slots);
-        assert_eq!(decode_block(5, &b, Some(4)).unwrap()[4], slots[4]);
+        let mut codec = Codec::new().unwrap();
+        let b = encode_block(&mut codec, &slots).unwrap();
+        assert_eq!(decode_block(&mut codec, 5, &b, None).unwrap(), slots);
+        assert_eq!(decode_block(&mut codec, 5, &b, Some(4)).unwrap()[4], slots[4]);
     }
 
     #[test]
@@ -417,6 +449,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let conn = crate::schema::open_rw(&dir.path().join("k.db")).unwrap();
         let mut next = 1;
+        let mut codec = Codec::new().unwrap();
         // Enough batches to merge level 0 twice and leave runs on two levels.
         for batch in 0..(2 * FANOUT + 3) {
             let mut pending: Vec<NodeRow> = (0..(batch % 5 + 1) * 13)
@@ -425,7 +458,7 @@ mod tests {
                     row(next - 1, &format!("/f/{}", (next - 1) % 17))
                 })
                 .collect();
-            write_pending(&conn, &mut pending).unwrap();
+            write_pending(&conn, &mut codec, &mut pending).unwrap();
         }
         let all = all(&conn).unwrap();
         assert_eq!(all.len() as i64, next - 1);
@@ -434,7 +467,8 @@ mod tests {
         assert!(levels >= 2, "{levels} levels");
         for probe in [1, 2, 17, 100, next - 1] {
             let r = get(&conn, probe).unwrap().unwrap();
-            let want: Vec<i64> = all.iter().filter(|n| n.kind == r.kind && n.name == r.name).map(|n| n.node).collect();
+            let named = |n: &&NodeRow| n.kind == r.kind && n.name == r.name && n.exec.is_none_or(|e| e == n.node);
+            let want: Vec<i64> = all.iter().filter(named).map(|n| n.node).collect();
             let got: Vec<i64> = rows_where(&conn, &lookup(&conn, name_key(r.kind, &r.name)).unwrap(), |n| n.kind == r.kind && n.name == r.name)
                 .unwrap()
                 .iter()
@@ -442,8 +476,13 @@ mod tests {
                 .collect();
             assert_eq!(got, want, "name of {probe}");
             if let Some(p) = r.pid {
-                let want: Vec<i64> = all.iter().filter(|n| n.pid == Some(p)).map(|n| n.node).collect();
+                let starts = |n: &&NodeRow| n.exec.is_none_or(|e| e == n.node);
+                let want: Vec<i64> = all.iter().filter(|n| n.pid == Some(p)).filter(starts).map(|n| n.node).collect();
                 assert_eq!(lookup(&conn, pid_key(p)).unwrap(), want, "pid of {probe}");
+            }
+            if let Some(e) = r.exec.filter(|e| *e != r.node) {
+                let want: Vec<i64> = all.iter().filter(|n| n.exec == Some(e) && n.node != e).map(|n| n.node).collect();
+                assert_eq!(lookup(&conn, exec_key(e)).unwrap(), want, "exec of {probe}");
             }
         }
     }

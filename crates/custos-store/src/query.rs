@@ -259,6 +259,12 @@ fn named(conn: &Connection, kind: NodeKind, name: &str) -> Result<Vec<NodeRow>> 
     nodes::rows_where(conn, &nodes::lookup(conn, nodes::name_key(k, name))?, |r| r.kind == k && r.name == name)
 }
 
+/// Every version of the execution that starts at node `exec`, ascending.
+fn versions_of(conn: &Connection, exec: i64) -> Result<Vec<i64>> {
+    let later = nodes::rows_where(conn, &nodes::lookup(conn, nodes::exec_key(exec))?, |r| r.exec == Some(exec))?;
+    Ok(std::iter::once(exec).chain(later.iter().map(|r| r.node)).collect())
+}
+
 fn ids_of(rows: &[NodeRow]) -> Vec<i64> {
     rows.iter().map(|r| r.node).collect()
 }
@@ -295,15 +301,13 @@ pub fn resolve(conn: &Connection, spec: &str, latest: bool) -> Result<Vec<i64>> 
     let found = if let Some(pid) = spec.strip_prefix("pid:") {
         let pid: i64 = pid.parse().with_context(|| format!("{spec:?}: pid:N needs a number"))?;
         // The newest version of every execution that had this pid.
-        let procs = nodes::rows_where(conn, &nodes::lookup(conn, nodes::pid_key(pid))?, |r| {
+        let starts = nodes::rows_where(conn, &nodes::lookup(conn, nodes::pid_key(pid))?, |r| {
             r.kind == NodeKind::Process as i64 && r.pid == Some(pid)
         })?;
-        let mut newest: HashMap<Option<i64>, i64> = HashMap::new();
-        for r in &procs {
-            let n = newest.entry(r.exec).or_insert(r.node);
-            *n = (*n).max(r.node);
+        let mut v = Vec::with_capacity(starts.len());
+        for s in &starts {
+            v.push(versions_of(conn, s.node)?.last().copied().unwrap_or(s.node));
         }
-        let mut v: Vec<i64> = newest.into_values().collect();
         v.sort_unstable();
         v
     } else if spec.starts_with("uid:") {
@@ -355,8 +359,7 @@ pub fn resolve_processes(conn: &Connection, spec: &str) -> Result<Vec<i64>> {
         let Some(exec) = info.exec else {
             bail!("{spec:?} resolves to a {} ({}), not a process; use pid:N or a node id", info.kind, info.name);
         };
-        let versions = nodes::rows_where(conn, &nodes::lookup(conn, nodes::exec_key(exec))?, |r| r.exec == Some(exec))?;
-        for v in ids_of(&versions) {
+        for v in versions_of(conn, exec)? {
             if seen.insert(v) {
                 out.push(v);
             }
