@@ -6,7 +6,7 @@
 //! [`BLOCK_NODES`] consecutive ids (`node_blocks`, keyed by `node >>
 //! BLOCK_SHIFT`), each written once (the batch's last, partly filled block is
 //! rewritten by the next batch). A block is one byte saying how the rest is
-//! stored (0: plain, 1: zstd), then per slot: `kind` (0: no node), boot,
+//! stored (0: plain; 1: zstd, then the plain length as a varint), then per slot: `kind` (0: no node), boot,
 //! version, pid + 1 (0: none), `zigzag(node − exec) + 1` (0: none), the time
 //! and the event id's sequence as deltas from the previous node of the block,
 //! the id's CPU, the name front-coded against the previous node's name, and
@@ -17,8 +17,11 @@
 //! (`node_keys`), a small log-structured merge: each batch writes one run
 //! of its nodes' keys; [`FANOUT`] runs of a level are merged into one of the
 //! next. A lookup binary-searches every run (a few dozen) through the
-//! incremental-blob API. A name's key is a 64-bit hash, so lookups read the
-//! candidates' blocks and keep only the nodes whose name really matches.
+//! incremental-blob API. An entry is 10 bytes: a 32-bit key (30 bits of a
+//! name's hash, or of a pid or an execution's first node, tagged) and a
+//! 48-bit node id; lookups read the candidates' blocks and keep only the
+//! nodes that really match. A process is keyed by name and pid at the start
+//! of its execution, its later versions by the execution.
 
 use crate::varint;
 use anyhow::{Context, Result};
@@ -37,7 +40,9 @@ pub const FANOUT: usize = 8;
 const TOP_LEVEL: i64 = 3;
 const SEQ_BITS: u32 = 48;
 const SEQ_MASK: u64 = (1 << SEQ_BITS) - 1;
-const KEY_ENTRY: usize = 16;
+/// A key-index entry: the key (u32) and the node (48 bits), little-endian.
+const KEY_ENTRY: usize = 10;
+const NODE_LIMIT: i64 = 1 << 48;
 
 /// One node as stored.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -192,25 +197,30 @@ fn fnv(parts: &[&[u8]]) -> u64 {
     h
 }
 
-/// The key of a name of a kind (top two bits 00).
-pub fn name_key(kind: i64, name: &str) -> u64 {
-    fnv(&[&[kind as u8], name.as_bytes()]) >> 2
+/// Keys are 32 bits: the top two say what the rest is. Every lookup checks
+/// the candidates' rows, so a key shared by several names, pids or
+/// executions costs a block read, never a wrong answer.
+const KEY_VALUE: u32 = (1 << 30) - 1;
+
+/// The key of a name of a kind (top two bits 00): 30 bits of its hash.
+pub fn name_key(kind: i64, name: &str) -> u32 {
+    (fnv(&[&[kind as u8], name.as_bytes()]) >> 34) as u32
 }
 
 /// The key of a pid (top bits 01).
-pub fn pid_key(pid: i64) -> u64 {
-    1 << 62 | (pid as u64 & ((1 << 62) - 1))
+pub fn pid_key(pid: i64) -> u32 {
+    1 << 30 | (pid as u32 & KEY_VALUE)
 }
 
-/// The key of an execution (top bits 10).
-pub fn exec_key(exec: i64) -> u64 {
-    2 << 62 | (exec as u64 & ((1 << 62) - 1))
+/// The key of an execution (top bits 10): its first node's id, modulo 2^30.
+pub fn exec_key(exec: i64) -> u32 {
+    2 << 30 | (exec as u32 & KEY_VALUE)
 }
 
 /// The keys a node is found by. A process is found by name and pid at the
 /// start of its execution (`exec == node`); its later versions only by
 /// their execution (queries reach them from the start).
-fn keys_of(n: &NodeRow, out: &mut Vec<(u64, i64)>) {
+fn keys_of(n: &NodeRow, out: &mut Vec<(u32, i64)>) {
     match n.exec {
         Some(e) if e != n.node => out.push((exec_key(e), n.node)),
         _ => {
@@ -222,19 +232,24 @@ fn keys_of(n: &NodeRow, out: &mut Vec<(u64, i64)>) {
     }
 }
 
-fn encode_run(keys: &[(u64, i64)]) -> Vec<u8> {
+fn encode_run(keys: &[(u32, i64)]) -> Result<Vec<u8>> {
     let mut out = Vec::with_capacity(keys.len() * KEY_ENTRY);
     for (k, n) in keys {
+        anyhow::ensure!((0..NODE_LIMIT).contains(n), "node id {n} does not fit the key index");
         out.extend_from_slice(&k.to_le_bytes());
-        out.extend_from_slice(&n.to_le_bytes());
+        out.extend_from_slice(&n.to_le_bytes()[..6]);
     }
-    out
+    Ok(out)
 }
 
-fn decode_run(data: &[u8]) -> Vec<(u64, i64)> {
-    data.chunks_exact(KEY_ENTRY)
-        .map(|c| (u64::from_le_bytes(c[0..8].try_into().expect("8 bytes")), i64::from_le_bytes(c[8..16].try_into().expect("8 bytes"))))
-        .collect()
+fn decode_entry(c: &[u8]) -> (u32, i64) {
+    let mut node = [0u8; 8];
+    node[..6].copy_from_slice(&c[4..10]);
+    (u32::from_le_bytes(c[0..4].try_into().expect("4 bytes")), i64::from_le_bytes(node))
+}
+
+fn decode_run(data: &[u8]) -> impl Iterator<Item = (u32, i64)> + '_ {
+    data.chunks_exact(KEY_ENTRY).map(decode_entry)
 }
 
 /// Writes a batch's new nodes (ascending ids) into their blocks and their
@@ -265,7 +280,7 @@ pub fn write_pending(db: &Connection, codec: &mut Codec, pending: &mut Vec<NodeR
     }
     pending.clear();
     keys.sort_unstable();
-    db.prepare_cached("INSERT INTO node_keys(level, data) VALUES(0, ?1)")?.execute([encode_run(&keys)])?;
+    db.prepare_cached("INSERT INTO node_keys(level, data) VALUES(0, ?1)")?.execute([encode_run(&keys)?])?;
     for level in 0..TOP_LEVEL {
         let runs: Vec<(i64, Vec<u8>)> = db
             .prepare_cached("SELECT run, data FROM node_keys WHERE level = ?1 ORDER BY run")?
@@ -274,14 +289,14 @@ pub fn write_pending(db: &Connection, codec: &mut Codec, pending: &mut Vec<NodeR
         if runs.len() < FANOUT {
             break;
         }
-        let mut merged: Vec<(u64, i64)> = Vec::with_capacity(runs.iter().map(|r| r.1.len() / KEY_ENTRY).sum());
+        let mut merged: Vec<(u32, i64)> = Vec::with_capacity(runs.iter().map(|r| r.1.len() / KEY_ENTRY).sum());
         let mut del = db.prepare_cached("DELETE FROM node_keys WHERE run = ?1")?;
         for (run, data) in &runs {
             merged.extend(decode_run(data));
             del.execute([run])?;
         }
         merged.sort_unstable();
-        db.prepare_cached("INSERT INTO node_keys(level, data) VALUES(?1, ?2)")?.execute(params![level + 1, encode_run(&merged)])?;
+        db.prepare_cached("INSERT INTO node_keys(level, data) VALUES(?1, ?2)")?.execute(params![level + 1, encode_run(&merged)?])?;
     }
     Ok(())
 }
@@ -342,7 +357,7 @@ pub fn get(conn: &Connection, node: i64) -> Result<Option<NodeRow>> {
 
 /// Every node with `key` in the key index (candidates: a name key may
 /// collide), ascending, no repeats.
-pub fn lookup(conn: &Connection, key: u64) -> Result<Vec<i64>> {
+pub fn lookup(conn: &Connection, key: u32) -> Result<Vec<i64>> {
     let runs: Vec<i64> = conn.prepare_cached("SELECT run FROM node_keys")?.query_map([], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?;
     let mut out = Vec::new();
     let mut blob: Option<rusqlite::blob::Blob<'_>> = None;
@@ -360,8 +375,8 @@ pub fn lookup(conn: &Connection, key: u64) -> Result<Vec<i64>> {
         let (mut lo, mut hi) = (0, n);
         while lo < hi {
             let mid = (lo + hi) / 2;
-            b.read_at_exact(&mut entry[..8], mid * KEY_ENTRY)?;
-            if u64::from_le_bytes(entry[..8].try_into().expect("8 bytes")) < key {
+            b.read_at_exact(&mut entry[..4], mid * KEY_ENTRY)?;
+            if u32::from_le_bytes(entry[..4].try_into().expect("4 bytes")) < key {
                 lo = mid + 1;
             } else {
                 hi = mid;
@@ -369,10 +384,11 @@ pub fn lookup(conn: &Connection, key: u64) -> Result<Vec<i64>> {
         }
         for i in lo..n {
             b.read_at_exact(&mut entry, i * KEY_ENTRY)?;
-            if u64::from_le_bytes(entry[..8].try_into().expect("8 bytes")) != key {
+            let (k, node) = decode_entry(&entry);
+            if k != key {
                 break;
             }
-            out.push(i64::from_le_bytes(entry[8..].try_into().expect("8 bytes")));
+            out.push(node);
         }
     }
     out.sort_unstable();
