@@ -14,10 +14,12 @@
 //!
 //! **The key index.** Lookups by name (paths, `uid:N`, command names), by
 //! pid and by execution go through sorted runs of `(key, node)` pairs
-//! (`node_keys`), a small log-structured merge: each batch writes one run
-//! of its nodes' keys; [`FANOUT`] runs of a level are merged into one of the
-//! next. A lookup binary-searches every run (a few dozen) through the
-//! incremental-blob API. An entry is 10 bytes: a 32-bit key (30 bits of a
+//! (`node_key_runs`, `node_key_pages`), a small log-structured merge: each
+//! batch writes one run of its nodes' keys; [`FANOUT`] runs of a level are
+//! merged into one of the next. A run is pages of [`PAGE_ENTRIES`] entries
+//! (rows of their own) and the first key of each page (its fences); a
+//! lookup reads every run's fences (a few dozen runs), binary-searches them
+//! and reads the one page (rarely two) that can hold the key. An entry is 10 bytes: a 32-bit key (30 bits of a
 //! name's hash, or of a pid or an execution's first node, tagged) and a
 //! 48-bit node id; lookups read the candidates' blocks and keep only the
 //! nodes that really match. A process is keyed by name and pid at the start
@@ -42,6 +44,13 @@ const SEQ_BITS: u32 = 48;
 const SEQ_MASK: u64 = (1 << SEQ_BITS) - 1;
 /// A key-index entry: the key (u32) and the node (48 bits), little-endian.
 const KEY_ENTRY: usize = 10;
+/// Entries per page of a run: a page row stays within one 4 KiB database
+/// page, so reading it never walks an overflow chain (reading a run stored
+/// as one blob at a random offset walked its chain from the start: the key
+/// lookup of a path took ~10 ms at LPM scale).
+const PAGE_ENTRIES: usize = 384;
+/// A page's id is `run << PAGE_BITS | page number`.
+const PAGE_BITS: u32 = 24;
 const NODE_LIMIT: i64 = 1 << 48;
 
 /// One node as stored.
@@ -78,6 +87,9 @@ fn get_bytes<'a>(buf: &'a [u8], pos: &mut usize, n: usize) -> Result<&'a [u8]> {
 pub struct Codec {
     zc: zstd::bulk::Compressor<'static>,
     zd: zstd::bulk::Decompressor<'static>,
+    /// The last block decompressed, and the name being front-decoded.
+    plain: Vec<u8>,
+    name: String,
 }
 
 impl Codec {
@@ -85,6 +97,8 @@ impl Codec {
         Ok(Self {
             zc: zstd::bulk::Compressor::new(BLOCK_ZSTD_LEVEL).context("creating a zstd compressor")?,
             zd: zstd::bulk::Decompressor::new().context("creating a zstd decompressor")?,
+            plain: Vec::new(),
+            name: String::new(),
         })
     }
 }
@@ -135,25 +149,31 @@ fn encode_block(codec: &mut Codec, slots: &[Option<NodeRow>]) -> Result<Vec<u8>>
     Ok(block)
 }
 
-/// Decodes a stored block into its slots; `want` (a slot) stops after that slot.
-fn decode_block(codec: &mut Codec, block_id: i64, block: &[u8], want: Option<usize>) -> Result<Vec<Option<NodeRow>>> {
+/// All slots of a block, for [`decode_block`].
+const ALL: u64 = u64::MAX;
+
+/// Decodes a stored block into its slots; only the slots whose bit is set in
+/// `want` are built (the others are `None`, and cost no allocation).
+fn decode_block(codec: &mut Codec, block_id: i64, block: &[u8], want: u64) -> Result<Vec<Option<NodeRow>>> {
     let (&how, body) = block.split_first().context("empty node block")?;
-    let plain;
     let buf: &[u8] = match how {
         0 => body,
         1 => {
             let mut pos = 0;
             let len = varint::get(body, &mut pos)? as usize;
-            plain = codec.zd.decompress(&body[pos..], len).context("decompressing a node block")?;
-            &plain
+            codec.plain.clear();
+            codec.plain.reserve(len);
+            codec.zd.decompress_to_buffer(&body[pos..], &mut codec.plain).context("decompressing a node block")?;
+            &codec.plain
         }
         other => anyhow::bail!("node block {block_id}: unknown encoding {other}"),
     };
     let mut slots = Vec::with_capacity(BLOCK_NODES);
     let (mut pos, mut time, mut seq) = (0usize, 0i64, 0u64);
-    let mut prev_name = String::new();
+    let prev_name = &mut codec.name;
+    prev_name.clear();
     for i in 0..BLOCK_NODES {
-        if want.is_some_and(|w| i > w) {
+        if want >> i == 0 {
             break;
         }
         let kind = varint::get(buf, &mut pos)? as i64;
@@ -172,14 +192,18 @@ fn decode_block(codec: &mut Codec, block_id: i64, block: &[u8], want: Option<usi
         let shared = varint::get(buf, &mut pos)? as usize;
         let len = varint::get(buf, &mut pos)? as usize;
         let suffix = std::str::from_utf8(get_bytes(buf, &mut pos, len)?).context("node name is not UTF-8")?;
-        let mut name = String::with_capacity(shared + len);
-        name.push_str(prev_name.get(..shared).context("node block: bad name prefix")?);
-        name.push_str(suffix);
-        let attrs = match varint::get(buf, &mut pos)? {
+        anyhow::ensure!(prev_name.is_char_boundary(shared) && shared <= prev_name.len(), "node block: bad name prefix");
+        prev_name.truncate(shared);
+        prev_name.push_str(suffix);
+        let attrs = match varint::get(buf, &mut pos)? as usize {
             0 => None,
-            n => Some(std::str::from_utf8(get_bytes(buf, &mut pos, n as usize - 1)?).context("attributes are not UTF-8")?.to_owned()),
+            n => Some(std::str::from_utf8(get_bytes(buf, &mut pos, n - 1)?).context("attributes are not UTF-8")?),
         };
-        prev_name.clone_from(&name);
+        if want >> i & 1 == 0 {
+            slots.push(None);
+            continue;
+        }
+        let (name, attrs) = (prev_name.clone(), attrs.map(str::to_owned));
         slots.push(Some(NodeRow { node, kind, boot, name, version, pid, exec, time_ns: time, event_id: (cpu << SEQ_BITS | seq) as i64, attrs }));
     }
     Ok(slots)
@@ -248,6 +272,22 @@ fn decode_entry(c: &[u8]) -> (u32, i64) {
     (u32::from_le_bytes(c[0..4].try_into().expect("4 bytes")), i64::from_le_bytes(node))
 }
 
+/// Writes a sorted run: its pages of [`PAGE_ENTRIES`] entries, then its
+/// row with the first key of every page (the fences).
+fn put_run(db: &Connection, level: i64, keys: &[(u32, i64)]) -> Result<()> {
+    db.prepare_cached("INSERT INTO node_key_runs(level, fences) VALUES(?1, x'')")?.execute([level])?;
+    let run = db.last_insert_rowid();
+    anyhow::ensure!(run < 1 << (62 - PAGE_BITS), "too many key runs");
+    let mut fences = Vec::with_capacity(4 * keys.len().div_ceil(PAGE_ENTRIES));
+    let mut put = db.prepare_cached("INSERT INTO node_key_pages(page, data) VALUES(?1, ?2)")?;
+    for (i, page) in keys.chunks(PAGE_ENTRIES).enumerate() {
+        fences.extend_from_slice(&page[0].0.to_le_bytes());
+        put.execute(params![run << PAGE_BITS | i as i64, encode_run(page)?])?;
+    }
+    db.prepare_cached("UPDATE node_key_runs SET fences = ?2 WHERE run = ?1")?.execute(params![run, fences])?;
+    Ok(())
+}
+
 fn decode_run(data: &[u8]) -> impl Iterator<Item = (u32, i64)> + '_ {
     data.chunks_exact(KEY_ENTRY).map(decode_entry)
 }
@@ -269,7 +309,7 @@ pub fn write_pending(db: &Connection, codec: &mut Codec, pending: &mut Vec<NodeR
         rest = after;
         let stored: Option<Vec<u8>> = if slot_of(first.node) == 0 { None } else { get.query_row([block_id], |r| r.get(0)).optional()? };
         let mut slots = match stored {
-            Some(b) => decode_block(codec, block_id, &b, None)?,
+            Some(b) => decode_block(codec, block_id, &b, ALL)?,
             None => vec![None; BLOCK_NODES],
         };
         for r in these {
@@ -280,23 +320,28 @@ pub fn write_pending(db: &Connection, codec: &mut Codec, pending: &mut Vec<NodeR
     }
     pending.clear();
     keys.sort_unstable();
-    db.prepare_cached("INSERT INTO node_keys(level, data) VALUES(0, ?1)")?.execute([encode_run(&keys)?])?;
+    put_run(db, 0, &keys)?;
     for level in 0..TOP_LEVEL {
-        let runs: Vec<(i64, Vec<u8>)> = db
-            .prepare_cached("SELECT run, data FROM node_keys WHERE level = ?1 ORDER BY run")?
-            .query_map([level], |r| Ok((r.get(0)?, r.get(1)?)))?
+        let runs: Vec<i64> = db
+            .prepare_cached("SELECT run FROM node_key_runs WHERE level = ?1 ORDER BY run")?
+            .query_map([level], |r| r.get(0))?
             .collect::<rusqlite::Result<_>>()?;
         if runs.len() < FANOUT {
             break;
         }
-        let mut merged: Vec<(u32, i64)> = Vec::with_capacity(runs.iter().map(|r| r.1.len() / KEY_ENTRY).sum());
-        let mut del = db.prepare_cached("DELETE FROM node_keys WHERE run = ?1")?;
-        for (run, data) in &runs {
-            merged.extend(decode_run(data));
-            del.execute([run])?;
+        let mut merged: Vec<(u32, i64)> = Vec::new();
+        for run in &runs {
+            let mut st = db.prepare_cached("SELECT data FROM node_key_pages WHERE page BETWEEN ?1 AND ?2")?;
+            let mut rows = st.query(params![run << PAGE_BITS, (run << PAGE_BITS) | ((1 << PAGE_BITS) - 1)])?;
+            while let Some(r) = rows.next()? {
+                merged.extend(decode_run(r.get_ref(0)?.as_blob().context("key page is not a blob")?));
+            }
+            db.prepare_cached("DELETE FROM node_key_pages WHERE page BETWEEN ?1 AND ?2")?
+                .execute(params![run << PAGE_BITS, (run << PAGE_BITS) | ((1 << PAGE_BITS) - 1)])?;
+            db.prepare_cached("DELETE FROM node_key_runs WHERE run = ?1")?.execute([run])?;
         }
         merged.sort_unstable();
-        db.prepare_cached("INSERT INTO node_keys(level, data) VALUES(?1, ?2)")?.execute(params![level + 1, encode_run(&merged)?])?;
+        put_run(db, level + 1, &merged)?;
     }
     Ok(())
 }
@@ -308,7 +353,7 @@ pub fn next_node(db: &Connection) -> Result<i64> {
         .optional()?;
     Ok(match last {
         None => 1,
-        Some((b, data)) => decode_block(&mut Codec::new()?, b, &data, None)?.iter().flatten().map(|n| n.node + 1).max().unwrap_or(b << BLOCK_SHIFT),
+        Some((b, data)) => decode_block(&mut Codec::new()?, b, &data, ALL)?.iter().flatten().map(|n| n.node + 1).max().unwrap_or(b << BLOCK_SHIFT),
     })
 }
 
@@ -339,7 +384,7 @@ impl<'c> NodeReader<'c> {
                     if self.codec.is_none() {
                         self.codec = Some(Codec::new()?);
                     }
-                    decode_block(self.codec.as_mut().expect("made above"), b, &d, None)?
+                    decode_block(self.codec.as_mut().expect("made above"), b, &d, ALL)?
                 }
                 None => Vec::new(),
             };
@@ -358,37 +403,34 @@ pub fn get(conn: &Connection, node: i64) -> Result<Option<NodeRow>> {
 /// Every node with `key` in the key index (candidates: a name key may
 /// collide), ascending, no repeats.
 pub fn lookup(conn: &Connection, key: u32) -> Result<Vec<i64>> {
-    let runs: Vec<i64> = conn.prepare_cached("SELECT run FROM node_keys")?.query_map([], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?;
+    let mut runs = conn.prepare_cached("SELECT run, fences FROM node_key_runs")?;
+    let mut page = conn.prepare_cached("SELECT data FROM node_key_pages WHERE page = ?1")?;
     let mut out = Vec::new();
-    let mut blob: Option<rusqlite::blob::Blob<'_>> = None;
-    let mut entry = [0u8; KEY_ENTRY];
-    for run in runs {
-        let b = match blob.as_mut() {
-            Some(b) => {
-                b.reopen(run).context("opening a key run")?;
-                b
+    let mut rows = runs.query([])?;
+    while let Some(r) = rows.next()? {
+        let run: i64 = r.get(0)?;
+        let fences: Vec<u32> = r
+            .get_ref(1)?
+            .as_blob()
+            .context("key fences are not a blob")?
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+            .collect();
+        // The key's entries start in the last page whose first key is
+        // below it (or in the first page whose first key is it).
+        let mut p = fences.partition_point(|f| *f < key).saturating_sub(1);
+        'pages: while p < fences.len() && fences[p] <= key {
+            let mut data = page.query([run << PAGE_BITS | p as i64])?;
+            let Some(d) = data.next()? else { anyhow::bail!("key run {run} lacks page {p}") };
+            for (k, node) in decode_run(d.get_ref(0)?.as_blob().context("key page is not a blob")?) {
+                if k > key {
+                    break 'pages;
+                }
+                if k == key {
+                    out.push(node);
+                }
             }
-            None => blob.insert(conn.blob_open(rusqlite::MAIN_DB, "node_keys", "data", run, true).context("opening a key run")?),
-        };
-        let n = b.len() / KEY_ENTRY;
-        // The first entry with a key ≥ `key`.
-        let (mut lo, mut hi) = (0, n);
-        while lo < hi {
-            let mid = (lo + hi) / 2;
-            b.read_at_exact(&mut entry[..4], mid * KEY_ENTRY)?;
-            if u32::from_le_bytes(entry[..4].try_into().expect("4 bytes")) < key {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
-        }
-        for i in lo..n {
-            b.read_at_exact(&mut entry, i * KEY_ENTRY)?;
-            let (k, node) = decode_entry(&entry);
-            if k != key {
-                break;
-            }
-            out.push(node);
+            p += 1;
         }
     }
     out.sort_unstable();
@@ -410,22 +452,52 @@ pub fn rows_where(conn: &Connection, candidates: &[i64], keep: impl Fn(&NodeRow)
     Ok(out)
 }
 
-/// Every node, ascending (tests and tools; reads the whole table).
-pub fn all(conn: &Connection) -> Result<Vec<NodeRow>> {
-    let mut st = conn.prepare("SELECT block, data FROM node_blocks ORDER BY block")?;
-    let mut rows = st.query([])?;
-    let mut out = Vec::new();
+/// The rows of `ids` (ascending), each block read and decoded once and
+/// only the wanted slots built. Ids with no node are left out.
+pub fn rows(conn: &Connection, ids: &[i64]) -> Result<Vec<NodeRow>> {
+    let mut get = conn.prepare_cached("SELECT data FROM node_blocks WHERE block = ?1")?;
     let mut codec = Codec::new()?;
-    while let Some(r) = rows.next()? {
-        let (b, data): (i64, Vec<u8>) = (r.get(0)?, r.get(1)?);
-        out.extend(decode_block(&mut codec, b, &data, None)?.into_iter().flatten());
+    let mut out = Vec::with_capacity(ids.len());
+    let mut rest = ids;
+    while let Some(&first) = rest.first() {
+        let b = block_of(first);
+        let n = rest.iter().take_while(|id| block_of(**id) == b).count();
+        let want = rest[..n].iter().fold(0u64, |m, id| m | 1 << slot_of(*id));
+        rest = &rest[n..];
+        let mut rows = get.query([b])?;
+        if let Some(r) = rows.next()? {
+            let data = r.get_ref(0)?.as_blob().context("node block is not a blob")?;
+            out.extend(decode_block(&mut codec, b, data, want)?.into_iter().flatten());
+        }
     }
     Ok(out)
 }
 
-/// How many nodes the store holds.
+/// Calls `f` with every node, ascending (tests and tools; reads everything).
+pub fn for_each(conn: &Connection, mut f: impl FnMut(NodeRow)) -> Result<()> {
+    let mut st = conn.prepare("SELECT block, data FROM node_blocks ORDER BY block")?;
+    let mut rows = st.query([])?;
+    let mut codec = Codec::new()?;
+    while let Some(r) = rows.next()? {
+        let b: i64 = r.get(0)?;
+        let data = r.get_ref(1)?.as_blob().context("node block is not a blob")?;
+        decode_block(&mut codec, b, data, ALL)?.into_iter().flatten().for_each(&mut f);
+    }
+    Ok(())
+}
+
+/// Every node, ascending (tests and tools; reads the whole table).
+pub fn all(conn: &Connection) -> Result<Vec<NodeRow>> {
+    let mut out = Vec::new();
+    for_each(conn, |r| out.push(r))?;
+    Ok(out)
+}
+
+/// How many nodes the store holds (reads every block).
 pub fn count(conn: &Connection) -> Result<i64> {
-    Ok(all(conn)?.len() as i64)
+    let mut n = 0;
+    for_each(conn, |_| n += 1)?;
+    Ok(n)
 }
 
 #[cfg(test)]
@@ -456,8 +528,12 @@ mod tests {
         }
         let mut codec = Codec::new().unwrap();
         let b = encode_block(&mut codec, &slots).unwrap();
-        assert_eq!(decode_block(&mut codec, 5, &b, None).unwrap(), slots);
-        assert_eq!(decode_block(&mut codec, 5, &b, Some(4)).unwrap()[4], slots[4]);
+        assert_eq!(decode_block(&mut codec, 5, &b, ALL).unwrap(), slots);
+        let some = decode_block(&mut codec, 5, &b, 1 << 4 | 1 << 7).unwrap();
+        assert_eq!(some.len(), 8);
+        for (i, s) in some.iter().enumerate() {
+            assert_eq!(s.as_ref(), if i == 4 || i == 7 { slots[i].as_ref() } else { None }, "slot {i}");
+        }
     }
 
     #[test]
@@ -476,10 +552,26 @@ mod tests {
                 .collect();
             write_pending(&conn, &mut codec, &mut pending).unwrap();
         }
+        // One batch whose keys span pages: 2,000 nodes of one name.
+        let mut pending: Vec<NodeRow> = (0..2000)
+            .map(|_| {
+                next += 1;
+                row(next - 1, "/same")
+            })
+            .collect();
+        write_pending(&conn, &mut codec, &mut pending).unwrap();
         let all = all(&conn).unwrap();
         assert_eq!(all.len() as i64, next - 1);
+        for kind in 1..=5 {
+            let named = |n: &&NodeRow| n.kind == kind && n.name == "/same" && n.exec.is_none_or(|e| e == n.node);
+            let want: Vec<i64> = all.iter().filter(named).map(|n| n.node).collect();
+            assert!(want.len() > PAGE_ENTRIES / 3, "{} nodes", want.len());
+            let got: Vec<i64> =
+                rows_where(&conn, &lookup(&conn, name_key(kind, "/same")).unwrap(), |n| named(&n)).unwrap().iter().map(|n| n.node).collect();
+            assert_eq!(got, want, "kind {kind}");
+        }
         assert_eq!(next_node(&conn).unwrap(), next);
-        let levels: i64 = conn.query_row("SELECT COUNT(DISTINCT level) FROM node_keys", [], |r| r.get(0)).unwrap();
+        let levels: i64 = conn.query_row("SELECT COUNT(DISTINCT level) FROM node_key_runs", [], |r| r.get(0)).unwrap();
         assert!(levels >= 2, "{levels} levels");
         for probe in [1, 2, 17, 100, next - 1] {
             let r = get(&conn, probe).unwrap().unwrap();

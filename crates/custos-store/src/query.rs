@@ -237,20 +237,25 @@ pub fn node_info(conn: &Connection, id: i64) -> Result<Option<NodeInfo>> {
 }
 
 /// The rows of many nodes (an answer's), with their depths, in id order:
-/// each node block is read and decoded once.
+/// each node block is read and decompressed once, only the wanted slots built.
 fn node_infos(conn: &Connection, depth: &NodeMap<u32>) -> Result<Vec<NodeInfo>> {
     let mut ids: Vec<i64> = depth.keys().copied().collect();
     ids.sort_unstable();
     let _tx = ReadTx::begin(conn)?;
-    let mut reader = NodeReader::new(conn);
-    let mut out = Vec::with_capacity(ids.len());
-    for id in ids {
-        let Some(r) = reader.get(id)? else { bail!("node {id} referenced by an edge is missing") };
-        let mut info = node_info_of(r);
-        info.depth = depth.get(&id).copied();
-        out.push(info);
+    let rows = nodes::rows(conn, &ids)?;
+    if rows.len() != ids.len() {
+        let found: HashSet<i64> = rows.iter().map(|r| r.node).collect();
+        let missing = ids.iter().find(|id| !found.contains(id)).copied().unwrap_or_default();
+        bail!("node {missing} referenced by an edge is missing");
     }
-    Ok(out)
+    Ok(rows
+        .iter()
+        .map(|r| {
+            let mut info = node_info_of(r);
+            info.depth = depth.get(&r.node).copied();
+            info
+        })
+        .collect())
 }
 
 /// The nodes named `name` of `kind`, ascending.

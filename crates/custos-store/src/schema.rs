@@ -9,7 +9,7 @@ use std::path::Path;
 /// `events` rows; `edges` is clustered on the cause (no `edges_by_cause`).
 /// 3: the cause lists in blocks of 64 nodes (`cause_blocks`), not a row per
 /// node (`causes`); the nodes likewise (`node_blocks`), their name, pid and
-/// exec indexes as sorted runs (`node_keys`); the edges by cause as per-batch
+/// exec indexes as sorted runs (`node_key_runs`, `node_key_pages`); the edges by cause as per-batch
 /// parts per block of causes (`effect_parts`), not a row per edge (`edges`).
 pub const SCHEMA_VERSION: i64 = 3;
 
@@ -109,8 +109,10 @@ CREATE TABLE IF NOT EXISTS event_ranges(
 -- The nodes, packed by 64 consecutive ids (see nodes.rs): block = node >> 6.
 CREATE TABLE IF NOT EXISTS node_blocks(block INTEGER PRIMARY KEY, data BLOB NOT NULL);
 -- Lookups by name, pid and execution: sorted runs of (key, node) pairs,
--- merged by level (a small log-structured merge; see nodes.rs).
-CREATE TABLE IF NOT EXISTS node_keys(run INTEGER PRIMARY KEY, level INTEGER NOT NULL, data BLOB NOT NULL);
+-- merged by level (a small log-structured merge; see nodes.rs): a run's
+-- pages (page = run << 24 | number) and the first key of each (fences).
+CREATE TABLE IF NOT EXISTS node_key_runs(run INTEGER PRIMARY KEY, level INTEGER NOT NULL, fences BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS node_key_pages(page INTEGER PRIMARY KEY, data BLOB NOT NULL);
 -- The edges by cause (descendants, readers of a version, writes of a
 -- process): per batch one part per block of 64 cause ids, varint-packed,
 -- merged when a block gathers 8 (see effects.rs). The same edges by effect
