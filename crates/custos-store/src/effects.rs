@@ -10,10 +10,14 @@
 //! the cause's edges. A block that gathered [`MERGE_PARTS`] parts is merged
 //! into one, so a busy block costs one row, not one per batch.
 //!
-//! A part is its edges sorted by (cause, effect, kind, event id), each six
-//! varints: the cause's slot in the block, `zigzag(effect − cause)`,
-//! `cpu << 3 | kind`, then `zigzag` deltas from the previous edge of the part
-//! for the event id's sequence and for the time, and the boot.
+//! A part is its edges sorted by (cause, effect, kind, event id): a header
+//! (base time and event sequence, then each cause's slot in the block and
+//! the byte length of its run), then per cause a run of entries of five
+//! varints: `zigzag(effect − cause)`, `cpu << 3 | kind`, and `zigzag` deltas
+//! of the event id's sequence and of the time from the previous entry of
+//! the run (the first from the base), and the boot. A lookup decodes only
+//! its cause's run of each part: a busy block (a shared header's) holds
+//! tens of thousands of edges.
 //!
 //! De-duplication: an edge is made by applying an event, and the ingest
 //! applies every event once (event ranges), so an edge can only repeat
@@ -49,34 +53,70 @@ pub fn block_of(node: i64) -> i64 {
     node >> BLOCK_SHIFT
 }
 
+/// Encodes edges sorted by cause (all of one block): the header, then each
+/// cause's run of entries.
 fn encode_part(edges: &[Edge]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(edges.len() * 10);
-    let (mut time, mut seq) = (0i64, 0u64);
+    let base_time = edges.first().map_or(0, |e| e.time_ns);
+    let base_seq = edges.first().map_or(0, |e| e.event_id as u64 & SEQ_MASK);
+    let mut runs: Vec<(u64, Vec<u8>)> = Vec::new();
+    let (mut time, mut seq) = (base_time, base_seq);
     for e in edges {
+        let slot = (e.cause as u64) & (BLOCK_NODES as u64 - 1);
+        if runs.last().is_none_or(|r| r.0 != slot) {
+            runs.push((slot, Vec::new()));
+            (time, seq) = (base_time, base_seq);
+        }
+        let out = &mut runs.last_mut().expect("pushed above").1;
         let id = e.event_id as u64;
-        varint::put(&mut out, (e.cause as u64) & (BLOCK_NODES as u64 - 1));
-        varint::put(&mut out, varint::zigzag(e.effect.wrapping_sub(e.cause)));
-        varint::put(&mut out, (id >> SEQ_BITS) << 3 | e.kind as u64);
-        varint::put(&mut out, varint::zigzag((id & SEQ_MASK).wrapping_sub(seq) as i64));
-        varint::put(&mut out, varint::zigzag(e.time_ns.wrapping_sub(time)));
-        varint::put(&mut out, e.boot as u64);
+        varint::put(out, varint::zigzag(e.effect.wrapping_sub(e.cause)));
+        varint::put(out, (id >> SEQ_BITS) << 3 | e.kind as u64);
+        varint::put(out, varint::zigzag((id & SEQ_MASK).wrapping_sub(seq) as i64));
+        varint::put(out, varint::zigzag(e.time_ns.wrapping_sub(time)));
+        varint::put(out, e.boot as u64);
         (time, seq) = (e.time_ns, id & SEQ_MASK);
+    }
+    let mut out = Vec::with_capacity(16 + 3 * runs.len() + runs.iter().map(|r| r.1.len()).sum::<usize>());
+    varint::put(&mut out, varint::zigzag(base_time));
+    varint::put(&mut out, base_seq);
+    varint::put(&mut out, runs.len() as u64);
+    for (slot, bytes) in &runs {
+        varint::put(&mut out, *slot);
+        varint::put(&mut out, bytes.len() as u64);
+    }
+    for (_, bytes) in &runs {
+        out.extend_from_slice(bytes);
     }
     out
 }
 
-fn decode_part(block_id: i64, buf: &[u8], out: &mut Vec<Edge>) -> Result<()> {
-    let (mut pos, mut time, mut seq) = (0usize, 0i64, 0u64);
-    while pos < buf.len() {
-        let slot = varint::get(buf, &mut pos)?;
+/// Decodes a part's edges of the cause in slot `only` (all with `None`).
+fn decode_part(block_id: i64, buf: &[u8], only: Option<u64>, out: &mut Vec<Edge>) -> Result<()> {
+    let mut pos = 0;
+    let base_time = varint::unzigzag(varint::get(buf, &mut pos)?);
+    let base_seq = varint::get(buf, &mut pos)?;
+    let n = varint::get(buf, &mut pos)? as usize;
+    anyhow::ensure!(n <= BLOCK_NODES, "effect part of block {block_id}: {n} causes");
+    let mut runs = [(0u64, 0usize); BLOCK_NODES];
+    for r in runs.iter_mut().take(n) {
+        *r = (varint::get(buf, &mut pos)?, varint::get(buf, &mut pos)? as usize);
+    }
+    for &(slot, len) in &runs[..n] {
         anyhow::ensure!(slot < BLOCK_NODES as u64, "effect part of block {block_id}: slot {slot} out of range");
+        let bytes = buf.get(pos..pos + len).context("effect part truncated")?;
+        pos += len;
+        if only.is_some_and(|o| o != slot) {
+            continue;
+        }
         let cause = (block_id << BLOCK_SHIFT) + slot as i64;
-        let effect = cause.wrapping_add(varint::unzigzag(varint::get(buf, &mut pos)?));
-        let hi = varint::get(buf, &mut pos)?;
-        seq = seq.wrapping_add(varint::unzigzag(varint::get(buf, &mut pos)?) as u64) & SEQ_MASK;
-        time = time.wrapping_add(varint::unzigzag(varint::get(buf, &mut pos)?));
-        let boot = varint::get(buf, &mut pos)? as i64;
-        out.push(Edge { cause, effect, kind: (hi & 7) as u8, event_id: ((hi >> 3) << SEQ_BITS | seq) as i64, time_ns: time, boot });
+        let (mut p, mut time, mut seq) = (0usize, base_time, base_seq);
+        while p < bytes.len() {
+            let effect = cause.wrapping_add(varint::unzigzag(varint::get(bytes, &mut p)?));
+            let hi = varint::get(bytes, &mut p)?;
+            seq = seq.wrapping_add(varint::unzigzag(varint::get(bytes, &mut p)?) as u64) & SEQ_MASK;
+            time = time.wrapping_add(varint::unzigzag(varint::get(bytes, &mut p)?));
+            let boot = varint::get(bytes, &mut p)? as i64;
+            out.push(Edge { cause, effect, kind: (hi & 7) as u8, event_id: ((hi >> 3) << SEQ_BITS | seq) as i64, time_ns: time, boot });
+        }
     }
     Ok(())
 }
@@ -134,34 +174,41 @@ fn read_block(db: &Connection, block_id: i64) -> Result<Vec<Edge>> {
     let mut out = Vec::new();
     while let Some(r) = rows.next()? {
         let data = r.get_ref(0)?.as_blob().context("effect part is not a blob")?;
-        decode_part(block_id, data, &mut out)?;
+        decode_part(block_id, data, None, &mut out)?;
     }
     out.sort_unstable();
     Ok(out)
 }
 
-/// Reads edges by cause, keeping the block read last decoded (a walk's
-/// nodes are often neighbours).
+/// Reads edges by cause, keeping the parts of the block read last (a
+/// walk's nodes are often neighbours); only the cause's run of each part
+/// is decoded.
 pub struct EffectReader<'c> {
     conn: &'c Connection,
-    block: Option<(i64, Vec<Edge>)>,
+    block: Option<(i64, Vec<Vec<u8>>)>,
+    edges: Vec<Edge>,
 }
 
 impl<'c> EffectReader<'c> {
     pub fn new(conn: &'c Connection) -> Self {
-        Self { conn, block: None }
+        Self { conn, block: None, edges: Vec::new() }
     }
 
     /// `cause`'s edges (to its effects), in (effect, kind, event id) order.
     pub fn of(&mut self, cause: i64) -> Result<&[Edge]> {
         let b = block_of(cause);
         if self.block.as_ref().is_none_or(|(id, _)| *id != b) {
-            self.block = Some((b, read_block(self.conn, b)?));
+            let mut st = self.conn.prepare_cached("SELECT data FROM effect_parts WHERE block = ?1 ORDER BY part")?;
+            let parts = st.query_map([b], |r| r.get::<_, Vec<u8>>(0))?.collect::<rusqlite::Result<Vec<_>>>()?;
+            self.block = Some((b, parts));
         }
-        let edges = &self.block.as_ref().expect("read above").1;
-        let lo = edges.partition_point(|e| e.cause < cause);
-        let hi = edges.partition_point(|e| e.cause <= cause);
-        Ok(&edges[lo..hi])
+        self.edges.clear();
+        let slot = (cause as u64) & (BLOCK_NODES as u64 - 1);
+        for part in &self.block.as_ref().expect("read above").1 {
+            decode_part(b, part, Some(slot), &mut self.edges)?;
+        }
+        self.edges.sort_unstable();
+        Ok(&self.edges)
     }
 }
 
@@ -183,7 +230,7 @@ pub fn count(conn: &Connection) -> Result<i64> {
     let (mut n, mut part) = (0, Vec::new());
     while let Some(r) = rows.next()? {
         part.clear();
-        decode_part(r.get(0)?, r.get_ref(1)?.as_blob().context("effect part is not a blob")?, &mut part)?;
+        decode_part(r.get(0)?, r.get_ref(1)?.as_blob().context("effect part is not a blob")?, None, &mut part)?;
         n += part.len() as i64;
     }
     Ok(n)
