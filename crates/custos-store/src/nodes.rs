@@ -514,7 +514,7 @@ mod tests {
             pid: (node % 2 == 0).then_some(node * 7),
             exec: (node % 2 == 0).then_some(node - 3),
             time_ns: 1_700_000_000_000_000_000 - node * 1000,
-            event_id: (node % 16) << 48 | node * 11,
+            event_id: ((node % 16) << 48) | (node * 11),
             attrs: (node % 4 == 0).then(|| format!("{{\"n\":{node}}}")),
         }
     }
