@@ -44,14 +44,21 @@ impl NodeInfo {
     }
     /// One-line human label: `cc1 pid 42 v2`, `/tmp/a.o v3`.
     pub fn label(&self) -> String {
-        match self.node_kind() {
-            NodeKind::Process => {
-                let v = if self.version > 1 { format!(" v{}", self.version) } else { String::new() };
-                format!("{} pid {}{}", self.name, self.pid.unwrap_or(0), v)
-            }
-            NodeKind::User => self.name.clone(),
-            _ => format!("{} v{}", self.name, self.version),
-        }
+        let mut out = String::with_capacity(self.name.len() + 16);
+        self.write_label(&mut out);
+        out
+    }
+
+    /// Appends [`NodeInfo::label`] to `out`.
+    pub fn write_label(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        out.push_str(&self.name);
+        let _ = match self.node_kind() {
+            NodeKind::Process if self.version > 1 => write!(out, " pid {} v{}", self.pid.unwrap_or(0), self.version),
+            NodeKind::Process => write!(out, " pid {}", self.pid.unwrap_or(0)),
+            NodeKind::User => Ok(()),
+            _ => write!(out, " v{}", self.version),
+        };
     }
 }
 
@@ -214,12 +221,12 @@ pub enum Direction {
     Descendants,
 }
 
-fn node_info_of(r: &NodeRow) -> NodeInfo {
+fn node_info_of(r: NodeRow) -> NodeInfo {
     NodeInfo {
         node: r.node,
         kind: NodeKind::from_i64(r.kind).map(|k| k.name()).unwrap_or("unknown"),
         boot: r.boot,
-        name: r.name.clone(),
+        name: r.name,
         version: r.version,
         pid: r.pid,
         exec: r.exec,
@@ -227,13 +234,13 @@ fn node_info_of(r: &NodeRow) -> NodeInfo {
         time: format_ns(r.time_ns as u64),
         event_id: r.event_id,
         // Text that is not JSON reads as no attributes, as before.
-        attrs: r.attrs.as_ref().filter(|a| serde_json::from_str::<serde::de::IgnoredAny>(a).is_ok()).cloned().map(Attrs),
+        attrs: r.attrs.filter(|a| serde_json::from_str::<serde::de::IgnoredAny>(a).is_ok()).map(Attrs),
         depth: None,
     }
 }
 
 pub fn node_info(conn: &Connection, id: i64) -> Result<Option<NodeInfo>> {
-    Ok(nodes::get(conn, id).context("reading a node")?.as_ref().map(node_info_of))
+    Ok(nodes::get(conn, id).context("reading a node")?.map(node_info_of))
 }
 
 /// The rows of many nodes (an answer's), with their depths, in id order:
@@ -249,10 +256,11 @@ fn node_infos(conn: &Connection, depth: &NodeMap<u32>) -> Result<Vec<NodeInfo>> 
         bail!("node {missing} referenced by an edge is missing");
     }
     Ok(rows
-        .iter()
+        .into_iter()
         .map(|r| {
+            let node = r.node;
             let mut info = node_info_of(r);
-            info.depth = depth.get(&r.node).copied();
+            info.depth = depth.get(&node).copied();
             info
         })
         .collect())
