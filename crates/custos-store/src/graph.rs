@@ -8,10 +8,13 @@
 //! Writes make a new artifact version unless the same process version wrote
 //! the current one and nobody has read it since (collapses write bursts).
 
+use crate::causes::CauseEntry;
+use crate::effects::{Edge, EdgeBatch};
+use crate::nodes::NodeRow;
 use crate::record::Event;
 use crate::schema::{EdgeKind, NodeKind};
 use anyhow::{Context, Result};
-use rusqlite::{params, CachedStatement, Connection, OptionalExtension};
+use rusqlite::{params, Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 
@@ -21,58 +24,15 @@ use std::collections::{HashMap, HashSet};
 pub(crate) type Map<K, V> = HashMap<K, V, ahash::RandomState>;
 pub(crate) type Set<K> = HashSet<K, ahash::RandomState>;
 
-/// Bytes per entry in `causes.list`: cause node (i64), edge kind (u8), event
-/// id (i64), time (i64), boot (u32); little-endian.
-pub const CAUSE_ENTRY: usize = 29;
-
-/// One decoded `causes.list` entry.
-#[derive(Clone, Copy, Debug)]
-pub struct CauseEntry {
-    pub cause: i64,
-    pub kind: u8,
-    pub event_id: i64,
-    pub time_ns: i64,
-    pub boot: i64,
-}
-
-pub fn decode_causes(list: &[u8]) -> impl Iterator<Item = CauseEntry> + '_ {
-    list.chunks_exact(CAUSE_ENTRY).map(|c| CauseEntry {
-        cause: i64::from_le_bytes(c[0..8].try_into().unwrap()),
-        kind: c[8],
-        event_id: i64::from_le_bytes(c[9..17].try_into().unwrap()),
-        time_ns: i64::from_le_bytes(c[17..25].try_into().unwrap()),
-        boot: u32::from_le_bytes(c[25..29].try_into().unwrap()) as i64,
-    })
-}
-
-fn encode_cause(out: &mut Vec<u8>, cause: i64, kind: EdgeKind, ev: &Event, boot: i64) {
-    out.extend_from_slice(&cause.to_le_bytes());
-    out.push(kind as u8);
-    out.extend_from_slice(&(ev.id as i64).to_le_bytes());
-    out.extend_from_slice(&(ev.time_ns as i64).to_le_bytes());
-    out.extend_from_slice(&(boot as u32).to_le_bytes());
-}
-
-/// The connection with the graph's per-event statements prepared once, for
-/// a run of [`Graph::apply`] calls (a statement-cache lookup per row hashed
-/// and compared the SQL text every time).
+/// The connection the graph reads its saved state from, for a run of
+/// [`Graph::apply`] calls.
 pub struct Sql<'c> {
     pub conn: &'c Connection,
-    node: CachedStatement<'c>,
-    edge: CachedStatement<'c>,
 }
 
 impl<'c> Sql<'c> {
     pub fn new(conn: &'c Connection) -> Result<Self> {
-        Ok(Self {
-            conn,
-            node: conn.prepare_cached(
-                "INSERT INTO nodes(node, kind, boot, name, version, pid, exec, time_ns, event_id, attrs) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)",
-            )?,
-            edge: conn.prepare_cached(
-                "INSERT OR IGNORE INTO edges(effect, cause, kind, event_id, time_ns, boot) VALUES(?1,?2,?3,?4,?5,?6)",
-            )?,
-        })
+        Ok(Self { conn })
     }
 }
 
@@ -163,10 +123,13 @@ pub struct Graph {
     dirty_heads: Set<ObjKey>,
     /// True while every persisted head/proc is also cached, so a cache miss needs no lookup.
     all_cached: bool,
-    /// Nodes from this id on were created in the open batch.
-    batch_first_node: i64,
-    /// Cause entries added in the open batch, by effect.
-    pending_causes: Map<i64, Vec<u8>>,
+    /// Cause entries added in the open batch, with their effect, in the order made.
+    pending_causes: Vec<(i64, CauseEntry)>,
+    /// Nodes made in the open batch, in id order.
+    pending_nodes: Vec<NodeRow>,
+    node_codec: crate::nodes::Codec,
+    /// Edges made in the open batch (by cause).
+    pending_edges: EdgeBatch,
     /// Boots whose stream records births where they happen (`sched:process_fork`):
     /// there the clone/fork/vfork records, written when the parent's call
     /// returns (after the child ran, for vfork), add nothing.
@@ -186,7 +149,7 @@ fn is_write(s: &str) -> bool {
 
 impl Graph {
     pub fn load(db: &Connection) -> Result<Self> {
-        let next_node: i64 = db.query_row("SELECT COALESCE(MAX(node), 0) + 1 FROM nodes", [], |r| r.get(0))?;
+        let next_node = crate::nodes::next_node(db)?;
         let heads: i64 = db.query_row("SELECT EXISTS(SELECT 1 FROM heads)", [], |r| r.get(0))?;
         let procs: i64 = db.query_row("SELECT EXISTS(SELECT 1 FROM procs)", [], |r| r.get(0))?;
         Ok(Self {
@@ -196,8 +159,10 @@ impl Graph {
             dirty_procs: Set::default(),
             dirty_heads: Set::default(),
             all_cached: heads == 0 && procs == 0,
-            batch_first_node: next_node,
-            pending_causes: Map::default(),
+            pending_causes: Vec::new(),
+            pending_nodes: Vec::new(),
+            node_codec: crate::nodes::Codec::new()?,
+            pending_edges: EdgeBatch::default(),
             fork_hook_boots: Set::default(),
             stats: GraphStats::default(),
         })
@@ -205,20 +170,9 @@ impl Graph {
 
     /// Writes dirty builder state; call inside the batch transaction before commit.
     pub fn flush(&mut self, db: &Connection) -> Result<()> {
-        // Every node gets its causes row (empty for none) in the batch that made it.
-        let mut put = db.prepare_cached("INSERT INTO causes(node, list) VALUES(?1, ?2)")?;
-        for node in self.batch_first_node..self.next_node {
-            let list = self.pending_causes.remove(&node).unwrap_or_default();
-            put.execute(params![node, list])?;
-        }
-        self.batch_first_node = self.next_node;
-        let mut get = db.prepare_cached("SELECT list FROM causes WHERE node = ?1")?;
-        let mut set = db.prepare_cached("UPDATE causes SET list = ?2 WHERE node = ?1")?;
-        for (node, add) in self.pending_causes.drain() {
-            let mut list: Vec<u8> = get.query_row([node], |r| r.get(0)).optional()?.unwrap_or_default();
-            list.extend_from_slice(&add);
-            set.execute(params![node, list])?;
-        }
+        crate::nodes::write_pending(db, &mut self.node_codec, &mut self.pending_nodes)?;
+        crate::causes::write_pending(db, &mut self.pending_causes)?;
+        self.pending_edges.write(db)?;
         let mut put_head = db.prepare_cached(
             "INSERT OR REPLACE INTO heads(kind, scope, name, node, version, frozen, generator, deleted) VALUES(?1,?2,?3,?4,?5,?6,?7,?8)",
         )?;
@@ -254,7 +208,7 @@ impl Graph {
     #[allow(clippy::too_many_arguments)] // one column each; a struct would only rename them
     fn new_node(
         &mut self,
-        db: &mut Sql<'_>,
+        _db: &mut Sql<'_>,
         kind: NodeKind,
         boot: i64,
         name: &str,
@@ -269,22 +223,28 @@ impl Graph {
             Some((pid, exec)) => (Some(pid), Some(exec.unwrap_or(node))),
             None => (None, None),
         };
-        db.node
-            .execute(params![node, kind as i64, boot, name, version, pid, exec, ev.time_ns as i64, ev.id as i64, attrs])
-        .context("inserting a node")?;
+        self.pending_nodes.push(NodeRow {
+            node,
+            kind: kind as i64,
+            boot,
+            name: name.to_owned(),
+            version,
+            pid: pid.map(i64::from),
+            exec,
+            time_ns: ev.time_ns as i64,
+            event_id: ev.id as i64,
+            attrs,
+        });
         self.stats.nodes += 1;
         Ok(node)
     }
 
-    fn edge(&mut self, db: &mut Sql<'_>, effect: i64, cause: i64, kind: EdgeKind, boot: i64, ev: &Event) -> Result<()> {
-        let n = db
-            .edge
-            .execute(params![effect, cause, kind as i64, ev.id as i64, ev.time_ns as i64, boot])
-            .context("inserting an edge")?;
-        if n == 1 {
-            encode_cause(self.pending_causes.entry(effect).or_default(), cause, kind, ev, boot);
+    fn edge(&mut self, _db: &mut Sql<'_>, effect: i64, cause: i64, kind: EdgeKind, boot: i64, ev: &Event) -> Result<()> {
+        let (event_id, time_ns) = (ev.id as i64, ev.time_ns as i64);
+        if self.pending_edges.add(Edge { cause, effect, kind: kind as u8, event_id, time_ns, boot }) {
+            self.pending_causes.push((effect, CauseEntry { cause, kind: kind as u8, event_id, time_ns, boot }));
+            self.stats.edges += 1;
         }
-        self.stats.edges += n as u64;
         Ok(())
     }
 

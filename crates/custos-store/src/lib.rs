@@ -8,9 +8,12 @@
 //! many hosts (export PROV-JSON for that). See docs/store.md for the layout.
 
 pub mod archive;
+pub mod causes;
 pub mod cli;
+pub mod effects;
 pub mod graph;
 pub mod ingest;
+pub mod nodes;
 pub mod query;
 pub mod record;
 pub mod render;
@@ -18,6 +21,7 @@ pub mod schema;
 pub mod sink;
 pub mod synth;
 pub mod timefmt;
+mod varint;
 
 pub use archive::Recorder;
 /// The SQLite binding the store is built on, for callers that open the file themselves.

@@ -2,10 +2,12 @@
 //! what a process touched, who touched a file; each answer carries the loss
 //! records that overlap it in time (the completeness annotation).
 
+use crate::effects::EffectReader;
+use crate::nodes::{self, NodeReader, NodeRow};
 use crate::schema::{EdgeKind, NodeKind};
 use crate::timefmt::format_ns;
 use anyhow::{bail, Context, Result};
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, Connection};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet, VecDeque};
 
@@ -42,14 +44,21 @@ impl NodeInfo {
     }
     /// One-line human label: `cc1 pid 42 v2`, `/tmp/a.o v3`.
     pub fn label(&self) -> String {
-        match self.node_kind() {
-            NodeKind::Process => {
-                let v = if self.version > 1 { format!(" v{}", self.version) } else { String::new() };
-                format!("{} pid {}{}", self.name, self.pid.unwrap_or(0), v)
-            }
-            NodeKind::User => self.name.clone(),
-            _ => format!("{} v{}", self.name, self.version),
-        }
+        let mut out = String::with_capacity(self.name.len() + 16);
+        self.write_label(&mut out);
+        out
+    }
+
+    /// Appends [`NodeInfo::label`] to `out`.
+    pub fn write_label(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        out.push_str(&self.name);
+        let _ = match self.node_kind() {
+            NodeKind::Process if self.version > 1 => write!(out, " pid {} v{}", self.pid.unwrap_or(0), self.version),
+            NodeKind::Process => write!(out, " pid {}", self.pid.unwrap_or(0)),
+            NodeKind::User => Ok(()),
+            _ => write!(out, " v{}", self.version),
+        };
     }
 }
 
@@ -172,56 +181,21 @@ impl Drop for ReadTx<'_> {
     }
 }
 
-/// Reads a node's cause list through SQLite's incremental-blob API: one
-/// integer-keyed seek per node, no statement to step (see docs/store.md).
-pub struct CauseReader<'c> {
-    conn: &'c Connection,
-    blob: Option<rusqlite::blob::Blob<'c>>,
-    pub buf: Vec<u8>,
-}
+pub use crate::causes::CauseReader;
 
-impl<'c> CauseReader<'c> {
-    pub fn new(conn: &'c Connection) -> Self {
-        Self { conn, blob: None, buf: Vec::with_capacity(1024) }
-    }
-
-    /// Loads `node`'s entries into `self.buf` (empty if it has none).
-    pub fn load(&mut self, node: i64) -> Result<()> {
-        let ok = match self.blob.as_mut() {
-            Some(b) => b.reopen(node).is_ok(),
-            None => match self.conn.blob_open(rusqlite::MAIN_DB, "causes", "list", node, true) {
-                Ok(b) => {
-                    self.blob = Some(b);
-                    true
-                }
-                Err(_) => false,
-            },
-        };
-        self.buf.clear();
-        if !ok {
-            // A failed reopen aborts the handle; start a fresh one next time.
-            self.blob = None;
-            return Ok(());
-        }
-        let b = self.blob.as_ref().expect("opened above");
-        self.buf.resize(b.len(), 0);
-        b.read_at_exact(&mut self.buf, 0).context("reading a cause list")?;
-        Ok(())
-    }
-
-    /// `node`'s edges to its causes, in the order of the edge table's old
-    /// key (cause, kind, event id), so answers list them as before.
-    pub fn edges_of(&mut self, node: i64) -> Result<Vec<EdgeInfo>> {
-        self.load(node)?;
-        let mut v = crate::graph::decode_causes(&self.buf)
-            .map(|c| {
-                let kind = EdgeKind::from_i64(c.kind as i64).context("unknown edge kind in store")?;
-                Ok(EdgeInfo { effect: node, cause: c.cause, kind, event_id: c.event_id, time_ns: c.time_ns, boot: c.boot })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        v.sort_by_key(|e| (e.cause, e.kind as i64, e.event_id));
-        Ok(v)
-    }
+/// `node`'s edges to its causes, in the order of the edge table's old key
+/// (cause, kind, event id), so answers list them as before.
+fn edges_of(reader: &mut CauseReader<'_>, node: i64) -> Result<Vec<EdgeInfo>> {
+    let mut v = reader
+        .load(node)?
+        .iter()
+        .map(|c| {
+            let kind = EdgeKind::from_i64(c.kind as i64).context("unknown edge kind in store")?;
+            Ok(EdgeInfo { effect: node, cause: c.cause, kind, event_id: c.event_id, time_ns: c.time_ns, boot: c.boot })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    v.sort_by_key(|e| (e.cause, e.kind as i64, e.event_id));
+    Ok(v)
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -247,70 +221,65 @@ pub enum Direction {
     Descendants,
 }
 
-const NODE_COLUMNS: &str = "SELECT node, kind, boot, name, version, pid, exec, time_ns, event_id, attrs FROM nodes WHERE node = ?1";
-
-fn node_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<NodeInfo> {
-    let kind: i64 = r.get(1)?;
-    let t: i64 = r.get(7)?;
-    let attrs: Option<String> = r.get(9)?;
-    Ok(NodeInfo {
-        node: r.get(0)?,
-        kind: NodeKind::from_i64(kind).map(|k| k.name()).unwrap_or("unknown"),
-        boot: r.get(2)?,
-        name: r.get(3)?,
-        version: r.get(4)?,
-        pid: r.get(5)?,
-        exec: r.get(6)?,
-        time_ns: t,
-        time: format_ns(t as u64),
-        event_id: r.get::<_, Option<i64>>(8)?.unwrap_or(0),
+fn node_info_of(r: NodeRow) -> NodeInfo {
+    NodeInfo {
+        node: r.node,
+        kind: NodeKind::from_i64(r.kind).map(|k| k.name()).unwrap_or("unknown"),
+        boot: r.boot,
+        name: r.name,
+        version: r.version,
+        pid: r.pid,
+        exec: r.exec,
+        time_ns: r.time_ns,
+        time: format_ns(r.time_ns as u64),
+        event_id: r.event_id,
         // Text that is not JSON reads as no attributes, as before.
-        attrs: attrs.filter(|a| serde_json::from_str::<serde::de::IgnoredAny>(a).is_ok()).map(Attrs),
+        attrs: r.attrs.filter(|a| serde_json::from_str::<serde::de::IgnoredAny>(a).is_ok()).map(Attrs),
         depth: None,
-    })
+    }
 }
 
 pub fn node_info(conn: &Connection, id: i64) -> Result<Option<NodeInfo>> {
-    conn.prepare_cached(NODE_COLUMNS)?.query_row([id], node_row).optional().context("reading a node")
+    Ok(nodes::get(conn, id).context("reading a node")?.map(node_info_of))
 }
 
-/// The rows of many nodes (an answer's), with their depths: one statement
-/// over the sorted ids (`rarray`), so SQLite steps one cursor through them
-/// instead of a statement run per node.
+/// The rows of many nodes (an answer's), with their depths, in id order:
+/// each node block is read and decompressed once, only the wanted slots built.
 fn node_infos(conn: &Connection, depth: &NodeMap<u32>) -> Result<Vec<NodeInfo>> {
     let mut ids: Vec<i64> = depth.keys().copied().collect();
     ids.sort_unstable();
-    let n = ids.len();
-    let list = std::rc::Rc::new(ids.into_iter().map(rusqlite::types::Value::from).collect::<Vec<_>>());
-    const SQL: &str = "SELECT node, kind, boot, name, version, pid, exec, time_ns, event_id, attrs FROM nodes WHERE node IN rarray(?1)";
-    // The stores' own connections have `rarray` (schema::open_*); another
-    // connection gets it here.
-    let mut st = match conn.prepare_cached(SQL) {
-        Ok(st) => st,
-        Err(_) => {
-            rusqlite::vtab::array::load_module(conn).context("loading the rarray module")?;
-            conn.prepare_cached(SQL)?
-        }
-    };
-    let mut nodes = Vec::with_capacity(n);
-    let mut rows = st.query([list])?;
-    while let Some(r) = rows.next()? {
-        let mut info = node_row(r)?;
-        info.depth = depth.get(&info.node).copied();
-        nodes.push(info);
-    }
-    if nodes.len() != n {
-        let found: HashSet<i64> = nodes.iter().map(|x| x.node).collect();
-        let missing = depth.keys().find(|id| !found.contains(id)).copied().unwrap_or_default();
+    let _tx = ReadTx::begin(conn)?;
+    let rows = nodes::rows(conn, &ids)?;
+    if rows.len() != ids.len() {
+        let found: HashSet<i64> = rows.iter().map(|r| r.node).collect();
+        let missing = ids.iter().find(|id| !found.contains(id)).copied().unwrap_or_default();
         bail!("node {missing} referenced by an edge is missing");
     }
-    Ok(nodes)
+    Ok(rows
+        .into_iter()
+        .map(|r| {
+            let node = r.node;
+            let mut info = node_info_of(r);
+            info.depth = depth.get(&node).copied();
+            info
+        })
+        .collect())
 }
 
-fn ids(conn: &Connection, sql: &str, p: impl rusqlite::Params) -> Result<Vec<i64>> {
-    let mut st = conn.prepare_cached(sql)?;
-    let v = st.query_map(p, |r| r.get(0))?.collect::<rusqlite::Result<Vec<i64>>>()?;
-    Ok(v)
+/// The nodes named `name` of `kind`, ascending.
+fn named(conn: &Connection, kind: NodeKind, name: &str) -> Result<Vec<NodeRow>> {
+    let k = kind as i64;
+    nodes::rows_where(conn, &nodes::lookup(conn, nodes::name_key(k, name))?, |r| r.kind == k && r.name == name)
+}
+
+/// Every version of the execution that starts at node `exec`, ascending.
+fn versions_of(conn: &Connection, exec: i64) -> Result<Vec<i64>> {
+    let later = nodes::rows_where(conn, &nodes::lookup(conn, nodes::exec_key(exec))?, |r| r.exec == Some(exec))?;
+    Ok(std::iter::once(exec).chain(later.iter().map(|r| r.node)).collect())
+}
+
+fn ids_of(rows: &[NodeRow]) -> Vec<i64> {
+    rows.iter().map(|r| r.node).collect()
 }
 
 const SPEC_HELP: &str = "give a node id (42 or n42), a path (/etc/passwd, /tmp/x@v2 for one version), pid:N, sock:ADDR, pipe:[INODE] or uid:N";
@@ -345,9 +314,17 @@ pub fn resolve(conn: &Connection, spec: &str, latest: bool) -> Result<Vec<i64>> 
     let found = if let Some(pid) = spec.strip_prefix("pid:") {
         let pid: i64 = pid.parse().with_context(|| format!("{spec:?}: pid:N needs a number"))?;
         // The newest version of every execution that had this pid.
-        ids(conn, "SELECT MAX(node) FROM nodes WHERE pid = ?1 AND kind = 1 GROUP BY exec ORDER BY 1", [pid])?
+        let starts = nodes::rows_where(conn, &nodes::lookup(conn, nodes::pid_key(pid))?, |r| {
+            r.kind == NodeKind::Process as i64 && r.pid == Some(pid)
+        })?;
+        let mut v = Vec::with_capacity(starts.len());
+        for s in &starts {
+            v.push(versions_of(conn, s.node)?.last().copied().unwrap_or(s.node));
+        }
+        v.sort_unstable();
+        v
     } else if spec.starts_with("uid:") {
-        ids(conn, "SELECT node FROM nodes WHERE name = ?1 AND kind = 5", [spec])?
+        ids_of(&named(conn, NodeKind::User, spec)?)
     } else {
         let (name, kind, version) = if let Some(a) = spec.strip_prefix("sock:").or_else(|| spec.strip_prefix("socket:")) {
             (a, NodeKind::Socket, None)
@@ -358,9 +335,11 @@ pub fn resolve(conn: &Connection, spec: &str, latest: bool) -> Result<Vec<i64>> 
         } else {
             (spec, NodeKind::File, None)
         };
-        let all = ids(conn, "SELECT node FROM nodes WHERE name = ?1 AND kind = ?2 ORDER BY version, node", params![name, kind as i64])?;
+        let mut rows = named(conn, kind, name)?;
+        rows.sort_by_key(|r| (r.version, r.node));
+        let all = ids_of(&rows);
         match version {
-            Some(v) => ids(conn, "SELECT node FROM nodes WHERE name = ?1 AND kind = ?2 AND version = ?3", params![name, kind as i64, v])?,
+            Some(v) => rows.iter().filter(|r| r.version == v).map(|r| r.node).collect(),
             None if latest => all.last().copied().into_iter().collect(),
             None => all,
         }
@@ -377,11 +356,9 @@ pub fn resolve_processes(conn: &Connection, spec: &str) -> Result<Vec<i64>> {
         Ok(v) => v,
         Err(e) => {
             // Also accept an executable path or command name.
-            let v = ids(
-                conn,
-                "SELECT node FROM nodes WHERE kind = 1 AND (name = ?1 OR name = '[' || ?1 || ']') ORDER BY node",
-                [spec],
-            )?;
+            let mut v = ids_of(&named(conn, NodeKind::Process, spec)?);
+            v.extend(ids_of(&named(conn, NodeKind::Process, &format!("[{spec}]"))?));
+            v.sort_unstable();
             if v.is_empty() {
                 return Err(e.context(format!("no process named {spec:?} either")));
             }
@@ -395,7 +372,7 @@ pub fn resolve_processes(conn: &Connection, spec: &str) -> Result<Vec<i64>> {
         let Some(exec) = info.exec else {
             bail!("{spec:?} resolves to a {} ({}), not a process; use pid:N or a node id", info.kind, info.name);
         };
-        for v in ids(conn, "SELECT node FROM nodes WHERE exec = ?1 ORDER BY node", [exec])? {
+        for v in versions_of(conn, exec)? {
             if seen.insert(v) {
                 out.push(v);
             }
@@ -424,8 +401,7 @@ pub fn traverse(
             if max_depth.is_some_and(|m| d >= m) {
                 continue;
             }
-            reader.load(n)?;
-            for c in crate::graph::decode_causes(&reader.buf) {
+            for c in reader.load(n)? {
                 if !window.admits(c.time_ns) {
                     continue;
                 }
@@ -439,25 +415,21 @@ pub fn traverse(
         }
         return Ok((depth, edges));
     }
-    let mut st = conn.prepare_cached("SELECT effect, kind, event_id, time_ns, boot FROM edges WHERE cause = ?1")?;
+    let mut effects = EffectReader::new(conn);
     while let Some(n) = queue.pop_front() {
         let d = depth[&n];
         if max_depth.is_some_and(|m| d >= m) {
             continue;
         }
-        let mut rows = st.query([n])?;
-        while let Some(r) = rows.next()? {
-            let other: i64 = r.get(0)?;
-            let t: i64 = r.get(3)?;
-            if !window.admits(t) {
+        for e in effects.of(n)? {
+            if !window.admits(e.time_ns) {
                 continue;
             }
-            let kind = EdgeKind::from_i64(r.get(1)?).context("unknown edge kind in store")?;
-            let (effect, cause) = (other, n);
-            edges.push(EdgeInfo { effect, cause, kind, event_id: r.get(2)?, time_ns: t, boot: r.get(4)? });
-            if let std::collections::hash_map::Entry::Vacant(v) = depth.entry(other) {
+            let kind = EdgeKind::from_i64(e.kind as i64).context("unknown edge kind in store")?;
+            edges.push(EdgeInfo { effect: e.effect, cause: n, kind, event_id: e.event_id, time_ns: e.time_ns, boot: e.boot });
+            if let std::collections::hash_map::Entry::Vacant(v) = depth.entry(e.effect) {
                 v.insert(d + 1);
-                queue.push_back(other);
+                queue.push_back(e.effect);
             }
         }
     }
@@ -574,7 +546,7 @@ fn shortest(conn: &Connection, src: &[i64], dst: &[i64]) -> Result<Option<Vec<Ed
             out.reverse();
             return Ok(Some(out));
         }
-        for e in reader.edges_of(n)? {
+        for e in edges_of(&mut reader, n)? {
             if parent.contains_key(&e.cause) {
                 continue;
             }
@@ -585,33 +557,26 @@ fn shortest(conn: &Connection, src: &[i64], dst: &[i64]) -> Result<Option<Vec<Ed
     Ok(None)
 }
 
-fn touch_edges(conn: &Connection, sql: &str, node: i64) -> Result<Vec<EdgeInfo>> {
-    let mut st = conn.prepare_cached(sql)?;
-    let v = st
-        .query_map([node], |r| {
-            Ok(EdgeInfo {
-                effect: r.get(0)?,
-                cause: r.get(1)?,
-                kind: EdgeKind::from_i64(r.get(2)?).unwrap_or(EdgeKind::Used),
-                event_id: r.get(3)?,
-                time_ns: r.get(4)?,
-                boot: r.get(5)?,
-            })
-        })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    Ok(v)
+/// `node`'s edges of `kind` to its effects.
+fn effects_of_kind(effects: &mut EffectReader<'_>, node: i64, kind: EdgeKind) -> Result<Vec<EdgeInfo>> {
+    Ok(effects
+        .of(node)?
+        .iter()
+        .filter(|e| e.kind == kind as u8)
+        .map(|e| EdgeInfo { effect: e.effect, cause: node, kind, event_id: e.event_id, time_ns: e.time_ns, boot: e.boot })
+        .collect())
 }
 
-const WRITES_OF_PROC: &str = "SELECT e.effect, e.cause, e.kind, e.event_id, e.time_ns, e.boot FROM edges e JOIN nodes n ON n.node = e.effect WHERE e.cause = ?1 AND e.kind = 2 AND n.kind <> 1";
-const READERS_OF: &str = "SELECT effect, cause, kind, event_id, time_ns, boot FROM edges WHERE cause = ?1 AND kind = 1";
+fn is_process(nodes: &mut NodeReader<'_>, node: i64) -> Result<bool> {
+    Ok(nodes.get(node)?.is_some_and(|r| r.kind == NodeKind::Process as i64))
+}
 
 /// What a process version read (artifacts it `used`, not the executable's
 /// process edges), from its cause list.
-fn reads_of_proc(conn: &Connection, reader: &mut CauseReader<'_>, node: i64) -> Result<Vec<EdgeInfo>> {
-    let mut kind_of = conn.prepare_cached("SELECT kind FROM nodes WHERE node = ?1")?;
+fn reads_of_proc(nodes: &mut NodeReader<'_>, reader: &mut CauseReader<'_>, node: i64) -> Result<Vec<EdgeInfo>> {
     let mut out = Vec::new();
-    for e in reader.edges_of(node)? {
-        if e.kind == EdgeKind::Used && kind_of.query_row([e.cause], |r| r.get::<_, i64>(0))? != NodeKind::Process as i64 {
+    for e in edges_of(reader, node)? {
+        if e.kind == EdgeKind::Used && !is_process(nodes, e.cause)? {
             out.push(e);
         }
     }
@@ -620,7 +585,7 @@ fn reads_of_proc(conn: &Connection, reader: &mut CauseReader<'_>, node: i64) -> 
 
 /// Who wrote an artifact version, from its cause list.
 fn writer_of(reader: &mut CauseReader<'_>, node: i64) -> Result<Vec<EdgeInfo>> {
-    Ok(reader.edges_of(node)?.into_iter().filter(|e| e.kind == EdgeKind::WasGeneratedBy).collect())
+    Ok(edges_of(reader, node)?.into_iter().filter(|e| e.kind == EdgeKind::WasGeneratedBy).collect())
 }
 
 fn touch_answer(conn: &Connection, query: String, start: Vec<i64>, edges: Vec<EdgeInfo>, window: Window) -> Result<Answer> {
@@ -645,10 +610,16 @@ pub fn touched_by(conn: &Connection, spec: &str, window: Window) -> Result<Answe
     let procs = resolve_processes(conn, spec)?;
     let _tx = ReadTx::begin(conn)?;
     let mut reader = CauseReader::new(conn);
+    let mut nodes = NodeReader::new(conn);
+    let mut effects = EffectReader::new(conn);
     let mut edges = Vec::new();
     for p in &procs {
-        edges.extend(reads_of_proc(conn, &mut reader, *p)?);
-        edges.extend(touch_edges(conn, WRITES_OF_PROC, *p)?);
+        edges.extend(reads_of_proc(&mut nodes, &mut reader, *p)?);
+        for e in effects_of_kind(&mut effects, *p, EdgeKind::WasGeneratedBy)? {
+            if !is_process(&mut nodes, e.effect)? {
+                edges.push(e);
+            }
+        }
     }
     edges.retain(|e| window.admits(e.time_ns));
     touch_answer(conn, format!("touched-by {spec}"), procs, edges, window)
@@ -659,9 +630,10 @@ pub fn who_touched(conn: &Connection, spec: &str, window: Window) -> Result<Answ
     let versions = resolve(conn, spec, false)?;
     let _tx = ReadTx::begin(conn)?;
     let mut reader = CauseReader::new(conn);
+    let mut effects = EffectReader::new(conn);
     let mut edges = Vec::new();
     for v in &versions {
-        edges.extend(touch_edges(conn, READERS_OF, *v)?);
+        edges.extend(effects_of_kind(&mut effects, *v, EdgeKind::Used)?);
         edges.extend(writer_of(&mut reader, *v)?);
     }
     edges.retain(|e| window.admits(e.time_ns));
@@ -695,8 +667,7 @@ pub fn ancestor_ids(conn: &Connection, root: i64) -> Result<NodeSet> {
     seen.insert(root);
     let mut stack = vec![root];
     while let Some(n) = stack.pop() {
-        reader.load(n)?;
-        for c in crate::graph::decode_causes(&reader.buf) {
+        for c in reader.load(n)? {
             if seen.insert(c.cause) {
                 stack.push(c.cause);
             }

@@ -186,8 +186,7 @@ fn exec_chain_and_path() {
 
 /// Topological check over the whole edge table: the graph must be a DAG.
 fn assert_acyclic(conn: &Connection) {
-    let mut st = conn.prepare("SELECT effect, cause FROM edges").unwrap();
-    let edges: Vec<(i64, i64)> = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(|e| e.unwrap()).collect();
+    let edges: Vec<(i64, i64)> = crate::effects::all(conn).unwrap().iter().map(|e| (e.effect, e.cause)).collect();
     let mut indeg: HashMap<i64, usize> = HashMap::new();
     let mut out: HashMap<i64, Vec<i64>> = HashMap::new();
     for (e, c) in &edges {
@@ -356,7 +355,7 @@ fn reingest_does_not_duplicate_and_malformed_lines_are_skipped() {
     assert_eq!(first.malformed, 2);
     let conn = crate::schema::open_ro(&p).unwrap();
     let count = |sql: &str| -> i64 { conn.query_row(sql, [], |r| r.get(0)).unwrap() };
-    let (events, nodes, edges) = (count("SELECT COALESCE(SUM(last_id - first_id + 1), 0) FROM event_ranges"), count("SELECT COUNT(*) FROM nodes"), count("SELECT COUNT(*) FROM edges"));
+    let (events, nodes, edges) = (count("SELECT COALESCE(SUM(last_id - first_id + 1), 0) FROM event_ranges"), crate::nodes::count(&conn).unwrap(), crate::effects::count(&conn).unwrap());
     assert_eq!(events as u64, first.events_new);
     let rejects: Vec<(i64, String)> = conn
         .prepare("SELECT line_no, error FROM rejects ORDER BY line_no")
@@ -371,8 +370,8 @@ fn reingest_does_not_duplicate_and_malformed_lines_are_skipped() {
     assert_eq!(again.events_new, 0);
     assert_eq!(again.events_duplicate, first.events_new);
     assert_eq!(count("SELECT COALESCE(SUM(last_id - first_id + 1), 0) FROM event_ranges"), events);
-    assert_eq!(count("SELECT COUNT(*) FROM nodes"), nodes);
-    assert_eq!(count("SELECT COUNT(*) FROM edges"), edges);
+    assert_eq!(crate::nodes::count(&conn).unwrap(), nodes);
+    assert_eq!(crate::effects::count(&conn).unwrap(), edges);
     // The raw line is kept, byte for byte.
     let first: serde_json::Value = serde_json::from_str(&s.lines[1]).unwrap();
     let id = first["id"].as_i64().unwrap();
@@ -400,7 +399,7 @@ fn a_stream_split_across_ingests_continues_version_chains() {
     let ans = |c: &Connection| labels(&ancestry(c, "/out/app.final", Direction::Ancestors, None, Window::default()).unwrap());
     assert_eq!(ans(&c1), ans(&c2));
     let n = |c: &Connection| -> (i64, i64) {
-        (c.query_row("SELECT COUNT(*) FROM nodes", [], |r| r.get(0)).unwrap(), c.query_row("SELECT COUNT(*) FROM edges", [], |r| r.get(0)).unwrap())
+        (crate::nodes::count(c).unwrap(), crate::effects::count(c).unwrap())
     };
     assert_eq!(n(&c1), n(&c2));
 }
@@ -502,16 +501,18 @@ fn out_of_order_delivery_is_applied_in_time_order() {
     assert_eq!(execs.len(), 1, "the exec is not replaced by the late clone: {l:?}");
 }
 
-/// The ancestor set through the edge table alone (one query per node; the
-/// table is keyed by cause now, so this scans: fine for a test's graph).
+/// The ancestor set through the edges by cause alone (every edge read
+/// first: fine for a test's graph).
 fn ancestor_ids_by_edge_table(conn: &Connection, root: i64) -> Result<NodeSet> {
-    let mut st = conn.prepare("SELECT cause FROM edges WHERE effect = ?1")?;
+    let mut by_effect: HashMap<i64, Vec<i64>> = HashMap::new();
+    for e in crate::effects::all(conn)? {
+        by_effect.entry(e.effect).or_default().push(e.cause);
+    }
     let mut seen = NodeSet::default();
     seen.insert(root);
     let mut stack = vec![root];
     while let Some(n) = stack.pop() {
-        for c in st.query_map([n], |r| r.get::<_, i64>(0))? {
-            let c = c?;
+        for c in by_effect.get(&n).cloned().unwrap_or_default() {
             if seen.insert(c) {
                 stack.push(c);
             }
@@ -523,20 +524,17 @@ fn ancestor_ids_by_edge_table(conn: &Connection, root: i64) -> Result<NodeSet> {
 
 /// The ancestry index (cause lists) must hold exactly the edge table's rows.
 fn assert_cause_lists_match_edges(conn: &Connection) {
-    let nodes: Vec<i64> = conn.prepare("SELECT node FROM nodes").unwrap().query_map([], |r| r.get(0)).unwrap().map(|r| r.unwrap()).collect();
-    let rows: i64 = conn.query_row("SELECT COUNT(*) FROM causes", [], |r| r.get(0)).unwrap();
-    assert_eq!(rows as usize, nodes.len(), "one cause list per node");
+    let nodes: Vec<i64> = crate::nodes::all(conn).unwrap().iter().map(|r| r.node).collect();
+    let blocks: i64 = conn.query_row("SELECT COUNT(*) FROM cause_blocks", [], |r| r.get(0)).unwrap();
+    let spanned: std::collections::HashSet<i64> = nodes.iter().map(|n| crate::causes::block_of(*n)).collect();
+    assert!(blocks as usize <= spanned.len(), "no block outside the nodes' range");
+    let mut reader = crate::causes::CauseReader::new(conn);
+    let all_edges = crate::effects::all(conn).unwrap();
     for n in nodes {
-        let list: Vec<u8> = conn.query_row("SELECT list FROM causes WHERE node = ?1", [n], |r| r.get(0)).unwrap();
         let mut from_list: Vec<(i64, i64, i64, i64)> =
-            crate::graph::decode_causes(&list).map(|c| (c.cause, c.kind as i64, c.event_id, c.time_ns)).collect();
-        let mut from_edges: Vec<(i64, i64, i64, i64)> = conn
-            .prepare("SELECT cause, kind, event_id, time_ns FROM edges WHERE effect = ?1")
-            .unwrap()
-            .query_map([n], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
-            .unwrap()
-            .map(|r| r.unwrap())
-            .collect();
+            reader.load(n).unwrap().iter().map(|c| (c.cause, c.kind as i64, c.event_id, c.time_ns)).collect();
+        let mut from_edges: Vec<(i64, i64, i64, i64)> =
+            all_edges.iter().filter(|e| e.effect == n).map(|e| (e.cause, e.kind as i64, e.event_id, e.time_ns)).collect();
         from_list.sort();
         from_edges.sort();
         assert_eq!(from_list, from_edges, "node {n}");
@@ -626,15 +624,14 @@ fn json_answers_carry_every_nodes_stored_attributes() {
     let (_d, p) = db();
     build_stream().ingest(&p);
     let conn = crate::schema::open_ro(&p).unwrap();
-    let gcc: i64 = conn.query_row("SELECT node FROM nodes WHERE name = '/usr/bin/gcc' AND kind = 1", [], |r| r.get(0)).unwrap();
+    let gcc: i64 = crate::nodes::all(&conn).unwrap().into_iter().find(|r| r.name == "/usr/bin/gcc" && r.kind == 1).unwrap().node;
     let a = ancestry(&conn, &gcc.to_string(), Direction::Ancestors, None, Window::default()).unwrap();
     let out: Value = serde_json::from_str(&crate::render::json(&a).unwrap()).unwrap();
     let nodes = out["nodes"].as_array().unwrap();
     assert_eq!(nodes.len(), a.nodes.len());
     let mut with_attrs = 0;
     for n in nodes {
-        let stored: Option<String> =
-            conn.query_row("SELECT attrs FROM nodes WHERE node = ?1", [n["node"].as_i64().unwrap()], |r| r.get(0)).unwrap();
+        let stored: Option<String> = crate::nodes::get(&conn, n["node"].as_i64().unwrap()).unwrap().unwrap().attrs;
         match stored {
             Some(text) => {
                 assert_eq!(n["attrs"], serde_json::from_str::<Value>(&text).unwrap());
@@ -655,7 +652,7 @@ fn answers_work_on_a_plain_connection() {
     build_stream().ingest(&p);
     let plain = Connection::open(&p).unwrap();
     let ours = crate::schema::open_ro(&p).unwrap();
-    let gcc: i64 = ours.query_row("SELECT node FROM nodes WHERE name = '/usr/bin/gcc' AND kind = 1", [], |r| r.get(0)).unwrap();
+    let gcc: i64 = crate::nodes::all(&ours).unwrap().into_iter().find(|r| r.name == "/usr/bin/gcc" && r.kind == 1).unwrap().node;
     let a = ancestry(&plain, &gcc.to_string(), Direction::Ancestors, None, Window::default()).unwrap();
     let b = ancestry(&ours, &gcc.to_string(), Direction::Ancestors, None, Window::default()).unwrap();
     assert!(a.nodes.len() > 1);

@@ -7,7 +7,11 @@ use std::path::Path;
 /// Bumped whenever the layout changes; a database with another version is refused.
 /// 2: `event_ranges` (runs of event ids per raw chunk) replaced the per-event
 /// `events` rows; `edges` is clustered on the cause (no `edges_by_cause`).
-pub const SCHEMA_VERSION: i64 = 2;
+/// 3: the cause lists in blocks of 64 nodes (`cause_blocks`), not a row per
+/// node (`causes`); the nodes likewise (`node_blocks`), their name, pid and
+/// exec indexes as sorted runs (`node_key_runs`, `node_key_pages`); the edges by cause as per-batch
+/// parts per block of causes (`effect_parts`), not a row per edge (`edges`).
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// WAL size after which a commit checkpoints (see `open_rw`).
 pub const WAL_CHECKPOINT_BYTES: i64 = 64 << 20;
@@ -102,36 +106,27 @@ CREATE TABLE IF NOT EXISTS event_ranges(
     chunk INTEGER NOT NULL,
     first_slot INTEGER NOT NULL,
     PRIMARY KEY(boot, first_id)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS nodes(
-    node INTEGER PRIMARY KEY,
-    kind INTEGER NOT NULL,
-    boot INTEGER NOT NULL,
-    name TEXT NOT NULL,
-    version INTEGER NOT NULL,
-    pid INTEGER,
-    exec INTEGER,
-    time_ns INTEGER NOT NULL,
-    event_id INTEGER,
-    attrs TEXT);
-CREATE INDEX IF NOT EXISTS nodes_by_name ON nodes(name, kind);
-CREATE INDEX IF NOT EXISTS nodes_by_pid ON nodes(pid) WHERE pid IS NOT NULL;
-CREATE INDEX IF NOT EXISTS nodes_by_exec ON nodes(exec) WHERE exec IS NOT NULL;
--- Clustered on the cause: descendants, readers of a version and writes of
--- a process are one seek plus a short scan. The same edges by effect are
--- the `causes` lists below, which serve ancestry and every lookup by effect
--- (a second copy keyed by effect, or an index, cost 30 bytes an event).
-CREATE TABLE IF NOT EXISTS edges(
-    effect INTEGER NOT NULL,
-    cause INTEGER NOT NULL,
-    kind INTEGER NOT NULL,
-    event_id INTEGER NOT NULL,
-    time_ns INTEGER NOT NULL,
-    boot INTEGER NOT NULL,
-    PRIMARY KEY(cause, effect, kind, event_id)) WITHOUT ROWID;
--- The ancestry index: every node's outgoing edges (its causes) packed in one
--- blob (see graph::CAUSE_ENTRY), one row per node keyed by node id, so a walk
--- step is one integer-keyed seek read through the incremental-blob API.
-CREATE TABLE IF NOT EXISTS causes(node INTEGER PRIMARY KEY, list BLOB NOT NULL);
+-- The nodes, packed by 64 consecutive ids (see nodes.rs): block = node >> 6.
+CREATE TABLE IF NOT EXISTS node_blocks(block INTEGER PRIMARY KEY, data BLOB NOT NULL);
+-- Lookups by name, pid and execution: sorted runs of (key, node) pairs,
+-- merged by level (a small log-structured merge; see nodes.rs): a run's
+-- pages (page = run << 24 | number) and the first key of each (fences).
+CREATE TABLE IF NOT EXISTS node_key_runs(run INTEGER PRIMARY KEY, level INTEGER NOT NULL, fences BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS node_key_pages(page INTEGER PRIMARY KEY, data BLOB NOT NULL);
+-- The edges by cause (descendants, readers of a version, writes of a
+-- process): per batch one part per block of 64 cause ids, varint-packed,
+-- merged when a block gathers 8 (see effects.rs). The same edges by effect
+-- are the cause blocks below (ancestry and every lookup by effect).
+CREATE TABLE IF NOT EXISTS effect_parts(
+    block INTEGER NOT NULL,
+    part INTEGER NOT NULL,
+    data BLOB NOT NULL,
+    PRIMARY KEY(block, part)) WITHOUT ROWID;
+-- The ancestry index: every node's outgoing edges (its causes), varint-packed
+-- in blocks of 64 consecutive node ids keyed by node >> 6 (see causes.rs), so
+-- a walk step is one integer-keyed seek and two small reads through the
+-- incremental-blob API.
+CREATE TABLE IF NOT EXISTS cause_blocks(block INTEGER PRIMARY KEY, data BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS losses(
     boot INTEGER NOT NULL,
     cpu INTEGER NOT NULL,
@@ -304,29 +299,35 @@ mod tests {
         assert_eq!(limit, 2 * WAL_CHECKPOINT_BYTES);
     }
 
-    /// A store of the layout before event ranges (version 1, per-event
-    /// `events` rows) is refused with the command that rebuilds it, for
-    /// writing and for queries, and is left untouched.
+    /// A store of an older layout (version 1: per-event `events` rows;
+    /// version 2: a `causes` row per node) is refused with the command that
+    /// rebuilds it, for writing and for queries, and is left untouched.
     #[test]
     fn an_older_store_is_refused_naming_custos_ingest() {
         let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("old.db");
-        {
+        for (version, table) in [
+            (1, "CREATE TABLE events(boot INTEGER, event_id INTEGER, time_ns INTEGER, chunk INTEGER, slot INTEGER);"),
+            (2, "CREATE TABLE causes(node INTEGER PRIMARY KEY, list BLOB NOT NULL);"),
+        ] {
+            let p = dir.path().join(format!("old{version}.db"));
+            {
+                let c = Connection::open(&p).unwrap();
+                c.execute_batch(&format!(
+                    "CREATE TABLE meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;
+                     INSERT INTO meta VALUES('schema_version', {version});
+                     {table}"
+                ))
+                .unwrap();
+            }
+            for err in [open_rw(&p).unwrap_err(), open_ro(&p).unwrap_err()] {
+                let msg = format!("{err:#}");
+                assert!(msg.contains(&format!("schema version {version}")) && msg.contains("understands 3"), "{msg}");
+                assert!(msg.contains("custos ingest --db"), "{msg}");
+            }
             let c = Connection::open(&p).unwrap();
-            c.execute_batch(
-                "CREATE TABLE meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;
-                 INSERT INTO meta VALUES('schema_version', 1);
-                 CREATE TABLE events(boot INTEGER, event_id INTEGER, time_ns INTEGER, chunk INTEGER, slot INTEGER);",
-            )
-            .unwrap();
+            let tables: i64 =
+                c.query_row("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'", [], |r| r.get(0)).unwrap();
+            assert_eq!(tables, 2, "nothing was created in the old store");
         }
-        for err in [open_rw(&p).unwrap_err(), open_ro(&p).unwrap_err()] {
-            let msg = format!("{err:#}");
-            assert!(msg.contains("schema version 1") && msg.contains("understands 2"), "{msg}");
-            assert!(msg.contains("custos ingest --db"), "{msg}");
-        }
-        let c = Connection::open(&p).unwrap();
-        let tables: i64 = c.query_row("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'", [], |r| r.get(0)).unwrap();
-        assert_eq!(tables, 2, "nothing was created in the old store");
     }
 }

@@ -105,30 +105,30 @@ fn kill_9_mid_ingest_keeps_every_acknowledged_batch() {
     assert_eq!(a.query_row("PRAGMA integrity_check", [], |r| r.get::<_, String>(0)).unwrap(), "ok");
     for sql in [
         "SELECT COALESCE(SUM(last_id - first_id + 1), 0) FROM event_ranges",
-        "SELECT COUNT(*) FROM nodes",
-        "SELECT COUNT(*) FROM edges",
+        "SELECT SUM(length(data)) FROM node_blocks",
         "SELECT COUNT(*) FROM losses",
-        "SELECT SUM(length(list)) FROM causes",
+        "SELECT SUM(length(data)) FROM cause_blocks",
     ] {
         assert_eq!(count(&a, sql), count(&b, sql), "{sql}");
     }
+    assert_eq!(custos_store::effects::count(&a).unwrap(), custos_store::effects::count(&b).unwrap(), "edges");
     assert_eq!(count(&a, "SELECT COALESCE(SUM(last_id - first_id + 1), 0) FROM event_ranges"), total);
 }
 
 /// The whole graph, in node order: identical tables mean an identical graph.
 fn graph_dump(db: &Path) -> (Vec<String>, Vec<String>) {
     let conn = Connection::open(db).unwrap();
-    let rows = |sql: &str| -> Vec<String> {
-        let mut q = conn.prepare(sql).unwrap();
-        let n = q.column_count();
-        q.query_map([], |r| Ok((0..n).map(|i| format!("{:?}", r.get_ref(i).unwrap())).collect::<Vec<_>>().join("|")))
-            .unwrap()
-            .map(Result::unwrap)
-            .collect()
-    };
     (
-        rows("SELECT node, kind, boot, name, version, pid, exec, event_id FROM nodes ORDER BY node"),
-        rows("SELECT effect, cause, kind, event_id FROM edges ORDER BY effect, cause, kind"),
+        custos_store::nodes::all(&conn)
+            .unwrap()
+            .iter()
+            .map(|n| format!("{}|{}|{}|{}|{}|{:?}|{:?}|{}", n.node, n.kind, n.boot, n.name, n.version, n.pid, n.exec, n.event_id))
+            .collect(),
+        {
+            let mut e: Vec<_> = custos_store::effects::all(&conn).unwrap().iter().map(|e| (e.effect, e.cause, e.kind, e.event_id)).collect();
+            e.sort();
+            e.iter().map(|(a, b, k, id)| format!("{a}|{b}|{k}|{id}")).collect()
+        },
     )
 }
 

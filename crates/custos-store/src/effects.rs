@@ -1,0 +1,276 @@
+//! The edges by cause: descendants, the readers of a version, the writes of
+//! a process (docs/store.md, "Effect parts").
+//!
+//! A batch's new edges are grouped by their cause's block of
+//! [`BLOCK_NODES`] node ids (as in `causes.rs`) and written as one row per
+//! block touched, `effect_parts(block, part)`, instead of a row per edge:
+//! most causes are nodes of the same batch or a few busy old ones (shared
+//! headers, long-lived processes), so a batch touches few blocks. A lookup
+//! by cause reads the rows of its block (one seek, a short scan) and keeps
+//! the cause's edges. A block that gathered [`MERGE_PARTS`] parts is merged
+//! into one, so a busy block costs one row, not one per batch.
+//!
+//! A part is its edges sorted by (cause, effect, kind, event id): a header
+//! (base time and event sequence, then each cause's slot in the block and
+//! the byte length of its run), then per cause a run of entries of five
+//! varints: `zigzag(effect − cause)`, `cpu << 3 | kind`, and `zigzag` deltas
+//! of the event id's sequence and of the time from the previous entry of
+//! the run (the first from the base), and the boot. A lookup decodes only
+//! its cause's run of each part: a busy block (a shared header's) holds
+//! tens of thousands of edges.
+//!
+//! De-duplication: an edge is made by applying an event, and the ingest
+//! applies every event once (event ranges), so an edge can only repeat
+//! within one event, that is within one batch: the batch's edges are kept
+//! exactly once there ([`EdgeBatch`]).
+
+use crate::graph::Set;
+use crate::varint;
+use anyhow::{Context, Result};
+use rusqlite::{params, Connection};
+
+/// log2 of the node ids per block.
+pub const BLOCK_SHIFT: u32 = 6;
+/// Node ids per block.
+pub const BLOCK_NODES: usize = 1 << BLOCK_SHIFT;
+/// A block with this many parts is rewritten as one.
+pub const MERGE_PARTS: i64 = 8;
+const SEQ_BITS: u32 = 48;
+const SEQ_MASK: u64 = (1 << SEQ_BITS) - 1;
+
+/// One edge, effect → cause.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Edge {
+    pub cause: i64,
+    pub effect: i64,
+    pub kind: u8,
+    pub event_id: i64,
+    pub time_ns: i64,
+    pub boot: i64,
+}
+
+pub fn block_of(node: i64) -> i64 {
+    node >> BLOCK_SHIFT
+}
+
+/// Encodes edges sorted by cause (all of one block): the header, then each
+/// cause's run of entries.
+fn encode_part(edges: &[Edge]) -> Vec<u8> {
+    let base_time = edges.first().map_or(0, |e| e.time_ns);
+    let base_seq = edges.first().map_or(0, |e| e.event_id as u64 & SEQ_MASK);
+    let mut runs: Vec<(u64, Vec<u8>)> = Vec::new();
+    let (mut time, mut seq) = (base_time, base_seq);
+    for e in edges {
+        let slot = (e.cause as u64) & (BLOCK_NODES as u64 - 1);
+        if runs.last().is_none_or(|r| r.0 != slot) {
+            runs.push((slot, Vec::new()));
+            (time, seq) = (base_time, base_seq);
+        }
+        let out = &mut runs.last_mut().expect("pushed above").1;
+        let id = e.event_id as u64;
+        varint::put(out, varint::zigzag(e.effect.wrapping_sub(e.cause)));
+        varint::put(out, (id >> SEQ_BITS) << 3 | e.kind as u64);
+        varint::put(out, varint::zigzag((id & SEQ_MASK).wrapping_sub(seq) as i64));
+        varint::put(out, varint::zigzag(e.time_ns.wrapping_sub(time)));
+        varint::put(out, e.boot as u64);
+        (time, seq) = (e.time_ns, id & SEQ_MASK);
+    }
+    let mut out = Vec::with_capacity(16 + 3 * runs.len() + runs.iter().map(|r| r.1.len()).sum::<usize>());
+    varint::put(&mut out, varint::zigzag(base_time));
+    varint::put(&mut out, base_seq);
+    varint::put(&mut out, runs.len() as u64);
+    for (slot, bytes) in &runs {
+        varint::put(&mut out, *slot);
+        varint::put(&mut out, bytes.len() as u64);
+    }
+    for (_, bytes) in &runs {
+        out.extend_from_slice(bytes);
+    }
+    out
+}
+
+/// Decodes a part's edges of the cause in slot `only` (all with `None`).
+fn decode_part(block_id: i64, buf: &[u8], only: Option<u64>, out: &mut Vec<Edge>) -> Result<()> {
+    let mut pos = 0;
+    let base_time = varint::unzigzag(varint::get(buf, &mut pos)?);
+    let base_seq = varint::get(buf, &mut pos)?;
+    let n = varint::get(buf, &mut pos)? as usize;
+    anyhow::ensure!(n <= BLOCK_NODES, "effect part of block {block_id}: {n} causes");
+    let mut runs = [(0u64, 0usize); BLOCK_NODES];
+    for r in runs.iter_mut().take(n) {
+        *r = (varint::get(buf, &mut pos)?, varint::get(buf, &mut pos)? as usize);
+    }
+    for &(slot, len) in &runs[..n] {
+        anyhow::ensure!(slot < BLOCK_NODES as u64, "effect part of block {block_id}: slot {slot} out of range");
+        let bytes = buf.get(pos..pos + len).context("effect part truncated")?;
+        pos += len;
+        if only.is_some_and(|o| o != slot) {
+            continue;
+        }
+        let cause = (block_id << BLOCK_SHIFT) + slot as i64;
+        let (mut p, mut time, mut seq) = (0usize, base_time, base_seq);
+        while p < bytes.len() {
+            let effect = cause.wrapping_add(varint::unzigzag(varint::get(bytes, &mut p)?));
+            let hi = varint::get(bytes, &mut p)?;
+            seq = seq.wrapping_add(varint::unzigzag(varint::get(bytes, &mut p)?) as u64) & SEQ_MASK;
+            time = time.wrapping_add(varint::unzigzag(varint::get(bytes, &mut p)?));
+            let boot = varint::get(bytes, &mut p)? as i64;
+            out.push(Edge { cause, effect, kind: (hi & 7) as u8, event_id: ((hi >> 3) << SEQ_BITS | seq) as i64, time_ns: time, boot });
+        }
+    }
+    Ok(())
+}
+
+/// The edges made in the open batch, each once.
+#[derive(Default)]
+pub struct EdgeBatch {
+    edges: Vec<Edge>,
+    seen: Set<(i64, i64, u8, i64)>,
+}
+
+impl EdgeBatch {
+    /// Adds an edge; false if the batch already holds it.
+    pub fn add(&mut self, e: Edge) -> bool {
+        if !self.seen.insert((e.cause, e.effect, e.kind, e.event_id)) {
+            return false;
+        }
+        self.edges.push(e);
+        true
+    }
+
+    /// Writes the batch's edges, one part per cause block, merging blocks
+    /// that reach [`MERGE_PARTS`]. Call inside the batch's transaction.
+    pub fn write(&mut self, db: &Connection) -> Result<()> {
+        self.seen.clear();
+        self.edges.sort_unstable();
+        let mut parts = db.prepare_cached("SELECT COUNT(*), COALESCE(MAX(part), 0) FROM effect_parts WHERE block = ?1")?;
+        let mut put = db.prepare_cached("INSERT INTO effect_parts(block, part, data) VALUES(?1, ?2, ?3)")?;
+        let mut rest = &self.edges[..];
+        while let Some(first) = rest.first() {
+            let block_id = block_of(first.cause);
+            let n = rest.iter().take_while(|e| block_of(e.cause) == block_id).count();
+            let (these, after) = rest.split_at(n);
+            rest = after;
+            let (count, last): (i64, i64) = parts.query_row([block_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            if count + 1 < MERGE_PARTS {
+                put.execute(params![block_id, last + 1, encode_part(these)])?;
+                continue;
+            }
+            let mut all = read_block(db, block_id)?;
+            all.extend_from_slice(these);
+            all.sort_unstable();
+            db.prepare_cached("DELETE FROM effect_parts WHERE block = ?1")?.execute([block_id])?;
+            put.execute(params![block_id, last + 1, encode_part(&all)])?;
+        }
+        self.edges.clear();
+        Ok(())
+    }
+}
+
+/// Every stored edge whose cause is in `block_id`, sorted.
+fn read_block(db: &Connection, block_id: i64) -> Result<Vec<Edge>> {
+    let mut st = db.prepare_cached("SELECT data FROM effect_parts WHERE block = ?1 ORDER BY part")?;
+    let mut rows = st.query([block_id])?;
+    let mut out = Vec::new();
+    while let Some(r) = rows.next()? {
+        let data = r.get_ref(0)?.as_blob().context("effect part is not a blob")?;
+        decode_part(block_id, data, None, &mut out)?;
+    }
+    out.sort_unstable();
+    Ok(out)
+}
+
+/// Reads edges by cause, keeping the parts of the block read last (a
+/// walk's nodes are often neighbours); only the cause's run of each part
+/// is decoded.
+pub struct EffectReader<'c> {
+    conn: &'c Connection,
+    block: Option<(i64, Vec<Vec<u8>>)>,
+    edges: Vec<Edge>,
+}
+
+impl<'c> EffectReader<'c> {
+    pub fn new(conn: &'c Connection) -> Self {
+        Self { conn, block: None, edges: Vec::new() }
+    }
+
+    /// `cause`'s edges (to its effects), in (effect, kind, event id) order.
+    pub fn of(&mut self, cause: i64) -> Result<&[Edge]> {
+        let b = block_of(cause);
+        if self.block.as_ref().is_none_or(|(id, _)| *id != b) {
+            let mut st = self.conn.prepare_cached("SELECT data FROM effect_parts WHERE block = ?1 ORDER BY part")?;
+            let parts = st.query_map([b], |r| r.get::<_, Vec<u8>>(0))?.collect::<rusqlite::Result<Vec<_>>>()?;
+            self.block = Some((b, parts));
+        }
+        self.edges.clear();
+        let slot = (cause as u64) & (BLOCK_NODES as u64 - 1);
+        for part in &self.block.as_ref().expect("read above").1 {
+            decode_part(b, part, Some(slot), &mut self.edges)?;
+        }
+        self.edges.sort_unstable();
+        Ok(&self.edges)
+    }
+}
+
+/// Every edge, sorted by cause (tests and tools).
+pub fn all(conn: &Connection) -> Result<Vec<Edge>> {
+    let blocks: Vec<i64> =
+        conn.prepare("SELECT DISTINCT block FROM effect_parts ORDER BY block")?.query_map([], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?;
+    let mut out = Vec::new();
+    for b in blocks {
+        out.extend(read_block(conn, b)?);
+    }
+    Ok(out)
+}
+
+/// How many edges the store holds (reads every part).
+pub fn count(conn: &Connection) -> Result<i64> {
+    let mut st = conn.prepare("SELECT block, data FROM effect_parts")?;
+    let mut rows = st.query([])?;
+    let (mut n, mut part) = (0, Vec::new());
+    while let Some(r) = rows.next()? {
+        part.clear();
+        decode_part(r.get(0)?, r.get_ref(1)?.as_blob().context("effect part is not a blob")?, None, &mut part)?;
+        n += part.len() as i64;
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parts_round_trip_and_merge() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = crate::schema::open_rw(&dir.path().join("e.db")).unwrap();
+        let mut want = Vec::new();
+        for batch in 0..(2 * MERGE_PARTS + 3) {
+            let mut b = EdgeBatch::default();
+            for i in 0..20 {
+                let e = Edge {
+                    cause: (i * 7) % 150,
+                    effect: 1000 + batch * 20 + i,
+                    kind: (1 + i % 5) as u8,
+                    event_id: ((i % 16) << 48) | (batch * 100 + i),
+                    time_ns: 1_700_000_000_000_000_000 + batch * 1000 - i,
+                    boot: 1 + i % 2,
+                };
+                assert!(b.add(e));
+                assert!(!b.add(e), "a repeat within the batch is dropped");
+                want.push(e);
+            }
+            b.write(&conn).unwrap();
+        }
+        want.sort_unstable();
+        assert_eq!(all(&conn).unwrap(), want);
+        let most: i64 = conn.query_row("SELECT MAX(c) FROM (SELECT COUNT(*) c FROM effect_parts GROUP BY block)", [], |r| r.get(0)).unwrap();
+        assert!(most < MERGE_PARTS, "{most} parts in a block");
+        let mut r = EffectReader::new(&conn);
+        for cause in [0, 7, 63, 64, 140, 149, 151] {
+            let got: Vec<Edge> = r.of(cause).unwrap().to_vec();
+            let exp: Vec<Edge> = want.iter().filter(|e| e.cause == cause).copied().collect();
+            assert_eq!(got, exp, "cause {cause}");
+        }
+    }
+}
