@@ -18,17 +18,13 @@
 //! where an event id is `cpu << 48 | seq`. About 10 bytes an entry against
 //! 29 for fixed-width fields.
 
+pub use crate::blocks::{block_of, BLOCK_NODES, BLOCK_SHIFT};
+use crate::blocks::{slot_of, SEQ_BITS, SEQ_MASK};
 use crate::varint;
 use anyhow::{Context, Result};
 use rusqlite::{params, Connection, OptionalExtension};
 
-/// log2 of the nodes per block.
-pub const BLOCK_SHIFT: u32 = 6;
-/// Nodes per block.
-pub const BLOCK_NODES: usize = 1 << BLOCK_SHIFT;
 const HEADER: usize = 16 + 4 * (BLOCK_NODES + 1);
-const SEQ_BITS: u32 = 48;
-const SEQ_MASK: u64 = (1 << SEQ_BITS) - 1;
 
 /// One edge from a node to a cause.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,13 +36,6 @@ pub struct CauseEntry {
     pub boot: i64,
 }
 
-pub fn block_of(node: i64) -> i64 {
-    node >> BLOCK_SHIFT
-}
-
-fn slot_of(node: i64) -> usize {
-    (node as u64 as usize) & (BLOCK_NODES - 1)
-}
 
 /// Appends the varints of `entries` (the causes of `effect`) to `out`.
 fn encode_node(out: &mut Vec<u8>, effect: i64, entries: &[CauseEntry], base_time: i64, base_seq: u64) {

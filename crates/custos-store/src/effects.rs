@@ -25,18 +25,14 @@
 //! exactly once there ([`EdgeBatch`]).
 
 use crate::graph::Set;
+pub use crate::blocks::{block_of, BLOCK_NODES, BLOCK_SHIFT};
+use crate::blocks::{slot_of, SEQ_BITS, SEQ_MASK};
 use crate::varint;
 use anyhow::{Context, Result};
 use rusqlite::{params, Connection};
 
-/// log2 of the node ids per block.
-pub const BLOCK_SHIFT: u32 = 6;
-/// Node ids per block.
-pub const BLOCK_NODES: usize = 1 << BLOCK_SHIFT;
 /// A block with this many parts is rewritten as one.
 pub const MERGE_PARTS: i64 = 8;
-const SEQ_BITS: u32 = 48;
-const SEQ_MASK: u64 = (1 << SEQ_BITS) - 1;
 
 /// One edge, effect → cause.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -49,9 +45,6 @@ pub struct Edge {
     pub boot: i64,
 }
 
-pub fn block_of(node: i64) -> i64 {
-    node >> BLOCK_SHIFT
-}
 
 /// Encodes edges sorted by cause (all of one block): the header, then each
 /// cause's run of entries.
@@ -61,7 +54,7 @@ fn encode_part(edges: &[Edge]) -> Vec<u8> {
     let mut runs: Vec<(u64, Vec<u8>)> = Vec::new();
     let (mut time, mut seq) = (base_time, base_seq);
     for e in edges {
-        let slot = (e.cause as u64) & (BLOCK_NODES as u64 - 1);
+        let slot = slot_of(e.cause) as u64;
         if runs.last().is_none_or(|r| r.0 != slot) {
             runs.push((slot, Vec::new()));
             (time, seq) = (base_time, base_seq);
@@ -203,7 +196,7 @@ impl<'c> EffectReader<'c> {
             self.block = Some((b, parts));
         }
         self.edges.clear();
-        let slot = (cause as u64) & (BLOCK_NODES as u64 - 1);
+        let slot = slot_of(cause) as u64;
         for part in &self.block.as_ref().expect("read above").1 {
             decode_part(b, part, Some(slot), &mut self.edges)?;
         }

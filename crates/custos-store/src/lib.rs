@@ -8,6 +8,7 @@
 //! many hosts (export PROV-JSON for that). See docs/store.md for the layout.
 
 pub mod archive;
+pub mod blocks;
 pub mod causes;
 pub mod cli;
 pub mod effects;

@@ -25,14 +25,12 @@
 //! nodes that really match. A process is keyed by name and pid at the start
 //! of its execution, its later versions by the execution.
 
+pub use crate::blocks::{block_of, BLOCK_NODES, BLOCK_SHIFT};
+use crate::blocks::{slot_of, SEQ_BITS, SEQ_MASK};
 use crate::varint;
 use anyhow::{Context, Result};
 use rusqlite::{params, Connection, OptionalExtension};
 
-/// log2 of the nodes per block.
-pub const BLOCK_SHIFT: u32 = 6;
-/// Nodes per block.
-pub const BLOCK_NODES: usize = 1 << BLOCK_SHIFT;
 /// Blocks are compressed with zstd at this level (see docs/store.md).
 const BLOCK_ZSTD_LEVEL: i32 = 1;
 /// Runs of one level merged into one run of the next.
@@ -40,8 +38,6 @@ pub const FANOUT: usize = 8;
 /// Runs of this level are not merged further (keeps every run a few
 /// hundred MiB at most, under SQLite's blob limit).
 const TOP_LEVEL: i64 = 3;
-const SEQ_BITS: u32 = 48;
-const SEQ_MASK: u64 = (1 << SEQ_BITS) - 1;
 /// A key-index entry: the key (u32) and the node (48 bits), little-endian.
 const KEY_ENTRY: usize = 10;
 /// Entries per page of a run: a page row stays within one 4 KiB database
@@ -68,13 +64,6 @@ pub struct NodeRow {
     pub attrs: Option<String>,
 }
 
-pub fn block_of(node: i64) -> i64 {
-    node >> BLOCK_SHIFT
-}
-
-fn slot_of(node: i64) -> usize {
-    (node as u64 as usize) & (BLOCK_NODES - 1)
-}
 
 fn get_bytes<'a>(buf: &'a [u8], pos: &mut usize, n: usize) -> Result<&'a [u8]> {
     let b = buf.get(*pos..*pos + n).context("node block truncated")?;

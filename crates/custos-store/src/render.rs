@@ -15,25 +15,26 @@ fn table(out: &mut String, header: &[&str], rows: &[Vec<String>]) {
             width[i] = width[i].max(c.chars().count());
         }
     }
-    // Left-aligned cells padded to the column's width in characters, two
-    // spaces between columns, the last one unpadded (pushed by hand: the
-    // formatting machinery per cell was most of a 20,000-row answer's time).
     out.reserve(rows.len() * (width.iter().sum::<usize>() + 2 * width.len()));
-    let line = |out: &mut String, cells: &mut dyn Iterator<Item = &str>| {
-        let mut cells = cells.enumerate().peekable();
-        while let Some((i, c)) = cells.next() {
-            out.push_str(c);
-            if cells.peek().is_some() {
-                let pad = width[i].saturating_sub(c.chars().count()) + 2;
-                out.extend(std::iter::repeat_n(' ', pad));
-            }
-        }
-        out.push('\n');
-    };
-    line(out, &mut header.iter().copied());
+    table_line(out, &width, &mut header.iter().copied());
     for r in rows {
-        line(out, &mut r.iter().map(String::as_str));
+        table_line(out, &width, &mut r.iter().map(String::as_str));
     }
+}
+
+/// One row: left-aligned cells padded to the column's width in characters,
+/// two spaces between columns, the last one unpadded (pushed by hand: the
+/// formatting machinery per cell was most of a 20,000-row answer's time).
+fn table_line<'a>(out: &mut String, width: &[usize], cells: &mut dyn Iterator<Item = &'a str>) {
+    let mut cells = cells.enumerate().peekable();
+    while let Some((i, c)) = cells.next() {
+        out.push_str(c);
+        if cells.peek().is_some() {
+            let pad = width[i].saturating_sub(c.chars().count()) + 2;
+            out.extend(std::iter::repeat_n(' ', pad));
+        }
+    }
+    out.push('\n');
 }
 
 /// Table cells written into one buffer, row after row.
@@ -61,20 +62,9 @@ impl Cells {
             width[i % cols] = width[i % cols].max(cell(i).chars().count());
         }
         out.reserve(self.ends.len() / cols * (width.iter().sum::<usize>() + 2 * cols));
-        let line = |out: &mut String, cells: &mut dyn Iterator<Item = &str>| {
-            let mut cells = cells.enumerate().peekable();
-            while let Some((i, c)) = cells.next() {
-                out.push_str(c);
-                if cells.peek().is_some() {
-                    let pad = width[i].saturating_sub(c.chars().count()) + 2;
-                    out.extend(std::iter::repeat_n(' ', pad));
-                }
-            }
-            out.push('\n');
-        };
-        line(out, &mut header.iter().copied());
+        table_line(out, &width, &mut header.iter().copied());
         for row in 0..self.ends.len() / cols {
-            line(out, &mut (row * cols..(row + 1) * cols).map(cell));
+            table_line(out, &width, &mut (row * cols..(row + 1) * cols).map(cell));
         }
     }
 }
