@@ -1119,7 +1119,7 @@ void BPF_STRUCT_OPS(custos_dispatch, s32 cpu, struct task_struct *prev)
 	 * still serves anyone who waits too long.
 	 */
 	if (consumer_preempt && prev_ctx && prev_ctx->consumer) {
-		scx_bpf_task_set_slice(prev, slice_ns);
+		prev->scx.slice = slice_ns;
 		if (st)
 			st->consumer_kept++;
 		return;
@@ -1198,7 +1198,7 @@ primary:
 		q = prev_ctx->queue & (CUSTOS_MAX_QUEUES - 1);
 		if (q == CUSTOS_PRIMARY_QUEUE ||
 		    (!hold && (work_conserving || now - last_consumed_ns[q] >= waiting_time_ns[q]))) {
-			scx_bpf_task_set_slice(prev, slice_ns);
+			prev->scx.slice = slice_ns;
 			if (q != CUSTOS_PRIMARY_QUEUE)
 				last_consumed_ns[q] = now;
 			if (st)
@@ -1330,7 +1330,7 @@ static void keep_consumer(struct task_struct *p, struct task_ctx *tctx, u64 now)
 		return;
 	if (!p->scx.slice && (st = cpu_stats()))
 		st->consumer_kept++;
-	scx_bpf_task_set_slice(p, slice_ns);
+	p->scx.slice = slice_ns;
 }
 
 /*
@@ -1356,7 +1356,7 @@ void BPF_STRUCT_OPS(custos_tick, struct task_struct *p)
 	if (decide_queue(p, tctx) != CUSTOS_PRIMARY_QUEUE) {
 		/* Decided: enqueue parks it without asking again. */
 		tctx->decided = true;
-		scx_bpf_task_set_slice(p, 0);
+		p->scx.slice = 0;
 		st = cpu_stats();
 		if (st)
 			st->tick_preemptions++;
