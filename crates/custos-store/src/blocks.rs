@@ -1,6 +1,10 @@
 //! What the packed graph blocks (node blocks, cause blocks, effect parts)
 //! share: blocks of 64 consecutive node ids, and the split of an event id
-//! into CPU and sequence number (`cpu << 48 | seq`, docs/event-schema.md).
+//! into CPU and sequence number (`cpu << 48 | seq`, docs/event-schema.md),
+//! and the coding of an edge entry.
+
+use crate::varint;
+use anyhow::Result;
 
 /// log2 of the node ids per block.
 pub const BLOCK_SHIFT: u32 = 6;
@@ -18,4 +22,50 @@ pub fn block_of(node: i64) -> i64 {
 /// `node`'s place in its block.
 pub fn slot_of(node: i64) -> usize {
     (node as u64 as usize) & (BLOCK_NODES - 1)
+}
+
+/// One edge entry of a cause block or an effect part: five varints, the
+/// sequence number and time relative to the previous entry of the same
+/// node (the first to the block's or part's base), so both directions of
+/// the graph share one coding.
+#[derive(Clone, Copy, Debug)]
+pub struct Entry {
+    /// `effect − cause`: the other end, relative to the node the entry is under.
+    pub effect_minus_cause: i64,
+    pub kind: u8,
+    pub event_id: i64,
+    pub time_ns: i64,
+    pub boot: i64,
+}
+
+/// Where the next entry's sequence number and time are counted from.
+pub struct EntryBase {
+    time: i64,
+    seq: u64,
+}
+
+impl EntryBase {
+    pub fn new(time: i64, seq: u64) -> Self {
+        EntryBase { time, seq }
+    }
+
+    pub fn put(&mut self, out: &mut Vec<u8>, e: &Entry) {
+        let id = e.event_id as u64;
+        let seq = id & SEQ_MASK;
+        varint::put(out, varint::zigzag(e.effect_minus_cause));
+        varint::put(out, (id >> SEQ_BITS) << 3 | e.kind as u64);
+        varint::put(out, varint::zigzag(seq.wrapping_sub(self.seq) as i64));
+        varint::put(out, varint::zigzag(e.time_ns.wrapping_sub(self.time)));
+        varint::put(out, e.boot as u64);
+        (self.time, self.seq) = (e.time_ns, seq);
+    }
+
+    pub fn get(&mut self, bytes: &[u8], pos: &mut usize) -> Result<Entry> {
+        let effect_minus_cause = varint::unzigzag(varint::get(bytes, pos)?);
+        let hi = varint::get(bytes, pos)?;
+        self.seq = self.seq.wrapping_add(varint::unzigzag(varint::get(bytes, pos)?) as u64) & SEQ_MASK;
+        self.time = self.time.wrapping_add(varint::unzigzag(varint::get(bytes, pos)?));
+        let boot = varint::get(bytes, pos)? as i64;
+        Ok(Entry { effect_minus_cause, kind: (hi & 7) as u8, event_id: ((hi >> 3) << SEQ_BITS | self.seq) as i64, time_ns: self.time, boot })
+    }
 }

@@ -19,8 +19,7 @@
 //! 29 for fixed-width fields.
 
 pub use crate::blocks::{block_of, BLOCK_NODES, BLOCK_SHIFT};
-use crate::blocks::{slot_of, SEQ_BITS, SEQ_MASK};
-use crate::varint;
+use crate::blocks::{slot_of, Entry, EntryBase, SEQ_MASK};
 use anyhow::{Context, Result};
 use rusqlite::{params, Connection, OptionalExtension};
 
@@ -39,30 +38,20 @@ pub struct CauseEntry {
 
 /// Appends the varints of `entries` (the causes of `effect`) to `out`.
 fn encode_node(out: &mut Vec<u8>, effect: i64, entries: &[CauseEntry], base_time: i64, base_seq: u64) {
-    let (mut time, mut seq) = (base_time, base_seq);
+    let mut base = EntryBase::new(base_time, base_seq);
     for e in entries {
-        let id = e.event_id as u64;
-        let s = id & SEQ_MASK;
-        varint::put(out, varint::zigzag(effect.wrapping_sub(e.cause)));
-        varint::put(out, (id >> SEQ_BITS) << 3 | e.kind as u64);
-        varint::put(out, varint::zigzag(s.wrapping_sub(seq) as i64));
-        varint::put(out, varint::zigzag(e.time_ns.wrapping_sub(time)));
-        varint::put(out, e.boot as u64);
-        (time, seq) = (e.time_ns, s);
+        let entry = Entry { effect_minus_cause: effect.wrapping_sub(e.cause), kind: e.kind, event_id: e.event_id, time_ns: e.time_ns, boot: e.boot };
+        base.put(out, &entry);
     }
 }
 
 /// Decodes one node's entries (the slice of its block) into `out`.
 pub fn decode_node(out: &mut Vec<CauseEntry>, effect: i64, bytes: &[u8], base_time: i64, base_seq: u64) -> Result<()> {
-    let (mut time, mut seq) = (base_time, base_seq);
+    let mut base = EntryBase::new(base_time, base_seq);
     let mut pos = 0;
     while pos < bytes.len() {
-        let cause = effect.wrapping_sub(varint::unzigzag(varint::get(bytes, &mut pos)?));
-        let hi = varint::get(bytes, &mut pos)?;
-        seq = seq.wrapping_add(varint::unzigzag(varint::get(bytes, &mut pos)?) as u64) & SEQ_MASK;
-        time = time.wrapping_add(varint::unzigzag(varint::get(bytes, &mut pos)?));
-        let boot = varint::get(bytes, &mut pos)? as i64;
-        out.push(CauseEntry { cause, kind: (hi & 7) as u8, event_id: ((hi >> 3) << SEQ_BITS | seq) as i64, time_ns: time, boot });
+        let e = base.get(bytes, &mut pos)?;
+        out.push(CauseEntry { cause: effect.wrapping_sub(e.effect_minus_cause), kind: e.kind, event_id: e.event_id, time_ns: e.time_ns, boot: e.boot });
     }
     Ok(())
 }

@@ -26,7 +26,7 @@
 
 use crate::graph::Set;
 pub use crate::blocks::{block_of, BLOCK_NODES, BLOCK_SHIFT};
-use crate::blocks::{slot_of, SEQ_BITS, SEQ_MASK};
+use crate::blocks::{slot_of, Entry, EntryBase, SEQ_MASK};
 use crate::varint;
 use anyhow::{Context, Result};
 use rusqlite::{params, Connection};
@@ -52,21 +52,16 @@ fn encode_part(edges: &[Edge]) -> Vec<u8> {
     let base_time = edges.first().map_or(0, |e| e.time_ns);
     let base_seq = edges.first().map_or(0, |e| e.event_id as u64 & SEQ_MASK);
     let mut runs: Vec<(u64, Vec<u8>)> = Vec::new();
-    let (mut time, mut seq) = (base_time, base_seq);
+    let mut base = EntryBase::new(base_time, base_seq);
     for e in edges {
         let slot = slot_of(e.cause) as u64;
         if runs.last().is_none_or(|r| r.0 != slot) {
             runs.push((slot, Vec::new()));
-            (time, seq) = (base_time, base_seq);
+            base = EntryBase::new(base_time, base_seq);
         }
         let out = &mut runs.last_mut().expect("pushed above").1;
-        let id = e.event_id as u64;
-        varint::put(out, varint::zigzag(e.effect.wrapping_sub(e.cause)));
-        varint::put(out, (id >> SEQ_BITS) << 3 | e.kind as u64);
-        varint::put(out, varint::zigzag((id & SEQ_MASK).wrapping_sub(seq) as i64));
-        varint::put(out, varint::zigzag(e.time_ns.wrapping_sub(time)));
-        varint::put(out, e.boot as u64);
-        (time, seq) = (e.time_ns, id & SEQ_MASK);
+        let entry = Entry { effect_minus_cause: e.effect.wrapping_sub(e.cause), kind: e.kind, event_id: e.event_id, time_ns: e.time_ns, boot: e.boot };
+        base.put(out, &entry);
     }
     let mut out = Vec::with_capacity(16 + 3 * runs.len() + runs.iter().map(|r| r.1.len()).sum::<usize>());
     varint::put(&mut out, varint::zigzag(base_time));
@@ -101,14 +96,10 @@ fn decode_part(block_id: i64, buf: &[u8], only: Option<u64>, out: &mut Vec<Edge>
             continue;
         }
         let cause = (block_id << BLOCK_SHIFT) + slot as i64;
-        let (mut p, mut time, mut seq) = (0usize, base_time, base_seq);
+        let (mut p, mut base) = (0usize, EntryBase::new(base_time, base_seq));
         while p < bytes.len() {
-            let effect = cause.wrapping_add(varint::unzigzag(varint::get(bytes, &mut p)?));
-            let hi = varint::get(bytes, &mut p)?;
-            seq = seq.wrapping_add(varint::unzigzag(varint::get(bytes, &mut p)?) as u64) & SEQ_MASK;
-            time = time.wrapping_add(varint::unzigzag(varint::get(bytes, &mut p)?));
-            let boot = varint::get(bytes, &mut p)? as i64;
-            out.push(Edge { cause, effect, kind: (hi & 7) as u8, event_id: ((hi >> 3) << SEQ_BITS | seq) as i64, time_ns: time, boot });
+            let e = base.get(bytes, &mut p)?;
+            out.push(Edge { cause, effect: cause.wrapping_add(e.effect_minus_cause), kind: e.kind, event_id: e.event_id, time_ns: e.time_ns, boot: e.boot });
         }
     }
     Ok(())
