@@ -17,9 +17,11 @@ use std::io::Write;
 /// Lines of one CPU, in sequence order, not yet written.
 #[derive(Default)]
 struct CpuLines {
-    bytes: Vec<u8>,
-    start: usize,
-    /// (time_ns, length) of each line in `bytes[start..]`.
+    /// The lines' bytes, oldest first: a ring, so that writing lines from
+    /// its front never moves the rest (compacting a Vec did, 3 % of the
+    /// consumer's time at 800 k events/s).
+    bytes: VecDeque<u8>,
+    /// (time_ns, length) of each line in `bytes`.
     items: VecDeque<(u64, u32)>,
     /// No line of this CPU not yet pushed is older than this.
     floor_ns: u64,
@@ -63,7 +65,7 @@ impl Merge {
     pub fn push(&mut self, cpu: usize, time_ns: u64, line: &[u8]) {
         let c = self.cpu(cpu);
         let was_empty = c.items.is_empty();
-        c.bytes.extend_from_slice(line);
+        c.bytes.extend(line);
         c.items.push_back((time_ns, line.len() as u32));
         c.floor_ns = c.floor_ns.max(time_ns);
         self.buffered += line.len();
@@ -125,20 +127,20 @@ impl Merge {
             let (t, len) = c.items.pop_front().expect("a head has a line");
             debug_assert_eq!(t, time);
             let len = len as usize;
-            out.write_all(&c.bytes[c.start..c.start + len])?;
-            c.start += len;
+            let (front, back) = c.bytes.as_slices();
+            if front.len() >= len {
+                out.write_all(&front[..len])?;
+            } else {
+                out.write_all(front)?;
+                out.write_all(&back[..len - front.len()])?;
+            }
+            c.bytes.drain(..len);
             self.buffered -= len;
             if c.items.is_empty() {
-                c.bytes.clear();
-                c.start = 0;
                 if !all {
                     watermark = watermark.min((c.floor_ns, cpu));
                 }
             } else {
-                if c.start > (1 << 20) && c.start > c.bytes.len() / 2 {
-                    c.bytes.drain(..c.start);
-                    c.start = 0;
-                }
                 self.heads.push(Reverse((c.items[0].0, cpu)));
             }
             if time < self.last_out_ns {
