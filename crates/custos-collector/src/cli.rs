@@ -11,6 +11,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 
 use crate::collector::{collect, LsmMode, Options};
+use crate::seal::{SealKey, Sealer};
 use crate::syscalls::SYSCALLS;
 use crate::writer::{LinesDone, OffloadWriter};
 
@@ -65,6 +66,20 @@ pub struct CollectArgs {
     /// are refused. The features count the events a recording run would.
     #[arg(long)]
     pub features_only: bool,
+    /// Seal the stream against later editing: after every N lines (and at
+    /// least once a second) a `seal` line hash-chains the batch to the one
+    /// before and signs it (Ed25519); `custos verify` checks the chain
+    /// (docs/tamper-evidence.md).
+    #[arg(long, default_value_t = crate::seal::DEFAULT_EVERY, value_name = "LINES")]
+    pub seal_every: u64,
+    /// The signing key: 32 secret bytes, only its owner may read it; made on
+    /// first use. Default: /var/lib/custos/seal.key for root, else
+    /// $XDG_DATA_HOME/custos/seal.key (or $CUSTOS_SEAL_KEY).
+    #[arg(long, value_name = "FILE")]
+    pub seal_key: Option<PathBuf>,
+    /// Write the stream without seals.
+    #[arg(long, conflicts_with_all = ["seal_every", "seal_key"])]
+    pub no_seal: bool,
     /// Run this command once the collector is attached; stop when it exits
     /// and exit with its status.
     #[arg(last = true, value_name = "CMD")]
@@ -216,7 +231,22 @@ pub fn run_with_sink(args: CollectArgs, sink: Option<(Box<dyn Write + Send>, Lin
         }
     };
 
-    let mut out = OffloadWriter::spawn(out, args.output_buffer_mb << 20, writer_counts).context("starting the output writer")?;
+    let sealer = if args.no_seal || args.features_only {
+        None
+    } else {
+        let path = args.seal_key.clone().unwrap_or_else(SealKey::default_path);
+        let (key, created) = SealKey::load_or_create(&path)?;
+        if created {
+            eprintln!(
+                "custos collect: made a new seal key {} (public key {}, also in {})",
+                path.display(),
+                key.public_hex(),
+                SealKey::public_path(&path).display()
+            );
+        }
+        Some(Sealer::new(key, args.seal_every, crate::seal::DEFAULT_MAX_AGE)?)
+    };
+    let mut out = OffloadWriter::spawn(out, args.output_buffer_mb << 20, writer_counts, sealer).context("starting the output writer")?;
     let summary = collect(&opts, &mut out, &STOP, on_ready)?;
     out.finish().context("writing the event stream")?;
     if summary.features_only {

@@ -11,6 +11,7 @@ pub mod collector;
 pub mod consumer;
 pub mod features;
 pub mod reorder;
+pub mod seal;
 pub mod intf;
 pub mod stats;
 pub mod syscalls;

@@ -14,6 +14,8 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
+use crate::seal::Sealer;
+
 /// Lines the last stage of the output has finished with (written to the
 /// file, or stored): the consumer's lines minus these are the output's
 /// backlog, which counts in the published consumer lag.
@@ -42,7 +44,8 @@ impl OffloadWriter {
     /// Writes to `out` from a new thread, holding at most `buffer_bytes`
     /// (rounded up to whole chunks) not yet written. With `done`, counts
     /// there the lines written (when `out` is the last stage).
-    pub fn spawn(out: Box<dyn Write + Send>, buffer_bytes: usize, done: Option<LinesDone>) -> io::Result<Self> {
+    /// `sealer`: seals the stream as it is written (tamper evidence, seal.rs).
+    pub fn spawn(out: Box<dyn Write + Send>, buffer_bytes: usize, done: Option<LinesDone>, sealer: Option<Sealer>) -> io::Result<Self> {
         let chunks = buffer_bytes.div_ceil(CHUNK).max(1);
         let (tx, rx) = sync_channel(chunks);
         // Room for every chunk that can be in flight, so returning one never blocks.
@@ -51,7 +54,7 @@ impl OffloadWriter {
         let slot = Arc::clone(&error);
         let thread = std::thread::Builder::new()
             .name("custos-writer".into())
-            .spawn(move || write_all(out, rx, spent_tx, slot, done))?;
+            .spawn(move || write_all(out, rx, spent_tx, slot, done, sealer))?;
         Ok(OffloadWriter { chunk: Vec::with_capacity(CHUNK), tx: Some(tx), spent, thread: Some(thread), error })
     }
 
@@ -106,10 +109,15 @@ fn write_all(
     spent: SyncSender<Vec<u8>>,
     error: Arc<Mutex<Option<io::Error>>>,
     done: Option<LinesDone>,
+    mut sealer: Option<Sealer>,
 ) {
     for msg in rx {
         let r = match msg {
-            Msg::Data(bytes) => out.write_all(&bytes).map(|()| {
+            Msg::Data(bytes) => match &mut sealer {
+                Some(s) => s.write(&bytes, &mut out),
+                None => out.write_all(&bytes),
+            }
+            .map(|()| {
                 if let Some(d) = &done {
                     // memchr's vectorised search: a byte-by-byte count was a tenth
                     // of the consumer's CPU at 400 k events/s.
@@ -118,14 +126,23 @@ fn write_all(
                 // A full return queue (or a consumer gone) only means a new chunk next time.
                 let _ = spent.try_send(bytes);
             }),
-            Msg::Flush => out.flush(),
+            Msg::Flush => match &mut sealer {
+                Some(s) => s.tick(&mut out),
+                None => Ok(()),
+            }
+            .and_then(|()| out.flush()),
         };
         if let Err(e) = r {
             *error.lock().unwrap() = Some(e);
             return; // dropping rx makes the next send fail too
         }
     }
-    if let Err(e) = out.flush() {
+    // The consumer closed the stream: its last seal says it ended here.
+    let last = match &mut sealer {
+        Some(s) => s.finish(&mut out),
+        None => Ok(()),
+    };
+    if let Err(e) = last.and_then(|()| out.flush()) {
         *error.lock().unwrap() = Some(e);
     }
 }
@@ -190,7 +207,7 @@ mod tests {
     #[test]
     fn everything_written_arrives_in_order() {
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let mut w = OffloadWriter::spawn(Box::new(Probe { seen: Arc::clone(&seen), fail_after: usize::MAX }), 1 << 20, None).unwrap();
+        let mut w = OffloadWriter::spawn(Box::new(Probe { seen: Arc::clone(&seen), fail_after: usize::MAX }), 1 << 20, None, None).unwrap();
         let mut expected = Vec::new();
         for i in 0..50_000u32 {
             let line = format!("{{\"n\":{i}}}\n");
@@ -207,7 +224,7 @@ mod tests {
     #[test]
     fn an_output_error_is_reported_not_swallowed() {
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let mut w = OffloadWriter::spawn(Box::new(Probe { seen, fail_after: 3 * CHUNK }), CHUNK, None).unwrap();
+        let mut w = OffloadWriter::spawn(Box::new(Probe { seen, fail_after: 3 * CHUNK }), CHUNK, None, None).unwrap();
         let line = [b'x'; 1000];
         let mut failed = false;
         for _ in 0..1000 {

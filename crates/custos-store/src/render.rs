@@ -25,7 +25,7 @@ fn table(out: &mut String, header: &[&str], rows: &[Vec<String>]) {
 /// One row: left-aligned cells padded to the column's width in characters,
 /// two spaces between columns, the last one unpadded (pushed by hand: the
 /// formatting machinery per cell was most of a 20,000-row answer's time).
-fn table_line<'a>(out: &mut String, width: &[usize], cells: &mut dyn Iterator<Item = (&'a str, usize)>) {
+fn table_line(out: &mut String, width: &[usize], cells: &mut dyn Iterator<Item = (&str, usize)>) {
     let mut cells = cells.enumerate().peekable();
     while let Some((i, (c, chars))) = cells.next() {
         out.push_str(c);

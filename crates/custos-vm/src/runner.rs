@@ -257,6 +257,9 @@ ctl={ctl}
   cp {config} "/boot/config-$(uname -r)"
   mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
 ) > "$ctl/setup.log" 2>&1 || {{ touch "$ctl/setup-failed"; exit 1; }}
+# The host's seal key when it has one; else a key of this guest's own, where
+# the read-only root lets one be made.
+[ -e /var/lib/custos/seal.key ] || [ -n "${{CUSTOS_SEAL_KEY:-}}" ] || export CUSTOS_SEAL_KEY=/tmp/custos-seal/seal.key
 # The kernel's log, so that a guest that dies can still say why.
 (dmesg --follow > "$ctl/dmesg" 2>&1 &)
 cat /proc/uptime > "$ctl/started"

@@ -38,7 +38,10 @@ fn collect_runs_a_command_records_it_and_balances_the_account() {
         .expect("the command's open-for-write");
     assert_eq!(open["critical"], true);
     assert!(lines.iter().any(|l| l["type"] == "stats" && l["final"] == false), "periodic stats records");
-    let last = lines.last().unwrap();
+    // The stream is sealed: the final seal closes it, after the final stats.
+    assert_eq!(lines.last().unwrap()["type"], "seal");
+    assert_eq!(lines.last().unwrap()["final"], true);
+    let last = lines.iter().rev().find(|l| l["type"] != "seal").unwrap();
     assert_eq!(last["type"], "stats");
     assert_eq!(last["final"], true);
     assert_eq!(last["invariant_holds"], true);
@@ -73,4 +76,88 @@ fn the_collector_keeps_khugepaged_off_its_memory_but_not_its_commands() {
     // One line each, `/proc/PID/status:THP_enabled:<tab>N`: the collector's, then the command's.
     let thp: Vec<&str> = out.lines().map(|l| l.rsplit('\t').next().unwrap_or("")).collect();
     assert_eq!(thp, ["0", "1"], "THP off for the collector, on for its command: {out}");
+}
+
+/// A recorded stream and its archive verify; the same stream edited, cut or
+/// with a batch removed does not, and `custos verify` says where.
+#[test]
+fn a_sealed_stream_verifies_and_tampering_is_located() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().canonicalize().unwrap();
+    let key = d.join("keys/seal.key");
+    let out = d.join("events.jsonl");
+    let archive = d.join("events.jsonl.zst");
+    let run = Command::new(env!("CARGO_BIN_EXE_custos"))
+        .args(["collect", "-o", out.to_str().unwrap(), "--archive", archive.to_str().unwrap()])
+        .args(["--seal-key", key.to_str().unwrap(), "--seal-every", "64", "--stats-interval", "0"])
+        .args(["--", "sh", "-c", "for i in 1 2 3 4 5 6 7 8; do cat /etc/hostname /etc/passwd > /dev/null; done"])
+        .output()
+        .unwrap();
+    let err = text(&run.stderr);
+    assert!(run.status.success(), "{err}");
+    assert!(err.contains("made a new seal key"), "{err}");
+    // The public key, printed and written beside the key: `--key` takes either.
+    let public = std::fs::read_to_string(d.join("keys/seal.pub")).unwrap().trim().to_string();
+    assert!(err.contains(&format!("(public key {public}")), "{err}");
+    let public_file = d.join("keys/seal.pub").to_str().unwrap().to_string();
+    let verify = |path: &std::path::Path, key: Option<&str>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_custos"));
+        cmd.args(["verify", path.to_str().unwrap(), "--json"]);
+        if let Some(k) = key {
+            cmd.args(["--key", k]);
+        }
+        let o = cmd.output().unwrap();
+        let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&o.stderr)));
+        (o.status.code(), report)
+    };
+    for (path, key) in [(&out, &public), (&archive, &public_file)] {
+        let (code, r) = verify(path, Some(key));
+        assert_eq!(code, Some(0), "{r}");
+        assert_eq!(r["intact"], true);
+        assert!(r["batches_verified"].as_u64().unwrap() >= 2, "{r}");
+    }
+
+    let text_lines: Vec<String> = std::fs::read_to_string(&out).unwrap().lines().map(|l| format!("{l}\n")).collect();
+    let seal_at: Vec<usize> = text_lines.iter().enumerate().filter(|(_, l)| l.starts_with("{\"type\":\"seal\"")).map(|(i, _)| i).collect();
+    let tampered = d.join("tampered.jsonl");
+    // A path in the first batch changed.
+    let edited: String = text_lines
+        .iter()
+        .enumerate()
+        .map(|(i, l)| if i < seal_at[0] && l.contains("/etc/passwd") { l.replacen("/etc/passwd", "/etc/passwx", 1) } else { l.clone() })
+        .collect();
+    std::fs::write(&tampered, edited).unwrap();
+    let (code, r) = verify(&tampered, None);
+    assert_eq!(code, Some(3), "{r}");
+    assert_eq!(r["findings"][0]["kind"], "altered");
+    assert_eq!(r["findings"][0]["batch"], 0);
+    // The second batch removed, lines and seal.
+    let removed: String = text_lines.iter().enumerate().filter(|(i, _)| *i <= seal_at[0] || *i > seal_at[1]).map(|(_, l)| l.as_str()).collect();
+    std::fs::write(&tampered, removed).unwrap();
+    let (code, r) = verify(&tampered, None);
+    assert_eq!(code, Some(3));
+    assert_eq!((r["findings"][0]["kind"].as_str(), r["findings"][0]["batch"].as_u64()), (Some("deleted"), Some(1)), "{r}");
+    // The tail cut off.
+    std::fs::write(&tampered, text_lines[..seal_at[1] + 1].concat()).unwrap();
+    let (code, r) = verify(&tampered, None);
+    assert_eq!(code, Some(3));
+    assert_eq!(r["findings"][0]["kind"], "truncated", "{r}");
+    // Sealed by another key than the one given (another host's, say).
+    let run = Command::new(env!("CARGO_BIN_EXE_custos"))
+        .args(["collect", "-o", "/dev/null", "--duration", "0.2", "--stats-interval", "0"])
+        .args(["--seal-key", d.join("other.key").to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = text(&run.stderr);
+    assert!(run.status.success(), "{err}");
+    let other = std::fs::read_to_string(d.join("other.pub")).unwrap().trim().to_string();
+    assert_ne!(other, public);
+    let (code, r) = verify(&out, Some(&other));
+    assert_eq!(code, Some(3));
+    assert_eq!(r["findings"][0]["kind"], "foreign-key", "{r}");
+    // A key that is not one is an error, not a verdict.
+    let o = Command::new(env!("CARGO_BIN_EXE_custos")).args(["verify", out.to_str().unwrap(), "--key", "abc"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o.stderr).contains("--key"), "{}", text(&o.stderr));
 }
