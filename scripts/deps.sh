@@ -13,6 +13,9 @@ APT_PACKAGES=(
   python3-venv graphviz bpftool stress-ng
   # the evaluation's peers and workloads (bench/matrix/README.md)
   bpftrace auditd nginx-light redis-server redis-tools p7zip-full wrk postmark
+  # a real container for the attribution test (docs/containers.md); runc
+  # because crun refuses hosts with cgroup v1 controllers mounted
+  podman runc
 )
 
 missing=()

@@ -77,6 +77,11 @@ pub struct CollectArgs {
     /// $XDG_DATA_HOME/custos/seal.key (or $CUSTOS_SEAL_KEY).
     #[arg(long, value_name = "FILE")]
     pub seal_key: Option<PathBuf>,
+    /// Do not attribute events to containers (by default each event of a
+    /// process in a podman, docker, containerd or CRI-O container carries
+    /// `container`: id, runtime, name, image; docs/containers.md).
+    #[arg(long)]
+    pub no_containers: bool,
     /// Write the stream without seals.
     #[arg(long, conflicts_with_all = ["seal_every", "seal_key"])]
     pub no_seal: bool,
@@ -159,6 +164,7 @@ pub fn run_with_sink(args: CollectArgs, sink: Option<(Box<dyn Write + Send>, Lin
         reorder_buffer_bytes: args.reorder_buffer_mb << 20,
         lines_done: None,
         features_only: args.features_only,
+        containers: !args.no_containers,
     };
     // No buffering here: the OffloadWriter below hands these whole chunks.
     let output: Option<Box<dyn Write + Send>> = match &args.output {

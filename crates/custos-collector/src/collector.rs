@@ -49,6 +49,8 @@ pub struct Options {
     /// Keep the per-task features and record nothing (`--features-only`):
     /// no ring is used and nothing is written to the output.
     pub features_only: bool,
+    /// Attribute each event to its container, if any (containers.rs).
+    pub containers: bool,
 }
 
 impl Default for Options {
@@ -64,6 +66,7 @@ impl Default for Options {
             reorder_buffer_bytes: crate::consumer::DEFAULT_REORDER_BUFFER,
             lines_done: None,
             features_only: false,
+            containers: true,
         }
     }
 }
@@ -388,7 +391,11 @@ fn drain<W: Write>(
     skip_base: &SkipBase,
 ) -> Result<Summary> {
     let nr_cpus = libbpf_rs::num_possible_cpus().context("counting CPUs")?;
-    let consumer = Rc::new(RefCell::new(Consumer::with_reorder_buffer(out, nr_cpus, opts.reorder_buffer_bytes)));
+    let mut consumer = Consumer::with_reorder_buffer(out, nr_cpus, opts.reorder_buffer_bytes);
+    if opts.containers {
+        consumer.containers = crate::containers::Containers::start();
+    }
+    let consumer = Rc::new(RefCell::new(consumer));
     consumer.borrow_mut().write_boot()?;
     let mut builder = RingBufferBuilder::new();
     let (c1, c2, c3) = (consumer.clone(), consumer.clone(), consumer.clone());

@@ -103,6 +103,8 @@ pub struct Consumer<W: Write> {
     /// (dev, inode) -> path, so later reads/writes of a file carry its path
     /// although only the first one walks it in the kernel.
     file_paths: HashMap<(u32, u64), Rc<str>>,
+    /// The container of each event's cgroup (None: attribution off).
+    pub containers: Option<crate::containers::Containers>,
     pub counters: ConsumerCounters,
     /// Lines handed to the output so far.
     pub lines_written: u64,
@@ -147,6 +149,7 @@ impl<W: Write> Consumer<W> {
             merge: Merge::new(nr_cpus, reorder_bytes),
             ahead_bytes: 0,
             file_paths: HashMap::new(),
+            containers: None,
             counters: ConsumerCounters::default(),
             lines_written: 0,
             skipped_per_cpu: Vec::new(),
@@ -639,6 +642,9 @@ impl<W: Write> Consumer<W> {
         j.u64("mnt_ns", ev.mnt_ns as u64);
         j.u64("pid_ns", ev.pid_ns as u64);
         j.u64("cgroup_id", ev.cgroup_id);
+        if let Some(field) = self.containers.as_mut().and_then(|c| c.field(ev.cgroup_id)) {
+            j.buf().extend_from_slice(field);
+        }
         if let Some((dev, ino)) = file {
             j.u64("dev", dev as u64);
             j.u64("inode", ino);

@@ -9,6 +9,7 @@ mod bpf_skel {
 pub mod cli;
 pub mod collector;
 pub mod consumer;
+pub mod containers;
 pub mod features;
 pub mod reorder;
 pub mod seal;

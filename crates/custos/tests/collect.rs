@@ -161,3 +161,75 @@ fn a_sealed_stream_verifies_and_tampering_is_located() {
     assert_eq!(o.status.code(), Some(1));
     assert!(text(&o.stderr).contains("--key"), "{}", text(&o.stderr));
 }
+
+/// A process in a real podman container is attributed to it — container id,
+/// runtime, and once podman has answered, its name and image — and the
+/// host's processes (podman itself) are not. The image is built here from
+/// Debian's static busybox (no registry is reachable).
+#[test]
+fn events_in_a_podman_container_carry_the_container() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().canonicalize().unwrap();
+    let root = d.join("rootfs");
+    std::fs::create_dir_all(root.join("bin")).unwrap();
+    std::fs::create_dir_all(root.join("etc")).unwrap();
+    std::fs::copy("/bin/busybox", root.join("bin/busybox")).expect("Debian's busybox-static (scripts/deps.sh installs it)");
+    for applet in ["sh", "cat", "sleep"] {
+        std::os::unix::fs::symlink("busybox", root.join("bin").join(applet)).unwrap();
+    }
+    std::fs::write(root.join("etc/hostname"), "inside\n").unwrap();
+    let image = "localhost/custos-test-busybox:1";
+    let import = Command::new("sh")
+        .arg("-c")
+        .arg(format!("tar -C {} -c . | podman import - {image}", root.display()))
+        .output()
+        .expect("podman (scripts/deps.sh installs it)");
+    assert!(import.status.success(), "podman import: {}", text(&import.stderr));
+
+    let name = format!("custos-test-{}", std::process::id());
+    let cidfile = d.join("cid");
+    let out = d.join("events.jsonl");
+    let mut podman = vec!["podman".to_string()];
+    // crun refuses a host with cgroup v1 controllers mounted (hybrid); runc copes.
+    if Command::new("runc").arg("--version").output().is_ok_and(|o| o.status.success()) {
+        podman.extend(["--runtime".into(), "runc".into()]);
+    }
+    podman.extend(
+        [
+            "run", "--network", "none", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024", "--cidfile",
+            cidfile.to_str().unwrap(), "--name", &name, image, "/bin/sh", "-c",
+            // The first read at once, the second after podman had time to answer.
+            "cat /etc/hostname; sleep 1.5; cat /etc/hostname",
+        ]
+        .map(String::from),
+    );
+    let run = Command::new(env!("CARGO_BIN_EXE_custos"))
+        .args(["collect", "-o", out.to_str().unwrap(), "--stats-interval", "0", "--no-seal", "--"])
+        .args(&podman)
+        .output()
+        .unwrap();
+    let _ = Command::new("podman").args(["rm", "-f", &name]).output();
+    let err = text(&run.stderr);
+    assert!(run.status.success(), "{err}");
+    let cid = std::fs::read_to_string(&cidfile).unwrap().trim().to_string();
+    let lines: Vec<serde_json::Value> =
+        std::fs::read_to_string(&out).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let events = || lines.iter().filter(|e| e["type"] == "event");
+
+    let reads: Vec<&serde_json::Value> =
+        events().filter(|e| e["syscall"] == "openat" && e["path"] == "/etc/hostname" && e["comm"] == "cat").collect();
+    assert_eq!(reads.len(), 2, "the container's two opens of /etc/hostname: {reads:?}");
+    for r in &reads {
+        assert_eq!(r["container"]["id"], cid.as_str(), "{r}");
+        assert_eq!(r["container"]["runtime"], "podman", "{r}");
+    }
+    // Named by then: the runtime was asked once, at the container's first event.
+    assert_eq!(reads[1]["container"]["name"], name.as_str(), "{}", reads[1]);
+    assert_eq!(reads[1]["container"]["image"], image, "{}", reads[1]);
+    // The shell's sleep is the container's too; podman's own events are not.
+    assert!(events().any(|e| e["comm"] == "sleep" && e["container"]["id"] == cid.as_str()));
+    let host = events().filter(|e| e["comm"] == "podman").count();
+    assert!(host > 0, "podman's own events were recorded");
+    assert!(events().filter(|e| e["comm"] == "podman").all(|e| e.get("container").is_none()), "podman runs on the host");
+}

@@ -1,0 +1,369 @@
+//! Which container an event's process runs in (docs/containers.md).
+//!
+//! Every record carries its task's cgroup id (the cgroup v2 directory's
+//! inode). A container runtime puts each container in a cgroup of its own
+//! whose name holds the container's id (`libpod-<id>`, `docker-<id>.scope`,
+//! `cri-containerd-<id>.scope`, `crio-<id>.scope`, `/docker/<id>`): the
+//! consumer turns a new cgroup id into its path once (`open_by_handle_at` on
+//! the cgroup2 mount, the kernel's own id-to-directory lookup), reads the
+//! container id from it, and asks the runtime for the rest (name, image,
+//! Kubernetes labels) once per container, in a thread of its own: an event is
+//! never held back for it. Until the runtime has answered, a container's
+//! events carry its id and runtime only; the store joins them to the name
+//! and image by id.
+//!
+//! Per event this costs one hash lookup by cgroup id; host processes (no
+//! container cgroup) cache a negative answer.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, SyncSender};
+use std::sync::{Arc, Mutex};
+
+/// The runtimes whose cgroup names Custos reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Runtime {
+    Podman,
+    Docker,
+    Containerd,
+    CriO,
+}
+
+impl Runtime {
+    pub fn name(self) -> &'static str {
+        match self {
+            Runtime::Podman => "podman",
+            Runtime::Docker => "docker",
+            Runtime::Containerd => "containerd",
+            Runtime::CriO => "cri-o",
+        }
+    }
+}
+
+/// The container a cgroup path names, if it names one: its runtime and id.
+pub fn container_of_cgroup(path: &str) -> Option<(Runtime, String)> {
+    // The innermost component that names a container: podman also nests a
+    // `container` cgroup inside the container's own.
+    for part in path.rsplit('/') {
+        let part = part.strip_suffix(".scope").unwrap_or(part);
+        let found = if let Some(id) = part.strip_prefix("libpod-") {
+            // `libpod-conmon-<id>` is the monitor, not the container.
+            (!id.starts_with("conmon-")).then_some((Runtime::Podman, id))
+        } else if let Some(id) = part.strip_prefix("docker-") {
+            Some((Runtime::Docker, id))
+        } else if let Some(id) = part.strip_prefix("cri-containerd-") {
+            Some((Runtime::Containerd, id))
+        } else if let Some(id) = part.strip_prefix("crio-") {
+            (!id.starts_with("conmon-")).then_some((Runtime::CriO, id))
+        } else if is_container_id(part) {
+            // cgroupfs layouts: /docker/<id>, /kubepods/.../pod<uid>/<id>.
+            let parent = path.rsplit('/').skip_while(|p| *p != part).nth(1).unwrap_or("");
+            if parent == "docker" {
+                Some((Runtime::Docker, part))
+            } else if parent.starts_with("pod") {
+                Some((Runtime::Containerd, part))
+            } else {
+                None
+            }
+        } else {
+            None
+        };
+        if let Some((rt, id)) = found.filter(|(_, id)| is_container_id(id)) {
+            return Some((rt, id.to_string()));
+        }
+    }
+    None
+}
+
+fn is_container_id(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// What the runtime says of a container.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Meta {
+    pub name: Option<String>,
+    pub image: Option<String>,
+    /// Kubernetes labels of a CRI container, when present.
+    pub pod: Option<String>,
+    pub namespace: Option<String>,
+    pub container_name: Option<String>,
+}
+
+/// Reads a container's metadata from its runtime's `inspect` JSON.
+pub fn parse_inspect(rt: Runtime, json: &str) -> Option<Meta> {
+    let v: serde_json::Value = serde_json::from_str(json).ok()?;
+    let s = |v: &serde_json::Value| v.as_str().filter(|s| !s.is_empty()).map(str::to_string);
+    match rt {
+        Runtime::Podman | Runtime::Docker => {
+            let c = v.get(0).unwrap_or(&v);
+            let labels = &c["Config"]["Labels"];
+            Some(Meta {
+                name: s(&c["Name"]).map(|n| n.trim_start_matches('/').to_string()),
+                image: s(&c["ImageName"]).or_else(|| s(&c["Config"]["Image"])),
+                pod: s(&labels["io.kubernetes.pod.name"]),
+                namespace: s(&labels["io.kubernetes.pod.namespace"]),
+                container_name: s(&labels["io.kubernetes.container.name"]),
+            })
+        }
+        Runtime::Containerd | Runtime::CriO => {
+            // `crictl inspect`: {"status": {"metadata": {"name"}, "image": {"image"}, "labels": {...}}}
+            let st = &v["status"];
+            let labels = &st["labels"];
+            Some(Meta {
+                name: s(&st["metadata"]["name"]),
+                image: s(&st["image"]["image"]).or_else(|| s(&st["imageRef"])),
+                pod: s(&labels["io.kubernetes.pod.name"]),
+                namespace: s(&labels["io.kubernetes.pod.namespace"]),
+                container_name: s(&labels["io.kubernetes.container.name"]),
+            })
+        }
+    }
+}
+
+fn inspect(rt: Runtime, id: &str) -> Option<Meta> {
+    let out = match rt {
+        Runtime::Podman => Command::new("podman").args(["inspect", "--type", "container", id]).output(),
+        Runtime::Docker => Command::new("docker").args(["inspect", "--type", "container", id]).output(),
+        Runtime::Containerd | Runtime::CriO => Command::new("crictl").args(["inspect", id]).output(),
+    }
+    .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    parse_inspect(rt, &String::from_utf8_lossy(&out.stdout))
+}
+
+/// Answers from the runtimes, filled by the resolver thread.
+#[derive(Default)]
+struct Answers {
+    meta: Mutex<HashMap<String, Option<Meta>>>,
+    /// Bumped at every answer: a consumer with unanswered entries looks again.
+    generation: AtomicU64,
+}
+
+/// One cgroup's attribution, as the consumer writes it into each event.
+struct Attribution {
+    runtime: Runtime,
+    id: String,
+    /// `,"container":{...}`, ready to copy into the line.
+    json: Vec<u8>,
+    answered: bool,
+    /// The answers' generation when this entry last looked for its answer.
+    checked: u64,
+}
+
+/// The consumer's side: cgroup id → the event's `container` field.
+pub struct Containers {
+    /// The cgroup2 mount, for open_by_handle_at.
+    mount: File,
+    by_cgroup: HashMap<u64, Option<Attribution>>,
+    answers: Arc<Answers>,
+    asks: SyncSender<(Runtime, String)>,
+    /// Cgroup ids that could not be turned into a path (gone already).
+    pub unresolved_cgroups: u64,
+}
+
+/// Cgroup ids cached before the cache starts over (a long run makes
+/// cgroups without end: one per container, service or session).
+const MAX_CGROUPS: usize = 1 << 16;
+
+impl Containers {
+    /// None when there is no cgroup2 mount (no ids to resolve).
+    pub fn start() -> Option<Containers> {
+        let mount = File::open(cgroup2_mount()?).ok()?;
+        let answers = Arc::new(Answers::default());
+        // Bounded: a flood of new containers waits for the next event of each.
+        let (asks, rx) = sync_channel::<(Runtime, String)>(256);
+        let theirs = Arc::clone(&answers);
+        std::thread::Builder::new()
+            .name("custos-containers".into())
+            .spawn(move || {
+                for (rt, id) in rx {
+                    if theirs.meta.lock().unwrap().contains_key(&id) {
+                        continue;
+                    }
+                    let meta = inspect(rt, &id);
+                    theirs.meta.lock().unwrap().insert(id, meta);
+                    theirs.generation.fetch_add(1, Ordering::Release);
+                }
+            })
+            .ok()?;
+        Some(Containers { mount, by_cgroup: HashMap::new(), answers, asks, unresolved_cgroups: 0 })
+    }
+
+    /// The `,"container":{...}` field of events in cgroup `cgroup_id`, or
+    /// nothing for a process outside any container.
+    pub fn field(&mut self, cgroup_id: u64) -> Option<&[u8]> {
+        let generation = self.answers.generation.load(Ordering::Acquire);
+        if self.by_cgroup.len() >= MAX_CGROUPS && !self.by_cgroup.contains_key(&cgroup_id) {
+            self.by_cgroup.clear();
+        }
+        if !self.by_cgroup.contains_key(&cgroup_id) {
+            let found = match cgroup_path(&self.mount, cgroup_id) {
+                Some(path) => container_of_cgroup(&path.to_string_lossy()),
+                None => {
+                    self.unresolved_cgroups += 1;
+                    None
+                }
+            };
+            let entry = found.map(|(runtime, id)| {
+                // Full: asked again at a later event (see below).
+                let _ = self.asks.try_send((runtime, id.clone()));
+                Attribution { json: field_json(runtime, &id, None), runtime, id, answered: false, checked: u64::MAX }
+            });
+            self.by_cgroup.insert(cgroup_id, entry);
+        }
+        let entry = self.by_cgroup.get_mut(&cgroup_id)?.as_mut()?;
+        if !entry.answered && entry.checked != generation {
+            entry.checked = generation;
+            if let Some(meta) = self.answers.meta.lock().unwrap().get(&entry.id) {
+                entry.json = field_json(entry.runtime, &entry.id, meta.as_ref());
+                entry.answered = true;
+            } else {
+                // Asked before the thread had room: ask again.
+                let _ = self.asks.try_send((entry.runtime, entry.id.clone()));
+            }
+        }
+        Some(&entry.json)
+    }
+}
+
+fn field_json(rt: Runtime, id: &str, meta: Option<&Meta>) -> Vec<u8> {
+    let mut m = serde_json::Map::new();
+    m.insert("id".into(), id.into());
+    m.insert("runtime".into(), rt.name().into());
+    if let Some(meta) = meta {
+        for (k, v) in [
+            ("name", &meta.name),
+            ("image", &meta.image),
+            ("pod", &meta.pod),
+            ("namespace", &meta.namespace),
+            ("container_name", &meta.container_name),
+        ] {
+            if let Some(v) = v {
+                m.insert(k.into(), v.clone().into());
+            }
+        }
+    }
+    let mut out = b",\"container\":".to_vec();
+    serde_json::to_writer(&mut out, &m).expect("a map of strings serializes");
+    out
+}
+
+/// Where cgroup v2 is mounted (/sys/fs/cgroup, or /sys/fs/cgroup/unified on
+/// a hybrid host).
+fn cgroup2_mount() -> Option<PathBuf> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    text.lines().find_map(|l| {
+        let (left, right) = l.split_once(" - ")?;
+        if right.split(' ').next() != Some("cgroup2") {
+            return None;
+        }
+        Some(PathBuf::from(left.split(' ').nth(4)?))
+    })
+}
+
+/// The path of the cgroup with id `id` (the kernel's file handle of a
+/// cgroup2 directory is its id), or None if it is gone.
+fn cgroup_path(mount: &File, id: u64) -> Option<PathBuf> {
+    #[repr(C)]
+    struct KernfsHandle {
+        handle_bytes: u32,
+        handle_type: i32,
+        id: u64,
+    }
+    const FILEID_KERNFS: i32 = 0xfe;
+    let mut h = KernfsHandle { handle_bytes: 8, handle_type: FILEID_KERNFS, id };
+    // SAFETY: a file_handle header followed by its 8 handle bytes.
+    let fd = unsafe {
+        libc::open_by_handle_at(mount.as_raw_fd(), (&mut h as *mut KernfsHandle).cast(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC)
+    };
+    if fd < 0 {
+        return None;
+    }
+    let path = std::fs::read_link(format!("/proc/self/fd/{fd}")).ok();
+    // SAFETY: closing the descriptor opened above.
+    unsafe { libc::close(fd) };
+    path
+}
+
+/// The cgroup id of a cgroup2 directory: its inode (test helper and docs).
+pub fn cgroup_id_of(dir: &Path) -> std::io::Result<u64> {
+    use std::os::unix::fs::MetadataExt;
+    Ok(std::fs::metadata(dir)?.ino())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ID: &str = "a645602bee1d82d0ea2680a6e792cd4c6e5c76ce3d468fe990f23c1e8154623e";
+
+    #[test]
+    fn cgroup_names_of_each_runtime_give_the_container() {
+        let cases = [
+            (format!("/libpod_parent/libpod-{ID}"), Some(Runtime::Podman)),
+            (format!("/machine.slice/libpod-{ID}.scope/container"), Some(Runtime::Podman)),
+            (format!("/machine.slice/libpod-conmon-{ID}.scope"), None),
+            (format!("/system.slice/docker-{ID}.scope"), Some(Runtime::Docker)),
+            (format!("/docker/{ID}"), Some(Runtime::Docker)),
+            (format!("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1234.slice/cri-containerd-{ID}.scope"), Some(Runtime::Containerd)),
+            (format!("/kubepods/burstable/pod5f0c/{ID}"), Some(Runtime::Containerd)),
+            (format!("/kubepods.slice/kubepods-pod1.slice/crio-{ID}.scope"), Some(Runtime::CriO)),
+            ("/user.slice/user-1000.slice/session-3.scope".to_string(), None),
+            ("/".to_string(), None),
+            (format!("/system.slice/{ID}"), None),
+            ("/system.slice/docker-notanid.scope".to_string(), None),
+        ];
+        for (path, rt) in cases {
+            let got = container_of_cgroup(&path);
+            assert_eq!(got.as_ref().map(|g| g.0), rt, "{path}");
+            if rt.is_some() {
+                assert_eq!(got.unwrap().1, ID, "{path}");
+            }
+        }
+    }
+
+    #[test]
+    fn inspect_answers_of_each_runtime_give_name_image_and_pod() {
+        let podman = r#"[{"Id":"x","Name":"web","ImageName":"localhost/custos-busybox:1","Config":{"Image":"ignored","Labels":null}}]"#;
+        let m = parse_inspect(Runtime::Podman, podman).unwrap();
+        assert_eq!((m.name.as_deref(), m.image.as_deref(), m.pod.as_deref()), (Some("web"), Some("localhost/custos-busybox:1"), None));
+        let docker = r#"[{"Id":"x","Name":"/db","Config":{"Image":"postgres:16","Labels":{"io.kubernetes.pod.name":"p1","io.kubernetes.pod.namespace":"prod","io.kubernetes.container.name":"db"}}}]"#;
+        let m = parse_inspect(Runtime::Docker, docker).unwrap();
+        assert_eq!(m.name.as_deref(), Some("db"));
+        assert_eq!(m.image.as_deref(), Some("postgres:16"));
+        assert_eq!((m.pod.as_deref(), m.namespace.as_deref(), m.container_name.as_deref()), (Some("p1"), Some("prod"), Some("db")));
+        let cri = r#"{"status":{"metadata":{"name":"app"},"image":{"image":"docker.io/library/nginx:1"},"labels":{"io.kubernetes.pod.name":"web-7d","io.kubernetes.pod.namespace":"default","io.kubernetes.container.name":"app"}}}"#;
+        let m = parse_inspect(Runtime::Containerd, cri).unwrap();
+        assert_eq!((m.name.as_deref(), m.image.as_deref(), m.pod.as_deref()), (Some("app"), Some("docker.io/library/nginx:1"), Some("web-7d")));
+        assert!(parse_inspect(Runtime::Podman, "not json").is_none());
+    }
+
+    #[test]
+    fn the_field_is_valid_json_with_what_is_known() {
+        let only_id = field_json(Runtime::Podman, ID, None);
+        let v: serde_json::Value = serde_json::from_slice(&only_id[b",\"container\":".len()..]).unwrap();
+        assert_eq!(v, serde_json::json!({"id": ID, "runtime": "podman"}));
+        let meta = Meta { name: Some("we\"b".into()), image: Some("img".into()), ..Default::default() };
+        let full = field_json(Runtime::Podman, ID, Some(&meta));
+        let v: serde_json::Value = serde_json::from_slice(&full[b",\"container\":".len()..]).unwrap();
+        assert_eq!(v["name"], "we\"b");
+        assert_eq!(v["image"], "img");
+    }
+
+    #[test]
+    fn a_cgroup_id_turns_back_into_its_directory() {
+        // Needs a cgroup2 mount and CAP_DAC_READ_SEARCH, as the collector does.
+        let mount = cgroup2_mount().expect("a cgroup2 mount");
+        let f = File::open(&mount).unwrap();
+        let id = cgroup_id_of(&mount).unwrap();
+        assert_eq!(cgroup_path(&f, id).as_deref(), Some(mount.as_path()));
+        assert_eq!(cgroup_path(&f, u64::MAX - 7), None);
+    }
+}
