@@ -388,7 +388,7 @@ pub struct SegmentBuilder {
     /// Column buffers of earlier segments, emptied, for the next columns:
     /// fresh ones cost page faults and regrowth every batch.
     spare: Vec<Vec<u8>>,
-    /// One zstd context for all the sections (made at the first seal).
+    /// One zstd context for all segments (made at the first seal).
     zstd: Option<zstd::bulk::Compressor<'static>>,
 }
 
@@ -583,22 +583,21 @@ impl SegmentBuilder {
         for c in &self.columns {
             head.extend_from_slice(&[c.marker, c.pred as u8]);
         }
-        let mut blob = Vec::new();
-        put_bytes(&mut blob, &head);
         let sections = [&self.shape_table, &self.slot_shapes, &self.slot_boots, &self.slot_ids, &self.whole, &self.other];
-        varint::put(&mut blob, (sections.len() + self.columns.len()) as u64);
+        let sections: Vec<&Vec<u8>> = sections.into_iter().chain(self.columns.iter().map(|c| &c.data)).collect();
+        for s in &sections {
+            varint::put(&mut head, s.len() as u64);
+        }
+        let mut plain = Vec::with_capacity(head.len() + 10 + sections.iter().map(|s| s.len()).sum::<usize>());
+        put_bytes(&mut plain, &head);
+        for s in sections {
+            plain.extend_from_slice(s);
+        }
         let zstd = match &mut self.zstd {
             Some(z) => z,
             None => self.zstd.insert(zstd::bulk::Compressor::new(ZSTD_LEVEL)?),
         };
-        for bytes in sections.into_iter().chain(self.columns.iter().map(|c| &c.data)) {
-            varint::put(&mut blob, bytes.len() as u64);
-            if bytes.is_empty() {
-                continue;
-            }
-            let packed = zstd.compress(bytes).context("compressing a raw segment")?;
-            put_bytes(&mut blob, &packed);
-        }
+        let blob = zstd.compress(&plain).context("compressing a raw segment")?;
         self.events.sort_unstable();
         let mut runs: Vec<Run> = Vec::new();
         for &(boot, id) in &self.events {
@@ -666,35 +665,13 @@ impl DecodedColumn<'_> {
 /// event its shape, boot and id, the events kept whole, the other lines.
 const SECTIONS: usize = 6;
 
-/// A stored segment with its sections decompressed.
+/// A stored segment, decompressed: its head, then its sections.
 struct Unpacked {
-    head: Vec<u8>,
-    sections: Vec<Vec<u8>>,
+    plain: Vec<u8>,
 }
 
 fn unpack(blob: &[u8]) -> Result<Unpacked> {
-    let mut pos = 0;
-    let len = varint::get(blob, &mut pos)? as usize;
-    let head = take(blob, &mut pos, len)?.to_vec();
-    let count = varint::get(blob, &mut pos)? as usize;
-    let mut sections = Vec::with_capacity(count.min(1 << 16));
-    // One context for all the sections: a fresh one each made reading an
-    // event cost about a millisecond per segment.
-    let mut zstd = zstd::bulk::Decompressor::new()?;
-    for _ in 0..count {
-        let size = varint::get(blob, &mut pos)? as usize;
-        if size == 0 {
-            sections.push(Vec::new());
-            continue;
-        }
-        let len = varint::get(blob, &mut pos)? as usize;
-        let bytes = zstd.decompress(take(blob, &mut pos, len)?, size).context("decompressing a raw segment")?;
-        if bytes.len() != size {
-            return Err(damaged());
-        }
-        sections.push(bytes);
-    }
-    Ok(Unpacked { head, sections })
+    Ok(Unpacked { plain: zstd::stream::decode_all(blob).context("decompressing a raw segment")? })
 }
 
 /// A segment read back.
@@ -711,22 +688,24 @@ struct Segment<'a> {
 
 impl<'a> Segment<'a> {
     fn read(u: &'a Unpacked) -> Result<Segment<'a>> {
-        let head = &u.head[..];
+        let plain = &u.plain[..];
+        let mut pos = 0;
+        let len = varint::get(plain, &mut pos)? as usize;
+        let head = take(plain, &mut pos, len)?;
         let mut h = 0;
         let mut n = || varint::get(head, &mut h).map(|v| v as usize);
         let (events, _other, shapes, columns) = (n()?, n()?, n()?, n()?);
-        if u.sections.len() != SECTIONS + columns {
-            return Err(damaged());
+        let markers = take(head, &mut h, 2 * columns)?;
+        let mut s6 = Vec::with_capacity(SECTIONS + columns);
+        for _ in 0..SECTIONS + columns {
+            let len = varint::get(head, &mut h)? as usize;
+            s6.push(take(plain, &mut pos, len)?);
         }
-        let s6 = &u.sections;
         let mut cols = Vec::with_capacity(columns);
-        for i in 0..columns {
-            let marker = *head.get(h).ok_or_else(damaged)?;
-            let pred = Pred::from_u8(*head.get(h + 1).ok_or_else(damaged)?)?;
-            h += 2;
-            cols.push(DecodedColumn { marker, pred, data: &u.sections[SECTIONS + i], pos: 0, prev: 0 });
+        for (i, m) in markers.chunks_exact(2).enumerate() {
+            cols.push(DecodedColumn { marker: m[0], pred: Pred::from_u8(m[1])?, data: s6[SECTIONS + i], pos: 0, prev: 0 });
         }
-        let table = &s6[0][..];
+        let table = s6[0];
         let mut t = 0;
         let mut decoded = Vec::with_capacity(shapes);
         for _ in 0..shapes {
@@ -749,11 +728,11 @@ impl<'a> Segment<'a> {
             events,
             shapes: decoded,
             columns: cols,
-            slot_shapes: &s6[1],
-            slot_boots: &s6[2],
-            slot_ids: &s6[3],
-            whole: &s6[4],
-            other: &s6[5],
+            slot_shapes: s6[1],
+            slot_boots: s6[2],
+            slot_ids: s6[3],
+            whole: s6[4],
+            other: s6[5],
         })
     }
 
