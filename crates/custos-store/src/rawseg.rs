@@ -379,7 +379,8 @@ pub struct SegmentBuilder {
     last_boot: i64,
     /// Per CPU (an id's top 16 bits) the sequence number after its last event.
     next_seq: Vec<u64>,
-    /// Events kept whole (shape 0), then the other kept lines, each ended by a newline.
+    /// Events kept whole (shape 0), then the other kept lines, each behind
+    /// its length (a line handed to `push_line` may hold a newline).
     whole: Vec<u8>,
     other: Vec<u8>,
     other_lines: i64,
@@ -438,8 +439,7 @@ impl SegmentBuilder {
         *next = seq + 1;
         self.events.push((boot, id as i64));
         if shape == 0 {
-            self.whole.extend_from_slice(line.as_bytes());
-            self.whole.push(b'\n');
+            put_bytes(&mut self.whole, line.as_bytes());
             return;
         }
         for &(c, v) in &self.vals {
@@ -541,8 +541,7 @@ impl SegmentBuilder {
 
     /// Keeps a line that is not an event (a loss record, an unknown type), whole.
     pub fn keep_other(&mut self, line: &str) {
-        self.other.extend_from_slice(line.as_bytes());
-        self.other.push(b'\n');
+        put_bytes(&mut self.other, line.as_bytes());
         self.other_lines += 1;
     }
 
@@ -695,7 +694,7 @@ impl<'a> Segment<'a> {
         let mut h = 0;
         let mut n = || varint::get(head, &mut h).map(|v| v as usize);
         let (events, _other, shapes, columns) = (n()?, n()?, n()?, n()?);
-        let markers = take(head, &mut h, 2 * columns)?;
+        let markers = take(head, &mut h, columns.checked_mul(2).ok_or_else(damaged)?)?;
         let mut s6 = Vec::with_capacity(SECTIONS + columns);
         for _ in 0..SECTIONS + columns {
             let len = varint::get(head, &mut h)? as usize;
@@ -707,9 +706,13 @@ impl<'a> Segment<'a> {
         }
         let table = s6[0];
         let mut t = 0;
-        let mut decoded = Vec::with_capacity(shapes);
+        // Capacities bounded by what the segment can hold, whatever its counts say.
+        let mut decoded = Vec::with_capacity(shapes.min(MAX_SHAPES));
         for _ in 0..shapes {
             let values = varint::get(table, &mut t)? as usize;
+            if values > table.len() {
+                return Err(damaged());
+            }
             let mut shape = DecodedShape { gaps: Vec::with_capacity(values + 1), columns: Vec::with_capacity(values) };
             for _ in 0..values {
                 let len = varint::get(table, &mut t)? as usize;
@@ -742,7 +745,7 @@ impl<'a> Segment<'a> {
         let (mut ps, mut pb, mut pi) = (0, 0, 0);
         let mut boot = 0i64;
         let mut next_seq: Vec<u64> = Vec::new();
-        let mut whole = self.whole.split(|&c| c == b'\n');
+        let mut whole = 0;
         for _ in 0..self.events {
             let shape = varint::get(self.slot_shapes, &mut ps)? as usize;
             boot = boot.wrapping_add(varint::unzigzag(varint::get(self.slot_boots, &mut pb)?));
@@ -760,7 +763,8 @@ impl<'a> Segment<'a> {
             let wanted = want(boot, id);
             let mut line = String::new();
             if shape == 0 {
-                let text = whole.next().ok_or_else(damaged)?;
+                let len = varint::get(self.whole, &mut whole)? as usize;
+                let text = take(self.whole, &mut whole, len)?;
                 if wanted {
                     line = std::str::from_utf8(text).context("raw segment text is not UTF-8")?.to_string();
                 }
@@ -808,8 +812,11 @@ pub fn lines(blob: &[u8]) -> Result<Vec<String>> {
         out.push(l);
         false
     })?;
-    let other = std::str::from_utf8(seg.other).context("raw segment text is not UTF-8")?;
-    out.extend(other.lines().map(str::to_string));
+    let mut pos = 0;
+    while pos < seg.other.len() {
+        let len = varint::get(seg.other, &mut pos)? as usize;
+        out.push(std::str::from_utf8(take(seg.other, &mut pos, len)?).context("raw segment text is not UTF-8")?.to_string());
+    }
     Ok(out)
 }
 
@@ -839,7 +846,9 @@ mod tests {
             b.keep_event(boot, id, l);
             ids.push((boot, id));
         }
-        let cut = lines.len() - b.whole.iter().filter(|&&c| c == b'\n').count();
+        let mut pos = 0;
+        let whole = (0..lines.len()).filter(|_| varint::get(&b.slot_shapes, &mut pos).unwrap() == 0).count();
+        let cut = lines.len() - whole;
         let others = [r#"{"type":"loss","cpu":1,"count":3}"#, "{\"type\":\"future\",\"x\":\"\\u0041\"}"];
         for o in others {
             b.keep_other(o);
@@ -888,7 +897,8 @@ mod tests {
     /// A line of the collector's kind with random field order, values of
     /// every JSON type (integers at the edges of 64 bits, numbers that are
     /// not canonical integers, strings with multi-byte characters and
-    /// escapes), nested objects and arrays and optional whitespace.
+    /// escapes), nested objects and arrays and optional whitespace, newlines
+    /// included (`push_line` takes any text).
     fn random_line(r: &mut Rng) -> String {
         const KEYS: &[&str] = &["type", "id", "cpu", "seq", "time_ns", "pid", "comm", "syscall", "ret", "path", "args", "argv", "fd", "x1", "é"];
         const INTS: &[&str] = &[
@@ -896,7 +906,7 @@ mod tests {
             "18446744073709551615", "-0", "1.5", "-2.5e-3", "1E9", "100000000000000000000", "07",
         ];
         const STRS: &[&str] = &["", "event", "read", "/tmp/a b", "é☃", "a\\\"b", "tab\\t", "{\\\"", "[1,2]", "0"];
-        let ws = |r: &mut Rng| if r.next_u64().is_multiple_of(6) { [" ", "\t", "  ", "\r"][r.next_u64() as usize % 4] } else { "" };
+        let ws = |r: &mut Rng| if r.next_u64().is_multiple_of(6) { [" ", "\t", "  ", "\r", "\n"][r.next_u64() as usize % 5] } else { "" };
         fn value(r: &mut Rng, depth: u32, ws: &dyn Fn(&mut Rng) -> &'static str) -> String {
             match r.next_u64() % if depth > 2 { 5 } else { 7 } {
                 0 | 1 => INTS[r.next_u64() as usize % INTS.len()].to_string(),
