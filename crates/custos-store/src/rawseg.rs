@@ -29,6 +29,12 @@ const ZSTD_LEVEL: i32 = 1;
 /// stream that orders every line's fields its own way would otherwise grow
 /// the shape table without bound).
 const MAX_SHAPES: usize = 4096;
+/// Edges the shape tree of one segment holds at most; a line whose new
+/// shape would pass it stays whole. Shapes share their common prefixes
+/// (an `argv` one longer adds one edge), so only long lines that share
+/// nothing (fields in their own order each) reach it; it bounds the tree
+/// at ~50 bytes an edge.
+const MAX_TREE_EDGES: usize = 1 << 18;
 /// Nesting the cutter follows (`args`, `argv`); deeper lines stay whole.
 const MAX_DEPTH: u32 = 8;
 
@@ -470,7 +476,7 @@ impl SegmentBuilder {
         }
         let s = match self.shapes.get(&self.cutter.skel[..]) {
             Some(&s) => s,
-            None if self.shapes.len() >= MAX_SHAPES => return 0,
+            None if self.shapes.len() >= MAX_SHAPES || self.tree.len() + self.cutter.vals.len() > MAX_TREE_EDGES => return 0,
             None => self.register(line),
         };
         self.vals.clear();
@@ -961,6 +967,17 @@ mod tests {
         let cut = round_trip(&lines, &mut r);
         // Both paths were taken often (a third of the strings hold escapes).
         assert!(cut > 2000 && lines.len() - cut > 2000, "{cut} of {} lines cut", lines.len());
+    }
+
+    /// Long lines that share no prefix, each its own shape: past the
+    /// tree's bound they stay whole, and every line still comes back.
+    #[test]
+    fn the_shape_tree_is_bounded() {
+        // Another first key each: no two lines share a path in the tree.
+        let values = vec!["\"a\""; 600].join(",");
+        let lines: Vec<String> = (0..600).map(|i| format!("{{\"k{i}\":[{values}]}}")).collect();
+        let cut = round_trip(&lines, &mut Rng::new(5));
+        assert!(cut > 100 && cut < lines.len(), "{cut} of {} lines cut", lines.len());
     }
 
     #[test]
