@@ -8,9 +8,10 @@
 //! varints of their difference from a prediction (the previous value of
 //! the column; for `id`, `cpu` and `seq` the event's own id), strings as
 //! their bytes, each ended by a 0 byte (zstd finds the repeats: interning
-//! them per column measured larger and slower). A line the cutter does not take (an escape, a
-//! control character, deeper nesting, one shape too many) is kept whole,
-//! and so are loss records and lines of unknown types.
+//! them per column measured larger and slower). A line the cutter does not
+//! take (an escape or a 0 byte in a string, a control byte in a key,
+//! deeper nesting, a shape too many) is kept whole, and so are loss
+//! records and lines of unknown types.
 //!
 //! Events are kept in the order they were applied (time order), so times
 //! differ by little; the event ids, which locate an event, are a column of
@@ -39,8 +40,8 @@ const MAX_TREE_EDGES: usize = 1 << 18;
 const MAX_DEPTH: u32 = 8;
 
 /// Markers of the values in a skeleton. Control bytes: JSON allows none
-/// outside strings but the whitespace ones (a line the fast path took is
-/// JSON; any other is only ever compared, byte for byte).
+/// outside strings but the whitespace ones, and the cutter refuses keys
+/// holding any, so a skeleton's markers are exactly its values.
 const INT: u8 = 1;
 const STR: u8 = 2;
 /// A number that is not a canonical integer of 64 bits (a fraction, an
@@ -156,7 +157,6 @@ fn int_value(neg: bool, digits: &[u8]) -> Option<i64> {
         i64::try_from(v).ok()
     }
 }
-
 
 /// The closing quote of a string whose text starts at `start`: the next
 /// quote. None if a backslash (an escape: the line is kept whole, as the
