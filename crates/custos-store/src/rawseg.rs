@@ -392,9 +392,6 @@ pub struct SegmentBuilder {
     other_lines: i64,
     /// (boot, id) of every event, for the runs of the event ranges.
     events: Vec<(i64, i64)>,
-    /// Column buffers of earlier segments, emptied, for the next columns:
-    /// fresh ones cost page faults and regrowth every batch.
-    spare: Vec<Vec<u8>>,
     /// One zstd context for all segments (made at the first seal).
     zstd: Option<zstd::bulk::Compressor<'static>>,
 }
@@ -422,7 +419,6 @@ impl Default for SegmentBuilder {
             other: Vec::new(),
             other_lines: 0,
             events: Vec::new(),
-            spare: Vec::new(),
             zstd: None,
         }
     }
@@ -520,8 +516,7 @@ impl SegmentBuilder {
             let next = self.columns.len() as u32;
             let c = *self.columns_by_path.entry((path.clone(), marker)).or_insert(next);
             if c == next {
-                let data = self.spare.pop().unwrap_or_default();
-                self.columns.push(Column { marker, pred: Pred::of(path, marker), prev: 0, data });
+                self.columns.push(Column { marker, pred: Pred::of(path, marker), prev: 0, data: Vec::new() });
             }
             cols.push(c);
             let text = &skel[gap..at];
@@ -563,11 +558,7 @@ impl SegmentBuilder {
         self.shape_columns.clear();
         self.shape_table.clear();
         self.columns_by_path.clear();
-        for c in self.columns.drain(..) {
-            let mut data = c.data;
-            data.clear();
-            self.spare.push(data);
-        }
+        self.columns.clear();
         for b in [&mut self.slot_shapes, &mut self.slot_boots, &mut self.slot_ids, &mut self.whole, &mut self.other] {
             b.clear();
         }
