@@ -550,7 +550,7 @@ impl SegmentBuilder {
         self.events.is_empty() && self.other_lines == 0
     }
 
-    /// Empties the builder, keeping its buffers.
+    /// Empties the builder (its per-event buffers keep their capacity).
     pub fn clear(&mut self) {
         self.tree.clear();
         self.tree.push(ShapeNode::default());
