@@ -16,6 +16,7 @@ pub mod graph;
 pub mod ingest;
 pub mod nodes;
 pub mod query;
+pub mod rawseg;
 pub mod record;
 pub mod render;
 pub mod schema;

@@ -11,7 +11,9 @@ use std::path::Path;
 /// node (`causes`); the nodes likewise (`node_blocks`), their name, pid and
 /// exec indexes as sorted runs (`node_key_runs`, `node_key_pages`); the edges by cause as per-batch
 /// parts per block of causes (`effect_parts`), not a row per edge (`edges`).
-pub const SCHEMA_VERSION: i64 = 3;
+/// 4: the raw lines as column segments (`raw_segments`), not zstd text
+/// chunks (`raw_chunks`); `event_ranges` name a segment, not a chunk's slots.
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// WAL size after which a commit checkpoints (see `open_rw`).
 pub const WAL_CHECKPOINT_BYTES: i64 = 64 << 20;
@@ -89,22 +91,22 @@ const DDL: &str = r#"
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;
 -- One row per boot identity; event ids are unique only within a boot.
 CREATE TABLE IF NOT EXISTS boots(boot INTEGER PRIMARY KEY, boot_id TEXT NOT NULL UNIQUE);
--- Raw JSON Lines, zstd-compressed per committed batch; events point into them.
-CREATE TABLE IF NOT EXISTS raw_chunks(
-    chunk INTEGER PRIMARY KEY,
+-- The raw lines of each committed batch as one column segment (see
+-- rawseg.rs): every line comes back byte for byte; events point into them.
+CREATE TABLE IF NOT EXISTS raw_segments(
+    segment INTEGER PRIMARY KEY,
     ingest INTEGER NOT NULL,
     lines INTEGER NOT NULL,
-    zstd BLOB NOT NULL);
+    data BLOB NOT NULL);
 -- Every accepted event once, as runs of consecutive event ids (an id is
 -- cpu << 48 | seq, so one CPU's run of a batch is one row): the events
--- first_id..=last_id of `boot` are lines first_slot.. of raw chunk `chunk`.
+-- first_id..=last_id of `boot` are in raw segment `segment`.
 -- The runs of all batches are disjoint; they are the de-duplication key.
 CREATE TABLE IF NOT EXISTS event_ranges(
     boot INTEGER NOT NULL,
     first_id INTEGER NOT NULL,
     last_id INTEGER NOT NULL,
-    chunk INTEGER NOT NULL,
-    first_slot INTEGER NOT NULL,
+    segment INTEGER NOT NULL,
     PRIMARY KEY(boot, first_id)) WITHOUT ROWID;
 -- The nodes, packed by 64 consecutive ids (see nodes.rs): block = node >> 6.
 CREATE TABLE IF NOT EXISTS node_blocks(block INTEGER PRIMARY KEY, data BLOB NOT NULL);
@@ -300,7 +302,7 @@ mod tests {
     }
 
     /// A store of an older layout (version 1: per-event `events` rows;
-    /// version 2: a `causes` row per node) is refused with the command that
+    /// version 2: a `causes` row per node; version 3: raw text chunks) is refused with the command that
     /// rebuilds it, for writing and for queries, and is left untouched.
     #[test]
     fn an_older_store_is_refused_naming_custos_ingest() {
@@ -308,6 +310,7 @@ mod tests {
         for (version, table) in [
             (1, "CREATE TABLE events(boot INTEGER, event_id INTEGER, time_ns INTEGER, chunk INTEGER, slot INTEGER);"),
             (2, "CREATE TABLE causes(node INTEGER PRIMARY KEY, list BLOB NOT NULL);"),
+            (3, "CREATE TABLE raw_chunks(chunk INTEGER PRIMARY KEY, ingest INTEGER, lines INTEGER, zstd BLOB);"),
         ] {
             let p = dir.path().join(format!("old{version}.db"));
             {
@@ -321,7 +324,7 @@ mod tests {
             }
             for err in [open_rw(&p).unwrap_err(), open_ro(&p).unwrap_err()] {
                 let msg = format!("{err:#}");
-                assert!(msg.contains(&format!("schema version {version}")) && msg.contains("understands 3"), "{msg}");
+                assert!(msg.contains(&format!("schema version {version}")) && msg.contains("understands 4"), "{msg}");
                 assert!(msg.contains("custos ingest --db"), "{msg}");
             }
             let c = Connection::open(&p).unwrap();

@@ -94,6 +94,7 @@ fn kill_9_mid_ingest_keeps_every_acknowledged_batch() {
     }
     assert!(checked > 7000, "checked {checked} acknowledged events");
     drop(q);
+    assert_raw_lines(&conn, &lines[..acked as usize], 15);
     drop(conn);
 
     // Resume: re-ingest the whole file; nothing duplicates and the graph equals a clean run's.
@@ -113,6 +114,21 @@ fn kill_9_mid_ingest_keeps_every_acknowledged_batch() {
     }
     assert_eq!(custos_store::effects::count(&a).unwrap(), custos_store::effects::count(&b).unwrap(), "edges");
     assert_eq!(count(&a, "SELECT COALESCE(SUM(last_id - first_id + 1), 0) FROM event_ranges"), total);
+    assert_raw_lines(&a, &lines, 30);
+}
+
+/// Every `step`-th event line of `lines` is what `custos query event`
+/// returns for its id, byte for byte (the raw column segments).
+fn assert_raw_lines(conn: &Connection, lines: &[String], step: usize) {
+    let mut checked = 0;
+    for l in lines.iter().filter(|l| event_id(l).is_some()).step_by(step) {
+        let id = event_id(l).unwrap();
+        let boots = custos_store::ingest::event_boots(conn, id).unwrap();
+        assert_eq!(boots.len(), 1, "event {id:#x}");
+        assert_eq!(custos_store::ingest::raw_event(conn, boots[0], id).unwrap().as_deref(), Some(l.as_str()), "event {id:#x}");
+        checked += 1;
+    }
+    assert!(checked > 500, "checked {checked} raw lines");
 }
 
 /// The whole graph, in node order: identical tables mean an identical graph.

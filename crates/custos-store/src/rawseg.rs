@@ -1,0 +1,990 @@
+//! The raw lines of a batch as one column segment (docs/store.md, "Raw
+//! events as column segments"): every kept line comes back byte for byte,
+//! but a plain event line is not stored as text. It is cut into its
+//! *skeleton* (the keys, punctuation, whitespace and literals, with a
+//! marker where each string or number was) and its values; the skeleton is
+//! kept once per segment as a *shape*, each value goes to the column of its
+//! key path (`time_ns`, `comm`, `args.flags`, `argv[]`): integers as zigzag
+//! varints of their difference from a prediction (the previous value of
+//! the column; for `id`, `cpu` and `seq` the event's own id), strings as
+//! their bytes, each ended by a 0 byte (zstd finds the repeats: interning
+//! them per column measured larger and slower). A line the cutter does not
+//! take (an escape or a 0 byte in a string, a control byte in a key,
+//! deeper nesting, a shape too many) is kept whole, and so are loss
+//! records and lines of unknown types.
+//!
+//! Events are kept in the order they were applied (time order), so times
+//! differ by little; the event ids, which locate an event, are a column of
+//! their own (CPU and the step from that CPU's previous sequence number).
+
+use crate::blocks::{SEQ_BITS, SEQ_MASK};
+use crate::graph::Map;
+use crate::varint;
+use anyhow::{bail, Context, Result};
+use std::fmt::Write as _;
+
+/// zstd level of a segment. Level 1: the columns are already small, and
+/// its fast strategy compressed the raw lines smaller than level 3 did.
+const ZSTD_LEVEL: i32 = 1;
+/// Shapes one segment holds at most; lines of further shapes stay whole (a
+/// stream that orders every line's fields its own way would otherwise grow
+/// the shape table without bound).
+const MAX_SHAPES: usize = 4096;
+/// Edges the shape tree of one segment holds at most; a line whose new
+/// shape would pass it stays whole. Shapes share their common prefixes
+/// (an `argv` one longer adds one edge), so only long lines that share
+/// nothing (fields in their own order each) reach it; it bounds the tree
+/// at ~50 bytes an edge.
+const MAX_TREE_EDGES: usize = 1 << 18;
+/// Nesting the cutter follows (`args`, `argv`); deeper lines stay whole.
+const MAX_DEPTH: u32 = 8;
+
+/// Markers of the values in a skeleton. Control bytes: JSON allows none
+/// outside strings but the whitespace ones, and the cutter refuses keys
+/// holding any, so a skeleton's markers are exactly its values.
+const INT: u8 = 1;
+const STR: u8 = 2;
+/// A number that is not a canonical integer of 64 bits (a fraction, an
+/// exponent, `-0`, a huge one): kept as its text.
+const NUM: u8 = 3;
+
+/// What an integer is predicted from.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Pred {
+    /// The column's previous value (times, pids, sizes).
+    Prev = 0,
+    /// The event's id (`id`), its CPU (`cpu`) or its sequence number (`seq`).
+    EventId = 1,
+    Cpu = 2,
+    Seq = 3,
+}
+
+impl Pred {
+    fn of(path: &[u8], marker: u8) -> Pred {
+        match (path, marker) {
+            (b"id", INT) => Pred::EventId,
+            (b"cpu", INT) => Pred::Cpu,
+            (b"seq", INT) => Pred::Seq,
+            _ => Pred::Prev,
+        }
+    }
+
+    fn from_u8(v: u8) -> Result<Pred> {
+        Ok(match v {
+            0 => Pred::Prev,
+            1 => Pred::EventId,
+            2 => Pred::Cpu,
+            3 => Pred::Seq,
+            _ => bail!("raw segment: unknown prediction {v} (the store is damaged)"),
+        })
+    }
+
+    fn value(self, prev: i64, id: u64) -> i64 {
+        match self {
+            Pred::Prev => prev,
+            Pred::EventId => id as i64,
+            Pred::Cpu => (id >> SEQ_BITS) as i64,
+            Pred::Seq => (id & SEQ_MASK) as i64,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Val {
+    Int(i64),
+    /// A string's bytes (between its quotes) or a number's text: a range of the line.
+    Text(u32, u32),
+}
+
+/// A line cut into skeleton and values.
+#[derive(Default)]
+struct Cutter {
+    skel: Vec<u8>,
+    vals: Vec<Val>,
+    /// With `track`, the key path of each value (only when a shape is new).
+    track: bool,
+    path: Vec<u8>,
+    paths: Vec<Vec<u8>>,
+}
+
+struct Pos<'a> {
+    b: &'a [u8],
+    i: usize,
+    /// Start of the skeleton text not yet copied.
+    gap: usize,
+}
+
+impl Pos<'_> {
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.b.get(self.i) {
+            self.i += 1;
+        }
+    }
+
+    fn at(&self) -> Option<u8> {
+        self.b.get(self.i).copied()
+    }
+
+    fn lit(&mut self, word: &[u8]) -> Option<()> {
+        self.b.get(self.i..self.i + word.len()).filter(|w| *w == word)?;
+        self.i += word.len();
+        Some(())
+    }
+}
+
+/// `text` as an integer if printing that integer gives `text` back.
+fn canonical_int(text: &[u8]) -> Option<i64> {
+    match text.split_first() {
+        Some((b'-', rest)) => int_value(true, rest),
+        _ => int_value(false, text),
+    }
+}
+
+/// The integer of an optional minus and ASCII `digits`, if it is a
+/// canonical one (no leading zero, no `-0`) of 64 bits.
+fn int_value(neg: bool, digits: &[u8]) -> Option<i64> {
+    // Past 19 digits nothing fits an i64; up to 19 nothing overflows a u64.
+    if digits.is_empty() || digits.len() > 19 || (digits[0] == b'0' && (digits.len() > 1 || neg)) {
+        return None;
+    }
+    if !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let v = digits.iter().fold(0u64, |v, &c| v * 10 + (c - b'0') as u64);
+    if neg {
+        (v <= i64::MAX as u64 + 1).then(|| (v as i64).wrapping_neg())
+    } else {
+        i64::try_from(v).ok()
+    }
+}
+
+/// The closing quote of a string whose text starts at `start`: the next
+/// quote. None if a backslash (an escape: the line is kept whole, as the
+/// fast-path parser leaves it to serde) or a 0 byte (the text columns'
+/// terminator) comes first.
+fn string_end(b: &[u8], start: usize) -> Option<usize> {
+    let n = memchr::memchr3(b'"', b'\\', 0, b.get(start..)?)?;
+    (b[start + n] == b'"').then_some(start + n)
+}
+
+/// Whether `c` continues a number: the cutter takes a number's text up to
+/// the first other byte, and the shape tree must end it at the same place.
+fn in_number(c: u8) -> bool {
+    matches!(c, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E')
+}
+
+/// Reads a value of kind `marker` at `at` of a plain line, as the cutter
+/// would: the value and where it ends.
+fn read_value(b: &[u8], at: usize, marker: u8) -> Option<(Val, usize)> {
+    match marker {
+        STR => {
+            let end = string_end(b, at)?;
+            Some((Val::Text(at as u32, end as u32), end))
+        }
+        INT => {
+            let neg = b.get(at) == Some(&b'-');
+            let first = at + neg as usize;
+            let n = b.get(first..)?.iter().take_while(|c| c.is_ascii_digit()).count();
+            let end = first + n;
+            if b.get(end).is_some_and(|&c| in_number(c)) {
+                return None;
+            }
+            Some((Val::Int(int_value(neg, &b[first..end])?), end))
+        }
+        _ => {
+            let n = b.get(at..)?.iter().position(|&c| !in_number(c)).unwrap_or(b.len() - at);
+            let end = at + n;
+            (n > 0 && canonical_int(&b[at..end]).is_none()).then_some((Val::Text(at as u32, end as u32), end))
+        }
+    }
+}
+
+impl Cutter {
+    /// Cuts `b`; false if it is not a line the columns take.
+    fn cut(&mut self, b: &[u8], track: bool) -> bool {
+        self.skel.clear();
+        self.vals.clear();
+        self.track = track;
+        self.path.clear();
+        self.paths.clear();
+        let mut p = Pos { b, i: 0, gap: 0 };
+        if self.value(&mut p, 0).is_none() {
+            return false;
+        }
+        p.ws();
+        if p.i != b.len() {
+            return false;
+        }
+        self.skel.extend_from_slice(&b[p.gap..]);
+        true
+    }
+
+    /// Ends the skeleton text before a value at `start`.
+    fn mark(&mut self, p: &Pos, start: usize, marker: u8, v: Val) {
+        self.skel.extend_from_slice(&p.b[p.gap..start]);
+        self.skel.push(marker);
+        self.vals.push(v);
+        if self.track {
+            self.paths.push(self.path.clone());
+        }
+    }
+
+    fn value(&mut self, p: &mut Pos, depth: u32) -> Option<()> {
+        p.ws();
+        match p.at()? {
+            b'"' => {
+                let start = p.i + 1;
+                let end = string_end(p.b, start)?;
+                self.mark(p, start, STR, Val::Text(start as u32, end as u32));
+                p.gap = end;
+                p.i = end + 1;
+            }
+            b'{' => {
+                p.i += 1;
+                p.ws();
+                if p.at()? == b'}' {
+                    p.i += 1;
+                    return Some(());
+                }
+                if depth >= MAX_DEPTH {
+                    return None;
+                }
+                loop {
+                    p.ws();
+                    if p.at()? != b'"' {
+                        return None;
+                    }
+                    let key = p.i + 1;
+                    let key_end = string_end(p.b, key)?;
+                    // A control byte in a key would pass for a value's
+                    // marker in the skeleton: such a line stays whole.
+                    if p.b[key..key_end].iter().any(|&c| c < 0x20) {
+                        return None;
+                    }
+                    p.i = key_end + 1;
+                    p.ws();
+                    if p.at()? != b':' {
+                        return None;
+                    }
+                    p.i += 1;
+                    let outer = self.path.len();
+                    if self.track {
+                        if outer > 0 {
+                            self.path.push(b'.');
+                        }
+                        self.path.extend_from_slice(&p.b[key..key_end]);
+                    }
+                    self.value(p, depth + 1)?;
+                    self.path.truncate(outer);
+                    p.ws();
+                    match p.at()? {
+                        b',' => p.i += 1,
+                        b'}' => {
+                            p.i += 1;
+                            return Some(());
+                        }
+                        _ => return None,
+                    }
+                }
+            }
+            b'[' => {
+                p.i += 1;
+                p.ws();
+                if p.at()? == b']' {
+                    p.i += 1;
+                    return Some(());
+                }
+                if depth >= MAX_DEPTH {
+                    return None;
+                }
+                let outer = self.path.len();
+                if self.track {
+                    self.path.extend_from_slice(b"[]");
+                }
+                loop {
+                    self.value(p, depth + 1)?;
+                    p.ws();
+                    match p.at()? {
+                        b',' => p.i += 1,
+                        b']' => {
+                            p.i += 1;
+                            self.path.truncate(outer);
+                            return Some(());
+                        }
+                        _ => return None,
+                    }
+                }
+            }
+            b'-' | b'0'..=b'9' => {
+                let start = p.i;
+                while p.at().is_some_and(in_number) {
+                    p.i += 1;
+                }
+                let v = match canonical_int(&p.b[start..p.i]) {
+                    Some(v) => (INT, Val::Int(v)),
+                    None => (NUM, Val::Text(start as u32, p.i as u32)),
+                };
+                self.mark(p, start, v.0, v.1);
+                p.gap = p.i;
+            }
+            b't' => p.lit(b"true")?,
+            b'f' => p.lit(b"false")?,
+            b'n' => p.lit(b"null")?,
+            _ => return None,
+        }
+        Some(())
+    }
+}
+
+/// One column of a segment being built.
+struct Column {
+    marker: u8,
+    pred: Pred,
+    prev: i64,
+    /// Integers: the residuals as varints. Texts: the bytes of each, ended by a 0 byte.
+    data: Vec<u8>,
+}
+
+/// A segment's shapes as a tree: a shape is a path from the root, one edge
+/// per value (the skeleton text before it, its kind and column), ending in
+/// the text after the last value. A line finds its shape by walking it and
+/// comparing text in place, with no skeleton built and nothing hashed.
+#[derive(Default)]
+struct ShapeNode {
+    edges: Vec<ShapeEdge>,
+    /// The last gap of the shapes ending here, and their numbers.
+    ends: Vec<(Box<[u8]>, u32)>,
+}
+
+struct ShapeEdge {
+    gap: Box<[u8]>,
+    marker: u8,
+    column: u32,
+    to: u32,
+}
+
+/// The open batch's raw lines, built into a segment at commit.
+pub struct SegmentBuilder {
+    cutter: Cutter,
+    tree: Vec<ShapeNode>,
+    /// The values of the line being kept, each with its column.
+    vals: Vec<(u32, Val)>,
+    /// Skeleton → shape number (from 1; 0 marks a line kept whole), for
+    /// the lines the tree's walk does not place.
+    shapes: Map<Vec<u8>, u32>,
+    /// Per shape, the column of each of its values.
+    shape_columns: Vec<Vec<u32>>,
+    /// The shapes as written: per shape the values, each a gap and its column, then the last gap.
+    shape_table: Vec<u8>,
+    columns_by_path: Map<(Vec<u8>, u8), u32>,
+    columns: Vec<Column>,
+    /// Per event: its shape, boot (difference from the previous) and id.
+    slot_shapes: Vec<u8>,
+    slot_boots: Vec<u8>,
+    slot_ids: Vec<u8>,
+    last_boot: i64,
+    /// Per CPU (an id's top 16 bits) the sequence number after its last event.
+    next_seq: Vec<u64>,
+    /// Events kept whole (shape 0), then the other kept lines, each behind
+    /// its length (a line handed to `push_line` may hold a newline).
+    whole: Vec<u8>,
+    other: Vec<u8>,
+    other_lines: i64,
+    /// (boot, id) of every event, for the runs of the event ranges.
+    events: Vec<(i64, i64)>,
+    /// One zstd context for all segments (made at the first seal).
+    zstd: Option<zstd::bulk::Compressor<'static>>,
+}
+
+/// A run of consecutive event ids in a segment: (boot, first id, last id).
+pub type Run = (i64, i64, i64);
+
+impl Default for SegmentBuilder {
+    fn default() -> Self {
+        SegmentBuilder {
+            cutter: Cutter::default(),
+            tree: vec![ShapeNode::default()],
+            vals: Vec::new(),
+            shapes: Map::default(),
+            shape_columns: Vec::new(),
+            shape_table: Vec::new(),
+            columns_by_path: Map::default(),
+            columns: Vec::new(),
+            slot_shapes: Vec::new(),
+            slot_boots: Vec::new(),
+            slot_ids: Vec::new(),
+            last_boot: 0,
+            next_seq: Vec::new(),
+            whole: Vec::new(),
+            other: Vec::new(),
+            other_lines: 0,
+            events: Vec::new(),
+            zstd: None,
+        }
+    }
+}
+
+impl SegmentBuilder {
+    /// Keeps an event's line (applied, new to the store).
+    pub fn keep_event(&mut self, boot: i64, id: u64, line: &str) {
+        let shape = self.shape_of(line.as_bytes());
+        varint::put(&mut self.slot_shapes, shape as u64);
+        varint::put(&mut self.slot_boots, varint::zigzag(boot.wrapping_sub(self.last_boot)));
+        self.last_boot = boot;
+        let (cpu, seq) = (id >> SEQ_BITS, id & SEQ_MASK);
+        if self.next_seq.len() <= cpu as usize {
+            self.next_seq.resize(cpu as usize + 1, 0);
+        }
+        let next = &mut self.next_seq[cpu as usize];
+        varint::put(&mut self.slot_ids, cpu);
+        varint::put(&mut self.slot_ids, varint::zigzag(seq.wrapping_sub(*next) as i64));
+        *next = seq + 1;
+        self.events.push((boot, id as i64));
+        if shape == 0 {
+            put_bytes(&mut self.whole, line.as_bytes());
+            return;
+        }
+        for &(c, v) in &self.vals {
+            let col = &mut self.columns[c as usize];
+            match v {
+                Val::Int(v) => {
+                    let pred = col.pred.value(col.prev, id);
+                    varint::put(&mut col.data, varint::zigzag(v.wrapping_sub(pred)));
+                    col.prev = v;
+                }
+                Val::Text(a, b) => {
+                    col.data.extend_from_slice(&line.as_bytes()[a as usize..b as usize]);
+                    col.data.push(0);
+                }
+            }
+        }
+    }
+
+    /// The shape of a line, its values in `vals`; 0 to keep the line whole.
+    fn shape_of(&mut self, line: &[u8]) -> u32 {
+        if let Some(s) = self.walk_tree(line) {
+            return s;
+        }
+        // A new shape, or one the walk missed (it follows the first edge
+        // that matches, and a line's text may match two): cut the line.
+        if !self.cutter.cut(line, false) {
+            return 0;
+        }
+        let s = match self.shapes.get(&self.cutter.skel[..]) {
+            Some(&s) => s,
+            None if self.shapes.len() >= MAX_SHAPES || self.tree.len() + self.cutter.vals.len() > MAX_TREE_EDGES => return 0,
+            None => self.register(line),
+        };
+        self.vals.clear();
+        self.vals.extend(self.cutter.vals.iter().zip(&self.shape_columns[s as usize - 1]).map(|(v, &c)| (c, *v)));
+        s
+    }
+
+    fn walk_tree(&mut self, line: &[u8]) -> Option<u32> {
+        self.vals.clear();
+        let (mut node, mut pos) = (0, 0);
+        'node: loop {
+            let n = &self.tree[node];
+            let rest = &line[pos..];
+            if let Some((_, s)) = n.ends.iter().find(|(gap, _)| **gap == *rest) {
+                return Some(*s);
+            }
+            for e in &n.edges {
+                if rest.starts_with(&e.gap) {
+                    if let Some((v, end)) = read_value(line, pos + e.gap.len(), e.marker) {
+                        self.vals.push((e.column, v));
+                        (node, pos) = (e.to as usize, end);
+                        continue 'node;
+                    }
+                }
+            }
+            return None;
+        }
+    }
+
+    /// Registers the shape of a cut line: its columns (by key path), its
+    /// entry in the shape table and its path in the tree.
+    fn register(&mut self, line: &[u8]) -> u32 {
+        self.cutter.cut(line, true);
+        let s = self.shape_columns.len() as u32 + 1;
+        let skel = &self.cutter.skel;
+        let mut cols = Vec::with_capacity(self.cutter.vals.len());
+        let (mut gap, mut node) = (0, 0);
+        varint::put(&mut self.shape_table, self.cutter.vals.len() as u64);
+        let markers = skel.iter().enumerate().filter(|(_, &c)| matches!(c, INT | STR | NUM));
+        for ((at, &marker), path) in markers.zip(&self.cutter.paths) {
+            let next = self.columns.len() as u32;
+            let c = *self.columns_by_path.entry((path.clone(), marker)).or_insert(next);
+            if c == next {
+                self.columns.push(Column { marker, pred: Pred::of(path, marker), prev: 0, data: Vec::new() });
+            }
+            cols.push(c);
+            let text = &skel[gap..at];
+            put_bytes(&mut self.shape_table, text);
+            varint::put(&mut self.shape_table, c as u64);
+            node = match self.tree[node].edges.iter().find(|e| *e.gap == *text && e.marker == marker) {
+                Some(e) => e.to as usize,
+                None => {
+                    let to = self.tree.len();
+                    self.tree.push(ShapeNode::default());
+                    self.tree[node].edges.push(ShapeEdge { gap: text.into(), marker, column: c, to: to as u32 });
+                    to
+                }
+            };
+            gap = at + 1;
+        }
+        put_bytes(&mut self.shape_table, &skel[gap..]);
+        self.tree[node].ends.push((skel[gap..].into(), s));
+        self.shape_columns.push(cols);
+        self.shapes.insert(skel.clone(), s);
+        s
+    }
+
+    /// Keeps a line that is not an event (a loss record, an unknown type), whole.
+    pub fn keep_other(&mut self, line: &str) {
+        put_bytes(&mut self.other, line.as_bytes());
+        self.other_lines += 1;
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.events.is_empty() && self.other_lines == 0
+    }
+
+    /// Empties the builder (its per-event buffers keep their capacity).
+    pub fn clear(&mut self) {
+        self.tree.clear();
+        self.tree.push(ShapeNode::default());
+        self.shapes.clear();
+        self.shape_columns.clear();
+        self.shape_table.clear();
+        self.columns_by_path.clear();
+        self.columns.clear();
+        for b in [&mut self.slot_shapes, &mut self.slot_boots, &mut self.slot_ids, &mut self.whole, &mut self.other] {
+            b.clear();
+        }
+        self.last_boot = 0;
+        self.next_seq.clear();
+        self.other_lines = 0;
+        self.events.clear();
+    }
+
+    /// The segment's bytes, its line count and its runs of consecutive
+    /// event ids (sorted by boot and id); the builder is empty afterwards.
+    pub fn seal(&mut self) -> Result<(Vec<u8>, i64, Vec<Run>)> {
+        let lines = self.events.len() as i64 + self.other_lines;
+        let mut head = Vec::new();
+        for n in [self.events.len() as u64, self.other_lines as u64, self.shape_columns.len() as u64, self.columns.len() as u64] {
+            varint::put(&mut head, n);
+        }
+        for c in &self.columns {
+            head.extend_from_slice(&[c.marker, c.pred as u8]);
+        }
+        let sections = [&self.shape_table, &self.slot_shapes, &self.slot_boots, &self.slot_ids, &self.whole, &self.other];
+        let sections: Vec<&Vec<u8>> = sections.into_iter().chain(self.columns.iter().map(|c| &c.data)).collect();
+        for s in &sections {
+            varint::put(&mut head, s.len() as u64);
+        }
+        let mut plain = Vec::with_capacity(head.len() + 10 + sections.iter().map(|s| s.len()).sum::<usize>());
+        put_bytes(&mut plain, &head);
+        for s in sections {
+            plain.extend_from_slice(s);
+        }
+        let zstd = match &mut self.zstd {
+            Some(z) => z,
+            None => self.zstd.insert(zstd::bulk::Compressor::new(ZSTD_LEVEL)?),
+        };
+        let blob = zstd.compress(&plain).context("compressing a raw segment")?;
+        self.events.sort_unstable();
+        let mut runs: Vec<Run> = Vec::new();
+        for &(boot, id) in &self.events {
+            match runs.last_mut() {
+                Some(r) if r.0 == boot && r.2.checked_add(1) == Some(id) => r.2 = id,
+                _ => runs.push((boot, id, id)),
+            }
+        }
+        self.clear();
+        Ok((blob, lines, runs))
+    }
+}
+
+fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+    varint::put(out, b.len() as u64);
+    out.extend_from_slice(b);
+}
+
+fn damaged() -> anyhow::Error {
+    anyhow::anyhow!("raw segment truncated or corrupt (the store is damaged)")
+}
+
+fn take<'a>(b: &'a [u8], pos: &mut usize, n: usize) -> Result<&'a [u8]> {
+    let s = b.get(*pos..pos.checked_add(n).ok_or_else(damaged)?).ok_or_else(damaged)?;
+    *pos += n;
+    Ok(s)
+}
+
+struct DecodedShape<'a> {
+    /// gaps[0] value gaps[1] value … gaps[n].
+    gaps: Vec<&'a [u8]>,
+    columns: Vec<usize>,
+}
+
+struct DecodedColumn<'a> {
+    marker: u8,
+    pred: Pred,
+    data: &'a [u8],
+    pos: usize,
+    prev: i64,
+}
+
+impl DecodedColumn<'_> {
+    /// Steps to the next value, appending its text to `out` if given.
+    fn next(&mut self, id: u64, out: Option<&mut String>) -> Result<()> {
+        if self.marker == INT {
+            let v = self.pred.value(self.prev, id).wrapping_add(varint::unzigzag(varint::get(self.data, &mut self.pos)?));
+            self.prev = v;
+            if let Some(out) = out {
+                let _ = write!(out, "{v}");
+            }
+            return Ok(());
+        }
+        let rest = self.data.get(self.pos..).ok_or_else(damaged)?;
+        let n = memchr::memchr(0, rest).ok_or_else(damaged)?;
+        if let Some(out) = out {
+            out.push_str(std::str::from_utf8(&rest[..n]).context("raw segment text is not UTF-8")?);
+        }
+        self.pos += n + 1;
+        Ok(())
+    }
+}
+
+/// The sections a segment holds before its columns: the shape table, per
+/// event its shape, boot and id, the events kept whole, the other lines.
+const SECTIONS: usize = 6;
+
+/// A stored segment, decompressed: its head, then its sections.
+struct Unpacked {
+    plain: Vec<u8>,
+}
+
+fn unpack(blob: &[u8]) -> Result<Unpacked> {
+    Ok(Unpacked { plain: zstd::stream::decode_all(blob).context("decompressing a raw segment")? })
+}
+
+/// A segment read back.
+struct Segment<'a> {
+    events: usize,
+    shapes: Vec<DecodedShape<'a>>,
+    columns: Vec<DecodedColumn<'a>>,
+    slot_shapes: &'a [u8],
+    slot_boots: &'a [u8],
+    slot_ids: &'a [u8],
+    whole: &'a [u8],
+    other: &'a [u8],
+}
+
+impl<'a> Segment<'a> {
+    fn read(u: &'a Unpacked) -> Result<Segment<'a>> {
+        let plain = &u.plain[..];
+        let mut pos = 0;
+        let len = varint::get(plain, &mut pos)? as usize;
+        let head = take(plain, &mut pos, len)?;
+        let mut h = 0;
+        let mut n = || varint::get(head, &mut h).map(|v| v as usize);
+        let (events, _other, shapes, columns) = (n()?, n()?, n()?, n()?);
+        let markers = take(head, &mut h, columns.checked_mul(2).ok_or_else(damaged)?)?;
+        let mut s6 = Vec::with_capacity(SECTIONS + columns);
+        for _ in 0..SECTIONS + columns {
+            let len = varint::get(head, &mut h)? as usize;
+            s6.push(take(plain, &mut pos, len)?);
+        }
+        let mut cols = Vec::with_capacity(columns);
+        for (i, m) in markers.chunks_exact(2).enumerate() {
+            cols.push(DecodedColumn { marker: m[0], pred: Pred::from_u8(m[1])?, data: s6[SECTIONS + i], pos: 0, prev: 0 });
+        }
+        let table = s6[0];
+        let mut t = 0;
+        // Capacities bounded by what the segment can hold, whatever its counts say.
+        let mut decoded = Vec::with_capacity(shapes.min(MAX_SHAPES));
+        for _ in 0..shapes {
+            let values = varint::get(table, &mut t)? as usize;
+            if values > table.len() {
+                return Err(damaged());
+            }
+            let mut shape = DecodedShape { gaps: Vec::with_capacity(values + 1), columns: Vec::with_capacity(values) };
+            for _ in 0..values {
+                let len = varint::get(table, &mut t)? as usize;
+                shape.gaps.push(take(table, &mut t, len)?);
+                let c = varint::get(table, &mut t)? as usize;
+                if c >= cols.len() {
+                    return Err(damaged());
+                }
+                shape.columns.push(c);
+            }
+            let len = varint::get(table, &mut t)? as usize;
+            shape.gaps.push(take(table, &mut t, len)?);
+            decoded.push(shape);
+        }
+        Ok(Segment {
+            events,
+            shapes: decoded,
+            columns: cols,
+            slot_shapes: s6[1],
+            slot_boots: s6[2],
+            slot_ids: s6[3],
+            whole: s6[4],
+            other: s6[5],
+        })
+    }
+
+    /// Walks the events in order, re-creating the line of each for which
+    /// `want(boot, id)` holds and handing it to `found`; stops when `found` says so.
+    fn walk(&mut self, mut want: impl FnMut(i64, u64) -> bool, mut found: impl FnMut(String) -> bool) -> Result<()> {
+        let (mut ps, mut pb, mut pi) = (0, 0, 0);
+        let mut boot = 0i64;
+        let mut next_seq: Vec<u64> = Vec::new();
+        let mut whole = 0;
+        for _ in 0..self.events {
+            let shape = varint::get(self.slot_shapes, &mut ps)? as usize;
+            boot = boot.wrapping_add(varint::unzigzag(varint::get(self.slot_boots, &mut pb)?));
+            let cpu = varint::get(self.slot_ids, &mut pi)?;
+            let step = varint::unzigzag(varint::get(self.slot_ids, &mut pi)?) as u64;
+            if cpu > u16::MAX as u64 {
+                return Err(damaged());
+            }
+            if next_seq.len() <= cpu as usize {
+                next_seq.resize(cpu as usize + 1, 0);
+            }
+            let seq = next_seq[cpu as usize].wrapping_add(step) & SEQ_MASK;
+            next_seq[cpu as usize] = seq + 1;
+            let id = cpu << SEQ_BITS | seq;
+            let wanted = want(boot, id);
+            let mut line = String::new();
+            if shape == 0 {
+                let len = varint::get(self.whole, &mut whole)? as usize;
+                let text = take(self.whole, &mut whole, len)?;
+                if wanted {
+                    line = std::str::from_utf8(text).context("raw segment text is not UTF-8")?.to_string();
+                }
+            } else {
+                // Every column must advance, wanted or not: values are coded in turn.
+                let s = self.shapes.get(shape - 1).ok_or_else(damaged)?;
+                let utf8 = |gap| std::str::from_utf8(gap).context("raw segment text is not UTF-8");
+                for (gap, &c) in s.gaps.iter().zip(&s.columns) {
+                    if wanted {
+                        line.push_str(utf8(gap)?);
+                    }
+                    self.columns[c].next(id, wanted.then_some(&mut line))?;
+                }
+                if wanted {
+                    line.push_str(utf8(s.gaps[s.columns.len()])?);
+                }
+            }
+            if wanted && found(line) {
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The line of event `id` of `boot` in a stored segment, if it holds it.
+pub fn event_line(blob: &[u8], boot: i64, id: i64) -> Result<Option<String>> {
+    let unpacked = unpack(blob)?;
+    let mut seg = Segment::read(&unpacked)?;
+    let mut out = None;
+    seg.walk(|b, i| b == boot && i as i64 == id, |l| {
+        out = Some(l);
+        true
+    })?;
+    Ok(out)
+}
+
+/// Every line of a stored segment: its events in the order they were
+/// applied, then its other lines (for tests and tools).
+pub fn lines(blob: &[u8]) -> Result<Vec<String>> {
+    let unpacked = unpack(blob)?;
+    let mut seg = Segment::read(&unpacked)?;
+    let mut out = Vec::new();
+    seg.walk(|_, _| true, |l| {
+        out.push(l);
+        false
+    })?;
+    let mut pos = 0;
+    while pos < seg.other.len() {
+        let len = varint::get(seg.other, &mut pos)? as usize;
+        out.push(std::str::from_utf8(take(seg.other, &mut pos, len)?).context("raw segment text is not UTF-8")?.to_string());
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::synth::Rng;
+    use std::io::BufRead;
+
+    /// Keeps `lines` as events of `boot` with ids `cpu << 48 | seq` (CPU
+    /// and sequence drawn by `rng`), plus a few other lines, seals the
+    /// segment and checks every line comes back byte for byte, in order
+    /// and by id; returns how many events were cut into columns.
+    fn round_trip(lines: &[String], rng: &mut Rng) -> usize {
+        let mut b = SegmentBuilder::default();
+        let mut seqs = [0u64; 4];
+        let mut ids = Vec::new();
+        for (i, l) in lines.iter().enumerate() {
+            let cpu = rng.next_u64() % 4;
+            // Mostly the next sequence number, sometimes a gap or a step back.
+            seqs[cpu as usize] = match rng.next_u64() % 8 {
+                0 => seqs[cpu as usize].saturating_sub(rng.range(1, 5)),
+                1 => seqs[cpu as usize] + rng.range(2, 1000),
+                _ => seqs[cpu as usize] + 1,
+            };
+            let (boot, id) = (1 + (i as i64 / 500) % 2, cpu << SEQ_BITS | seqs[cpu as usize]);
+            b.keep_event(boot, id, l);
+            ids.push((boot, id));
+        }
+        let mut pos = 0;
+        let whole = (0..lines.len()).filter(|_| varint::get(&b.slot_shapes, &mut pos).unwrap() == 0).count();
+        let cut = lines.len() - whole;
+        let others = [r#"{"type":"loss","cpu":1,"count":3}"#, "{\"type\":\"future\",\"x\":\"\\u0041\"}"];
+        for o in others {
+            b.keep_other(o);
+        }
+        let (blob, n, runs) = b.seal().unwrap();
+        assert_eq!(n as usize, lines.len() + others.len());
+        assert!(b.is_empty());
+        let back = super::lines(&blob).unwrap();
+        assert_eq!(back.len(), lines.len() + others.len());
+        for (i, l) in lines.iter().enumerate() {
+            assert_eq!(&back[i], l, "line {i}");
+        }
+        assert_eq!(&back[lines.len()..], &others[..]);
+        // Every id is found, in its run, with its own line (ids may repeat
+        // here, unlike in a store: the first is found).
+        for (i, &(boot, id)) in ids.iter().enumerate().step_by(ids.len() / 300 + 1) {
+            let first = ids.iter().position(|&x| x == (boot, id)).unwrap();
+            assert_eq!(event_line(&blob, boot, id as i64).unwrap().as_deref(), Some(lines[first].as_str()), "line {i}");
+            assert!(runs.iter().any(|r| r.0 == boot && (r.1..=r.2).contains(&(id as i64))));
+        }
+        assert_eq!(event_line(&blob, 3, 1).unwrap(), None);
+        cut
+    }
+
+    fn recorded() -> Vec<String> {
+        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/collector-gcc-build.jsonl.zst");
+        crate::archive::open_input(&p).unwrap().lines().map(Result::unwrap).filter(|l| l.contains("\"type\":\"event\"")).collect()
+    }
+
+    fn synthetic() -> Vec<String> {
+        let mut out = Vec::new();
+        crate::synth::generate(&crate::synth::SynthConfig::scaled(5, 0.001), &mut out, |_| {}).unwrap();
+        String::from_utf8(out).unwrap().lines().filter(|l| l.contains("\"type\":\"event\"")).map(str::to_string).collect()
+    }
+
+    #[test]
+    fn collector_lines_come_back_byte_for_byte_and_are_cut() {
+        let mut rng = Rng::new(7);
+        for (name, lines) in [("recorded", recorded()), ("synthetic", synthetic())] {
+            let cut = round_trip(&lines, &mut rng);
+            // The collector's plain lines all go into columns.
+            assert_eq!(cut, lines.len(), "{name}: {cut} of {} lines cut", lines.len());
+        }
+    }
+
+    /// A line of the collector's kind with random field order, values of
+    /// every JSON type (integers at the edges of 64 bits, numbers that are
+    /// not canonical integers, strings with multi-byte characters and
+    /// escapes), nested objects and arrays and optional whitespace, newlines
+    /// included (`push_line` takes any text).
+    fn random_line(r: &mut Rng) -> String {
+        const KEYS: &[&str] = &["type", "id", "cpu", "seq", "time_ns", "pid", "comm", "syscall", "ret", "path", "args", "argv", "fd", "x1", "é"];
+        const INTS: &[&str] = &[
+            "0", "1", "-1", "42", "9223372036854775807", "-9223372036854775808", "9223372036854775808",
+            "18446744073709551615", "-0", "1.5", "-2.5e-3", "1E9", "100000000000000000000", "07",
+        ];
+        const STRS: &[&str] = &["", "event", "read", "/tmp/a b", "é☃", "a\\\"b", "tab\\t", "{\\\"", "[1,2]", "0"];
+        let ws = |r: &mut Rng| if r.next_u64().is_multiple_of(6) { [" ", "\t", "  ", "\r", "\n"][r.next_u64() as usize % 5] } else { "" };
+        fn value(r: &mut Rng, depth: u32, ws: &dyn Fn(&mut Rng) -> &'static str) -> String {
+            match r.next_u64() % if depth > 2 { 5 } else { 7 } {
+                0 | 1 => INTS[r.next_u64() as usize % INTS.len()].to_string(),
+                2 | 3 => format!("\"{}\"", STRS[r.next_u64() as usize % STRS.len()]),
+                4 => ["true", "false", "null"][r.next_u64() as usize % 3].to_string(),
+                5 => {
+                    let n = r.next_u64() % 4;
+                    let items: Vec<String> = (0..n).map(|_| format!("{}{}{}", ws(r), value(r, depth + 1, ws), ws(r))).collect();
+                    format!("[{}]", items.join(","))
+                }
+                _ => object(r, depth + 1, ws),
+            }
+        }
+        fn object(r: &mut Rng, depth: u32, ws: &dyn Fn(&mut Rng) -> &'static str) -> String {
+            let n = r.next_u64() % 5;
+            let members: Vec<String> = (0..n)
+                .map(|_| {
+                    let k = KEYS[r.next_u64() as usize % KEYS.len()];
+                    format!("{}\"{k}\"{}:{}{}{}", ws(r), ws(r), ws(r), value(r, depth, ws), ws(r))
+                })
+                .collect();
+            format!("{{{}}}", members.join(","))
+        }
+        let mut l = object(r, 0, &ws);
+        if r.next_u64().is_multiple_of(4) {
+            l = format!("{}{l}{}", ws(r), ws(r));
+        }
+        l
+    }
+
+    #[test]
+    fn random_lines_and_their_mutations_come_back_byte_for_byte() {
+        let mut r = Rng::new(11);
+        let mut lines: Vec<String> = (0..3000).map(|_| random_line(&mut r)).collect();
+        // Truncations and single-byte changes of collector lines: what the
+        // columns do not take is kept whole, never changed.
+        let subs: &[u8] = b"\"\\1.e-}],:{[ 0ntf";
+        for l in recorded().iter().step_by(53).chain(synthetic().iter().step_by(401)) {
+            for cut in (0..l.len()).step_by(3) {
+                if l.is_char_boundary(cut) {
+                    lines.push(l[..cut].to_string());
+                }
+            }
+            for at in (0..l.len()).step_by(2) {
+                let mut m = l.as_bytes().to_vec();
+                m[at] = subs[at % subs.len()];
+                if let Ok(m) = String::from_utf8(m) {
+                    lines.push(m);
+                }
+            }
+        }
+        let cut = round_trip(&lines, &mut r);
+        // Both paths were taken often (a third of the strings hold escapes).
+        assert!(cut > 2000 && lines.len() - cut > 2000, "{cut} of {} lines cut", lines.len());
+    }
+
+    /// Long lines that share no prefix, each its own shape: past the
+    /// tree's bound they stay whole, and every line still comes back.
+    #[test]
+    fn the_shape_tree_is_bounded() {
+        // Another first key each: no two lines share a path in the tree.
+        let values = vec!["\"a\""; 600].join(",");
+        let lines: Vec<String> = (0..600).map(|i| format!("{{\"k{i}\":[{values}]}}")).collect();
+        let cut = round_trip(&lines, &mut Rng::new(5));
+        assert!(cut > 100 && cut < lines.len(), "{cut} of {} lines cut", lines.len());
+    }
+
+    #[test]
+    fn values_past_64_bits_or_not_canonical_are_kept_as_text() {
+        for (text, int) in [("0", Some(0)), ("-1", Some(-1)), ("-0", None), ("01", None), ("1.0", None), ("-", None), ("", None)] {
+            assert_eq!(canonical_int(text.as_bytes()), int, "{text}");
+        }
+        assert_eq!(canonical_int(b"-9223372036854775808"), Some(i64::MIN));
+        assert_eq!(canonical_int(b"9223372036854775808"), None);
+        assert_eq!(canonical_int(b"1234567890123456789"), Some(1234567890123456789));
+        assert_eq!(canonical_int(b"-12345678"), Some(-12345678));
+        assert_eq!(canonical_int(b"12345678901234567890"), None);
+        let mut r = Rng::new(3);
+        for _ in 0..10_000 {
+            let v = r.next_u64() as i64 >> (r.next_u64() % 64);
+            assert_eq!(canonical_int(v.to_string().as_bytes()), Some(v));
+        }
+    }
+}
