@@ -46,6 +46,9 @@ struct Args {
     reuse_stream: bool,
 }
 
+/// The level `custos collect --archive x.zst` writes.
+const ARCHIVE_ZSTD_LEVEL: i32 = custos_store::archive::ZSTD_LEVEL;
+
 /// Counts bytes written (for the gzip size without storing the .gz).
 struct Counter(u64);
 impl Write for Counter {
@@ -114,11 +117,25 @@ fn main() -> Result<()> {
         return Ok(());
     }
 
-    let (report_links, report_chains, events, lines, gzip_bytes, jsonl_bytes, gen_s) = if args.queries_only || args.reuse_stream {
+    let (report_links, report_chains, events, lines, gzip_bytes, zstd_bytes, jsonl_bytes, gen_s) = if args.queries_only || args.reuse_stream {
         let m: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&meta_path).context("--queries-only needs a previous run")?)?;
         let links: Vec<(String, u64)> = serde_json::from_value(m["link_outputs"].clone())?;
         let chains: Vec<String> = serde_json::from_value(m["chain_outputs"].clone())?;
-        (links, chains, m["events"].as_u64().unwrap_or(0), m["lines"].as_u64().unwrap_or(0), m["gzip_bytes"].as_u64().unwrap_or(0), m["jsonl_bytes"].as_u64().unwrap_or(0), m["generate_seconds"].as_f64().unwrap_or(f64::NAN))
+        let zstd_bytes = match m["zstd_bytes"].as_u64() {
+            Some(z) => z,
+            // A stream kept by a version that did not measure it.
+            None => {
+                eprintln!("store-bench: compressing the kept stream with zstd -{ARCHIVE_ZSTD_LEVEL} to size it");
+                let mut enc = zstd::stream::write::Encoder::new(Counter(0), ARCHIVE_ZSTD_LEVEL)?;
+                std::io::copy(&mut std::fs::File::open(&jsonl)?, &mut enc)?;
+                let z = enc.finish()?.0;
+                let mut m = m.clone();
+                m["zstd_bytes"] = json!(z);
+                std::fs::write(&meta_path, serde_json::to_string_pretty(&m)?)?;
+                z
+            }
+        };
+        (links, chains, m["events"].as_u64().unwrap_or(0), m["lines"].as_u64().unwrap_or(0), m["gzip_bytes"].as_u64().unwrap_or(0), zstd_bytes, m["jsonl_bytes"].as_u64().unwrap_or(0), m["generate_seconds"].as_f64().unwrap_or(f64::NAN))
     } else {
         if args.scale >= 1.0 && args.work.join("generated.json").exists() {
             eprintln!("store-bench: note: --reuse-stream would skip regenerating {}", jsonl.display());
@@ -127,7 +144,8 @@ fn main() -> Result<()> {
         let t = Instant::now();
         let file = BufWriter::with_capacity(4 << 20, std::fs::File::create(&jsonl)?);
         let gz = flate2::write::GzEncoder::new(Counter(0), flate2::Compression::default());
-        let mut tee = Tee(file, gz);
+        let zst = zstd::stream::write::Encoder::new(Counter(0), ARCHIVE_ZSTD_LEVEL)?;
+        let mut tee = Tee(file, Tee(gz, zst));
         let expect = cfg.units * 19;
         let mut last = Instant::now();
         let report = synth::generate(&cfg, &mut tee, |ev| {
@@ -136,20 +154,21 @@ fn main() -> Result<()> {
                 last = Instant::now();
             }
         })?;
-        let Tee(mut file, gz) = tee;
+        let Tee(mut file, Tee(gz, zst)) = tee;
         file.flush()?;
         let gzip_bytes = gz.finish()?.0;
+        let zstd_bytes = zst.finish()?.0;
         let jsonl_bytes = std::fs::metadata(&jsonl)?.len();
         let gen_s = t.elapsed().as_secs_f64();
         eprintln!("store-bench: {} events, {} lines, {jsonl_bytes} bytes JSONL, {gzip_bytes} bytes gzip, {gen_s:.0}s", report.events, report.lines);
         std::fs::write(
             &meta_path,
             serde_json::to_string_pretty(&json!({
-                "events": report.events, "lines": report.lines, "gzip_bytes": gzip_bytes, "jsonl_bytes": jsonl_bytes,
+                "events": report.events, "lines": report.lines, "gzip_bytes": gzip_bytes, "zstd_bytes": zstd_bytes, "jsonl_bytes": jsonl_bytes,
                 "link_outputs": report.link_outputs, "chain_outputs": report.chain_outputs, "generate_seconds": gen_s,
             }))?,
         )?;
-        (report.link_outputs, report.chain_outputs, report.events, report.lines, gzip_bytes, jsonl_bytes, gen_s)
+        (report.link_outputs, report.chain_outputs, report.events, report.lines, gzip_bytes, zstd_bytes, jsonl_bytes, gen_s)
     };
 
     let mut ingest_s = f64::NAN;
@@ -311,6 +330,8 @@ fn main() -> Result<()> {
         "db_bytes": db_bytes,
         "db_bytes_per_event": db_bytes as f64 / events as f64,
         "gzip_bytes_per_event": gzip_bytes as f64 / events as f64,
+        "zstd_bytes": zstd_bytes,
+        "zstd_bytes_per_event": zstd_bytes as f64 / events as f64,
         "jsonl_bytes_per_event": jsonl_bytes as f64 / events as f64,
         "ancestry_worst_node": worst_node,
         "ancestry_worst_path": worst.2,
