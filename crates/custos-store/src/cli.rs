@@ -113,6 +113,10 @@ pub struct QueryArgs {
     /// Machine-readable JSON instead of a table.
     #[arg(long, global = true)]
     pub json: bool,
+    /// Only the processes of this container (name, id, or the id's first 12+
+    /// hex digits), what they touched, and the query's start.
+    #[arg(long, global = true, value_name = "NAME|ID")]
+    pub container: Option<String>,
     #[command(subcommand)]
     pub query: Query,
 }
@@ -142,6 +146,9 @@ pub struct GraphArgs {
     /// query's own targets always stay; the title says how many were hidden. Not for PROV-JSON.
     #[arg(long, value_name = "GLOB")]
     pub hide: Vec<String>,
+    /// Only the processes of this container, as for `custos query --container`.
+    #[arg(long, value_name = "NAME|ID")]
+    pub container: Option<String>,
     #[command(subcommand)]
     pub query: Query,
 }
@@ -177,7 +184,10 @@ pub fn query(args: QueryArgs) -> Result<i32> {
         }
         return Ok(0);
     }
-    let a = answer(&conn, &args.query)?;
+    let mut a = answer(&conn, &args.query)?;
+    if let Some(spec) = &args.container {
+        query::only_containers(&mut a, &query::containers_named(&conn, spec)?, spec);
+    }
     let text = if args.json { render::json(&a)? } else { render::text(&a) };
     let mut out = std::io::stdout().lock();
     writeln!(out, "{}", text.trim_end()).context("writing the answer")?;
@@ -195,6 +205,9 @@ pub fn graph(args: GraphArgs) -> Result<i32> {
     }
     let conn = crate::schema::open_ro(&args.store.db)?;
     let mut a = answer(&conn, &args.query)?;
+    if let Some(spec) = &args.container {
+        query::only_containers(&mut a, &query::containers_named(&conn, spec)?, spec);
+    }
     render::hide_nodes(&mut a, &hide, &args.hide.join(" "));
     for l in &a.losses {
         eprintln!("WARNING: {}", l.message());

@@ -391,6 +391,8 @@ pub(crate) fn fast_line(text: &str) -> Option<Line<'_>> {
                     l.end_ns = c.opt(Cur::u64)?;
                     29
                 }
+                // A nested object the graph reads: serde parses those lines.
+                "container" => return None,
                 _ => {
                     c.skip(1)?;
                     63

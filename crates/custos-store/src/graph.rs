@@ -42,11 +42,16 @@ impl<'c> Sql<'c> {
 struct FirstSeenAttrs<'a> {
     comm: &'a str,
     first_seen: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    container: Option<&'a str>,
 }
 #[derive(Serialize)]
 struct ForkAttrs<'a> {
     comm: Option<&'a str>,
     parent_pid: u32,
+    /// The parent's container (the fork's event is the parent's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    container: Option<&'a str>,
 }
 #[derive(Serialize)]
 struct ExecAttrs<'a> {
@@ -54,6 +59,13 @@ struct ExecAttrs<'a> {
     comm: Option<&'a str>,
     euid: Option<u32>,
     uid: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    container: Option<&'a str>,
+}
+
+/// The id of the container an event's process runs in.
+fn container_id(ev: &Event) -> Option<&str> {
+    ev.container.as_deref().map(|c| c.id.as_str())
 }
 fn attrs_json(a: &impl Serialize) -> String {
     serde_json::to_string(a).expect("attributes serialize")
@@ -134,6 +146,9 @@ pub struct Graph {
     /// there the clone/fork/vfork records, written when the parent's call
     /// returns (after the child ran, for vfork), add nothing.
     fork_hook_boots: Set<i64>,
+    /// What the `containers` table holds of each container seen in this
+    /// ingest: a row is written only when an event tells more.
+    containers: Map<String, crate::record::ContainerRef>,
     pub stats: GraphStats,
 }
 
@@ -164,6 +179,7 @@ impl Graph {
             node_codec: crate::nodes::Codec::new()?,
             pending_edges: EdgeBatch::default(),
             fork_hook_boots: Set::default(),
+            containers: Map::default(),
             stats: GraphStats::default(),
         })
     }
@@ -302,6 +318,39 @@ impl Graph {
         self.procs.get_mut(&(boot, pid)).expect("process ensured before use")
     }
 
+    /// Keeps the container's id, runtime, name, image and labels (the
+    /// collector names a container by id until its runtime has answered,
+    /// so what a row lacks, a later event may bring).
+    fn note_container(&mut self, db: &mut Sql<'_>, c: &crate::record::ContainerRef) -> Result<()> {
+        let known = self.containers.get(&c.id);
+        let merged = |new: &Option<String>, old: Option<&Option<String>>| new.clone().or_else(|| old.cloned().flatten());
+        let row = crate::record::ContainerRef {
+            id: c.id.clone(),
+            runtime: merged(&c.runtime, known.map(|k| &k.runtime)),
+            name: merged(&c.name, known.map(|k| &k.name)),
+            image: merged(&c.image, known.map(|k| &k.image)),
+            pod: merged(&c.pod, known.map(|k| &k.pod)),
+            namespace: merged(&c.namespace, known.map(|k| &k.namespace)),
+            container_name: merged(&c.container_name, known.map(|k| &k.container_name)),
+        };
+        if known == Some(&row) {
+            return Ok(());
+        }
+        db.conn
+            .prepare_cached(
+                "INSERT INTO containers(id, runtime, name, image, pod, namespace, container_name) VALUES(?1,?2,?3,?4,?5,?6,?7) \
+                 ON CONFLICT(id) DO UPDATE SET runtime = COALESCE(excluded.runtime, runtime), name = COALESCE(excluded.name, name), \
+                 image = COALESCE(excluded.image, image), pod = COALESCE(excluded.pod, pod), \
+                 namespace = COALESCE(excluded.namespace, namespace), container_name = COALESCE(excluded.container_name, container_name)",
+            )?
+            .execute(rusqlite::params![row.id, row.runtime, row.name, row.image, row.pod, row.namespace, row.container_name])?;
+        if self.containers.len() >= 1 << 16 {
+            self.containers.clear();
+        }
+        self.containers.insert(row.id.clone(), row);
+        Ok(())
+    }
+
     /// The current node of the event's process, creating it on first sight.
     fn proc_node(&mut self, db: &mut Sql<'_>, boot: i64, ev: &Event) -> Result<i64> {
         if self.cached_proc(db, boot, ev.pid)? {
@@ -310,7 +359,7 @@ impl Graph {
         // Started before collection (or its fork was lost): an execution with no known parent.
         let comm = ev.comm.clone().unwrap_or_default();
         let name = format!("[{}]", if comm.is_empty() { "unknown" } else { &comm });
-        let attrs = attrs_json(&FirstSeenAttrs { comm: &comm, first_seen: true });
+        let attrs = attrs_json(&FirstSeenAttrs { comm: &comm, first_seen: true, container: container_id(ev) });
         let node = self.new_node(db, NodeKind::Process, boot, &name, 1, Some((ev.pid, None)), ev, Some(attrs))?;
         self.procs.insert(
             (boot, ev.pid),
@@ -488,6 +537,9 @@ impl Graph {
 
     /// Applies one (new, never before seen) event to the graph.
     pub fn apply(&mut self, db: &mut Sql<'_>, boot: i64, ev: &Event) -> Result<()> {
+        if let Some(c) = ev.container.as_deref() {
+            self.note_container(db, c)?;
+        }
         let call = &*ev.syscall;
         if ev.failed() {
             self.stats.no_graph_effect += 1;
@@ -712,7 +764,7 @@ impl Graph {
             p.frozen = true;
             (p.name.clone(), p.fds.clone(), p.euid)
         };
-        let attrs = attrs_json(&ForkAttrs { comm: ev.comm.as_deref(), parent_pid: ev.pid });
+        let attrs = attrs_json(&ForkAttrs { comm: ev.comm.as_deref(), parent_pid: ev.pid, container: container_id(ev) });
         let node = self.new_node(db, NodeKind::Process, boot, &name, 1, Some((child, None)), ev, Some(attrs))?;
         self.edge(db, node, parent, EdgeKind::WasInformedBy, boot, ev)?;
         let mut causes = Set::default();
@@ -730,7 +782,7 @@ impl Graph {
             .or_else(|| ev.argv.as_ref().and_then(|a| a.first().cloned()))
             .or_else(|| ev.comm.as_ref().map(|c| format!("[{c}]")))
             .unwrap_or_else(|| "[unknown]".into());
-        let attrs = attrs_json(&ExecAttrs { argv: ev.argv.as_deref(), comm: ev.comm.as_deref(), euid: ev.euid, uid: ev.uid });
+        let attrs = attrs_json(&ExecAttrs { argv: ev.argv.as_deref(), comm: ev.comm.as_deref(), euid: ev.euid, uid: ev.uid, container: container_id(ev) });
         let node = self.new_node(db, NodeKind::Process, boot, &name, 1, Some((ev.pid, None)), ev, Some(attrs))?;
         self.edge(db, node, old, EdgeKind::WasInformedBy, boot, ev)?;
         let mut causes = Set::default();

@@ -33,6 +33,16 @@ pub struct NodeInfo {
 }
 
 impl NodeInfo {
+    /// The container a process node runs in (its attrs say), if any.
+    pub fn container(&self) -> Option<String> {
+        let at = self.attrs.as_ref()?;
+        // Most nodes have none: a substring test before any parse.
+        if !at.0.contains("\"container\"") {
+            return None;
+        }
+        at.value()["container"].as_str().map(str::to_string)
+    }
+
     pub fn node_kind(&self) -> NodeKind {
         match self.kind {
             "process" => NodeKind::Process,
@@ -128,6 +138,9 @@ pub struct Answer {
     pub span_ns: Option<(i64, i64)>,
     pub complete: bool,
     pub losses: Vec<LossNote>,
+    /// The containers of the answer's processes: id → name, when known.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub containers: std::collections::BTreeMap<String, Option<String>>,
 }
 
 impl Answer {
@@ -500,7 +513,8 @@ fn finish(conn: &Connection, query: String, start: Vec<i64>, depth: NodeMap<u32>
     }
     .or(span);
     let losses = losses_for(conn, &boots, question)?;
-    Ok(Answer { query, start, nodes, edges, rows, path, span_ns: span, complete: losses.is_empty(), losses })
+    let containers = containers_of(conn, &nodes);
+    Ok(Answer { query, start, nodes, edges, rows, path, span_ns: span, complete: losses.is_empty(), losses, containers })
 }
 
 pub fn ancestry(conn: &Connection, spec: &str, dir: Direction, max_depth: Option<u32>, window: Window) -> Result<Answer> {
@@ -691,3 +705,65 @@ pub fn ancestor_ids(conn: &Connection, root: i64) -> Result<NodeSet> {
 #[cfg(test)]
 #[path = "query_tests.rs"]
 mod tests;
+
+/// The containers of `nodes`' processes, with their names from the store.
+fn containers_of(conn: &Connection, nodes: &[NodeInfo]) -> std::collections::BTreeMap<String, Option<String>> {
+    let mut out = std::collections::BTreeMap::new();
+    for n in nodes {
+        if let Some(id) = n.container() {
+            out.entry(id).or_insert(None);
+        }
+    }
+    for (id, name) in out.iter_mut() {
+        *name = conn
+            .query_row("SELECT name FROM containers WHERE id = ?1", [id.as_str()], |r| r.get::<_, Option<String>>(0))
+            .ok()
+            .flatten();
+    }
+    out
+}
+
+/// The containers `spec` names: an id, an id's first 12 or more hex digits,
+/// or a name (docs/containers.md).
+pub fn containers_named(conn: &Connection, spec: &str) -> Result<Vec<String>> {
+    let mut st = conn.prepare_cached(
+        "SELECT id FROM containers WHERE id = ?1 OR name = ?1 OR container_name = ?1 \
+         OR (length(?1) >= 12 AND substr(id, 1, length(?1)) = lower(?1)) ORDER BY id",
+    )?;
+    let ids: Vec<String> = st.query_map([spec], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?;
+    if ids.is_empty() {
+        let mut st = conn.prepare_cached("SELECT COALESCE(name, substr(id, 1, 12)) FROM containers ORDER BY 1 LIMIT 10")?;
+        let known: Vec<String> = st.query_map([], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?;
+        if known.is_empty() {
+            bail!("--container {spec}: the store has no containers (no event came from one)");
+        }
+        bail!("--container {spec}: no such container; the store has {}", known.join(", "));
+    }
+    Ok(ids)
+}
+
+/// Narrows an answer to the processes of the containers `ids`, the nodes
+/// their edges join them to (what they read and wrote, the host process that
+/// started them), and the query's start; says so in the answer's title.
+pub fn only_containers(a: &mut Answer, ids: &[String], spec: &str) {
+    let in_container = |n: &NodeInfo| n.node_kind() == NodeKind::Process && n.container().is_some_and(|c| ids.contains(&c));
+    let procs: HashSet<i64> = a.nodes.iter().filter(|n| in_container(n)).map(|n| n.node).collect();
+    let mut keep: HashSet<i64> = procs.clone();
+    keep.extend(a.start.iter().copied());
+    for e in &a.edges {
+        if procs.contains(&e.cause) || procs.contains(&e.effect) {
+            keep.insert(e.cause);
+            keep.insert(e.effect);
+        }
+    }
+    for r in &a.rows {
+        if procs.contains(&r.process) {
+            keep.insert(r.object);
+        }
+    }
+    a.nodes.retain(|n| keep.contains(&n.node));
+    a.edges.retain(|e| keep.contains(&e.cause) && keep.contains(&e.effect) && (procs.contains(&e.cause) || procs.contains(&e.effect)));
+    a.rows.retain(|r| procs.contains(&r.process));
+    a.containers.retain(|id, _| ids.contains(id));
+    a.query = format!("{} (container {spec}: {} of its processes)", a.query, procs.len());
+}

@@ -658,3 +658,55 @@ fn answers_work_on_a_plain_connection() {
     assert!(a.nodes.len() > 1);
     assert_eq!(crate::render::json(&a).unwrap(), crate::render::json(&b).unwrap());
 }
+
+/// A container's processes are known by the container's id in the store,
+/// found by its name once an event named it, and an answer narrows to them.
+#[test]
+fn a_container_is_kept_found_by_name_and_narrows_an_answer() {
+    let (_d, p) = db();
+    let id = "ab".repeat(32);
+    let mut s = Stream::new();
+    // runc (on the host) starts the container's shell, which reads a config
+    // and writes a report; a host process reads the report afterwards.
+    s.exec(10, "/usr/bin/runc");
+    s.fork(10, "runc", 11);
+    let only_id = json!({"id": id, "runtime": "podman"});
+    let named = json!({"id": id, "runtime": "podman", "name": "web", "image": "localhost/web:1"});
+    s.ev(11, "sh", "execve", json!({"ret": 0, "path": "/bin/sh", "argv": ["sh"], "container": only_id}));
+    s.ev(11, "sh", "read", json!({"ret": 10, "fd": 3, "path": "/etc/app.conf", "container": named}));
+    s.ev(11, "sh", "write", json!({"ret": 10, "fd": 4, "path": "/out/report", "container": named}));
+    s.exec(20, "/usr/bin/cat");
+    s.read(20, "/out/report");
+    s.write(20, "/home/u/copy");
+    let sum = s.ingest(&p);
+    assert_eq!(sum.malformed, 0);
+    let conn = crate::schema::open_ro(&p).unwrap();
+
+    let row: (String, Option<String>, Option<String>) =
+        conn.query_row("SELECT runtime, name, image FROM containers WHERE id = ?1", [&id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).unwrap();
+    assert_eq!(row, ("podman".into(), Some("web".into()), Some("localhost/web:1".into())), "a later event's name fills the row");
+    assert_eq!(containers_named(&conn, "web").unwrap(), [id.clone()]);
+    assert_eq!(containers_named(&conn, &id[..12]).unwrap(), [id.clone()]);
+    assert!(containers_named(&conn, &id[..6]).is_err(), "a prefix shorter than 12 digits is not an id");
+    let err = containers_named(&conn, "db").unwrap_err().to_string();
+    assert!(err.contains("no such container") && err.contains("web"), "{err}");
+
+    let mut a = ancestry(&conn, "/home/u/copy", Direction::Ancestors, None, Window::default()).unwrap();
+    assert_eq!(a.containers.get(&id), Some(&Some("web".to_string())), "the answer names its containers");
+    let sh = a.nodes.iter().find(|n| n.name == "/bin/sh").unwrap();
+    assert_eq!(sh.container().as_deref(), Some(id.as_str()));
+    assert!(a.nodes.iter().filter(|n| n.name.contains("runc")).all(|n| n.container().is_none()), "runc runs on the host");
+    let dot = crate::render::dot(&a);
+    assert!(dot.contains("subgraph cluster_container0 { label=\"container web (abababababab)\""), "{dot}");
+
+    only_containers(&mut a, &[id.clone()], "web");
+    let names: Vec<&str> = a.nodes.iter().map(|n| n.name.as_str()).collect();
+    assert!(names.contains(&"/bin/sh") && names.contains(&"/etc/app.conf") && names.contains(&"/out/report"), "{names:?}");
+    assert!(names.contains(&"/home/u/copy"), "the query's start stays: {names:?}");
+    // The host's runc itself and the host's cat are out; the fork that
+    // became the container's shell is its direct cause, so it stays.
+    assert!(!names.iter().any(|n| n.contains("cat")), "{names:?}");
+    let runcs: Vec<Option<i64>> = a.nodes.iter().filter(|n| n.name.contains("runc")).map(|n| n.pid).collect();
+    assert_eq!(runcs, [Some(11)], "{names:?}");
+    assert!(a.query.contains("(container web: 1 of its processes)"), "{}", a.query);
+}

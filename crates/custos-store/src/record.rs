@@ -59,6 +59,21 @@ struct Line<'a> {
     upper_bound: Option<bool>,
     start_ns: Option<u64>,
     end_ns: Option<u64>,
+    container: Option<Box<ContainerRef>>,
+}
+
+/// An event's `container` (docs/containers.md): the container's id and
+/// runtime always, its name, image and Kubernetes labels once the runtime
+/// has answered the collector.
+#[derive(Deserialize, Debug, Clone, Default, PartialEq)]
+pub struct ContainerRef {
+    pub id: String,
+    pub runtime: Option<String>,
+    pub name: Option<String>,
+    pub image: Option<String>,
+    pub pod: Option<String>,
+    pub namespace: Option<String>,
+    pub container_name: Option<String>,
 }
 
 /// A value of any JSON type, kept when it is a `T` (an integer that fits,
@@ -323,6 +338,8 @@ pub struct Event {
     /// Device and inode of the event's file, when the collector resolved them.
     pub dev: Option<u64>,
     pub inode: Option<u64>,
+    /// The container the process runs in, if any.
+    pub container: Option<Box<ContainerRef>>,
 }
 
 impl Event {
@@ -417,6 +434,7 @@ pub fn parse_line(text: &str) -> Result<Record<'_>, String> {
                     incomplete: l.incomplete.and_then(|v| v.0).unwrap_or(false),
                     dev: l.dev,
                     inode: l.inode,
+                    container: l.container,
                 }),
                 l.boot_id.map(|b| b.0),
             ))

@@ -182,6 +182,18 @@ pub fn dot(a: &Answer) -> String {
     let _ = writeln!(out, "  rankdir=BT;\n  node [fontname=\"Helvetica\", fontsize=10];\n  edge [fontname=\"Helvetica\", fontsize=8];");
     let _ = writeln!(out, "  label=\"{}\"; labelloc=t;", esc(&a.query));
     let starts: std::collections::HashSet<i64> = a.start.iter().copied().collect();
+    // Each container's processes in a box of their own, named.
+    for (i, (id, name)) in a.containers.iter().enumerate() {
+        let members: Vec<String> = a.nodes.iter().filter(|n| n.container().as_deref() == Some(id)).map(|n| format!("n{}", n.node)).collect();
+        if members.is_empty() {
+            continue;
+        }
+        let title = match name {
+            Some(name) => format!("container {name} ({})", &id[..id.len().min(12)]),
+            None => format!("container {}", &id[..id.len().min(12)]),
+        };
+        let _ = writeln!(out, "  subgraph cluster_container{i} {{ label=\"{}\"; style=dashed; {}; }}", esc(&title), members.join("; "));
+    }
     for n in &a.nodes {
         let (shape, fill) = match n.node_kind() {
             NodeKind::Process => ("box", "#9fb1fc"),

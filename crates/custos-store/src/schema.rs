@@ -91,6 +91,10 @@ const DDL: &str = r#"
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;
 -- One row per boot identity; event ids are unique only within a boot.
 CREATE TABLE IF NOT EXISTS boots(boot INTEGER PRIMARY KEY, boot_id TEXT NOT NULL UNIQUE);
+-- Containers the events named (docs/containers.md); process nodes carry the id in their attrs.
+CREATE TABLE IF NOT EXISTS containers(
+  id TEXT PRIMARY KEY, runtime TEXT, name TEXT, image TEXT, pod TEXT, namespace TEXT, container_name TEXT
+) WITHOUT ROWID;
 -- The raw lines of each committed batch as one column segment (see
 -- rawseg.rs): every line comes back byte for byte; events point into them.
 CREATE TABLE IF NOT EXISTS raw_segments(

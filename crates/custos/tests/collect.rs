@@ -204,8 +204,9 @@ fn events_in_a_podman_container_carry_the_container() {
         ]
         .map(String::from),
     );
+    let db = d.join("store.db");
     let run = Command::new(env!("CARGO_BIN_EXE_custos"))
-        .args(["collect", "-o", out.to_str().unwrap(), "--stats-interval", "0", "--no-seal", "--"])
+        .args(["collect", "-o", out.to_str().unwrap(), "--db", db.to_str().unwrap(), "--stats-interval", "0", "--no-seal", "--"])
         .args(&podman)
         .output()
         .unwrap();
@@ -232,4 +233,18 @@ fn events_in_a_podman_container_carry_the_container() {
     let host = events().filter(|e| e["comm"] == "podman").count();
     assert!(host > 0, "podman's own events were recorded");
     assert!(events().filter(|e| e["comm"] == "podman").all(|e| e.get("container").is_none()), "podman runs on the host");
+
+    // The store knows the container by name, and narrows an answer to it:
+    // of everything that read /etc/hostname, the container's cat.
+    let q = Command::new(env!("CARGO_BIN_EXE_custos"))
+        .args(["query", "--db", db.to_str().unwrap(), "--json", "--container", &name, "who-touched", "/etc/hostname"])
+        .output()
+        .unwrap();
+    assert!(q.status.success(), "{}", text(&q.stderr));
+    let a: serde_json::Value = serde_json::from_slice(&q.stdout).unwrap();
+    assert_eq!(a["containers"][&cid], name.as_str(), "{a}");
+    let rows = a["rows"].as_array().unwrap();
+    assert!(!rows.is_empty(), "{a}");
+    let procs: Vec<&serde_json::Value> = a["nodes"].as_array().unwrap().iter().filter(|n| n["kind"] == "process").collect();
+    assert!(procs.iter().any(|n| n["attrs"]["container"] == cid.as_str()), "{a}");
 }
