@@ -240,15 +240,16 @@ def global_features():
     return json.loads(out.stdout)[0]["formatted"]["value"]
 
 
-def drain_rate(loadgen, work, backlog_seconds=2.5, producer_rate=800_000):
+def drain_rate(loadgen, work, backlog_seconds=2.5, producer_rate=800_000, extra=()):
     """Consumer capacity on a backlog: the collector is stopped (SIGSTOP)
     while two producers fill a 1 GiB ring, then resumed; events drained per
     second of wall clock and of the consumer's CPU. A drain that dropped
     anything (the backlog outgrew the ring) measures nothing: an error.
     The producers are paced (at most 4 M events; the ring holds about 5 M
-    `read` records) because unpaced ones outgrow it on a fast CPU."""
+    `read` records) because unpaced ones outgrow it on a fast CPU. `extra`:
+    more `custos collect` options (`--no-seal` for the unsealed figure)."""
     stream = work / "drain.jsonl"
-    c = Custos(work, ["--events-ring-kb", str(1024 * 1024), "--attrs-ring-kb", str(64 * 1024)], output=stream)
+    c = Custos(work, ["--events-ring-kb", str(1024 * 1024), "--attrs-ring-kb", str(64 * 1024), *extra], output=stream)
     pid = c.proc.pid
     os.kill(pid, signal.SIGSTOP)
     gens = [subprocess.Popen([str(loadgen), "read", str(producer_rate), str(backlog_seconds)], stdout=subprocess.DEVNULL)
@@ -340,6 +341,8 @@ def main():
         openclose, getpid = overhead(loadgen, work, args.rounds, args.iterations)
         best, steps, how = live_max(loadgen, work)
         drain = drain_rate(loadgen, work)
+        # What sealing the stream (on by default, docs/tamper-evidence.md) costs the consumer.
+        drain_unsealed = drain_rate(loadgen, work, extra=["--no-seal"])
         over = overload(loadgen, work)
         sp = None if args.no_vm else superproducer_skips(work / "superproducer")
 
@@ -374,6 +377,7 @@ def main():
             "live_consumer_events_per_cpu_s": round(best["achieved_per_s"] / (best["consumer_cpu_pct"] / 100))
             if best["consumer_cpu_pct"] > 0 else None,
             "consumer_drain": drain,
+            "consumer_drain_no_seal": drain_unsealed,
             "overload_invariant_holds": over["produced"] == over["delivered"] + over["dropped"],
             "superproducer": sp,
             "notes": "custos traces its whole default set (JSON to /dev/null in the overhead rounds, to a file in the "
