@@ -203,22 +203,25 @@ impl Containers {
         if self.by_cgroup.len() >= MAX_CGROUPS && !self.by_cgroup.contains_key(&cgroup_id) {
             self.by_cgroup.clear();
         }
-        if !self.by_cgroup.contains_key(&cgroup_id) {
-            let found = match cgroup_path(&self.mount, cgroup_id) {
-                Some(path) => container_of_cgroup(&path.to_string_lossy()),
-                None => {
-                    self.unresolved_cgroups += 1;
-                    None
-                }
-            };
-            let entry = found.map(|(runtime, id)| {
-                // Full: asked again at a later event (see below).
-                let _ = self.asks.try_send((runtime, id.clone()));
-                Attribution { json: field_json(runtime, &id, None), runtime, id, answered: false, checked: u64::MAX }
-            });
-            self.by_cgroup.insert(cgroup_id, entry);
+        // One hash lookup per event; a new cgroup id is resolved once.
+        let entry = match self.by_cgroup.entry(cgroup_id) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let found = match cgroup_path(&self.mount, cgroup_id) {
+                    Some(path) => container_of_cgroup(&path.to_string_lossy()),
+                    None => {
+                        self.unresolved_cgroups += 1;
+                        None
+                    }
+                };
+                e.insert(found.map(|(runtime, id)| {
+                    // Full: asked again at a later event (see below).
+                    let _ = self.asks.try_send((runtime, id.clone()));
+                    Attribution { json: field_json(runtime, &id, None), runtime, id, answered: false, checked: u64::MAX }
+                }))
+            }
         }
-        let entry = self.by_cgroup.get_mut(&cgroup_id)?.as_mut()?;
+        .as_mut()?;
         if !entry.answered && entry.checked != generation {
             entry.checked = generation;
             if let Some(meta) = self.answers.meta.lock().unwrap().get(&entry.id) {

@@ -246,10 +246,10 @@ impl Batch {
         };
         let part = &bytes[..taken];
         self.content.update(part);
-        if lines > 0 {
-            let first_nl = memchr::memchr(b'\n', part).expect("a line ends here");
-            let last_nl = memchr::memrchr(b'\n', part).expect("a line ends here");
+        let last_nl = memchr::memrchr(b'\n', part);
+        if let Some(last_nl) = last_nl {
             if self.lines == 0 {
+                let first_nl = memchr::memchr(b'\n', part).expect("a line ends here");
                 self.note(self.time_of_line_ending(part, first_nl));
             }
             self.note(self.time_of_line_ending(part, last_nl));
@@ -257,7 +257,7 @@ impl Batch {
             self.partial = false;
             self.head.clear();
         }
-        let tail = memchr::memrchr(b'\n', part).map_or(0, |nl| nl + 1);
+        let tail = last_nl.map_or(0, |nl| nl + 1);
         if tail < part.len() {
             self.partial = true;
             let room = HEAD.saturating_sub(self.head.len());
@@ -595,17 +595,12 @@ impl Verifier {
     pub fn finish(mut self) -> Report {
         // Numbers the chain skipped: batches removed, lines and seal.
         let last = self.seen.keys().next_back().copied();
-        let mut deleted = Vec::new();
         for b in 0..last.unwrap_or(0) {
             if self.seen.contains_key(&b) {
                 continue;
             }
             let before = self.seen.range(..b).next_back().map(|(_, s)| s.last_time_ns);
-            let after = self.seen.range(b + 1..).next().map(|(_, s)| (s.first_line, s.first_time_ns));
-            deleted.push((b, before, after));
-        }
-        for (b, before, after) in deleted {
-            let (line, t1) = after.map_or((0, 0), |a| a);
+            let (line, t1) = self.seen.range(b + 1..).next().map_or((0, 0), |(_, s)| (s.first_line, s.first_time_ns));
             self.findings.push(Finding {
                 kind: "deleted",
                 batch: Some(b),

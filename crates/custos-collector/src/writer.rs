@@ -10,7 +10,7 @@
 
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -74,13 +74,14 @@ impl OffloadWriter {
     fn hand_off(&mut self) -> io::Result<()> {
         self.check()?;
         if !self.chunk.is_empty() {
-            let next = match self.spent.try_recv() {
-                Ok(mut chunk) => {
+            // A written chunk back from the thread, else a new one.
+            let next = self.spent.try_recv().map_or_else(
+                |_| Vec::with_capacity(CHUNK),
+                |mut chunk| {
                     chunk.clear();
                     chunk
-                }
-                Err(TryRecvError::Empty | TryRecvError::Disconnected) => Vec::with_capacity(CHUNK),
-            };
+                },
+            );
             let full = std::mem::replace(&mut self.chunk, next);
             self.send(Msg::Data(full))?;
         }

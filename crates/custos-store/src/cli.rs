@@ -153,15 +153,20 @@ pub struct GraphArgs {
     pub query: Query,
 }
 
-fn answer(conn: &rusqlite::Connection, q: &Query) -> Result<Answer> {
-    match q {
+/// The answer to `q`, narrowed to one container's processes when `container` names one.
+fn answer(conn: &rusqlite::Connection, q: &Query, container: Option<&str>) -> Result<Answer> {
+    let mut a = match q {
         Query::Ancestors(t) => query::ancestry(conn, &t.target, Direction::Ancestors, t.depth, t.window.window()?),
         Query::Descendants(t) => query::ancestry(conn, &t.target, Direction::Descendants, t.depth, t.window.window()?),
         Query::Path { a, b } => query::path(conn, a, b),
         Query::TouchedBy { process, window } => query::touched_by(conn, process, window.window()?),
         Query::WhoTouched { path, window } => query::who_touched(conn, path, window.window()?),
         Query::Event { .. } => bail!("`event` prints a raw event; it has no graph"),
+    }?;
+    if let Some(spec) = container {
+        query::only_containers(&mut a, &query::containers_named(conn, spec)?, spec);
     }
+    Ok(a)
 }
 
 pub fn query(args: QueryArgs) -> Result<i32> {
@@ -184,10 +189,7 @@ pub fn query(args: QueryArgs) -> Result<i32> {
         }
         return Ok(0);
     }
-    let mut a = answer(&conn, &args.query)?;
-    if let Some(spec) = &args.container {
-        query::only_containers(&mut a, &query::containers_named(&conn, spec)?, spec);
-    }
+    let a = answer(&conn, &args.query, args.container.as_deref())?;
     let text = if args.json { render::json(&a)? } else { render::text(&a) };
     let mut out = std::io::stdout().lock();
     writeln!(out, "{}", text.trim_end()).context("writing the answer")?;
@@ -204,10 +206,7 @@ pub fn graph(args: GraphArgs) -> Result<i32> {
         bail!("--hide shapes a picture; PROV-JSON keeps the whole answer (leave out --hide or use --format dot)");
     }
     let conn = crate::schema::open_ro(&args.store.db)?;
-    let mut a = answer(&conn, &args.query)?;
-    if let Some(spec) = &args.container {
-        query::only_containers(&mut a, &query::containers_named(&conn, spec)?, spec);
-    }
+    let mut a = answer(&conn, &args.query, args.container.as_deref())?;
     render::hide_nodes(&mut a, &hide, &args.hide.join(" "));
     for l in &a.losses {
         eprintln!("WARNING: {}", l.message());

@@ -7,7 +7,7 @@ use crate::nodes::{self, NodeReader, NodeRow};
 use crate::schema::{EdgeKind, NodeKind};
 use crate::timefmt::format_ns;
 use anyhow::{bail, Context, Result};
-use rusqlite::{params, Connection};
+use rusqlite::{params, Connection, OptionalExtension};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet, VecDeque};
 
@@ -513,7 +513,7 @@ fn finish(conn: &Connection, query: String, start: Vec<i64>, depth: NodeMap<u32>
     }
     .or(span);
     let losses = losses_for(conn, &boots, question)?;
-    let containers = containers_of(conn, &nodes);
+    let containers = containers_of(conn, &nodes)?;
     Ok(Answer { query, start, nodes, edges, rows, path, span_ns: span, complete: losses.is_empty(), losses, containers })
 }
 
@@ -707,7 +707,7 @@ pub fn ancestor_ids(conn: &Connection, root: i64) -> Result<NodeSet> {
 mod tests;
 
 /// The containers of `nodes`' processes, with their names from the store.
-fn containers_of(conn: &Connection, nodes: &[NodeInfo]) -> std::collections::BTreeMap<String, Option<String>> {
+fn containers_of(conn: &Connection, nodes: &[NodeInfo]) -> Result<std::collections::BTreeMap<String, Option<String>>> {
     let mut out = std::collections::BTreeMap::new();
     for n in nodes {
         if let Some(id) = n.container() {
@@ -717,10 +717,11 @@ fn containers_of(conn: &Connection, nodes: &[NodeInfo]) -> std::collections::BTr
     for (id, name) in out.iter_mut() {
         *name = conn
             .query_row("SELECT name FROM containers WHERE id = ?1", [id.as_str()], |r| r.get::<_, Option<String>>(0))
-            .ok()
+            .optional()
+            .context("reading the containers table")?
             .flatten();
     }
-    out
+    Ok(out)
 }
 
 /// The containers `spec` names: an id, an id's first 12 or more hex digits,

@@ -183,11 +183,14 @@ pub fn dot(a: &Answer) -> String {
     let _ = writeln!(out, "  label=\"{}\"; labelloc=t;", esc(&a.query));
     let starts: std::collections::HashSet<i64> = a.start.iter().copied().collect();
     // Each container's processes in a box of their own, named.
-    for (i, (id, name)) in a.containers.iter().enumerate() {
-        let members: Vec<String> = a.nodes.iter().filter(|n| n.container().as_deref() == Some(id)).map(|n| format!("n{}", n.node)).collect();
-        if members.is_empty() {
-            continue;
+    let mut members: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for n in &a.nodes {
+        if let Some(id) = n.container() {
+            members.entry(id).or_default().push(format!("n{}", n.node));
         }
+    }
+    for (i, (id, name)) in a.containers.iter().enumerate() {
+        let Some(members) = members.get(id) else { continue };
         let title = match name {
             Some(name) => format!("container {name} ({})", &id[..id.len().min(12)]),
             None => format!("container {}", &id[..id.len().min(12)]),
