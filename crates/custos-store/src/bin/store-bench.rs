@@ -44,6 +44,22 @@ struct Args {
     /// Reuse the events.jsonl in --work (same seed and scale) but ingest it again.
     #[arg(long)]
     reuse_stream: bool,
+    /// Only ingest (for A/B runs of the ingest): print its rate and CPU time, write no results.
+    #[arg(long, hide = true)]
+    ingest_only: bool,
+}
+
+/// This process's user and system CPU seconds so far (Linux, from /proc; NaN elsewhere).
+fn cpu_seconds() -> (f64, f64) {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command's closing parenthesis: utime and stime are the 12th and 13th.
+    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<f64> = after.split_whitespace().skip(11).take(2).filter_map(|v| v.parse().ok()).collect();
+    match f[..] {
+        // Clock ticks; 100 per second on Linux.
+        [u, s] => (u / 100.0, s / 100.0),
+        _ => (f64::NAN, f64::NAN),
+    }
 }
 
 /// The level `custos collect --archive x.zst` writes.
@@ -178,9 +194,10 @@ fn main() -> Result<()> {
         }
         let opts = IngestOptions { batch_lines: args.batch, source: jsonl.display().to_string(), ..Default::default() };
         let mut ing = Ingestor::open(&db, opts)?;
-        let mut input = BufReader::with_capacity(4 << 20, std::fs::File::open(&jsonl)?);
+        let mut input = BufReader::with_capacity(256 << 10, std::fs::File::open(&jsonl)?);
         let mut buf = Vec::with_capacity(1024);
         let t = Instant::now();
+        let cpu0 = cpu_seconds();
         let mut last = Instant::now();
         loop {
             buf.clear();
@@ -205,6 +222,16 @@ fn main() -> Result<()> {
         let (summary, _) = ing.finish()?;
         ingest_s = t.elapsed().as_secs_f64();
         eprintln!("store-bench: ingest done in {ingest_s:.0}s: {summary:?}");
+        if args.ingest_only {
+            let cpu1 = cpu_seconds();
+            let (user, sys) = (cpu1.0 - cpu0.0, cpu1.1 - cpu0.1);
+            println!(
+                "{{\"ingest_events_per_s\": {:.0}, \"ingest_seconds\": {ingest_s:.3}, \"user_s\": {user:.2}, \"sys_s\": {sys:.2}, \"events_new\": {}}}",
+                summary.events_new as f64 / ingest_s,
+                summary.events_new
+            );
+            return Ok(());
+        }
         std::fs::write(args.work.join("ingest.json"), serde_json::to_string_pretty(&json!({"ingest_seconds": ingest_s, "summary": summary}))?)?;
     } else if let Ok(t) = std::fs::read_to_string(args.work.join("ingest.json")) {
         let v: serde_json::Value = serde_json::from_str(&t)?;
