@@ -132,7 +132,9 @@ pub struct Graph {
     procs: Map<(i64, u32), Proc>,
     heads: Map<ObjKey, Head>,
     dirty_procs: Set<(i64, u32)>,
-    dirty_heads: Set<ObjKey>,
+    /// Heads changed in the open batch, with their newest value: the flush
+    /// writes them from here, sorted by key, without looking each up in `heads`.
+    dirty_heads: Map<ObjKey, Head>,
     /// True while every persisted head/proc is also cached, so a cache miss needs no lookup.
     all_cached: bool,
     /// Cause entries added in the open batch, with their effect, in the order made.
@@ -172,7 +174,7 @@ impl Graph {
             procs: Map::default(),
             heads: Map::default(),
             dirty_procs: Set::default(),
-            dirty_heads: Set::default(),
+            dirty_heads: Map::default(),
             all_cached: heads == 0 && procs == 0,
             pending_causes: Vec::new(),
             pending_nodes: Vec::new(),
@@ -192,10 +194,11 @@ impl Graph {
         let mut put_head = db.prepare_cached(
             "INSERT OR REPLACE INTO heads(kind, scope, name, node, version, frozen, generator, deleted) VALUES(?1,?2,?3,?4,?5,?6,?7,?8)",
         )?;
-        for key in self.dirty_heads.drain() {
-            if let Some(h) = self.heads.get(&key) {
-                put_head.execute(params![key.kind, key.scope, key.name, h.node, h.version, h.frozen, h.generator, h.deleted])?;
-            }
+        // In key order: consecutive rows land on the same b-tree pages.
+        let mut dirty: Vec<(ObjKey, Head)> = self.dirty_heads.drain().collect();
+        dirty.sort_unstable_by(|(a, _), (b, _)| (a.kind, a.scope, a.name.as_bytes()).cmp(&(b.kind, b.scope, b.name.as_bytes())));
+        for (key, h) in &dirty {
+            put_head.execute(params![key.kind, key.scope, key.name, h.node, h.version, h.frozen, h.generator, h.deleted])?;
         }
         let mut put_proc = db.prepare_cached("INSERT OR REPLACE INTO procs(boot, pid, state) VALUES(?1,?2,?3)")?;
         let mut del_proc = db.prepare_cached("DELETE FROM procs WHERE boot = ?1 AND pid = ?2")?;
@@ -288,7 +291,7 @@ impl Graph {
 
     fn set_head(&mut self, key: &ObjKey, h: Head) {
         self.heads.insert(key.clone(), h);
-        self.dirty_heads.insert(key.clone());
+        self.dirty_heads.insert(key.clone(), h);
     }
 
     fn cached_proc(&mut self, db: &mut Sql<'_>, boot: i64, pid: u32) -> Result<bool> {

@@ -36,6 +36,8 @@ const MAX_SHAPES: usize = 4096;
 /// nothing (fields in their own order each) reach it; it bounds the tree
 /// at ~50 bytes an edge.
 const MAX_TREE_EDGES: usize = 1 << 18;
+/// Emptied column buffers kept for the next segment.
+const MAX_SPARE: usize = 256;
 /// Nesting the cutter follows (`args`, `argv`); deeper lines stay whole.
 const MAX_DEPTH: u32 = 8;
 
@@ -394,6 +396,10 @@ pub struct SegmentBuilder {
     events: Vec<(i64, i64)>,
     /// One zstd context for all segments (made at the first seal).
     zstd: Option<zstd::bulk::Compressor<'static>>,
+    /// Emptied buffers of the last segment's columns and its plain bytes,
+    /// reused: growing fresh ones every batch cost page faults and copies.
+    spare: Vec<Vec<u8>>,
+    plain: Vec<u8>,
 }
 
 /// A run of consecutive event ids in a segment: (boot, first id, last id).
@@ -420,6 +426,8 @@ impl Default for SegmentBuilder {
             other_lines: 0,
             events: Vec::new(),
             zstd: None,
+            spare: Vec::new(),
+            plain: Vec::new(),
         }
     }
 }
@@ -516,7 +524,8 @@ impl SegmentBuilder {
             let next = self.columns.len() as u32;
             let c = *self.columns_by_path.entry((path.clone(), marker)).or_insert(next);
             if c == next {
-                self.columns.push(Column { marker, pred: Pred::of(path, marker), prev: 0, data: Vec::new() });
+                let data = self.spare.pop().unwrap_or_default();
+                self.columns.push(Column { marker, pred: Pred::of(path, marker), prev: 0, data });
             }
             cols.push(c);
             let text = &skel[gap..at];
@@ -558,7 +567,14 @@ impl SegmentBuilder {
         self.shape_columns.clear();
         self.shape_table.clear();
         self.columns_by_path.clear();
-        self.columns.clear();
+        for c in self.columns.drain(..) {
+            // A stream of many shapes may make many columns: keep a few dozen.
+            if self.spare.len() < MAX_SPARE {
+                let mut data = c.data;
+                data.clear();
+                self.spare.push(data);
+            }
+        }
         for b in [&mut self.slot_shapes, &mut self.slot_boots, &mut self.slot_ids, &mut self.whole, &mut self.other] {
             b.clear();
         }
@@ -584,7 +600,9 @@ impl SegmentBuilder {
         for s in &sections {
             varint::put(&mut head, s.len() as u64);
         }
-        let mut plain = Vec::with_capacity(head.len() + 10 + sections.iter().map(|s| s.len()).sum::<usize>());
+        let mut plain = std::mem::take(&mut self.plain);
+        plain.clear();
+        plain.reserve(head.len() + 10 + sections.iter().map(|s| s.len()).sum::<usize>());
         put_bytes(&mut plain, &head);
         for s in sections {
             plain.extend_from_slice(s);
@@ -594,6 +612,7 @@ impl SegmentBuilder {
             None => self.zstd.insert(zstd::bulk::Compressor::new(ZSTD_LEVEL)?),
         };
         let blob = zstd.compress(&plain).context("compressing a raw segment")?;
+        self.plain = plain;
         self.events.sort_unstable();
         let mut runs: Vec<Run> = Vec::new();
         for &(boot, id) in &self.events {
