@@ -24,7 +24,6 @@
 //! within one event, that is within one batch: the batch's edges are kept
 //! exactly once there ([`EdgeBatch`]).
 
-use crate::graph::Set;
 pub use crate::blocks::{block_of, BLOCK_NODES, BLOCK_SHIFT};
 use crate::blocks::{slot_of, Entry, EntryBase, SEQ_MASK};
 use crate::varint;
@@ -109,13 +108,17 @@ fn decode_part(block_id: i64, buf: &[u8], only: Option<u64>, out: &mut Vec<Edge>
 #[derive(Default)]
 pub struct EdgeBatch {
     edges: Vec<Edge>,
-    seen: Set<(i64, i64, u8, i64)>,
 }
 
 impl EdgeBatch {
-    /// Adds an edge; false if the batch already holds it.
+    /// Adds an edge; false if the batch already holds it. An edge is keyed
+    /// by its event, and every event is applied once (event ranges), all
+    /// its edges together: so a repeat can only be among the edges at the
+    /// end of the batch that carry its event id, and only those are compared
+    /// (a few; a set of every edge of the batch cost a hash insert each).
     pub fn add(&mut self, e: Edge) -> bool {
-        if !self.seen.insert((e.cause, e.effect, e.kind, e.event_id)) {
+        let same = |o: &Edge| (o.cause, o.effect, o.kind) == (e.cause, e.effect, e.kind);
+        if self.edges.iter().rev().take_while(|o| o.event_id == e.event_id).any(same) {
             return false;
         }
         self.edges.push(e);
@@ -125,7 +128,6 @@ impl EdgeBatch {
     /// Writes the batch's edges, one part per cause block, merging blocks
     /// that reach [`MERGE_PARTS`]. Call inside the batch's transaction.
     pub fn write(&mut self, db: &Connection) -> Result<()> {
-        self.seen.clear();
         self.edges.sort_unstable();
         let mut parts = db.prepare_cached("SELECT COUNT(*), COALESCE(MAX(part), 0) FROM effect_parts WHERE block = ?1")?;
         let mut put = db.prepare_cached("INSERT INTO effect_parts(block, part, data) VALUES(?1, ?2, ?3)")?;

@@ -151,6 +151,9 @@ pub struct Graph {
     /// What the `containers` table holds of each container seen in this
     /// ingest: a row is written only when an event tells more.
     containers: Map<String, crate::record::ContainerRef>,
+    /// The keys of every process's fd table and cause set: drawn once
+    /// (randomly) and cloned, as drawing a fresh key per map cost more than the map.
+    hasher: ahash::RandomState,
     pub stats: GraphStats,
 }
 
@@ -182,6 +185,7 @@ impl Graph {
             pending_edges: EdgeBatch::default(),
             fork_hook_boots: Set::default(),
             containers: Map::default(),
+            hasher: ahash::RandomState::new(),
             stats: GraphStats::default(),
         })
     }
@@ -290,8 +294,19 @@ impl Graph {
     }
 
     fn set_head(&mut self, key: &ObjKey, h: Head) {
-        self.heads.insert(key.clone(), h);
-        self.dirty_heads.insert(key.clone(), h);
+        // Updated in place when present: a key is cloned only when it is new to a map.
+        match self.heads.get_mut(key) {
+            Some(slot) => *slot = h,
+            None => {
+                self.heads.insert(key.clone(), h);
+            }
+        }
+        match self.dirty_heads.get_mut(key) {
+            Some(slot) => *slot = h,
+            None => {
+                self.dirty_heads.insert(key.clone(), h);
+            }
+        }
     }
 
     fn cached_proc(&mut self, db: &mut Sql<'_>, boot: i64, pid: u32) -> Result<bool> {
@@ -366,7 +381,7 @@ impl Graph {
         let node = self.new_node(db, NodeKind::Process, boot, &name, 1, Some((ev.pid, None)), ev, Some(attrs))?;
         self.procs.insert(
             (boot, ev.pid),
-            Proc { node, exec: node, version: 1, frozen: false, euid: None, name, root: node, fds: Map::default(), causes: Set::default() },
+            Proc { node, exec: node, version: 1, frozen: false, euid: None, name, root: node, fds: Map::with_hasher(self.hasher.clone()), causes: Set::with_hasher(self.hasher.clone()) },
         );
         self.dirty_procs.insert((boot, ev.pid));
         if let Some(uid) = ev.euid.or(ev.uid) {
@@ -770,7 +785,7 @@ impl Graph {
         let attrs = attrs_json(&ForkAttrs { comm: ev.comm.as_deref(), parent_pid: ev.pid, container: container_id(ev) });
         let node = self.new_node(db, NodeKind::Process, boot, &name, 1, Some((child, None)), ev, Some(attrs))?;
         self.edge(db, node, parent, EdgeKind::WasInformedBy, boot, ev)?;
-        let mut causes = Set::default();
+        let mut causes = Set::with_hasher(self.hasher.clone());
         causes.insert(parent);
         self.procs.insert((boot, child), Proc { node, exec: node, version: 1, frozen: false, euid, name, root: 0, fds, causes });
         self.dirty_procs.insert((boot, child));
@@ -788,7 +803,7 @@ impl Graph {
         let attrs = attrs_json(&ExecAttrs { argv: ev.argv.as_deref(), comm: ev.comm.as_deref(), euid: ev.euid, uid: ev.uid, container: container_id(ev) });
         let node = self.new_node(db, NodeKind::Process, boot, &name, 1, Some((ev.pid, None)), ev, Some(attrs))?;
         self.edge(db, node, old, EdgeKind::WasInformedBy, boot, ev)?;
-        let mut causes = Set::default();
+        let mut causes = Set::with_hasher(self.hasher.clone());
         causes.insert(old);
         if let Some(path) = &ev.path {
             let exe = self.obj_cause(db, &ObjKey::new(NodeKind::File, 0, path.as_str()), boot, ev)?;
