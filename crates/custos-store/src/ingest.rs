@@ -7,7 +7,7 @@
 
 use crate::archive::Recorder;
 use crate::graph::{Graph, GraphStats, Sql};
-use crate::rawseg::SegmentBuilder;
+use crate::rawseg::{HeldLine, SegmentBuilder};
 use crate::record::{parse_line, Record};
 use anyhow::{Context, Result};
 use rusqlite::{params, Connection, OptionalExtension};
@@ -162,7 +162,8 @@ struct Pending {
     line_no: u64,
     boot: i64,
     event: Box<crate::record::Event>,
-    line: String,
+    /// Its line, cut into the raw segment's shape and values when read.
+    line: HeldLine,
 }
 
 /// The reorder window's events, in apply order. Events arriving in order
@@ -234,6 +235,11 @@ impl Held {
     fn clear(&mut self) {
         self.in_order.clear();
         self.late.clear();
+    }
+
+    /// The held lines of every event not applied yet.
+    fn lines_mut(&mut self) -> impl Iterator<Item = &mut HeldLine> {
+        self.in_order.iter_mut().map(|(_, p)| &mut p.line).chain(self.late.values_mut().map(|p| &mut p.line))
     }
 
     /// The input line of the earliest-read event held.
@@ -339,7 +345,10 @@ impl Ingestor {
                     self.summary.out_of_window += 1;
                 }
                 self.newest_ns = self.newest_ns.max(ev.time_ns);
-                if !self.pending.insert(key, Pending { line_no: self.line_no, boot, event: ev, line: line.to_string() }) {
+                // Cut now, while the line is in cache: the event may be applied
+                // up to a reorder window later.
+                let held = self.raw.cut(line);
+                if !self.pending.insert(key, Pending { line_no: self.line_no, boot, event: ev, line: held }) {
                     self.summary.events_duplicate += 1;
                 }
             }
@@ -498,7 +507,7 @@ impl Ingestor {
             self.graph
                 .apply(&mut sql, p.boot, &p.event)
                 .with_context(|| format!("line {}: applying event {} to the graph", p.line_no, p.event.id))?;
-            self.raw.keep_event(p.boot, p.event.id, &p.line);
+            self.raw.keep_held(p.boot, p.event.id, &p.line);
         }
         Ok(())
     }
@@ -515,6 +524,9 @@ impl Ingestor {
                 put.execute(params![boot, first, last, self.next_segment])?;
             }
             self.next_segment += 1;
+            // The lines still held were cut against the shapes just written;
+            // if those are past their bounds, they start afresh and the held lines are cut again.
+            self.raw.renew_if_full(self.pending.lines_mut());
         }
         self.graph.flush(&self.conn)?;
         let s = &self.summary;
@@ -720,6 +732,32 @@ mod tests {
         assert!(segments > 5, "{segments} segments");
     }
 
+    /// Lines are cut when read and kept when their event is applied, up to
+    /// a reorder window (here several batches) later; a stream of ever new
+    /// shapes renews the shapes at seals in between. Every line comes back.
+    #[test]
+    fn lines_held_across_batches_and_renewed_shapes_come_back_byte_for_byte() {
+        let values = vec!["\"ab\""; 60].join(",");
+        let lines: Vec<String> = (1..=3000u64)
+            .map(|i| {
+                let t = 1_000_000_000 + i * 1_000_000;
+                match i % 3 {
+                    0 => format!(r#"{{"type":"event","id":{i},"time_ns":{t},"pid":7,"syscall":"getpid","ret":7,"k{i}":[{values}]}}"#),
+                    _ => format!(r#"{{"type":"event","id":{i},"cpu":0,"time_ns":{t},"pid":7,"syscall":"getpid","ret":7}}"#),
+                }
+            })
+            .collect();
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("s.db");
+        let s = ingest(&db, &lines, 100);
+        assert_eq!((s.events_new, s.malformed, s.events_duplicate), (3000, 0, 0));
+        let conn = crate::schema::open_ro(&db).unwrap();
+        let boot: i64 = conn.query_row("SELECT boot FROM boots WHERE boot_id = 'unknown'", [], |r| r.get(0)).unwrap();
+        for l in &lines {
+            assert_eq!(raw_event(&conn, boot, id_of(l)).unwrap().as_deref(), Some(l.as_str()));
+        }
+    }
+
     /// The queue-plus-map window yields exactly what one sorted map would:
     /// the same order, the same duplicates refused, the same first line.
     #[test]
@@ -740,7 +778,7 @@ mod tests {
                 t += rnd(3);
                 let time = if rnd(4) == 0 { t.saturating_sub(rnd(50)) } else { t };
                 let key = (time, rnd(if round % 2 == 0 { 4 } else { 1000 }), 1);
-                let p = Pending { line_no, boot: 1, event: Box::default(), line: String::new() };
+                let p = Pending { line_no, boot: 1, event: Box::default(), line: HeldLine::default() };
                 let fresh = !model.contains_key(&key);
                 assert_eq!(held.insert(key, p), fresh, "{key:?}");
                 if fresh {

@@ -36,8 +36,12 @@ const MAX_SHAPES: usize = 4096;
 /// nothing (fields in their own order each) reach it; it bounds the tree
 /// at ~50 bytes an edge.
 const MAX_TREE_EDGES: usize = 1 << 18;
-/// Emptied column buffers kept for the next segment.
+/// Emptied column buffers kept for the next registry.
 const MAX_SPARE: usize = 256;
+/// Bytes of the shape table past which the registry is started afresh at
+/// a seal (every segment writes the table; the collector's few dozen
+/// shapes take a few KiB).
+const MAX_TABLE_BYTES: usize = 64 << 10;
 /// Nesting the cutter follows (`args`, `argv`); deeper lines stay whole.
 const MAX_DEPTH: u32 = 8;
 
@@ -365,21 +369,50 @@ struct ShapeEdge {
     to: u32,
 }
 
+/// An event's line as held until the event is applied: cut into its shape
+/// and values when it was read (while the line is in cache), or whole.
+#[derive(Debug)]
+pub enum HeldLine {
+    /// A line the columns do not take (or taken when the shapes were full): its text.
+    Whole(Box<str>),
+    /// Its shape in the builder's registry and its values in order, packed:
+    /// an integer as the zigzag varint of its value, a text as its length and bytes.
+    Cut { shape: u32, vals: Box<[u8]> },
+}
+
+impl Default for HeldLine {
+    fn default() -> Self {
+        HeldLine::Whole("".into())
+    }
+}
+
 /// The open batch's raw lines, built into a segment at commit.
+///
+/// The shapes and their columns (the registry: tree, table, columns by key
+/// path) outlive a segment: a line is cut when it is read, and its event
+/// may be applied, and its values kept, a segment later (the reorder
+/// window holds events across commits). Every segment writes the whole
+/// table, so a registry past its bounds is started afresh at a seal
+/// ([`SegmentBuilder::renew_if_full`]), the held lines re-cut.
 pub struct SegmentBuilder {
     cutter: Cutter,
     tree: Vec<ShapeNode>,
-    /// The values of the line being kept, each with its column.
+    /// The values of the line being cut, each with its column.
     vals: Vec<(u32, Val)>,
     /// Skeleton → shape number (from 1; 0 marks a line kept whole), for
     /// the lines the tree's walk does not place.
     shapes: Map<Vec<u8>, u32>,
     /// Per shape, the column of each of its values.
     shape_columns: Vec<Vec<u32>>,
+    /// Per shape, its gaps (the text before each value, then the last): to
+    /// re-create a held line when the registry is renewed.
+    shape_gaps: Vec<Vec<Box<[u8]>>>,
     /// The shapes as written: per shape the values, each a gap and its column, then the last gap.
     shape_table: Vec<u8>,
     columns_by_path: Map<(Vec<u8>, u8), u32>,
     columns: Vec<Column>,
+    /// A line was kept whole because the registry was at its bounds.
+    full: bool,
     /// Per event: its shape, boot (difference from the previous) and id.
     slot_shapes: Vec<u8>,
     slot_boots: Vec<u8>,
@@ -396,10 +429,12 @@ pub struct SegmentBuilder {
     events: Vec<(i64, i64)>,
     /// One zstd context for all segments (made at the first seal).
     zstd: Option<zstd::bulk::Compressor<'static>>,
-    /// Emptied buffers of the last segment's columns and its plain bytes,
-    /// reused: growing fresh ones every batch cost page faults and copies.
+    /// Emptied column buffers of a renewed registry, and the segment's
+    /// plain bytes, reused: growing fresh ones cost page faults and copies.
     spare: Vec<Vec<u8>>,
     plain: Vec<u8>,
+    /// Scratch of `cut`.
+    packed: Vec<u8>,
 }
 
 /// A run of consecutive event ids in a segment: (boot, first id, last id).
@@ -413,9 +448,11 @@ impl Default for SegmentBuilder {
             vals: Vec::new(),
             shapes: Map::default(),
             shape_columns: Vec::new(),
+            shape_gaps: Vec::new(),
             shape_table: Vec::new(),
             columns_by_path: Map::default(),
             columns: Vec::new(),
+            full: false,
             slot_shapes: Vec::new(),
             slot_boots: Vec::new(),
             slot_ids: Vec::new(),
@@ -428,6 +465,7 @@ impl Default for SegmentBuilder {
             zstd: None,
             spare: Vec::new(),
             plain: Vec::new(),
+            packed: Vec::new(),
         }
     }
 }
@@ -435,7 +473,34 @@ impl Default for SegmentBuilder {
 impl SegmentBuilder {
     /// Keeps an event's line (applied, new to the store).
     pub fn keep_event(&mut self, boot: i64, id: u64, line: &str) {
+        let held = self.cut(line);
+        self.keep_held(boot, id, &held);
+    }
+
+    /// Cuts an event's line into its shape and values (registering a new
+    /// shape), to be kept by [`SegmentBuilder::keep_held`] when the event is applied.
+    pub fn cut(&mut self, line: &str) -> HeldLine {
         let shape = self.shape_of(line.as_bytes());
+        if shape == 0 {
+            return HeldLine::Whole(line.into());
+        }
+        let b = line.as_bytes();
+        self.packed.clear();
+        for &(_, v) in &self.vals {
+            match v {
+                Val::Int(v) => varint::put(&mut self.packed, varint::zigzag(v)),
+                Val::Text(a, e) => put_bytes(&mut self.packed, &b[a as usize..e as usize]),
+            }
+        }
+        HeldLine::Cut { shape, vals: self.packed.as_slice().into() }
+    }
+
+    /// Keeps an applied event's held line.
+    pub fn keep_held(&mut self, boot: i64, id: u64, held: &HeldLine) {
+        let shape = match held {
+            HeldLine::Whole(_) => 0,
+            HeldLine::Cut { shape, .. } => *shape,
+        };
         varint::put(&mut self.slot_shapes, shape as u64);
         varint::put(&mut self.slot_boots, varint::zigzag(boot.wrapping_sub(self.last_boot)));
         self.last_boot = boot;
@@ -448,24 +513,88 @@ impl SegmentBuilder {
         varint::put(&mut self.slot_ids, varint::zigzag(seq.wrapping_sub(*next) as i64));
         *next = seq + 1;
         self.events.push((boot, id as i64));
-        if shape == 0 {
-            put_bytes(&mut self.whole, line.as_bytes());
-            return;
-        }
-        for &(c, v) in &self.vals {
+        let vals = match held {
+            HeldLine::Whole(line) => {
+                put_bytes(&mut self.whole, line.as_bytes());
+                return;
+            }
+            HeldLine::Cut { vals, .. } => vals,
+        };
+        let mut pos = 0;
+        for &c in &self.shape_columns[shape as usize - 1] {
             let col = &mut self.columns[c as usize];
-            match v {
-                Val::Int(v) => {
-                    let pred = col.pred.value(col.prev, id);
-                    varint::put(&mut col.data, varint::zigzag(v.wrapping_sub(pred)));
-                    col.prev = v;
-                }
-                Val::Text(a, b) => {
-                    col.data.extend_from_slice(&line.as_bytes()[a as usize..b as usize]);
-                    col.data.push(0);
-                }
+            // Packed by `cut` from a shape of this registry: well formed.
+            if col.marker == INT {
+                let v = varint::unzigzag(varint::get(vals, &mut pos).expect("a held value"));
+                let pred = col.pred.value(col.prev, id);
+                varint::put(&mut col.data, varint::zigzag(v.wrapping_sub(pred)));
+                col.prev = v;
+            } else {
+                let n = varint::get(vals, &mut pos).expect("a held value") as usize;
+                col.data.extend_from_slice(&vals[pos..pos + n]);
+                col.data.push(0);
+                pos += n;
             }
         }
+    }
+
+    /// The text of a held line, re-created from its shape and values.
+    fn recreate(&self, held: &HeldLine) -> Box<str> {
+        let (shape, vals) = match held {
+            HeldLine::Whole(line) => return line.clone(),
+            HeldLine::Cut { shape, vals } => (*shape as usize, vals),
+        };
+        let mut out: Vec<u8> = Vec::with_capacity(vals.len() * 2 + 64);
+        let gaps = &self.shape_gaps[shape - 1];
+        let mut pos = 0;
+        for (gap, &c) in gaps.iter().zip(&self.shape_columns[shape - 1]) {
+            out.extend_from_slice(gap);
+            if self.columns[c as usize].marker == INT {
+                let v = varint::unzigzag(varint::get(vals, &mut pos).expect("a held value"));
+                out.extend_from_slice(v.to_string().as_bytes());
+            } else {
+                let n = varint::get(vals, &mut pos).expect("a held value") as usize;
+                out.extend_from_slice(&vals[pos..pos + n]);
+                pos += n;
+            }
+        }
+        out.extend_from_slice(&gaps[gaps.len() - 1]);
+        String::from_utf8(out).expect("a line re-created from UTF-8 pieces").into_boxed_str()
+    }
+
+    /// After a seal: when the shape registry reached its bounds (a line was
+    /// kept whole for them, or its table, written in every segment, grew
+    /// past [`MAX_TABLE_BYTES`]), starts it afresh and cuts the lines still
+    /// held (`held`: every event not applied yet) against the new one.
+    pub fn renew_if_full<'a>(&mut self, held: impl Iterator<Item = &'a mut HeldLine>) {
+        if !self.full && self.shape_table.len() <= MAX_TABLE_BYTES {
+            return;
+        }
+        let mut held: Vec<&mut HeldLine> = held.collect();
+        let texts: Vec<Box<str>> = held.iter().map(|h| self.recreate(h)).collect();
+        self.reset_registry();
+        for (h, text) in held.iter_mut().zip(texts) {
+            **h = self.cut(&text);
+        }
+    }
+
+    fn reset_registry(&mut self) {
+        self.tree.clear();
+        self.tree.push(ShapeNode::default());
+        self.shapes.clear();
+        self.shape_columns.clear();
+        self.shape_gaps.clear();
+        self.shape_table.clear();
+        self.columns_by_path.clear();
+        for c in self.columns.drain(..) {
+            // A stream of many shapes may make many columns: keep a few dozen.
+            if self.spare.len() < MAX_SPARE {
+                let mut data = c.data;
+                data.clear();
+                self.spare.push(data);
+            }
+        }
+        self.full = false;
     }
 
     /// The shape of a line, its values in `vals`; 0 to keep the line whole.
@@ -480,7 +609,10 @@ impl SegmentBuilder {
         }
         let s = match self.shapes.get(&self.cutter.skel[..]) {
             Some(&s) => s,
-            None if self.shapes.len() >= MAX_SHAPES || self.tree.len() + self.cutter.vals.len() > MAX_TREE_EDGES => return 0,
+            None if self.shapes.len() >= MAX_SHAPES || self.tree.len() + self.cutter.vals.len() > MAX_TREE_EDGES => {
+                self.full = true;
+                return 0;
+            }
             None => self.register(line),
         };
         self.vals.clear();
@@ -517,6 +649,7 @@ impl SegmentBuilder {
         let s = self.shape_columns.len() as u32 + 1;
         let skel = &self.cutter.skel;
         let mut cols = Vec::with_capacity(self.cutter.vals.len());
+        let mut gaps: Vec<Box<[u8]>> = Vec::with_capacity(self.cutter.vals.len() + 1);
         let (mut gap, mut node) = (0, 0);
         varint::put(&mut self.shape_table, self.cutter.vals.len() as u64);
         let markers = skel.iter().enumerate().filter(|(_, &c)| matches!(c, INT | STR | NUM));
@@ -529,6 +662,7 @@ impl SegmentBuilder {
             }
             cols.push(c);
             let text = &skel[gap..at];
+            gaps.push(text.into());
             put_bytes(&mut self.shape_table, text);
             varint::put(&mut self.shape_table, c as u64);
             node = match self.tree[node].edges.iter().find(|e| *e.gap == *text && e.marker == marker) {
@@ -544,6 +678,8 @@ impl SegmentBuilder {
         }
         put_bytes(&mut self.shape_table, &skel[gap..]);
         self.tree[node].ends.push((skel[gap..].into(), s));
+        gaps.push(skel[gap..].into());
+        self.shape_gaps.push(gaps);
         self.shape_columns.push(cols);
         self.shapes.insert(skel.clone(), s);
         s
@@ -559,21 +695,12 @@ impl SegmentBuilder {
         self.events.is_empty() && self.other_lines == 0
     }
 
-    /// Empties the builder (its per-event buffers keep their capacity).
+    /// Empties the segment (its buffers keep their capacity); the shapes
+    /// and columns stay for the next one.
     pub fn clear(&mut self) {
-        self.tree.clear();
-        self.tree.push(ShapeNode::default());
-        self.shapes.clear();
-        self.shape_columns.clear();
-        self.shape_table.clear();
-        self.columns_by_path.clear();
-        for c in self.columns.drain(..) {
-            // A stream of many shapes may make many columns: keep a few dozen.
-            if self.spare.len() < MAX_SPARE {
-                let mut data = c.data;
-                data.clear();
-                self.spare.push(data);
-            }
+        for c in &mut self.columns {
+            c.data.clear();
+            c.prev = 0;
         }
         for b in [&mut self.slot_shapes, &mut self.slot_boots, &mut self.slot_ids, &mut self.whole, &mut self.other] {
             b.clear();
@@ -988,6 +1115,48 @@ mod tests {
         let lines: Vec<String> = (0..600).map(|i| format!("{{\"k{i}\":[{values}]}}")).collect();
         let cut = round_trip(&lines, &mut Rng::new(5));
         assert!(cut > 100 && cut < lines.len(), "{cut} of {} lines cut", lines.len());
+    }
+
+    /// Lines cut when read and kept a segment later, across a registry
+    /// renewed in between (its table past the bound): every line comes back.
+    #[test]
+    fn held_lines_survive_the_registry_being_renewed() {
+        let values = vec!["\"ab\""; 40].join(",");
+        let mut lines: Vec<String> = (0..800).map(|i| format!("{{\"k{i}\":[{values}],\"n\":{i}}}")).collect();
+        lines.extend(synthetic().into_iter().take(2000));
+        let mut r = Rng::new(9);
+        for i in (0..lines.len()).rev() {
+            lines.swap(i, r.next_u64() as usize % (i + 1));
+        }
+        let mut b = SegmentBuilder::default();
+        let mut held: Vec<HeldLine> = lines.iter().map(|l| b.cut(l)).collect();
+        assert!(b.shape_table.len() > MAX_TABLE_BYTES, "the test must pass the bound");
+        let half = lines.len() / 2;
+        for (i, h) in held[..half].iter().enumerate() {
+            b.keep_held(1, i as u64 + 1, h);
+        }
+        let (first, _, _) = b.seal().unwrap();
+        let before = (b.shape_table.len(), b.shape_columns.len());
+        b.renew_if_full(held[half..].iter_mut());
+        // Only the held lines' shapes are left.
+        assert!(b.shape_table.len() < before.0 && b.shape_columns.len() < before.1, "{before:?} -> {}", b.shape_columns.len());
+        for (i, h) in held[half..].iter().enumerate() {
+            b.keep_held(1, (half + i) as u64 + 1, h);
+        }
+        let (second, _, _) = b.seal().unwrap();
+        let back = [super::lines(&first).unwrap(), super::lines(&second).unwrap()].concat();
+        assert_eq!(back, lines);
+        for i in (0..lines.len()).step_by(97) {
+            let blob = if i < half { &first } else { &second };
+            assert_eq!(event_line(blob, 1, i as i64 + 1).unwrap().as_deref(), Some(lines[i].as_str()));
+        }
+        // Renewing only when due: the collector's lines alone leave the registry as it is.
+        let mut b = SegmentBuilder::default();
+        let mut held: Vec<HeldLine> = synthetic().iter().map(|l| b.cut(l)).collect();
+        let shapes = b.shape_columns.len();
+        b.renew_if_full(held.iter_mut());
+        assert_eq!(b.shape_columns.len(), shapes);
+        assert!(held.iter().all(|h| matches!(h, HeldLine::Cut { .. })));
     }
 
     #[test]
