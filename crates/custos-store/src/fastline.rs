@@ -55,6 +55,21 @@ impl<'a> Cur<'a> {
     fn str(&mut self) -> Option<&'a str> {
         self.eat(b'"')?;
         let start = self.i;
+        // Eight bytes at a time: the first quote, backslash or control byte.
+        const ONES: u64 = 0x0101_0101_0101_0101;
+        const HIGH: u64 = 0x8080_8080_8080_8080;
+        while let Some(chunk) = self.b.get(self.i..self.i + 8) {
+            let w = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
+            let (q, bs) = (w ^ (ONES * b'"' as u64), w ^ (ONES * b'\\' as u64));
+            // A byte's high bit is set where it is zero (q, bs) or below 0x20 (w);
+            // the lowest one found is exact (a borrow only runs upward).
+            let hit = (q.wrapping_sub(ONES) & !q | bs.wrapping_sub(ONES) & !bs | w.wrapping_sub(ONES * 0x20) & !w) & HIGH;
+            if hit != 0 {
+                self.i += (hit.trailing_zeros() / 8) as usize;
+                break;
+            }
+            self.i += 8;
+        }
         loop {
             match *self.b.get(self.i)? {
                 b'"' => break,

@@ -188,14 +188,24 @@ fn read_value(b: &[u8], at: usize, marker: u8) -> Option<(Val, usize)> {
             Some((Val::Text(at as u32, end as u32), end))
         }
         INT => {
+            // One pass over the digits, with `int_value`'s rules: at most 19
+            // digits (no overflow of a u64), no leading zero, no `-0`, fits an i64.
             let neg = b.get(at) == Some(&b'-');
             let first = at + neg as usize;
-            let n = b.get(first..)?.iter().take_while(|c| c.is_ascii_digit()).count();
-            let end = first + n;
-            if b.get(end).is_some_and(|&c| in_number(c)) {
+            let (mut end, mut v) = (first, 0u64);
+            while let Some(&c) = b.get(end).filter(|c| c.is_ascii_digit()) {
+                if end - first == 19 {
+                    return None;
+                }
+                v = v * 10 + (c - b'0') as u64;
+                end += 1;
+            }
+            let n = end - first;
+            if n == 0 || (b[first] == b'0' && (n > 1 || neg)) || b.get(end).is_some_and(|&c| in_number(c)) {
                 return None;
             }
-            Some((Val::Int(int_value(neg, &b[first..end])?), end))
+            let v = if neg { (v <= i64::MAX as u64 + 1).then(|| (v as i64).wrapping_neg())? } else { i64::try_from(v).ok()? };
+            Some((Val::Int(v), end))
         }
         _ => {
             let n = b.get(at..)?.iter().position(|&c| !in_number(c)).unwrap_or(b.len() - at);
