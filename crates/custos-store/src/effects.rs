@@ -108,6 +108,9 @@ fn decode_part(block_id: i64, buf: &[u8], only: Option<u64>, out: &mut Vec<Edge>
 #[derive(Default)]
 pub struct EdgeBatch {
     edges: Vec<Edge>,
+    /// A merged block's edges, kept across merges: a busy block holds up to
+    /// millions of edges, and a fresh vector each time cost page faults.
+    merged: Vec<Edge>,
 }
 
 impl EdgeBatch {
@@ -142,11 +145,17 @@ impl EdgeBatch {
                 put.execute(params![block_id, last + 1, encode_part(these)])?;
                 continue;
             }
-            let mut all = read_block(db, block_id)?;
+            let mut all = std::mem::take(&mut self.merged);
+            all.clear();
+            read_parts(db, block_id, &mut all)?;
             all.extend_from_slice(these);
-            all.sort_unstable();
+            // Each part and the batch's edges are sorted runs: the stable
+            // sort merges runs (equal edges are identical, so it sorts as
+            // an unstable sort would).
+            all.sort();
             db.prepare_cached("DELETE FROM effect_parts WHERE block = ?1")?.execute([block_id])?;
             put.execute(params![block_id, last + 1, encode_part(&all)])?;
+            self.merged = all;
         }
         self.edges.clear();
         Ok(())
@@ -155,15 +164,21 @@ impl EdgeBatch {
 
 /// Every stored edge whose cause is in `block_id`, sorted.
 fn read_block(db: &Connection, block_id: i64) -> Result<Vec<Edge>> {
-    let mut st = db.prepare_cached("SELECT data FROM effect_parts WHERE block = ?1 ORDER BY part")?;
-    let mut rows = st.query([block_id])?;
     let mut out = Vec::new();
-    while let Some(r) = rows.next()? {
-        let data = r.get_ref(0)?.as_blob().context("effect part is not a blob")?;
-        decode_part(block_id, data, None, &mut out)?;
-    }
+    read_parts(db, block_id, &mut out)?;
     out.sort_unstable();
     Ok(out)
+}
+
+/// Appends the edges of `block_id`'s parts, part by part (each part sorted).
+fn read_parts(db: &Connection, block_id: i64, out: &mut Vec<Edge>) -> Result<()> {
+    let mut st = db.prepare_cached("SELECT data FROM effect_parts WHERE block = ?1 ORDER BY part")?;
+    let mut rows = st.query([block_id])?;
+    while let Some(r) = rows.next()? {
+        let data = r.get_ref(0)?.as_blob().context("effect part is not a blob")?;
+        decode_part(block_id, data, None, out)?;
+    }
+    Ok(())
 }
 
 /// Reads edges by cause, keeping the parts of the block read last (a
