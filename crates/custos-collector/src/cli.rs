@@ -82,6 +82,11 @@ pub struct CollectArgs {
     /// `container`: id, runtime, name, image; docs/containers.md).
     #[arg(long)]
     pub no_containers: bool,
+    /// Do not link events into workflows (by default each event carries
+    /// `workflow`, the id of the event that started its job: its process
+    /// group's run; docs/workflows.md).
+    #[arg(long)]
+    pub no_workflows: bool,
     /// Write the stream without seals.
     #[arg(long, conflicts_with_all = ["seal_every", "seal_key"])]
     pub no_seal: bool,
@@ -165,6 +170,7 @@ pub fn run_with_sink(args: CollectArgs, sink: Option<(Box<dyn Write + Send>, Lin
         lines_done: None,
         features_only: args.features_only,
         containers: !args.no_containers,
+        workflows: !args.no_workflows,
     };
     // No buffering here: the OffloadWriter below hands these whole chunks.
     let output: Option<Box<dyn Write + Send>> = match &args.output {

@@ -16,6 +16,7 @@ pub mod seal;
 pub mod intf;
 pub mod stats;
 pub mod syscalls;
+pub mod workflows;
 pub mod writer;
 
 pub use collector::{collect, LsmMode, Options, Summary};

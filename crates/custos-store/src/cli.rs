@@ -104,6 +104,16 @@ pub enum Query {
     },
     /// The raw JSON line of an event, by event id (decimal or 0x hex).
     Event { id: String },
+    /// A workflow's events in order (docs/workflows.md): the workflow of an
+    /// event id (decimal or 0x hex; a workflow's id is its first event's),
+    /// or `pid:N` for every workflow process N took part in.
+    Workflow {
+        #[arg(value_name = "EVENT-ID|pid:N")]
+        target: String,
+        /// List at most this many events of each workflow (0: all).
+        #[arg(long, default_value_t = 200)]
+        limit: usize,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -162,6 +172,7 @@ fn answer(conn: &rusqlite::Connection, q: &Query, container: Option<&str>) -> Re
         Query::TouchedBy { process, window } => query::touched_by(conn, process, window.window()?),
         Query::WhoTouched { path, window } => query::who_touched(conn, path, window.window()?),
         Query::Event { .. } => bail!("`event` prints a raw event; it has no graph"),
+        Query::Workflow { .. } => bail!("`workflow` lists events; it has no graph"),
     }?;
     if let Some(spec) = container {
         query::only_containers(&mut a, &query::containers_named(conn, spec)?, spec);
@@ -187,6 +198,16 @@ pub fn query(args: QueryArgs) -> Result<i32> {
                 println!("{line}");
             }
         }
+        return Ok(0);
+    }
+    if let Query::Workflow { target, limit } = &args.query {
+        if args.container.is_some() {
+            bail!("--container does not narrow a workflow (a workflow is one job, whatever container it ran in)");
+        }
+        let listings = crate::workflows::query(&conn, target, *limit)?;
+        let text = if args.json { serde_json::to_string_pretty(&listings)? } else { crate::workflows::render_text(&listings) };
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{}", text.trim_end()).context("writing the answer")?;
         return Ok(0);
     }
     let a = answer(&conn, &args.query, args.container.as_deref())?;

@@ -140,6 +140,8 @@ pub struct Ingestor {
     in_tx: bool,
     tx_started: Instant,
     raw: SegmentBuilder,
+    /// The workflows of the open batch (workflows.rs).
+    workflows: crate::workflows::WorkflowLog,
     stored: StoredIds,
     batch_lines: usize,
     next_segment: i64,
@@ -276,6 +278,7 @@ impl Ingestor {
             in_tx: false,
             tx_started: Instant::now(),
             raw: SegmentBuilder::default(),
+            workflows: crate::workflows::WorkflowLog::default(),
             stored,
             batch_lines: 0,
             next_segment,
@@ -455,6 +458,7 @@ impl Ingestor {
             self.in_tx = false;
             self.pending.clear();
             self.raw.clear();
+            self.workflows.clear();
             self.batch_lines = 0;
             self.graph.reset_cache(&self.conn)?;
             self.stored = StoredIds::load(&self.conn)?;
@@ -498,6 +502,7 @@ impl Ingestor {
             self.graph
                 .apply(&mut sql, p.boot, &p.event)
                 .with_context(|| format!("line {}: applying event {} to the graph", p.line_no, p.event.id))?;
+            self.workflows.note(p.boot, &p.event);
             self.raw.keep_event(p.boot, p.event.id, &p.line);
         }
         Ok(())
@@ -517,6 +522,7 @@ impl Ingestor {
             self.next_segment += 1;
         }
         self.graph.flush(&self.conn)?;
+        self.workflows.flush(&self.conn)?;
         let s = &self.summary;
         self.conn.execute(
             "UPDATE ingests SET lines = ?2, events_new = ?3, events_duplicate = ?4, malformed = ?5, losses = ?6 WHERE ingest = ?1",
@@ -577,6 +583,28 @@ pub fn raw_event(conn: &Connection, boot: i64, event_id: i64) -> Result<Option<S
         Some(line) => Ok(Some(line)),
         None => anyhow::bail!("event {event_id:#x}: raw segment {segment} does not hold it (the store is damaged)"),
     }
+}
+
+/// The raw lines of events `ids` of `boot` (those the store holds), each
+/// segment read once.
+pub fn raw_events(conn: &Connection, boot: i64, ids: &[u64]) -> Result<std::collections::HashMap<u64, String>> {
+    let mut by_segment: std::collections::BTreeMap<i64, std::collections::HashSet<u64>> = Default::default();
+    let mut find = conn.prepare_cached(
+        "SELECT last_id, segment FROM event_ranges WHERE boot = ?1 AND first_id <= ?2 ORDER BY first_id DESC LIMIT 1",
+    )?;
+    for &id in ids {
+        let row: Option<(i64, i64)> = find.query_row(params![boot, id as i64], |r| Ok((r.get(0)?, r.get(1)?))).optional()?;
+        if let Some((_, segment)) = row.filter(|(last, _)| *last >= id as i64) {
+            by_segment.entry(segment).or_default().insert(id);
+        }
+    }
+    let mut out = std::collections::HashMap::new();
+    let mut blob_of = conn.prepare_cached("SELECT data FROM raw_segments WHERE segment = ?1")?;
+    for (segment, want) in by_segment {
+        let blob: Vec<u8> = blob_of.query_row([segment], |r| r.get(0))?;
+        out.extend(crate::rawseg::event_lines(&blob, boot, &want)?);
+    }
+    Ok(out)
 }
 
 /// The boots holding an event with this id (ids are unique only within a boot).

@@ -23,6 +23,7 @@ pub mod schema;
 pub mod sink;
 pub mod synth;
 pub mod timefmt;
+pub mod workflows;
 mod varint;
 
 pub use archive::Recorder;
