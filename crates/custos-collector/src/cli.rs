@@ -246,16 +246,7 @@ pub fn run_with_sink(args: CollectArgs, sink: Option<(Box<dyn Write + Send>, Lin
     let sealer = if args.no_seal || args.features_only {
         None
     } else {
-        let path = args.seal_key.clone().unwrap_or_else(SealKey::default_path);
-        let (key, created) = SealKey::load_or_create(&path)?;
-        if created {
-            eprintln!(
-                "custos collect: made a new seal key {} (public key {}, also in {})",
-                path.display(),
-                key.public_hex(),
-                SealKey::public_path(&path).display()
-            );
-        }
+        let key = SealKey::open(args.seal_key.as_deref(), "custos collect")?;
         Some(Sealer::new(key, args.seal_every, crate::seal::DEFAULT_MAX_AGE)?)
     };
     let mut out = OffloadWriter::spawn(out, args.output_buffer_mb << 20, writer_counts, sealer).context("starting the output writer")?;

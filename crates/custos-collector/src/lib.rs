@@ -12,7 +12,8 @@ pub mod consumer;
 pub mod containers;
 pub mod features;
 pub mod reorder;
-pub mod seal;
+/// Tamper evidence: the stream's seals (crates/custos-seal).
+pub use custos_seal as seal;
 pub mod intf;
 pub mod stats;
 pub mod syscalls;

@@ -45,6 +45,13 @@ pub struct IngestArgs {
     /// Do not print an `ack` line per committed batch on stdout.
     #[arg(long, short)]
     pub quiet: bool,
+    /// The key that seals each committed batch (docs/tamper-evidence.md,
+    /// "The store"); default: the collector's, made on first use.
+    #[arg(long, value_name = "FILE")]
+    pub seal_key: Option<PathBuf>,
+    /// Do not seal the committed batches.
+    #[arg(long, conflicts_with = "seal_key")]
+    pub no_seal: bool,
 }
 
 #[derive(Args, Debug, Clone, Default)]
@@ -334,6 +341,10 @@ pub fn ingest(args: IngestArgs) -> Result<i32> {
             source: name.clone(),
             archive,
             reorder_window_ns: args.reorder_window_ms.saturating_mul(1_000_000),
+            seal_key: match args.no_seal || args.archive_only {
+                true => None,
+                false => Some(custos_seal::SealKey::open(args.seal_key.as_deref(), "custos ingest")?),
+            },
             ..Default::default()
         };
         let mut ing = Ingestor::open(&args.store.db, opts)?;

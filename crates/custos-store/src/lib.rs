@@ -22,6 +22,7 @@ pub mod render;
 pub mod schema;
 pub mod sink;
 pub mod synth;
+pub mod tamper;
 pub mod timefmt;
 pub mod workflows;
 mod varint;

@@ -162,6 +162,15 @@ CREATE TABLE IF NOT EXISTS workflow_parts(
     part INTEGER NOT NULL,
     data BLOB NOT NULL,
     PRIMARY KEY(boot, workflow, part)) WITHOUT ROWID;
+-- Each ingest's chain of seals over the batches it committed (tamper.rs,
+-- docs/tamper-evidence.md): the seal line as the stream's seals are
+-- written; segment NULL for the final seal.
+CREATE TABLE IF NOT EXISTS seals(
+    ingest INTEGER NOT NULL,
+    batch INTEGER NOT NULL,
+    segment INTEGER,
+    line TEXT NOT NULL,
+    PRIMARY KEY(ingest, batch)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS losses(
     boot INTEGER NOT NULL,
     cpu INTEGER NOT NULL,

@@ -160,6 +160,29 @@ fn a_sealed_stream_verifies_and_tampering_is_located() {
     let o = Command::new(env!("CARGO_BIN_EXE_custos")).args(["verify", out.to_str().unwrap(), "--key", "abc"]).output().unwrap();
     assert_eq!(o.status.code(), Some(1));
     assert!(text(&o.stderr).contains("--key"), "{}", text(&o.stderr));
+
+    // The store seals its own batches with the same key: verified, then a
+    // loss hidden and a batch's bytes altered.
+    let db = d.join("store.db");
+    let run = Command::new(env!("CARGO_BIN_EXE_custos"))
+        .args(["ingest", "-q", "--batch", "100", "--seal-key", key.to_str().unwrap(), "--db", db.to_str().unwrap(), out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let verify_db = || {
+        let o = Command::new(env!("CARGO_BIN_EXE_custos")).args(["verify", "--json", "--key", &public, "--db", db.to_str().unwrap()]).output().unwrap();
+        let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&o.stderr)));
+        (o.status.code(), r)
+    };
+    let (code, r) = verify_db();
+    assert_eq!(code, Some(0), "{r}");
+    assert!(r[0]["report"]["batches_verified"].as_u64().unwrap() >= 2, "{r}");
+    let conn = custos_store::rusqlite::Connection::open(&db).unwrap();
+    conn.execute_batch("UPDATE raw_segments SET data = CAST(data || x'00' AS BLOB) WHERE segment = (SELECT MIN(segment) FROM raw_segments)").unwrap();
+    drop(conn);
+    let (code, r) = verify_db();
+    assert_eq!(code, Some(3));
+    assert_eq!((r[0]["report"]["findings"][0]["kind"].as_str(), r[0]["report"]["findings"][0]["batch"].as_u64()), (Some("altered"), Some(0)), "{r}");
 }
 
 /// A process in a real podman container is attributed to it — container id,
