@@ -82,6 +82,11 @@ pub struct CollectArgs {
     /// `container`: id, runtime, name, image; docs/containers.md).
     #[arg(long)]
     pub no_containers: bool,
+    /// Do not link events into workflows (by default each event carries
+    /// `workflow`, the id of the event that started its job: its process
+    /// group's run; docs/workflows.md).
+    #[arg(long)]
+    pub no_workflows: bool,
     /// Write the stream without seals.
     #[arg(long, conflicts_with_all = ["seal_every", "seal_key"])]
     pub no_seal: bool,
@@ -165,6 +170,7 @@ pub fn run_with_sink(args: CollectArgs, sink: Option<(Box<dyn Write + Send>, Lin
         lines_done: None,
         features_only: args.features_only,
         containers: !args.no_containers,
+        workflows: !args.no_workflows,
     };
     // No buffering here: the OffloadWriter below hands these whole chunks.
     let output: Option<Box<dyn Write + Send>> = match &args.output {
@@ -240,16 +246,7 @@ pub fn run_with_sink(args: CollectArgs, sink: Option<(Box<dyn Write + Send>, Lin
     let sealer = if args.no_seal || args.features_only {
         None
     } else {
-        let path = args.seal_key.clone().unwrap_or_else(SealKey::default_path);
-        let (key, created) = SealKey::load_or_create(&path)?;
-        if created {
-            eprintln!(
-                "custos collect: made a new seal key {} (public key {}, also in {})",
-                path.display(),
-                key.public_hex(),
-                SealKey::public_path(&path).display()
-            );
-        }
+        let key = SealKey::open(args.seal_key.as_deref(), "custos collect")?;
         Some(Sealer::new(key, args.seal_every, crate::seal::DEFAULT_MAX_AGE)?)
     };
     let mut out = OffloadWriter::spawn(out, args.output_buffer_mb << 20, writer_counts, sealer).context("starting the output writer")?;

@@ -51,6 +51,8 @@ pub struct Options {
     pub features_only: bool,
     /// Attribute each event to its container, if any (containers.rs).
     pub containers: bool,
+    /// Link events into workflows (workflows.rs).
+    pub workflows: bool,
 }
 
 impl Default for Options {
@@ -67,6 +69,7 @@ impl Default for Options {
             lines_done: None,
             features_only: false,
             containers: true,
+            workflows: true,
         }
     }
 }
@@ -395,6 +398,7 @@ fn drain<W: Write>(
     if opts.containers {
         consumer.containers = crate::containers::Containers::start();
     }
+    consumer.set_workflows(opts.workflows);
     let consumer = Rc::new(RefCell::new(consumer));
     consumer.borrow_mut().write_boot()?;
     let mut builder = RingBufferBuilder::new();

@@ -3,6 +3,8 @@
 //! the JSON Lines stream of docs/event-schema.md.
 
 use std::collections::{BTreeMap, HashMap};
+
+use crate::workflows::{JobStep, StepKind};
 use std::io::Write;
 use std::rc::Rc;
 
@@ -55,7 +57,7 @@ struct CpuSequence {
 #[derive(Debug)]
 enum Slot {
     /// Rendered, waiting for an earlier number of its CPU.
-    Line { time_ns: u64, line: Vec<u8> },
+    Line { time_ns: u64, line: Vec<u8>, step: JobStep },
     /// Metadata waiting for its attribute record (joined by event id).
     Attrs(Box<custos_event>),
     /// Numbers from this one to `last`, written early by `relieve` while
@@ -146,7 +148,7 @@ impl<W: Write> Consumer<W> {
             boot_offset_ns: realtime_offset_ns(),
             early_attrs: HashMap::new(),
             cpus: (0..nr_cpus).map(|_| CpuSequence::new()).collect(),
-            merge: Merge::new(nr_cpus, reorder_bytes),
+            merge: Merge::new(nr_cpus, reorder_bytes).with_workflows(),
             ahead_bytes: 0,
             file_paths: HashMap::new(),
             containers: None,
@@ -157,6 +159,16 @@ impl<W: Write> Consumer<W> {
             write_error: None,
             line: Vec::with_capacity(1024),
         }
+    }
+
+    /// Links events into workflows (on by default; crate::workflows).
+    pub fn set_workflows(&mut self, on: bool) {
+        self.merge.workflows = on.then(crate::workflows::Workflows::new);
+    }
+
+    /// Workflows started so far.
+    pub fn workflows_started(&self) -> u64 {
+        self.merge.workflows.as_ref().map_or(0, |w| w.started)
     }
 
     /// The stream's first line: which boot the event ids belong to.
@@ -199,7 +211,7 @@ impl<W: Write> Consumer<W> {
             self.line.truncate(len - 2); // the closing brace and newline
             self.line.extend_from_slice(b",\"late\":true}\n");
             let line = std::mem::take(&mut self.line);
-            self.merge.push(cpu, self.wall_ns(ev.ktime_ns), &line);
+            self.merge.push(cpu, self.wall_ns(ev.ktime_ns), &line, Some(job_step(&ev)));
             self.line = line;
             return 0;
         }
@@ -241,16 +253,17 @@ impl<W: Write> Consumer<W> {
         let (cpu, seq) = split_id(ev.id);
         let time_ns = self.wall_ns(ev.ktime_ns);
         self.render_event(ev, raw_attrs);
+        let step = job_step(ev);
         if seq == self.cpus[cpu].next {
             let line = std::mem::take(&mut self.line);
-            self.merge.push(cpu, time_ns, &line);
+            self.merge.push(cpu, time_ns, &line, Some(step));
             self.line = line;
             self.cpus[cpu].next += 1;
             self.advance(cpu);
         } else {
             let line = self.line.clone();
             self.ahead_bytes += line.len();
-            self.cpus[cpu].ahead.insert(seq, Slot::Line { time_ns, line });
+            self.cpus[cpu].ahead.insert(seq, Slot::Line { time_ns, line, step });
         }
     }
 
@@ -262,8 +275,8 @@ impl<W: Write> Consumer<W> {
                 break;
             }
             match entry.remove() {
-                Slot::Line { time_ns, line } => {
-                    self.merge.push(cpu, time_ns, &line);
+                Slot::Line { time_ns, line, step } => {
+                    self.merge.push(cpu, time_ns, &line, Some(step));
                     self.ahead_bytes -= line.len();
                     st.next += 1;
                 }
@@ -322,7 +335,7 @@ impl<W: Write> Consumer<W> {
                 st.next = last + 1;
                 // The loss takes its place in the CPU's order.
                 let line = loss_line(&loss);
-                self.merge.push(cpu, loss.start_ns, &line);
+                self.merge.push(cpu, loss.start_ns, &line, None);
                 losses.push(loss);
                 self.advance(cpu);
             }
@@ -385,8 +398,8 @@ impl<W: Write> Consumer<W> {
                         kept.insert(seq, Slot::Attrs(ev));
                         continue;
                     }
-                    Slot::Line { time_ns, line } => {
-                        early.push((time_ns, line));
+                    Slot::Line { time_ns, line, step } => {
+                        early.push((time_ns, line, step));
                         (seq, time_ns)
                     }
                     Slot::Written { time_ns, last } => (last, time_ns),
@@ -403,9 +416,9 @@ impl<W: Write> Consumer<W> {
             st.ahead = kept;
         }
         self.ahead_bytes = 0;
-        early.sort_by_key(|(time_ns, _)| *time_ns);
-        for (time_ns, line) in &early {
-            if let Err(e) = self.merge.write_early(&mut self.out, *time_ns, line) {
+        early.sort_by_key(|(time_ns, ..)| *time_ns);
+        for (time_ns, line, step) in &early {
+            if let Err(e) = self.merge.write_early(&mut self.out, *time_ns, line, Some(*step)) {
                 self.write_error.get_or_insert(e);
                 break;
             }
@@ -761,6 +774,24 @@ fn push_json_str(out: &mut Vec<u8>, v: &[u8]) {
 }
 
 /// (cpu, seq) of an event id.
+/// What the workflow tracker needs of an event (crate::workflows).
+fn job_step(ev: &custos_event) -> JobStep {
+    let ok = ev.flags & EV_NO_RET != 0 || ev.ret >= 0;
+    let kind = match ev.nr {
+        HOOK_FORK => StepKind::Fork { child: ev.args[0] as u32 },
+        NR_EXIT_GROUP => StepKind::Exit,
+        NR_SETSID if ok => StepKind::NewSession,
+        NR_SETPGID if ok => StepKind::Regroup,
+        _ => StepKind::Other,
+    };
+    JobStep { id: ev.id, pid: ev.pid, ppid: ev.ppid, pgid: ev.pgid, kind }
+}
+
+// Syscall numbers the tracker follows (a test checks them against the table).
+const NR_EXIT_GROUP: u16 = 231;
+const NR_SETSID: u16 = 112;
+const NR_SETPGID: u16 = 109;
+
 fn split_id(id: u64) -> (usize, u64) {
     ((id >> ID_CPU_SHIFT) as usize, id & ((1u64 << ID_CPU_SHIFT) - 1))
 }
@@ -1186,6 +1217,13 @@ mod tests {
         assert_eq!(lines[40]["seq"], 41);
         assert_eq!(c.counters.late, 0);
         assert_eq!(c.counters.out_of_order, 1, "the loss record came out after the lines written early");
+    }
+
+    #[test]
+    fn the_workflow_trackers_syscall_numbers_are_the_tables() {
+        for (nr, name) in [(NR_EXIT_GROUP, "exit_group"), (NR_SETSID, "setsid"), (NR_SETPGID, "setpgid")] {
+            assert_eq!(syscalls::by_nr(nr as u32).map(|s| s.name), Some(name));
+        }
     }
 
     #[test]

@@ -12,6 +12,12 @@
 //! events carry its id and runtime only; the store joins them to the name
 //! and image by id.
 //!
+//! The runtimes are also watched, through what they all do to start a
+//! container: make its cgroup. A thread watches the cgroup tree (inotify),
+//! asks about a container as soon as its cgroup appears, and forgets it
+//! when the cgroup is removed: what is kept is bounded by the live
+//! containers, not by every container the host ever ran.
+//!
 //! Per event this costs one hash lookup by cgroup id; host processes (no
 //! container cgroup) cache a negative answer.
 
@@ -125,6 +131,59 @@ pub fn parse_inspect(rt: Runtime, json: &str) -> Option<Meta> {
     }
 }
 
+/// What podman and CRI-O's storage (containers/storage) says of container
+/// `id` in its `containers.json`: the names, and the image's name in the
+/// entry's metadata.
+pub fn parse_storage_containers(json: &str, id: &str) -> Option<Meta> {
+    let all: serde_json::Value = serde_json::from_str(json).ok()?;
+    let c = all.as_array()?.iter().find(|c| c["id"] == id)?;
+    let meta: serde_json::Value = c["metadata"].as_str().and_then(|m| serde_json::from_str(m).ok()).unwrap_or_default();
+    let s = |v: &serde_json::Value| v.as_str().filter(|s| !s.is_empty()).map(str::to_string);
+    Some(Meta {
+        name: s(&c["names"][0]).or_else(|| s(&meta["name"])),
+        image: s(&meta["image-name"]),
+        ..Meta::default()
+    })
+}
+
+/// A container's metadata from its runtime's own files, without running the
+/// runtime: a millisecond, where `podman inspect` takes tens (about what a
+/// container takes to start, so its first events would go out unnamed).
+/// podman and CRI-O: containers/storage's `containers.json`, and the
+/// Kubernetes labels among the OCI config's annotations; docker: the
+/// container's `config.v2.json`. containerd keeps a database: `crictl`.
+fn read_metadata(rt: Runtime, id: &str) -> Option<Meta> {
+    match rt {
+        Runtime::Podman | Runtime::CriO => {
+            let root = Path::new("/var/lib/containers/storage");
+            // One directory per storage driver: overlay-containers, vfs-containers, ...
+            let dir = std::fs::read_dir(root).ok()?.flatten().map(|e| e.path()).find(|p| {
+                p.file_name().is_some_and(|n| n.to_string_lossy().ends_with("-containers")) && p.join(id).is_dir()
+            })?;
+            let mut meta = parse_storage_containers(&std::fs::read_to_string(dir.join("containers.json")).ok()?, id)?;
+            if let Ok(config) = std::fs::read_to_string(dir.join(id).join("userdata/config.json")) {
+                let v: serde_json::Value = serde_json::from_str(&config).unwrap_or_default();
+                let a = &v["annotations"];
+                let s = |k: &str| a[k].as_str().filter(|s| !s.is_empty()).map(str::to_string);
+                meta.pod = s("io.kubernetes.pod.name");
+                meta.namespace = s("io.kubernetes.pod.namespace");
+                meta.container_name = s("io.kubernetes.container.name");
+            }
+            Some(meta)
+        }
+        Runtime::Docker => {
+            let text = std::fs::read_to_string(format!("/var/lib/docker/containers/{id}/config.v2.json")).ok()?;
+            parse_inspect(Runtime::Docker, &text)
+        }
+        Runtime::Containerd => None,
+    }
+}
+
+/// What the runtime says of a container: its files first, then its CLI.
+fn lookup(rt: Runtime, id: &str) -> Option<Meta> {
+    read_metadata(rt, id).filter(|m| m.name.is_some()).or_else(|| inspect(rt, id))
+}
+
 fn inspect(rt: Runtime, id: &str) -> Option<Meta> {
     let out = match rt {
         Runtime::Podman => Command::new("podman").args(["inspect", "--type", "container", id]).output(),
@@ -137,6 +196,18 @@ fn inspect(rt: Runtime, id: &str) -> Option<Meta> {
     }
     parse_inspect(rt, &String::from_utf8_lossy(&out.stdout))
 }
+
+/// What the resolver thread is asked to do.
+enum Ask {
+    /// Look the container up (once).
+    Inspect(Runtime, String),
+    /// The container's cgroup is gone: forget it.
+    Forget(String),
+}
+
+/// Containers whose answers are kept at most (a bound for hosts where the
+/// watch cannot see removals: answers then start over past it).
+const MAX_ANSWERS: usize = 1 << 14;
 
 /// Answers from the runtimes, filled by the resolver thread.
 #[derive(Default)]
@@ -163,7 +234,7 @@ pub struct Containers {
     mount: File,
     by_cgroup: HashMap<u64, Option<Attribution>>,
     answers: Arc<Answers>,
-    asks: SyncSender<(Runtime, String)>,
+    asks: SyncSender<Ask>,
     /// Cgroup ids that could not be turned into a path (gone already).
     pub unresolved_cgroups: u64,
 }
@@ -175,25 +246,45 @@ const MAX_CGROUPS: usize = 1 << 16;
 impl Containers {
     /// None when there is no cgroup2 mount (no ids to resolve).
     pub fn start() -> Option<Containers> {
-        let mount = File::open(cgroup2_mount()?).ok()?;
+        let root = cgroup2_mount()?;
+        let mount = File::open(&root).ok()?;
         let answers = Arc::new(Answers::default());
         // Bounded: a flood of new containers waits for the next event of each.
-        let (asks, rx) = sync_channel::<(Runtime, String)>(256);
+        let (asks, rx) = sync_channel::<Ask>(256);
         let theirs = Arc::clone(&answers);
         std::thread::Builder::new()
             .name("custos-containers".into())
             .spawn(move || {
-                for (rt, id) in rx {
-                    if theirs.meta.lock().unwrap().contains_key(&id) {
-                        continue;
+                for ask in rx {
+                    match ask {
+                        Ask::Inspect(rt, id) => {
+                            if theirs.meta.lock().unwrap().contains_key(&id) {
+                                continue;
+                            }
+                            let meta = lookup(rt, &id);
+                            let mut known = theirs.meta.lock().unwrap();
+                            if known.len() >= MAX_ANSWERS {
+                                known.clear();
+                            }
+                            known.insert(id, meta);
+                        }
+                        Ask::Forget(id) => {
+                            theirs.meta.lock().unwrap().remove(&id);
+                        }
                     }
-                    let meta = inspect(rt, &id);
-                    theirs.meta.lock().unwrap().insert(id, meta);
                     theirs.generation.fetch_add(1, Ordering::Release);
                 }
             })
             .ok()?;
+        let watch_asks = asks.clone();
+        // Without the watch, containers are still found at their first event.
+        let _ = std::thread::Builder::new().name("custos-cgroups".into()).spawn(move || watch_cgroups(&root, &watch_asks));
         Some(Containers { mount, by_cgroup: HashMap::new(), answers, asks, unresolved_cgroups: 0 })
+    }
+
+    /// Whether the runtime's answer about container `id` is held (tests).
+    pub fn knows(&self, id: &str) -> bool {
+        self.answers.meta.lock().unwrap().contains_key(id)
     }
 
     /// The `,"container":{...}` field of events in cgroup `cgroup_id`, or
@@ -216,7 +307,7 @@ impl Containers {
                 };
                 e.insert(found.map(|(runtime, id)| {
                     // Full: asked again at a later event (see below).
-                    let _ = self.asks.try_send((runtime, id.clone()));
+                    let _ = self.asks.try_send(Ask::Inspect(runtime, id.clone()));
                     Attribution { json: field_json(runtime, &id, None), runtime, id, answered: false, checked: u64::MAX }
                 }))
             }
@@ -229,7 +320,7 @@ impl Containers {
                 entry.answered = true;
             } else {
                 // Asked before the thread had room: ask again.
-                let _ = self.asks.try_send((entry.runtime, entry.id.clone()));
+                let _ = self.asks.try_send(Ask::Inspect(entry.runtime, entry.id.clone()));
             }
         }
         Some(&entry.json)
@@ -256,6 +347,74 @@ fn field_json(rt: Runtime, id: &str, meta: Option<&Meta>) -> Vec<u8> {
     let mut out = b",\"container\":".to_vec();
     serde_json::to_writer(&mut out, &m).expect("a map of strings serializes");
     out
+}
+
+/// Directories of the cgroup tree watched at most (inotify watches are a
+/// per-user kernel resource; a host with more cgroups than this still has
+/// its containers found at their first event).
+const MAX_WATCHES: usize = 8192;
+
+/// Watches the cgroup tree under `root` for container cgroups being made
+/// and removed, and tells the resolver thread. Returns if inotify fails.
+fn watch_cgroups(root: &Path, asks: &SyncSender<Ask>) {
+    use inotify::{EventMask, Inotify, WatchMask};
+    let Ok(mut inotify) = Inotify::init() else { return };
+    let mask = WatchMask::CREATE | WatchMask::DELETE | WatchMask::ONLYDIR;
+    let mut dirs = HashMap::new();
+    // Watches `queue`'s directories and those below them; with `look`, asks
+    // about the containers among them (what was made in a new directory
+    // before its watch was added made no event: a runtime's parent cgroup
+    // and the container's at once).
+    let watch = |inotify: &mut Inotify, dirs: &mut HashMap<inotify::WatchDescriptor, PathBuf>, start: Vec<PathBuf>, look: bool| {
+        let mut queue = std::collections::VecDeque::from(start);
+        while let Some(dir) = queue.pop_front() {
+            if dirs.len() >= MAX_WATCHES {
+                break;
+            }
+            let Ok(wd) = inotify.watches().add(&dir, mask) else { continue };
+            for child in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                if child.file_type().is_ok_and(|t| t.is_dir()) {
+                    if let Some((rt, id)) = look.then(|| container_of_cgroup(&child.path().to_string_lossy())).flatten() {
+                        let _ = asks.try_send(Ask::Inspect(rt, id));
+                    }
+                    queue.push_back(child.path());
+                }
+            }
+            dirs.insert(wd, dir);
+        }
+    };
+    // The tree as it is now: its containers are asked about at their first event.
+    watch(&mut inotify, &mut dirs, vec![root.to_path_buf()], false);
+    let mut buf = [0u8; 8192];
+    loop {
+        let Ok(events) = inotify.read_events_blocking(&mut buf) else { return };
+        let mut added = Vec::new();
+        for ev in events {
+            if ev.mask.contains(EventMask::IGNORED) {
+                dirs.remove(&ev.wd);
+                continue;
+            }
+            let (Some(dir), Some(name)) = (dirs.get(&ev.wd), ev.name) else { continue };
+            if !ev.mask.contains(EventMask::ISDIR) {
+                continue;
+            }
+            let path = dir.join(name);
+            let container = container_of_cgroup(&path.to_string_lossy());
+            if ev.mask.contains(EventMask::CREATE) {
+                if let Some((rt, id)) = container {
+                    // A container sends no event before its cgroup exists.
+                    let _ = asks.try_send(Ask::Inspect(rt, id));
+                }
+                added.push(path);
+            } else if ev.mask.contains(EventMask::DELETE) {
+                // podman's nested `container` cgroup names it too: forget it with its own.
+                if let Some((_, id)) = container.filter(|_| path.file_name().is_some_and(|n| n != "container")) {
+                    let _ = asks.try_send(Ask::Forget(id));
+                }
+            }
+        }
+        watch(&mut inotify, &mut dirs, added, true);
+    }
 }
 
 /// Where cgroup v2 is mounted (/sys/fs/cgroup, or /sys/fs/cgroup/unified on
@@ -304,6 +463,45 @@ pub fn cgroup_id_of(dir: &Path) -> std::io::Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn containers_storage_names_a_container_and_its_image() {
+        // The shape of /var/lib/containers/storage/overlay-containers/containers.json.
+        let json = format!(
+            r#"[{{"id":"{}","names":["other"],"image":"aa","metadata":"{{}}"}},
+               {{"id":"{ID}","names":["web"],"image":"a9d8","layer":"x","metadata":"{{\"image-name\":\"localhost/web:1\",\"image-id\":\"a9d8\",\"name\":\"web\",\"created-at\":1795481891}}","created":"2026-11-24T00:58:11Z"}}]"#,
+            "b".repeat(64)
+        );
+        let m = parse_storage_containers(&json, ID).unwrap();
+        assert_eq!((m.name.as_deref(), m.image.as_deref()), (Some("web"), Some("localhost/web:1")));
+        assert!(parse_storage_containers(&json, &"c".repeat(64)).is_none());
+        assert!(parse_storage_containers("not json", ID).is_none());
+    }
+
+    /// The watch sees a container's cgroup made (also one made at once with
+    /// its parent) and asks the runtime before any event of it; it forgets
+    /// the container when the cgroup goes. Needs root and a cgroup2 mount.
+    #[test]
+    fn a_container_cgroup_is_looked_up_when_made_and_forgotten_when_removed() {
+        let Some(root) = cgroup2_mount() else { return };
+        let c = Containers::start().expect("the attribution starts");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let parent = root.join(format!("custos-test-{}", std::process::id()));
+        let id = format!("{:064x}", std::process::id() as u128 * 0x9e37_79b9_7f4a_7c15);
+        let cgroup = parent.join(format!("libpod-{id}"));
+        std::fs::create_dir_all(&cgroup).expect("making a cgroup (root)");
+        let wait = |want: bool| {
+            let t = std::time::Instant::now();
+            while c.knows(&id) != want {
+                assert!(t.elapsed().as_secs() < 20, "the watch did not {} container {id}", if want { "find" } else { "forget" });
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        };
+        wait(true);
+        std::fs::remove_dir(&cgroup).unwrap();
+        std::fs::remove_dir(&parent).unwrap();
+        wait(false);
+    }
 
     const ID: &str = "a645602bee1d82d0ea2680a6e792cd4c6e5c76ce3d468fe990f23c1e8154623e";
 

@@ -12,10 +12,12 @@ pub mod consumer;
 pub mod containers;
 pub mod features;
 pub mod reorder;
-pub mod seal;
+/// Tamper evidence: the stream's seals (crates/custos-seal).
+pub use custos_seal as seal;
 pub mod intf;
 pub mod stats;
 pub mod syscalls;
+pub mod workflows;
 pub mod writer;
 
 pub use collector::{collect, LsmMode, Options, Summary};

@@ -14,6 +14,8 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::io::Write;
 
+use crate::workflows::{JobStep, Workflows};
+
 /// Lines of one CPU, in sequence order, not yet written.
 #[derive(Default)]
 struct CpuLines {
@@ -21,8 +23,9 @@ struct CpuLines {
     /// its front never moves the rest (compacting a Vec did, 3 % of the
     /// consumer's time at 800 k events/s).
     bytes: VecDeque<u8>,
-    /// (time_ns, length) of each line in `bytes`.
-    items: VecDeque<(u64, u32)>,
+    /// Each line in `bytes`: its time, length and, for an event, what
+    /// the workflow tracker needs of it.
+    items: VecDeque<(u64, u32, Option<JobStep>)>,
     /// No line of this CPU not yet pushed is older than this.
     floor_ns: u64,
 }
@@ -40,6 +43,13 @@ pub struct Merge {
     /// byte budget forced lines out early, or for late records).
     pub out_of_order: u64,
     pub max_bytes: usize,
+    /// Links the events into workflows as they come out in order (None: off).
+    pub workflows: Option<Workflows>,
+    /// An event line's end with its workflow fields, and the workflow it
+    /// names when it is the plain `,"workflow":N}\n` (reused while the
+    /// workflow stays the same, as it mostly does from line to line).
+    tail: Vec<u8>,
+    tail_of: Option<u64>,
 }
 
 impl Merge {
@@ -51,7 +61,16 @@ impl Merge {
             last_out_ns: 0,
             out_of_order: 0,
             max_bytes,
+            workflows: None,
+            tail: Vec::new(),
+            tail_of: None,
         }
+    }
+
+    /// Links the event lines into workflows on their way out.
+    pub fn with_workflows(mut self) -> Self {
+        self.workflows = Some(Workflows::new());
+        self
     }
 
     fn cpu(&mut self, cpu: usize) -> &mut CpuLines {
@@ -61,12 +80,13 @@ impl Merge {
         &mut self.cpus[cpu]
     }
 
-    /// Appends the next line of `cpu` (the caller keeps each CPU's order).
-    pub fn push(&mut self, cpu: usize, time_ns: u64, line: &[u8]) {
+    /// Appends the next line of `cpu` (the caller keeps each CPU's order);
+    /// `step` for an event line (it ends in `}\n`).
+    pub fn push(&mut self, cpu: usize, time_ns: u64, line: &[u8], step: Option<JobStep>) {
         let c = self.cpu(cpu);
         let was_empty = c.items.is_empty();
         c.bytes.extend(line);
-        c.items.push_back((time_ns, line.len() as u32));
+        c.items.push_back((time_ns, line.len() as u32, step));
         c.floor_ns = c.floor_ns.max(time_ns);
         self.buffered += line.len();
         if was_empty {
@@ -95,8 +115,17 @@ impl Merge {
 
     /// Writes a line now, outside the merge (one the consumer holds back
     /// for an earlier number of its CPU, written early to keep the bound).
-    pub fn write_early<W: Write>(&mut self, out: &mut W, time_ns: u64, line: &[u8]) -> std::io::Result<()> {
-        out.write_all(line)?;
+    pub fn write_early<W: Write>(&mut self, out: &mut W, time_ns: u64, line: &[u8], step: Option<JobStep>) -> std::io::Result<()> {
+        match (&mut self.workflows, step) {
+            (Some(wf), Some(step)) => {
+                let (body, _) = line.split_at(line.len() - 2);
+                out.write_all(body)?;
+                let (workflow, start) = wf.assign(&step);
+                set_tail(&mut self.tail, &mut self.tail_of, workflow, start);
+                out.write_all(&self.tail)?;
+            }
+            _ => out.write_all(line)?,
+        }
         if time_ns < self.last_out_ns {
             self.out_of_order += 1;
         }
@@ -124,15 +153,29 @@ impl Merge {
             }
             self.heads.pop();
             let c = &mut self.cpus[cpu];
-            let (t, len) = c.items.pop_front().expect("a head has a line");
+            let (t, len, step) = c.items.pop_front().expect("a head has a line");
             debug_assert_eq!(t, time);
             let len = len as usize;
+            // An event line leaves without its closing `}\n`: its
+            // workflow fields close it.
+            let tracked = match (&mut self.workflows, step) {
+                (Some(wf), Some(step)) => {
+                    let (workflow, start) = wf.assign(&step);
+                    set_tail(&mut self.tail, &mut self.tail_of, workflow, start);
+                    true
+                }
+                _ => false,
+            };
+            let body = if tracked { len - 2 } else { len };
             let (front, back) = c.bytes.as_slices();
-            if front.len() >= len {
-                out.write_all(&front[..len])?;
+            if front.len() >= body {
+                out.write_all(&front[..body])?;
             } else {
                 out.write_all(front)?;
-                out.write_all(&back[..len - front.len()])?;
+                out.write_all(&back[..body - front.len()])?;
+            }
+            if tracked {
+                out.write_all(&self.tail)?;
             }
             c.bytes.drain(..len);
             self.buffered -= len;
@@ -153,6 +196,16 @@ impl Merge {
     }
 }
 
+/// Renders an event line's workflow end into `tail` unless it holds it already.
+fn set_tail(tail: &mut Vec<u8>, tail_of: &mut Option<u64>, workflow: u64, start: Option<crate::workflows::Start>) {
+    if start.is_none() && *tail_of == Some(workflow) {
+        return;
+    }
+    tail.clear();
+    crate::workflows::suffix(tail, workflow, start);
+    *tail_of = start.is_none().then_some(workflow);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -165,12 +218,12 @@ mod tests {
     fn cpus_merge_by_time_once_no_cpu_can_precede() {
         let mut m = Merge::new(2, 1 << 20);
         let mut out = Vec::new();
-        m.push(0, 10, b"a10\n");
-        m.push(0, 30, b"a30\n");
+        m.push(0, 10, b"a10\n", None);
+        m.push(0, 30, b"a30\n", None);
         // CPU 1 has said nothing: it may still produce something older.
         m.release(&mut out, false).unwrap();
         assert!(out.is_empty());
-        m.push(1, 20, b"b20\n");
+        m.push(1, 20, b"b20\n", None);
         m.release(&mut out, false).unwrap();
         // a30 waits: CPU 1 may still have something between 20 and 30.
         assert_eq!(lines(&out), ["a10", "b20"]);
@@ -189,7 +242,7 @@ mod tests {
         let mut m = Merge::new(3, 1 << 20);
         let mut out = Vec::new();
         for (cpu, t) in [(2, 5u64), (0, 7), (1, 1), (2, 9), (0, 8)] {
-            m.push(cpu, t, format!("{cpu}:{t}\n").as_bytes());
+            m.push(cpu, t, format!("{cpu}:{t}\n").as_bytes(), None);
         }
         m.release(&mut out, true).unwrap();
         assert_eq!(lines(&out), ["1:1", "2:5", "0:7", "0:8", "2:9"]);

@@ -168,6 +168,9 @@ pub static SYSCALLS: &[Syscall] = &[
     sc!("prctl", 157, Process, false, [Int("option"), Uint("arg2"), Uint("arg3"), Uint("arg4"), Uint("arg5")]),
     sc!("setns", 308, Process, true, [Fd, Int("nstype")], FDP),
     sc!("unshare", 272, Process, true, [Uint("flags")]),
+    // jobs: a new session or process group starts a workflow (docs/workflows.md)
+    sc!("setsid", 112, Process, true, []),
+    sc!("setpgid", 109, Process, true, [Int("pid"), Int("pgid")]),
     sc!("chdir", 80, Process, false, [Path]),
     sc!("fchdir", 81, Process, false, [Fd], FDP),
     sc!("chroot", 161, Process, true, [Path]),

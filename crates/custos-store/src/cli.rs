@@ -45,6 +45,13 @@ pub struct IngestArgs {
     /// Do not print an `ack` line per committed batch on stdout.
     #[arg(long, short)]
     pub quiet: bool,
+    /// The key that seals each committed batch (docs/tamper-evidence.md,
+    /// "The store"); default: the collector's, made on first use.
+    #[arg(long, value_name = "FILE")]
+    pub seal_key: Option<PathBuf>,
+    /// Do not seal the committed batches.
+    #[arg(long, conflicts_with = "seal_key")]
+    pub no_seal: bool,
 }
 
 #[derive(Args, Debug, Clone, Default)]
@@ -104,6 +111,16 @@ pub enum Query {
     },
     /// The raw JSON line of an event, by event id (decimal or 0x hex).
     Event { id: String },
+    /// A workflow's events in order (docs/workflows.md): the workflow of an
+    /// event id (decimal or 0x hex; a workflow's id is its first event's),
+    /// or `pid:N` for every workflow process N took part in.
+    Workflow {
+        #[arg(value_name = "EVENT-ID|pid:N")]
+        target: String,
+        /// List at most this many events of each workflow (0: all).
+        #[arg(long, default_value_t = 200)]
+        limit: usize,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -162,6 +179,7 @@ fn answer(conn: &rusqlite::Connection, q: &Query, container: Option<&str>) -> Re
         Query::TouchedBy { process, window } => query::touched_by(conn, process, window.window()?),
         Query::WhoTouched { path, window } => query::who_touched(conn, path, window.window()?),
         Query::Event { .. } => bail!("`event` prints a raw event; it has no graph"),
+        Query::Workflow { .. } => bail!("`workflow` lists events; it has no graph"),
     }?;
     if let Some(spec) = container {
         query::only_containers(&mut a, &query::containers_named(conn, spec)?, spec);
@@ -187,6 +205,16 @@ pub fn query(args: QueryArgs) -> Result<i32> {
                 println!("{line}");
             }
         }
+        return Ok(0);
+    }
+    if let Query::Workflow { target, limit } = &args.query {
+        if args.container.is_some() {
+            bail!("--container does not narrow a workflow (a workflow is one job, whatever container it ran in)");
+        }
+        let listings = crate::workflows::query(&conn, target, *limit)?;
+        let text = if args.json { serde_json::to_string_pretty(&listings)? } else { crate::workflows::render_text(&listings) };
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{}", text.trim_end()).context("writing the answer")?;
         return Ok(0);
     }
     let a = answer(&conn, &args.query, args.container.as_deref())?;
@@ -313,6 +341,10 @@ pub fn ingest(args: IngestArgs) -> Result<i32> {
             source: name.clone(),
             archive,
             reorder_window_ns: args.reorder_window_ms.saturating_mul(1_000_000),
+            seal_key: match args.no_seal || args.archive_only {
+                true => None,
+                false => Some(custos_seal::SealKey::open(args.seal_key.as_deref(), "custos ingest")?),
+            },
             ..Default::default()
         };
         let mut ing = Ingestor::open(&args.store.db, opts)?;

@@ -406,6 +406,22 @@ pub(crate) fn fast_line(text: &str) -> Option<Line<'_>> {
                     l.end_ns = c.opt(Cur::u64)?;
                     29
                 }
+                "workflow" => {
+                    l.workflow = c.opt(Cur::u64)?;
+                    30
+                }
+                "workflow_parent" => {
+                    l.workflow_parent = c.opt(Cur::u64)?;
+                    31
+                }
+                "workflow_cause" => {
+                    l.workflow_cause = c.opt(Cur::u64)?;
+                    32
+                }
+                "workflow_running" => {
+                    l.workflow_running = c.opt(Cur::bool)?;
+                    33
+                }
                 // A nested object the graph reads: serde parses those lines.
                 "container" => return None,
                 _ => {

@@ -60,6 +60,9 @@ pub struct IngestOptions {
     pub reorder_window_ns: u64,
     /// Events held back at most; past it the oldest are applied early.
     pub reorder_max_events: usize,
+    /// Seal every committed batch with this key (docs/tamper-evidence.md,
+    /// "The store"); None: the batches are not sealed.
+    pub seal_key: Option<custos_seal::SealKey>,
 }
 
 /// Defaults of the reorder window: 250 ms of event time, at most 100 000 events.
@@ -76,6 +79,7 @@ impl Default for IngestOptions {
             archive: None,
             reorder_window_ns: REORDER_WINDOW_NS,
             reorder_max_events: REORDER_MAX_EVENTS,
+            seal_key: None,
         }
     }
 }
@@ -140,6 +144,12 @@ pub struct Ingestor {
     in_tx: bool,
     tx_started: Instant,
     raw: SegmentBuilder,
+    /// The workflows of the open batch (workflows.rs).
+    workflows: crate::workflows::WorkflowLog,
+    /// Seals each committed batch (tamper.rs); None: not sealed.
+    sealer: Option<crate::tamper::StoreSealer>,
+    /// The first and last time of the events applied in the open batch.
+    batch_times: Option<(u64, u64)>,
     stored: StoredIds,
     batch_lines: usize,
     next_segment: i64,
@@ -256,7 +266,7 @@ fn now_ns() -> i64 {
 }
 
 impl Ingestor {
-    pub fn open(db: &Path, opts: IngestOptions) -> Result<Self> {
+    pub fn open(db: &Path, mut opts: IngestOptions) -> Result<Self> {
         let lock_path = format!("{}-lock", db.display());
         let lock = File::create(&lock_path).with_context(|| format!("creating writer lock {lock_path}"))?;
         match lock.try_lock() {
@@ -271,6 +281,7 @@ impl Ingestor {
         let stored = StoredIds::load(&conn)?;
         conn.execute("INSERT INTO ingests(source, started_ns) VALUES(?1, ?2)", params![opts.source, now_ns()])?;
         let ingest_id = conn.last_insert_rowid();
+        let sealer = opts.seal_key.take().map(crate::tamper::StoreSealer::new).transpose()?;
         let next_segment: i64 = conn.query_row("SELECT COALESCE(MAX(segment), 0) + 1 FROM raw_segments", [], |r| r.get(0))?;
         Ok(Self {
             conn,
@@ -282,6 +293,9 @@ impl Ingestor {
             in_tx: false,
             tx_started: Instant::now(),
             raw: SegmentBuilder::default(),
+            workflows: crate::workflows::WorkflowLog::default(),
+            sealer,
+            batch_times: None,
             stored,
             batch_lines: 0,
             next_segment,
@@ -464,6 +478,11 @@ impl Ingestor {
             self.in_tx = false;
             self.pending.clear();
             self.raw.clear();
+            self.workflows.clear();
+            self.batch_times = None;
+            if let Some(s) = self.sealer.as_mut() {
+                s.rolled_back();
+            }
             self.batch_lines = 0;
             self.graph.reset_cache(&self.conn)?;
             self.stored = StoredIds::load(&self.conn)?;
@@ -507,6 +526,9 @@ impl Ingestor {
             self.graph
                 .apply(&mut sql, p.boot, &p.event)
                 .with_context(|| format!("line {}: applying event {} to the graph", p.line_no, p.event.id))?;
+            self.workflows.note(p.boot, &p.event);
+            let t = p.event.time_ns;
+            self.batch_times = Some(self.batch_times.map_or((t, t), |(a, b)| (a.min(t), b.max(t))));
             self.raw.keep_held(p.boot, p.event.id, &p.line);
         }
         Ok(())
@@ -520,8 +542,12 @@ impl Ingestor {
                 .prepare_cached("INSERT INTO raw_segments(segment, ingest, lines, data) VALUES(?1,?2,?3,?4)")?
                 .execute(params![self.next_segment, self.ingest_id, lines, blob])?;
             let mut put = self.conn.prepare_cached("INSERT INTO event_ranges(boot, first_id, last_id, segment) VALUES(?1,?2,?3,?4)")?;
-            for (boot, first, last) in runs {
+            for &(boot, first, last) in &runs {
                 put.execute(params![boot, first, last, self.next_segment])?;
+            }
+            if let Some(s) = self.sealer.as_mut() {
+                let times = self.batch_times.unwrap_or((0, 0));
+                s.seal(&self.conn, self.ingest_id, Some(self.next_segment), &blob, &runs, lines as u64, times)?;
             }
             self.next_segment += 1;
             // The lines still held were cut against the shapes just written;
@@ -529,12 +555,17 @@ impl Ingestor {
             self.raw.renew_if_full(self.pending.lines_mut());
         }
         self.graph.flush(&self.conn)?;
+        self.workflows.flush(&self.conn)?;
         let s = &self.summary;
         self.conn.execute(
             "UPDATE ingests SET lines = ?2, events_new = ?3, events_duplicate = ?4, malformed = ?5, losses = ?6 WHERE ingest = ?1",
             params![self.ingest_id, s.lines as i64, s.events_new as i64, s.events_duplicate as i64, s.malformed as i64, s.losses_new as i64],
         )?;
         self.conn.execute_batch("COMMIT").context("committing a batch")?;
+        if let Some(s) = self.sealer.as_mut() {
+            s.committed();
+        }
+        self.batch_times = None;
         self.in_tx = false;
         self.raw.clear();
         self.batch_lines = 0;
@@ -554,6 +585,13 @@ impl Ingestor {
     /// Commits the rest, closes the archive, returns the totals.
     pub fn finish(mut self) -> Result<(IngestSummary, Option<Ack>)> {
         let ack = self.commit_with(true)?;
+        if let Some(mut s) = self.sealer.take() {
+            // The final seal: this ingest ended cleanly (without it, `custos
+            // verify --db` says the ingest was cut short or its end removed).
+            self.conn.execute_batch("BEGIN IMMEDIATE")?;
+            s.seal(&self.conn, self.ingest_id, None, &[], &[], 0, (0, 0))?;
+            self.conn.execute_batch("COMMIT").context("committing the final seal")?;
+        }
         if let Some(a) = self.opts.archive.take() {
             a.finish()?;
         }
@@ -589,6 +627,28 @@ pub fn raw_event(conn: &Connection, boot: i64, event_id: i64) -> Result<Option<S
         Some(line) => Ok(Some(line)),
         None => anyhow::bail!("event {event_id:#x}: raw segment {segment} does not hold it (the store is damaged)"),
     }
+}
+
+/// The raw lines of events `ids` of `boot` (those the store holds), each
+/// segment read once.
+pub fn raw_events(conn: &Connection, boot: i64, ids: &[u64]) -> Result<std::collections::HashMap<u64, String>> {
+    let mut by_segment: std::collections::BTreeMap<i64, std::collections::HashSet<u64>> = Default::default();
+    let mut find = conn.prepare_cached(
+        "SELECT last_id, segment FROM event_ranges WHERE boot = ?1 AND first_id <= ?2 ORDER BY first_id DESC LIMIT 1",
+    )?;
+    for &id in ids {
+        let row: Option<(i64, i64)> = find.query_row(params![boot, id as i64], |r| Ok((r.get(0)?, r.get(1)?))).optional()?;
+        if let Some((_, segment)) = row.filter(|(last, _)| *last >= id as i64) {
+            by_segment.entry(segment).or_default().insert(id);
+        }
+    }
+    let mut out = std::collections::HashMap::new();
+    let mut blob_of = conn.prepare_cached("SELECT data FROM raw_segments WHERE segment = ?1")?;
+    for (segment, want) in by_segment {
+        let blob: Vec<u8> = blob_of.query_row([segment], |r| r.get(0))?;
+        out.extend(crate::rawseg::event_lines(&blob, boot, &want)?);
+    }
+    Ok(out)
 }
 
 /// The boots holding an event with this id (ids are unique only within a boot).

@@ -22,7 +22,9 @@ pub mod render;
 pub mod schema;
 pub mod sink;
 pub mod synth;
+pub mod tamper;
 pub mod timefmt;
+pub mod workflows;
 mod varint;
 
 pub use archive::Recorder;

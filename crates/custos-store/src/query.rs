@@ -451,7 +451,7 @@ pub fn traverse(
     Ok((depth, edges))
 }
 
-fn losses_for(conn: &Connection, boots: &HashSet<i64>, span: Option<(i64, i64)>) -> Result<Vec<LossNote>> {
+pub(crate) fn losses_for(conn: &Connection, boots: &HashSet<i64>, span: Option<(i64, i64)>) -> Result<Vec<LossNote>> {
     let Some((lo, hi)) = span else { return Ok(vec![]) };
     let mut st = conn.prepare_cached(
         "SELECT boot, cpu, category, count, start_ns, end_ns FROM losses WHERE start_ns <= ?2 AND end_ns >= ?1 ORDER BY start_ns, cpu",

@@ -710,3 +710,67 @@ fn a_container_is_kept_found_by_name_and_narrows_an_answer() {
     assert_eq!(runcs, [Some(11)], "{names:?}");
     assert!(a.query.contains("(container web: 1 of its processes)"), "{}", a.query);
 }
+
+/// Workflows (docs/workflows.md): a shell's child starts a session, runs a
+/// chain and forks a helper; the store lists the chain in order across
+/// batches, with the fork that caused it, and finds it by any of its events
+/// or by pid. Re-ingesting adds nothing.
+#[test]
+fn a_workflow_is_listed_in_order_with_its_cause() {
+    let (_d, p) = db();
+    let mut s = Stream::new();
+    let id = |s: &Stream| ((s.seq % 2) << 48) | s.seq;
+    s.ev(100, "bash", "read", json!({"ret": 1, "fd": 0, "path": "/dev/tty"}));
+    let shell = id(&s);
+    let l = s.lines.last_mut().unwrap();
+    *l = l.replace("}", &format!(",\"workflow\":{shell},\"workflow_running\":true}}"));
+    s.ev(100, "bash", "sched:process_fork", json!({"child_pid": 101, "workflow": shell}));
+    let fork = id(&s);
+    s.ev(100, "bash", "read", json!({"ret": 1, "fd": 0, "path": "/dev/tty", "workflow": shell}));
+    s.ev(101, "bash", "setsid", json!({"ret": 101}));
+    let job = id(&s);
+    let l = s.lines.last_mut().unwrap();
+    *l = l.replace("\"ret\":101", &format!("\"ret\":101,\"workflow\":{job},\"workflow_parent\":{shell},\"workflow_cause\":{fork}"));
+    let mut chain = vec![job];
+    s.ev(101, "nsenter", "execve", json!({"ret": 0, "path": "/usr/bin/nsenter", "argv": ["nsenter", "-u"], "workflow": job}));
+    chain.push(id(&s));
+    s.ev(101, "nsenter", "setns", json!({"ret": 0, "fd": 3, "workflow": job}));
+    chain.push(id(&s));
+    s.ev(100, "bash", "read", json!({"ret": 1, "fd": 0, "path": "/dev/tty", "workflow": shell}));
+    s.ev(101, "nsenter", "sched:process_fork", json!({"child_pid": 102, "workflow": job}));
+    chain.push(id(&s));
+    for _ in 0..10 {
+        s.ev(102, "cat", "read", json!({"ret": 10, "fd": 3, "path": "/etc/app.conf", "workflow": job}));
+        chain.push(id(&s));
+    }
+    let sum = s.ingest(&p);
+    assert_eq!(sum.malformed, 0);
+    let conn = crate::schema::open_ro(&p).unwrap();
+
+    let by_event = crate::workflows::query(&conn, &chain[5].to_string(), 0).unwrap();
+    assert_eq!(by_event.len(), 1);
+    let l = &by_event[0];
+    assert_eq!(l.steps.iter().map(|st| st.id).collect::<Vec<_>>(), chain, "every event, in order, across batches");
+    assert_eq!(l.cause.as_ref().map(|c| (c.id, c.syscall.as_str())), Some((fork, "sched:process_fork")));
+    let w = &l.workflow;
+    assert_eq!((w.id, w.parent, w.cause, w.running, w.leader), (job, Some(shell), Some(fork), Some(false), Some(101)));
+    assert_eq!((w.events, w.pids.clone()), (chain.len() as i64, vec![101, 102]));
+    assert_eq!(l.steps[1].detail.as_deref(), Some("nsenter -u"));
+    assert!(l.losses.is_empty());
+
+    let by_pid = crate::workflows::query(&conn, "pid:102", 3).unwrap();
+    assert_eq!(by_pid.len(), 1);
+    assert_eq!((by_pid[0].workflow.id, by_pid[0].steps.len(), by_pid[0].more), (job, 3, chain.len() as u64 - 3));
+    let outer = crate::workflows::query(&conn, &shell.to_string(), 0).unwrap();
+    assert_eq!((outer[0].workflow.running, outer[0].workflow.events), (Some(true), 4));
+    assert!(crate::workflows::render_text(&by_event).contains(&format!("workflow {job}, started by bash (pid 101), from workflow {shell}")));
+    assert!(crate::workflows::query(&conn, "pid:999", 0).unwrap_err().to_string().contains("no workflow holds pid 999"));
+    assert!(crate::workflows::query(&conn, "xyz", 0).unwrap_err().to_string().contains("expected an event id"));
+    drop(conn);
+
+    let again = s.ingest(&p);
+    assert_eq!(again.events_new, 0);
+    let conn = crate::schema::open_ro(&p).unwrap();
+    let l = crate::workflows::query(&conn, &job.to_string(), 0).unwrap();
+    assert_eq!((l[0].workflow.events, l[0].steps.len()), (chain.len() as i64, chain.len()), "re-ingest adds nothing");
+}

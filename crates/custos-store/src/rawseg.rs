@@ -955,6 +955,25 @@ pub fn event_line(blob: &[u8], boot: i64, id: i64) -> Result<Option<String>> {
     Ok(out)
 }
 
+/// The lines of the events of `boot` a stored segment holds among `ids`.
+pub fn event_lines(blob: &[u8], boot: i64, ids: &std::collections::HashSet<u64>) -> Result<Vec<(u64, String)>> {
+    let unpacked = unpack(blob)?;
+    let mut seg = Segment::read(&unpacked)?;
+    let mut out = Vec::new();
+    let at = std::cell::Cell::new(0u64);
+    seg.walk(
+        |b, i| {
+            at.set(i);
+            b == boot && ids.contains(&i)
+        },
+        |l| {
+            out.push((at.get(), l));
+            out.len() == ids.len()
+        },
+    )?;
+    Ok(out)
+}
+
 /// Every line of a stored segment: its events in the order they were
 /// applied, then its other lines (for tests and tools).
 pub fn lines(blob: &[u8]) -> Result<Vec<String>> {

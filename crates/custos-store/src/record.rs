@@ -60,6 +60,10 @@ struct Line<'a> {
     start_ns: Option<u64>,
     end_ns: Option<u64>,
     container: Option<Box<ContainerRef>>,
+    workflow: Option<u64>,
+    workflow_parent: Option<u64>,
+    workflow_cause: Option<u64>,
+    workflow_running: Option<bool>,
 }
 
 /// An event's `container` (docs/containers.md): the container's id and
@@ -340,6 +344,18 @@ pub struct Event {
     pub inode: Option<u64>,
     /// The container the process runs in, if any.
     pub container: Option<Box<ContainerRef>>,
+    /// The workflow (docs/workflows.md): the id of the event that started it.
+    pub workflow: Option<u64>,
+    /// How the workflow began, on the event that started it.
+    pub workflow_start: Option<Box<WorkflowStart>>,
+}
+
+/// The start of a workflow, as its first event tells it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WorkflowStart {
+    pub parent: Option<u64>,
+    pub cause: Option<u64>,
+    pub running: bool,
 }
 
 impl Event {
@@ -435,6 +451,13 @@ pub fn parse_line(text: &str) -> Result<Record<'_>, String> {
                     dev: l.dev,
                     inode: l.inode,
                     container: l.container,
+                    workflow: l.workflow,
+                    workflow_start: match (l.workflow, l.workflow_parent, l.workflow_cause, l.workflow_running) {
+                        (Some(w), parent, cause, running) if w == id => {
+                            Some(Box::new(WorkflowStart { parent, cause, running: running.unwrap_or(false) }))
+                        }
+                        _ => None,
+                    },
                 }),
                 l.boot_id.map(|b| b.0),
             ))

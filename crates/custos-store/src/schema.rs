@@ -133,6 +133,44 @@ CREATE TABLE IF NOT EXISTS effect_parts(
 -- a walk step is one integer-keyed seek and two small reads through the
 -- incremental-blob API.
 CREATE TABLE IF NOT EXISTS cause_blocks(block INTEGER PRIMARY KEY, data BLOB NOT NULL);
+-- Workflows (docs/workflows.md; workflows.rs): one row per workflow the
+-- stream named, keyed by the id of the event that started it; the
+-- processes that took part; its events' ids in stream order, varint-packed,
+-- one part per batch.
+CREATE TABLE IF NOT EXISTS workflows(
+    boot INTEGER NOT NULL,
+    id INTEGER NOT NULL,
+    parent INTEGER,
+    cause INTEGER,
+    running INTEGER,
+    leader INTEGER,
+    comm TEXT,
+    start_ns INTEGER NOT NULL,
+    end_ns INTEGER NOT NULL,
+    events INTEGER NOT NULL,
+    PRIMARY KEY(boot, id)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS workflow_procs(
+    boot INTEGER NOT NULL,
+    pid INTEGER NOT NULL,
+    workflow INTEGER NOT NULL,
+    first_ns INTEGER NOT NULL,
+    PRIMARY KEY(pid, boot, workflow)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS workflow_procs_by_workflow ON workflow_procs(boot, workflow);
+CREATE TABLE IF NOT EXISTS workflow_parts(
+    boot INTEGER NOT NULL,
+    workflow INTEGER NOT NULL,
+    part INTEGER NOT NULL,
+    data BLOB NOT NULL,
+    PRIMARY KEY(boot, workflow, part)) WITHOUT ROWID;
+-- Each ingest's chain of seals over the batches it committed (tamper.rs,
+-- docs/tamper-evidence.md): the seal line as the stream's seals are
+-- written; segment NULL for the final seal.
+CREATE TABLE IF NOT EXISTS seals(
+    ingest INTEGER NOT NULL,
+    batch INTEGER NOT NULL,
+    segment INTEGER,
+    line TEXT NOT NULL,
+    PRIMARY KEY(ingest, batch)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS losses(
     boot INTEGER NOT NULL,
     cpu INTEGER NOT NULL,

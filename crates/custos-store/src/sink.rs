@@ -88,11 +88,18 @@ enum Target {
 impl LiveSink {
     /// Opens the store (`db`) and/or archive and starts the writer thread,
     /// which holds at most `buffer_bytes` queued.
-    pub fn start(db: Option<&Path>, archive: Option<&Path>, source: &str, buffer_bytes: usize) -> Result<(LiveSink, SinkWriter)> {
+    /// `seal_key`: seal the store's batches (tamper.rs).
+    pub fn start(
+        db: Option<&Path>,
+        archive: Option<&Path>,
+        source: &str,
+        buffer_bytes: usize,
+        seal_key: Option<custos_seal::SealKey>,
+    ) -> Result<(LiveSink, SinkWriter)> {
         let recorder = archive.map(Recorder::create).transpose()?;
         // The collector writes its stream in causal order (docs/event-schema.md),
         // so the store applies it as it comes: no reorder window to hold.
-        let opts = IngestOptions { source: source.to_string(), archive: recorder, reorder_window_ns: 0, ..Default::default() };
+        let opts = IngestOptions { source: source.to_string(), archive: recorder, reorder_window_ns: 0, seal_key, ..Default::default() };
         let target = match db {
             Some(db) => Target::Store(Box::new(Ingestor::open(db, opts)?)),
             None => Target::Archive(opts.archive.context("a live sink needs a store or an archive")?),
@@ -172,7 +179,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("s.db");
         let zst = dir.path().join("s.jsonl.zst");
-        let (sink, mut w) = LiveSink::start(Some(&db), Some(&zst), "test", 16).unwrap();
+        let (sink, mut w) = LiveSink::start(Some(&db), Some(&zst), "test", 16, None).unwrap();
         let second = EVENT.replace(r#""id":1"#, r#""id":2"#).replace(r#""seq":1"#, r#""seq":2"#);
         let stream = format!("{EVENT}\n{second}\n{{\"type\":\"bogus\"");
         for piece in stream.as_bytes().chunks(7) {

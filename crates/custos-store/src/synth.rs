@@ -99,6 +99,9 @@ struct Gen<W: Write> {
     report: SynthReport,
     loss_every: u64,
     line: String,
+    /// The workflow the next events belong to (0: the next event starts one),
+    /// as the collector names it (docs/workflows.md).
+    workflow: u64,
 }
 
 impl<W: Write> Gen<W> {
@@ -117,10 +120,14 @@ impl<W: Write> Gen<W> {
         self.seq[cpu as usize] += 1;
         let seq = self.seq[cpu as usize];
         let id = (cpu << 48) | seq;
+        if self.workflow == 0 {
+            self.workflow = id;
+        }
+        let workflow = self.workflow;
         self.line.clear();
         let _ = writeln!(
             self.line,
-            "{{\"type\":\"event\",\"id\":{id},\"cpu\":{cpu},\"seq\":{seq},\"time_ns\":{},\"pid\":{pid},\"tid\":{pid},\"ppid\":{ppid},\"uid\":1000,\"gid\":1000,\"euid\":1000,\"egid\":1000,\"comm\":\"{comm}\",\"syscall\":\"{syscall}\",\"category\":\"{category}\",\"critical\":false{extra}}}",
+            "{{\"type\":\"event\",\"id\":{id},\"cpu\":{cpu},\"seq\":{seq},\"time_ns\":{},\"pid\":{pid},\"tid\":{pid},\"ppid\":{ppid},\"uid\":1000,\"gid\":1000,\"euid\":1000,\"egid\":1000,\"comm\":\"{comm}\",\"syscall\":\"{syscall}\",\"category\":\"{category}\",\"critical\":false{extra},\"workflow\":{workflow}}}",
             self.time_ns
         );
         self.out.write_all(self.line.as_bytes())?;
@@ -217,6 +224,7 @@ pub fn generate<W: Write>(cfg: &SynthConfig, out: W, mut progress: impl FnMut(u6
         report: SynthReport::default(),
         loss_every: cfg.loss_every,
         line: String::with_capacity(512),
+        workflow: 0,
     };
     writeln!(g.out, "{{\"type\":\"boot\",\"boot_id\":\"{SYNTH_BOOT}\"}}")?;
     g.report.lines += 1;
@@ -244,6 +252,8 @@ pub fn generate<W: Write>(cfg: &SynthConfig, out: W, mut progress: impl FnMut(u6
         let size = if project == 0 { cfg.largest_project } else { g.rng.range(cfg.project_units.0, cfg.project_units.1) };
         let size = size.min(cfg.units - done).max(1);
         let make = g.fork(shell, init, "bash")?;
+        // Each project's build is a job of its own.
+        g.workflow = 0;
         g.exec(make, shell, "make", "/usr/bin/make", &format!("\"make\",\"-C\",\"/build/p{project}\""))?;
         // Fetch the sources over the network and unpack them through a pipe.
         let fetch = g.fork(make, shell, "make")?;

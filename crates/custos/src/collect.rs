@@ -35,8 +35,18 @@ pub fn run(cmd: CollectCmd) -> Result<i32> {
     if cmd.sink_buffer_mb == 0 || cmd.sink_buffer_mb > 1 << 20 {
         anyhow::bail!("--sink-buffer-mb must be between 1 and 1048576");
     }
-    let (sink, writer) =
-        custos_store::sink::LiveSink::start(cmd.db.as_deref(), cmd.archive.as_deref(), "custos collect", cmd.sink_buffer_mb << 20)?;
+    // The store seals its batches with the key that seals the stream.
+    let seal_key = match cmd.db.is_some() && !cmd.collect.no_seal {
+        true => Some(custos_seal::SealKey::open(cmd.collect.seal_key.as_deref(), "custos collect")?),
+        false => None,
+    };
+    let (sink, writer) = custos_store::sink::LiveSink::start(
+        cmd.db.as_deref(),
+        cmd.archive.as_deref(),
+        "custos collect",
+        cmd.sink_buffer_mb << 20,
+        seal_key,
+    )?;
     let done = sink.lines_done.clone();
     let code = custos_collector::cli::run_with_sink(cmd.collect, Some((Box::new(writer), done)));
     // Whatever the collector's outcome, what it delivered is written out.

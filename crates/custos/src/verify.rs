@@ -1,14 +1,15 @@
 //! `custos verify`: checks a sealed stream or archive (docs/tamper-evidence.md).
 //!
-//! Glue between the collector's seal format (custos_collector::seal, which
-//! writes and reads it) and the store's input reader (plain, `.zst`, `.gz`).
+//! Glue between the seal format (crates/custos-seal, which writes and reads
+//! it), the store's input reader (plain, `.zst`, `.gz`) and the store's own
+//! chains (custos_store::tamper).
 
 use anyhow::{Context, Result};
 use clap::Args;
 use std::io::BufRead;
 use std::path::PathBuf;
 
-use custos_collector::seal::{Report, Verifier};
+use custos_seal::{Report, Verifier};
 
 /// Exit status when the stream is not intact (errors reading it exit 1).
 pub const TAMPERED: i32 = 3;
@@ -19,8 +20,12 @@ pub const TAMPERED: i32 = 3;
 #[derive(Args, Debug)]
 pub struct VerifyArgs {
     /// The stream (JSON Lines, or an archive: `.zst`, `.gz`); `-` reads stdin.
-    #[arg(value_name = "FILE")]
-    pub file: PathBuf,
+    #[arg(value_name = "FILE", required_unless_present = "db", conflicts_with = "db")]
+    pub file: Option<PathBuf>,
+    /// Verify a store instead: every ingest's chain of sealed batches, and
+    /// that no loss record it holds was removed from the losses table.
+    #[arg(long, value_name = "DB")]
+    pub db: Option<PathBuf>,
     /// The public key the seals must carry (64 hex digits, or a file holding
     /// them), as `custos collect` printed it when it made the key. Without
     /// it the stream is checked against the key of its own first seal.
@@ -38,12 +43,16 @@ pub fn run(args: VerifyArgs) -> Result<i32> {
         }
         other => other.clone(),
     };
+    if let Some(db) = &args.db {
+        return verify_db(db, pinned.as_deref(), args.json);
+    }
+    let file = args.file.as_ref().expect("clap requires FILE without --db");
     let mut verifier = Verifier::new(pinned.as_deref()).context("--key")?;
-    let mut input = custos_store::archive::open_input(&args.file)?;
+    let mut input = custos_store::archive::open_input(file)?;
     let mut line = Vec::with_capacity(4096);
     loop {
         line.clear();
-        let n = input.read_until(b'\n', &mut line).with_context(|| format!("reading {}", args.file.display()))?;
+        let n = input.read_until(b'\n', &mut line).with_context(|| format!("reading {}", file.display()))?;
         if n == 0 {
             break;
         }
@@ -53,9 +62,26 @@ pub fn run(args: VerifyArgs) -> Result<i32> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print_report(&args.file.display().to_string(), &report);
+        print_report(&file.display().to_string(), &report);
     }
     Ok(if report.intact { 0 } else { TAMPERED })
+}
+
+fn verify_db(db: &std::path::Path, pinned: Option<&str>, json: bool) -> Result<i32> {
+    let conn = custos_store::schema::open_ro(db)?;
+    let reports = custos_store::tamper::verify_db(&conn, pinned)?;
+    let intact = reports.iter().all(|r| r.report.intact);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&reports)?);
+    } else {
+        for r in &reports {
+            print_report(&format!("{} ingest {} ({})", db.display(), r.ingest, r.source), &r.report);
+        }
+        if reports.is_empty() {
+            println!("{}: no ingests", db.display());
+        }
+    }
+    Ok(if intact { 0 } else { TAMPERED })
 }
 
 fn print_report(name: &str, r: &Report) {

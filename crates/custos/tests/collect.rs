@@ -160,10 +160,33 @@ fn a_sealed_stream_verifies_and_tampering_is_located() {
     let o = Command::new(env!("CARGO_BIN_EXE_custos")).args(["verify", out.to_str().unwrap(), "--key", "abc"]).output().unwrap();
     assert_eq!(o.status.code(), Some(1));
     assert!(text(&o.stderr).contains("--key"), "{}", text(&o.stderr));
+
+    // The store seals its own batches with the same key: verified, then a
+    // loss hidden and a batch's bytes altered.
+    let db = d.join("store.db");
+    let run = Command::new(env!("CARGO_BIN_EXE_custos"))
+        .args(["ingest", "-q", "--batch", "100", "--seal-key", key.to_str().unwrap(), "--db", db.to_str().unwrap(), out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let verify_db = || {
+        let o = Command::new(env!("CARGO_BIN_EXE_custos")).args(["verify", "--json", "--key", &public, "--db", db.to_str().unwrap()]).output().unwrap();
+        let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&o.stderr)));
+        (o.status.code(), r)
+    };
+    let (code, r) = verify_db();
+    assert_eq!(code, Some(0), "{r}");
+    assert!(r[0]["report"]["batches_verified"].as_u64().unwrap() >= 2, "{r}");
+    let conn = custos_store::rusqlite::Connection::open(&db).unwrap();
+    conn.execute_batch("UPDATE raw_segments SET data = CAST(data || x'00' AS BLOB) WHERE segment = (SELECT MIN(segment) FROM raw_segments)").unwrap();
+    drop(conn);
+    let (code, r) = verify_db();
+    assert_eq!(code, Some(3));
+    assert_eq!((r[0]["report"]["findings"][0]["kind"].as_str(), r[0]["report"]["findings"][0]["batch"].as_u64()), (Some("altered"), Some(0)), "{r}");
 }
 
 /// A process in a real podman container is attributed to it — container id,
-/// runtime, and once podman has answered, its name and image — and the
+/// runtime, name and image — and the
 /// host's processes (podman itself) are not. The image is built here from
 /// Debian's static busybox (no registry is reachable).
 #[test]
@@ -211,6 +234,8 @@ fn events_in_a_podman_container_carry_the_container() {
         .output()
         .unwrap();
     let _ = Command::new("podman").args(["rm", "-f", &name]).output();
+    // The image goes too: each run imports it anew (left, they piled up untagged).
+    let _ = Command::new("podman").args(["rmi", "-f", image]).output();
     let err = text(&run.stderr);
     assert!(run.status.success(), "{err}");
     let cid = std::fs::read_to_string(&cidfile).unwrap().trim().to_string();
@@ -225,9 +250,12 @@ fn events_in_a_podman_container_carry_the_container() {
         assert_eq!(r["container"]["id"], cid.as_str(), "{r}");
         assert_eq!(r["container"]["runtime"], "podman", "{r}");
     }
-    // Named by then: the runtime was asked once, at the container's first event.
-    assert_eq!(reads[1]["container"]["name"], name.as_str(), "{}", reads[1]);
-    assert_eq!(reads[1]["container"]["image"], image, "{}", reads[1]);
+    // Named from the first: the watch of the cgroup tree read podman's own
+    // files when the container's cgroup was made, before its first process ran.
+    for r in &reads {
+        assert_eq!(r["container"]["name"], name.as_str(), "{r}");
+        assert_eq!(r["container"]["image"], image, "{r}");
+    }
     // The shell's sleep is the container's too; podman's own events are not.
     assert!(events().any(|e| e["comm"] == "sleep" && e["container"]["id"] == cid.as_str()));
     let host = events().filter(|e| e["comm"] == "podman").count();
@@ -247,4 +275,96 @@ fn events_in_a_podman_container_carry_the_container() {
     assert!(!rows.is_empty(), "{a}");
     let procs: Vec<&serde_json::Value> = a["nodes"].as_array().unwrap().iter().filter(|n| n["kind"] == "process").collect();
     assert!(procs.iter().any(|n| n["attrs"]["container"] == cid.as_str()), "{a}");
+}
+
+/// Scripted chains whose grouping is known (docs/workflows.md): a shell
+/// with job control (under `script`, which gives it a terminal) runs two
+/// pipelines, each its own workflow, and a `setsid nsenter` chain (clone →
+/// setsid → execve → setns → execve → openat), a workflow of its own whose
+/// cause is the fork that made it.
+#[test]
+fn scripted_chains_become_the_workflows_they_are() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("events.jsonl");
+    let jobs = "cat /etc/hostname | wc -c; head -c 3 /etc/passwd | od -c; setsid -w nsenter --uts=/proc/self/ns/uts -- cat /etc/hostname";
+    let run = Command::new(env!("CARGO_BIN_EXE_custos"))
+        .args(["collect", "--no-seal", "-o", out.to_str().unwrap(), "--", "script", "-qec"])
+        .arg(format!("bash -m -c '{jobs}'"))
+        .arg("/dev/null")
+        .output()
+        .unwrap();
+    let err = text(&run.stderr);
+    assert!(run.status.success(), "{err}");
+    let events: Vec<serde_json::Value> = std::fs::read_to_string(&out)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|l| l["type"] == "event")
+        .collect();
+    let by_id: std::collections::HashMap<u64, &serde_json::Value> = events.iter().map(|e| (e["id"].as_u64().unwrap(), e)).collect();
+    // Every event has a workflow, and each workflow's id is the event that started it.
+    for e in &events {
+        let w = e["workflow"].as_u64().unwrap_or_else(|| panic!("no workflow: {e}"));
+        assert_eq!(by_id[&w]["workflow"].as_u64(), Some(w), "{e}");
+    }
+    let exec_of = |comm: &str, arg: &str| {
+        events
+            .iter()
+            .find(|e| e["syscall"] == "execve" && e["ret"] == 0 && e["comm"] == comm && e["argv"].to_string().contains(arg))
+            .unwrap_or_else(|| panic!("no exec of {comm} {arg}"))
+    };
+    let wf = |e: &serde_json::Value| e["workflow"].as_u64().unwrap();
+    let (cat1, wc) = (exec_of("cat", "/etc/hostname"), exec_of("wc", "-c"));
+    let (head, od) = (exec_of("head", "/etc/passwd"), exec_of("od", "-c"));
+    let nsenter = exec_of("nsenter", "--uts");
+    let shell = events.iter().find(|e| e["syscall"] == "execve" && e["ret"] == 0 && e["comm"] == "bash").unwrap();
+    assert_eq!(wf(cat1), wf(wc), "one pipeline, one workflow");
+    assert_eq!(wf(head), wf(od), "one pipeline, one workflow");
+    let distinct: std::collections::HashSet<u64> = [wf(shell), wf(cat1), wf(head), wf(nsenter)].into();
+    assert_eq!(distinct.len(), 4, "the shell and each job apart: {distinct:?}");
+    // Each job came from the shell's workflow, through the fork of its first process.
+    for job in [wf(cat1), wf(head)] {
+        let start = by_id[&job];
+        assert_eq!(start["workflow_parent"].as_u64(), Some(wf(shell)), "{start}");
+        let fork = by_id[&start["workflow_cause"].as_u64().expect("cause")];
+        assert_eq!(fork["syscall"], "sched:process_fork");
+        assert_eq!(fork["child_pid"], start["pid"]);
+        assert_eq!(fork["pid"], shell["pid"]);
+    }
+    // The chain: everything from setsid to the config-file open, in order, is one workflow.
+    let chain_wf = wf(nsenter);
+    let chain: Vec<&serde_json::Value> = events.iter().filter(|e| wf(e) == chain_wf).collect();
+    let first = chain[0];
+    assert_eq!((first["syscall"].as_str(), first["id"].as_u64()), (Some("setsid"), Some(chain_wf)));
+    let cause = by_id[&first["workflow_cause"].as_u64().expect("cause")];
+    assert_eq!((cause["syscall"].as_str(), &cause["child_pid"]), (Some("sched:process_fork"), &first["pid"]));
+    let pos = |pred: &dyn Fn(&serde_json::Value) -> bool| chain.iter().position(|e| pred(e)).expect("in the chain");
+    let steps = [
+        pos(&|e| e["syscall"] == "execve" && e["comm"] == "nsenter"),
+        pos(&|e| e["syscall"] == "setns"),
+        pos(&|e| e["syscall"] == "execve" && e["comm"] == "cat"),
+        pos(&|e| e["syscall"] == "openat" && e["comm"] == "cat" && e["path"] == "/etc/hostname"),
+    ];
+    assert!(steps.windows(2).all(|w| w[0] < w[1]), "clone → setsid → execve → setns → execve → openat: {steps:?}");
+
+    // The store lists the chain by the pid that ran it, led by its cause.
+    let db = dir.path().join("store.db");
+    let ingest = Command::new(env!("CARGO_BIN_EXE_custos")).args(["ingest", "-q", "--db"]).arg(&db).arg(&out).output().unwrap();
+    assert!(ingest.status.success(), "{}", text(&ingest.stderr));
+    let pid = format!("pid:{}", first["pid"]);
+    let q = Command::new(env!("CARGO_BIN_EXE_custos"))
+        .args(["query", "--json", "--db"])
+        .arg(&db)
+        .args(["workflow", &pid, "--limit", "0"])
+        .output()
+        .unwrap();
+    assert!(q.status.success(), "{}", text(&q.stderr));
+    let listings: serde_json::Value = serde_json::from_slice(&q.stdout).unwrap();
+    let l = &listings[0];
+    assert_eq!(l["workflow"]["id"].as_u64(), Some(chain_wf));
+    assert_eq!(l["cause"]["id"], cause["id"]);
+    let listed: Vec<u64> = l["steps"].as_array().unwrap().iter().map(|s| s["id"].as_u64().unwrap()).collect();
+    let recorded: Vec<u64> = chain.iter().map(|e| e["id"].as_u64().unwrap()).collect();
+    assert_eq!(listed, recorded, "the store lists the chain as the stream has it");
 }

@@ -123,6 +123,7 @@ struct custos_event {
 	__u32 file_mode;     /* with HAS_FILE: i_mode (type bits name pipes, sockets) */
 	__s32 fd_pair[2];    /* pipe/pipe2/socketpair: the two new fds */
 	char comm[16];
+	__u32 pgid;          /* process group: the job a workflow follows (docs/workflows.md) */
 };
 
 /*

@@ -545,6 +545,9 @@ static __always_inline void fill_task(struct custos_event *e)
 		e->cgroup_id = cgroups->dfl_cgrp->kn->id;
 	((__u64 *)e->comm)[0] = comm[0];
 	((__u64 *)e->comm)[1] = comm[1];
+	/* The group as the initial pid namespace numbers it, like pid and tid. */
+	if (t->signal && t->signal->pids[PIDTYPE_PGID])
+		e->pgid = t->signal->pids[PIDTYPE_PGID]->numbers[0].nr;
 }
 
 /*

@@ -192,7 +192,9 @@ fn main() -> Result<()> {
         for ext in ["", "-wal", "-shm"] {
             let _ = std::fs::remove_file(format!("{}{ext}", db.display()));
         }
-        let opts = IngestOptions { batch_lines: args.batch, source: jsonl.display().to_string(), ..Default::default() };
+        // Sealed, as `custos ingest` is by default (docs/tamper-evidence.md).
+        let (key, _) = custos_seal::SealKey::load_or_create(&args.work.join("seal.key"))?;
+        let opts = IngestOptions { batch_lines: args.batch, source: jsonl.display().to_string(), seal_key: Some(key), ..Default::default() };
         let mut ing = Ingestor::open(&db, opts)?;
         let mut input = BufReader::with_capacity(256 << 10, std::fs::File::open(&jsonl)?);
         let mut buf = Vec::with_capacity(1024);

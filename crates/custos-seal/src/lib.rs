@@ -128,6 +128,22 @@ impl SealKey {
         Ok(SealKey { signing: SigningKey::from_bytes(&secret) })
     }
 
+    /// The key at `path` (default: [`SealKey::default_path`]), made on first
+    /// use; says so on stderr, as `program`, when it made one.
+    pub fn open(path: Option<&Path>, program: &str) -> Result<SealKey> {
+        let path = path.map_or_else(Self::default_path, Path::to_path_buf);
+        let (key, created) = Self::load_or_create(&path)?;
+        if created {
+            eprintln!(
+                "{program}: made a new seal key {} (public key {}, also in {})",
+                path.display(),
+                key.public_hex(),
+                Self::public_path(&path).display()
+            );
+        }
+        Ok(key)
+    }
+
     /// Where the public key is written beside the key: `seal.key` → `seal.pub`.
     pub fn public_path(key: &Path) -> PathBuf {
         key.with_extension("pub")
@@ -313,13 +329,9 @@ fn time_ns_of(line: &[u8]) -> Option<u64> {
 /// Writes the seals into a stream passing through it (in the output writer's
 /// thread, off the consumer's path).
 pub struct Sealer {
-    key: SealKey,
-    stream: [u8; 16],
+    chain: BatchSealer,
     every: u64,
     max_age: Duration,
-    batch_no: u64,
-    prev: [u8; 32],
-    next_line: u64,
     batch: Batch,
     opened: Option<Instant>,
 }
@@ -329,9 +341,7 @@ impl Sealer {
         if every == 0 {
             bail!("--seal-every must be at least 1 line");
         }
-        let mut stream = [0u8; 16];
-        getrandom::fill(&mut stream).map_err(|e| anyhow::anyhow!("no randomness for a stream id: {e}"))?;
-        Ok(Sealer { key, stream, every, max_age, batch_no: 0, prev: [0; 32], next_line: 0, batch: Batch::new(), opened: None })
+        Ok(Sealer { chain: BatchSealer::new(key)?, every, max_age, batch: Batch::new(), opened: None })
     }
 
     /// Passes `bytes` on to `out`, with a seal after every `every` lines.
@@ -365,19 +375,80 @@ impl Sealer {
 
     fn seal(&mut self, out: &mut dyn Write, last: bool) -> io::Result<()> {
         let batch = std::mem::replace(&mut self.batch, Batch::new());
+        let line = self.chain.seal(&batch.content_hash(), batch.lines, batch.first_time_ns, batch.last_time_ns, last);
+        let mut text = serde_json::to_vec(&line).map_err(io::Error::other)?;
+        text.push(b'\n');
+        out.write_all(&text)?;
+        self.opened = None;
+        Ok(())
+    }
+}
+
+/// The chain itself, for batches whose content hash the caller computes:
+/// the stream's [`Sealer`] hashes its lines; the store hashes what a batch
+/// committed (crates/custos-store, docs/tamper-evidence.md).
+pub struct BatchSealer {
+    key: SealKey,
+    stream: [u8; 16],
+    batch_no: u64,
+    prev: [u8; 32],
+    next_line: u64,
+}
+
+/// Where a chain stands: what the next seal builds on.
+#[derive(Clone, Copy, Debug)]
+pub struct ChainState {
+    batch_no: u64,
+    prev: [u8; 32],
+    next_line: u64,
+}
+
+impl BatchSealer {
+    /// Where the chain stands now (to go back to it if the batch sealed
+    /// next is not kept, e.g. a rolled-back transaction).
+    pub fn state(&self) -> ChainState {
+        ChainState { batch_no: self.batch_no, prev: self.prev, next_line: self.next_line }
+    }
+
+    pub fn set_state(&mut self, s: ChainState) {
+        (self.batch_no, self.prev, self.next_line) = (s.batch_no, s.prev, s.next_line);
+    }
+}
+
+impl ChainState {
+    /// The number the next seal takes.
+    pub fn batch_no(&self) -> u64 {
+        self.batch_no
+    }
+}
+
+impl BatchSealer {
+    /// A new chain, with a random stream id.
+    pub fn new(key: SealKey) -> Result<Self> {
+        let mut stream = [0u8; 16];
+        getrandom::fill(&mut stream).map_err(|e| anyhow::anyhow!("no randomness for a stream id: {e}"))?;
+        Ok(BatchSealer { key, stream, batch_no: 0, prev: [0; 32], next_line: 0 })
+    }
+
+    /// The seal of the next batch: `content` is its content hash, `lines`
+    /// how many items it holds, `first_time_ns`..`last_time_ns` their times.
+    pub fn seal(&mut self, content: &[u8; 32], lines: u64, first_time_ns: u64, last_time_ns: u64, last: bool) -> SealLine {
         let f = Fields {
             stream: self.stream,
             batch: self.batch_no,
             first_line: self.next_line,
-            lines: batch.lines,
-            first_time_ns: batch.first_time_ns,
-            last_time_ns: batch.last_time_ns,
+            lines,
+            first_time_ns,
+            last_time_ns,
             last,
             prev: self.prev,
         };
-        let hash = f.chain_hash(&batch.content_hash());
+        let hash = f.chain_hash(content);
         let sig = self.key.signing.sign(&f.message(&hash));
-        let line = SealLine {
+        self.prev = hash;
+        self.batch_no += 1;
+        self.next_line += lines;
+        SealLine {
             ty: "seal".into(),
             v: 1,
             stream: hex::encode(f.stream),
@@ -391,15 +462,7 @@ impl Sealer {
             hash: hex::encode(hash),
             key: self.key.public_hex(),
             sig: hex::encode(sig.to_bytes()),
-        };
-        let mut text = serde_json::to_vec(&line).map_err(io::Error::other)?;
-        text.push(b'\n');
-        out.write_all(&text)?;
-        self.prev = hash;
-        self.batch_no += 1;
-        self.next_line += batch.lines;
-        self.opened = None;
-        Ok(())
+        }
     }
 }
 
@@ -516,9 +579,26 @@ impl Verifier {
 
     fn seal(&mut self, line: &[u8]) {
         let batch = std::mem::replace(&mut self.batch, Batch::new());
+        let content = batch.content_hash();
+        self.check_seal(line, &content, batch.lines, batch.first_time_ns, batch.last_time_ns);
+    }
+
+    /// A batch whose content hash the caller computed (see [`BatchSealer`]),
+    /// with `lines` items and their times, and the seal that claims it.
+    pub fn sealed_batch(&mut self, content: &[u8; 32], lines: u64, first_time_ns: u64, last_time_ns: u64, seal: &[u8]) {
+        if self.finished {
+            self.finished = false;
+            self.find("inserted", None, "batches follow the final seal", None);
+        }
+        self.seals += 1;
+        self.line_no += lines;
+        self.check_seal(seal, content, lines, first_time_ns, last_time_ns);
+    }
+
+    fn check_seal(&mut self, line: &[u8], content: &[u8; 32], lines: u64, first_time_ns: u64, last_time_ns: u64) {
         let first_line = std::mem::replace(&mut self.batch_first_line, self.line_no);
         let last_line = self.line_no.saturating_sub(1);
-        let range = Some((first_line, last_line, batch.first_time_ns, batch.last_time_ns));
+        let range = Some((first_line, last_line, first_time_ns, last_time_ns));
         let s: SealLine = match serde_json::from_slice(line) {
             Ok(s) => s,
             Err(e) => {
@@ -560,14 +640,14 @@ impl Verifier {
             Some(_) => {}
         }
         // The seal is genuine: its batch's lines must be the ones sealed.
-        if f.chain_hash(&batch.content_hash()) != hash || batch.lines != s.lines {
+        if f.chain_hash(content) != hash || lines != s.lines {
             self.find(
                 "altered",
                 Some(s.batch),
-                &if batch.lines == s.lines {
+                &if lines == s.lines {
                     format!("batch {}'s lines differ from what was sealed", s.batch)
                 } else {
-                    format!("batch {}'s lines differ from what was sealed ({} lines found, {} sealed)", s.batch, batch.lines, s.lines)
+                    format!("batch {}'s lines differ from what was sealed ({lines} lines found, {} sealed)", s.batch, s.lines)
                 },
                 sealed,
             );
