@@ -336,17 +336,19 @@ pub fn render_text(listings: &[Listing]) -> String {
         for loss in &l.losses {
             let _ = writeln!(s, "  {}", loss.message());
         }
+        // Return values as numbers, but addresses (mmap) in hex; the column as wide as its widest.
+        let ret_of = |st: &Step| st.ret.map(|r| if r > u32::MAX as i64 { format!("{r:#x}") } else { r.to_string() }).unwrap_or_default();
+        let ret_width = l.cause.iter().chain(&l.steps).map(|st| ret_of(st).len()).max().unwrap_or(0).max(3);
         let mut row = |mark: &str, st: &Step| {
-            let ret = st.ret.map(|r| r.to_string()).unwrap_or_default();
+            let ret = ret_of(st);
             let _ = writeln!(
                 s,
-                "  {mark} {}  {:>16}  {:>7}  {:<15}  {:<22} {:>5}  {}",
+                "  {mark} {}  {:>16}  {:>7}  {:<15}  {:<22} {ret:>ret_width$}  {}",
                 st.time,
                 st.id,
                 st.pid,
                 st.comm.as_deref().unwrap_or("?"),
                 st.syscall,
-                ret,
                 st.detail.as_deref().unwrap_or("")
             );
         };
