@@ -3,8 +3,6 @@
 //! the JSON Lines stream of docs/event-schema.md.
 
 use std::collections::{BTreeMap, HashMap};
-
-use crate::workflows::{JobStep, StepKind};
 use std::io::Write;
 use std::rc::Rc;
 
@@ -15,6 +13,7 @@ use crate::bpf_skel::types::custos_event;
 use crate::intf::*;
 use crate::reorder::Merge;
 use crate::syscalls::{self, Arg};
+use crate::workflows::{JobStep, StepKind};
 
 /// Counters the consumer keeps; the kernel side keeps produced and dropped.
 #[derive(Debug, Default, Clone, Serialize)]
@@ -164,11 +163,6 @@ impl<W: Write> Consumer<W> {
     /// Links events into workflows (on by default; crate::workflows).
     pub fn set_workflows(&mut self, on: bool) {
         self.merge.workflows = on.then(crate::workflows::Workflows::new);
-    }
-
-    /// Workflows started so far.
-    pub fn workflows_started(&self) -> u64 {
-        self.merge.workflows.as_ref().map_or(0, |w| w.started)
     }
 
     /// The stream's first line: which boot the event ids belong to.
@@ -773,7 +767,6 @@ fn push_json_str(out: &mut Vec<u8>, v: &[u8]) {
     out.push(b'"');
 }
 
-/// (cpu, seq) of an event id.
 /// What the workflow tracker needs of an event (crate::workflows).
 fn job_step(ev: &custos_event) -> JobStep {
     let ok = ev.flags & EV_NO_RET != 0 || ev.ret >= 0;
@@ -792,6 +785,7 @@ const NR_EXIT_GROUP: u16 = 231;
 const NR_SETSID: u16 = 112;
 const NR_SETPGID: u16 = 109;
 
+/// (cpu, seq) of an event id.
 fn split_id(id: u64) -> (usize, u64) {
     ((id >> ID_CPU_SHIFT) as usize, id & ((1u64 << ID_CPU_SHIFT) - 1))
 }

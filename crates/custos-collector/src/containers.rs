@@ -100,33 +100,46 @@ pub struct Meta {
     pub container_name: Option<String>,
 }
 
+impl Meta {
+    /// With a CRI container's Kubernetes labels from `labels` (a runtime's
+    /// labels or an OCI config's annotations: the same keys), when present.
+    fn with_k8s_labels(self, labels: &serde_json::Value) -> Meta {
+        Meta {
+            pod: text(&labels["io.kubernetes.pod.name"]),
+            namespace: text(&labels["io.kubernetes.pod.namespace"]),
+            container_name: text(&labels["io.kubernetes.container.name"]),
+            ..self
+        }
+    }
+}
+
+/// A JSON string that says something (not empty, not another type).
+fn text(v: &serde_json::Value) -> Option<String> {
+    v.as_str().filter(|s| !s.is_empty()).map(str::to_string)
+}
+
 /// Reads a container's metadata from its runtime's `inspect` JSON.
 pub fn parse_inspect(rt: Runtime, json: &str) -> Option<Meta> {
     let v: serde_json::Value = serde_json::from_str(json).ok()?;
-    let s = |v: &serde_json::Value| v.as_str().filter(|s| !s.is_empty()).map(str::to_string);
     match rt {
         Runtime::Podman | Runtime::Docker => {
             let c = v.get(0).unwrap_or(&v);
-            let labels = &c["Config"]["Labels"];
-            Some(Meta {
-                name: s(&c["Name"]).map(|n| n.trim_start_matches('/').to_string()),
-                image: s(&c["ImageName"]).or_else(|| s(&c["Config"]["Image"])),
-                pod: s(&labels["io.kubernetes.pod.name"]),
-                namespace: s(&labels["io.kubernetes.pod.namespace"]),
-                container_name: s(&labels["io.kubernetes.container.name"]),
-            })
+            let meta = Meta {
+                name: text(&c["Name"]).map(|n| n.trim_start_matches('/').to_string()),
+                image: text(&c["ImageName"]).or_else(|| text(&c["Config"]["Image"])),
+                ..Meta::default()
+            };
+            Some(meta.with_k8s_labels(&c["Config"]["Labels"]))
         }
         Runtime::Containerd | Runtime::CriO => {
             // `crictl inspect`: {"status": {"metadata": {"name"}, "image": {"image"}, "labels": {...}}}
             let st = &v["status"];
-            let labels = &st["labels"];
-            Some(Meta {
-                name: s(&st["metadata"]["name"]),
-                image: s(&st["image"]["image"]).or_else(|| s(&st["imageRef"])),
-                pod: s(&labels["io.kubernetes.pod.name"]),
-                namespace: s(&labels["io.kubernetes.pod.namespace"]),
-                container_name: s(&labels["io.kubernetes.container.name"]),
-            })
+            let meta = Meta {
+                name: text(&st["metadata"]["name"]),
+                image: text(&st["image"]["image"]).or_else(|| text(&st["imageRef"])),
+                ..Meta::default()
+            };
+            Some(meta.with_k8s_labels(&st["labels"]))
         }
     }
 }
@@ -138,12 +151,7 @@ pub fn parse_storage_containers(json: &str, id: &str) -> Option<Meta> {
     let all: serde_json::Value = serde_json::from_str(json).ok()?;
     let c = all.as_array()?.iter().find(|c| c["id"] == id)?;
     let meta: serde_json::Value = c["metadata"].as_str().and_then(|m| serde_json::from_str(m).ok()).unwrap_or_default();
-    let s = |v: &serde_json::Value| v.as_str().filter(|s| !s.is_empty()).map(str::to_string);
-    Some(Meta {
-        name: s(&c["names"][0]).or_else(|| s(&meta["name"])),
-        image: s(&meta["image-name"]),
-        ..Meta::default()
-    })
+    Some(Meta { name: text(&c["names"][0]).or_else(|| text(&meta["name"])), image: text(&meta["image-name"]), ..Meta::default() })
 }
 
 /// A container's metadata from its runtime's own files, without running the
@@ -160,16 +168,11 @@ fn read_metadata(rt: Runtime, id: &str) -> Option<Meta> {
             let dir = std::fs::read_dir(root).ok()?.flatten().map(|e| e.path()).find(|p| {
                 p.file_name().is_some_and(|n| n.to_string_lossy().ends_with("-containers")) && p.join(id).is_dir()
             })?;
-            let mut meta = parse_storage_containers(&std::fs::read_to_string(dir.join("containers.json")).ok()?, id)?;
-            if let Ok(config) = std::fs::read_to_string(dir.join(id).join("userdata/config.json")) {
-                let v: serde_json::Value = serde_json::from_str(&config).unwrap_or_default();
-                let a = &v["annotations"];
-                let s = |k: &str| a[k].as_str().filter(|s| !s.is_empty()).map(str::to_string);
-                meta.pod = s("io.kubernetes.pod.name");
-                meta.namespace = s("io.kubernetes.pod.namespace");
-                meta.container_name = s("io.kubernetes.container.name");
-            }
-            Some(meta)
+            let meta = parse_storage_containers(&std::fs::read_to_string(dir.join("containers.json")).ok()?, id)?;
+            // A CRI-O container's Kubernetes labels are among its OCI config's annotations.
+            let config = std::fs::read_to_string(dir.join(id).join("userdata/config.json")).unwrap_or_default();
+            let config: serde_json::Value = serde_json::from_str(&config).unwrap_or_default();
+            Some(meta.with_k8s_labels(&config["annotations"]))
         }
         Runtime::Docker => {
             let text = std::fs::read_to_string(format!("/var/lib/docker/containers/{id}/config.v2.json")).ok()?;

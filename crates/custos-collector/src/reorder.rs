@@ -73,6 +73,21 @@ impl Merge {
         self
     }
 
+    /// For an event line leaving now (in causal order): assigns its
+    /// workflow and puts the line's new end, its workflow fields and `}\n`,
+    /// in `tail`. Returns whether the line's own `}\n` gives way to it.
+    fn close_line(&mut self, step: Option<JobStep>) -> bool {
+        let (Some(wf), Some(step)) = (&mut self.workflows, step) else { return false };
+        let (workflow, start) = wf.assign(&step);
+        // Most lines name the workflow of the line before: its end is reused.
+        if start.is_some() || self.tail_of != Some(workflow) {
+            self.tail.clear();
+            crate::workflows::suffix(&mut self.tail, workflow, start);
+            self.tail_of = start.is_none().then_some(workflow);
+        }
+        true
+    }
+
     fn cpu(&mut self, cpu: usize) -> &mut CpuLines {
         if cpu >= self.cpus.len() {
             self.cpus.resize_with(cpu + 1, CpuLines::default);
@@ -116,15 +131,11 @@ impl Merge {
     /// Writes a line now, outside the merge (one the consumer holds back
     /// for an earlier number of its CPU, written early to keep the bound).
     pub fn write_early<W: Write>(&mut self, out: &mut W, time_ns: u64, line: &[u8], step: Option<JobStep>) -> std::io::Result<()> {
-        match (&mut self.workflows, step) {
-            (Some(wf), Some(step)) => {
-                let (body, _) = line.split_at(line.len() - 2);
-                out.write_all(body)?;
-                let (workflow, start) = wf.assign(&step);
-                set_tail(&mut self.tail, &mut self.tail_of, workflow, start);
-                out.write_all(&self.tail)?;
-            }
-            _ => out.write_all(line)?,
+        if self.close_line(step) {
+            out.write_all(&line[..line.len() - 2])?;
+            out.write_all(&self.tail)?;
+        } else {
+            out.write_all(line)?;
         }
         if time_ns < self.last_out_ns {
             self.out_of_order += 1;
@@ -152,20 +163,11 @@ impl Merge {
                 break;
             }
             self.heads.pop();
-            let c = &mut self.cpus[cpu];
-            let (t, len, step) = c.items.pop_front().expect("a head has a line");
+            let (t, len, step) = self.cpus[cpu].items.pop_front().expect("a head has a line");
             debug_assert_eq!(t, time);
             let len = len as usize;
-            // An event line leaves without its closing `}\n`: its
-            // workflow fields close it.
-            let tracked = match (&mut self.workflows, step) {
-                (Some(wf), Some(step)) => {
-                    let (workflow, start) = wf.assign(&step);
-                    set_tail(&mut self.tail, &mut self.tail_of, workflow, start);
-                    true
-                }
-                _ => false,
-            };
+            let tracked = self.close_line(step);
+            let c = &mut self.cpus[cpu];
             let body = if tracked { len - 2 } else { len };
             let (front, back) = c.bytes.as_slices();
             if front.len() >= body {
@@ -194,16 +196,6 @@ impl Merge {
         }
         Ok(written)
     }
-}
-
-/// Renders an event line's workflow end into `tail` unless it holds it already.
-fn set_tail(tail: &mut Vec<u8>, tail_of: &mut Option<u64>, workflow: u64, start: Option<crate::workflows::Start>) {
-    if start.is_none() && *tail_of == Some(workflow) {
-        return;
-    }
-    tail.clear();
-    crate::workflows::suffix(tail, workflow, start);
-    *tail_of = start.is_none().then_some(workflow);
 }
 
 #[cfg(test)]

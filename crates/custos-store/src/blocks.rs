@@ -38,6 +38,49 @@ pub struct Entry {
     pub boot: i64,
 }
 
+/// A list of event ids in order, each as its CPU and its step from the
+/// sequence number after that CPU's previous id in the list: consecutive
+/// events of one CPU take two bytes. Raw segments (rawseg.rs) and workflow
+/// parts (workflows.rs) store their ids this way.
+#[derive(Default)]
+pub struct IdList {
+    /// Per CPU, the sequence number after its last id.
+    next_seq: Vec<u64>,
+}
+
+impl IdList {
+    pub fn put(&mut self, out: &mut Vec<u8>, id: u64) {
+        let (cpu, seq) = (id >> SEQ_BITS, id & SEQ_MASK);
+        if self.next_seq.len() <= cpu as usize {
+            self.next_seq.resize(cpu as usize + 1, 0);
+        }
+        let next = &mut self.next_seq[cpu as usize];
+        varint::put(out, cpu);
+        varint::put(out, varint::zigzag(seq.wrapping_sub(*next) as i64));
+        *next = seq + 1;
+    }
+
+    /// The next id; None when its CPU is past an id's 16 bits (damaged bytes).
+    pub fn get(&mut self, bytes: &[u8], pos: &mut usize) -> Result<Option<u64>> {
+        let cpu = varint::get(bytes, pos)?;
+        let step = varint::unzigzag(varint::get(bytes, pos)?) as u64;
+        if cpu > u16::MAX as u64 {
+            return Ok(None);
+        }
+        if self.next_seq.len() <= cpu as usize {
+            self.next_seq.resize(cpu as usize + 1, 0);
+        }
+        let seq = self.next_seq[cpu as usize].wrapping_add(step) & SEQ_MASK;
+        self.next_seq[cpu as usize] = seq + 1;
+        Ok(Some(cpu << SEQ_BITS | seq))
+    }
+
+    /// Starts a new list.
+    pub fn clear(&mut self) {
+        self.next_seq.clear();
+    }
+}
+
 /// Where the next entry's sequence number and time are counted from.
 pub struct EntryBase {
     time: i64,

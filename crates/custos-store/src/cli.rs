@@ -190,12 +190,7 @@ fn answer(conn: &rusqlite::Connection, q: &Query, container: Option<&str>) -> Re
 pub fn query(args: QueryArgs) -> Result<i32> {
     let conn = crate::schema::open_ro(&args.store.db)?;
     if let Query::Event { id } = &args.query {
-        let id = id.trim();
-        let id = match id.strip_prefix("0x") {
-            Some(h) => i64::from_str_radix(h, 16),
-            None => id.parse::<i64>(),
-        }
-        .with_context(|| format!("event id {id:?}: expected a decimal or 0x-hex number"))?;
+        let id = query::event_id_of(id).with_context(|| format!("event id {:?}: expected a decimal or 0x-hex number", id.trim()))?;
         let boots = crate::ingest::event_boots(&conn, id)?;
         if boots.is_empty() {
             bail!("no event {id:#x} in {}", args.store.db.display());

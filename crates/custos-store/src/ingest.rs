@@ -611,17 +611,7 @@ impl Ingestor {
 /// Reads the raw JSON line of an event back: one seek in `event_ranges`
 /// names its segment; only that segment is decompressed and walked.
 pub fn raw_event(conn: &Connection, boot: i64, event_id: i64) -> Result<Option<String>> {
-    let row: Option<(i64, i64)> = conn
-        .query_row(
-            "SELECT last_id, segment FROM event_ranges WHERE boot = ?1 AND first_id <= ?2 ORDER BY first_id DESC LIMIT 1",
-            params![boot, event_id],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .optional()?;
-    let Some((last, segment)) = row else { return Ok(None) };
-    if event_id > last {
-        return Ok(None);
-    }
+    let Some(segment) = segment_of(conn, boot, event_id)? else { return Ok(None) };
     let blob: Vec<u8> = conn.query_row("SELECT data FROM raw_segments WHERE segment = ?1", [segment], |r| r.get(0))?;
     match crate::rawseg::event_line(&blob, boot, event_id)? {
         Some(line) => Ok(Some(line)),
@@ -633,12 +623,8 @@ pub fn raw_event(conn: &Connection, boot: i64, event_id: i64) -> Result<Option<S
 /// segment read once.
 pub fn raw_events(conn: &Connection, boot: i64, ids: &[u64]) -> Result<std::collections::HashMap<u64, String>> {
     let mut by_segment: std::collections::BTreeMap<i64, std::collections::HashSet<u64>> = Default::default();
-    let mut find = conn.prepare_cached(
-        "SELECT last_id, segment FROM event_ranges WHERE boot = ?1 AND first_id <= ?2 ORDER BY first_id DESC LIMIT 1",
-    )?;
     for &id in ids {
-        let row: Option<(i64, i64)> = find.query_row(params![boot, id as i64], |r| Ok((r.get(0)?, r.get(1)?))).optional()?;
-        if let Some((_, segment)) = row.filter(|(last, _)| *last >= id as i64) {
+        if let Some(segment) = segment_of(conn, boot, id as i64)? {
             by_segment.entry(segment).or_default().insert(id);
         }
     }
@@ -654,17 +640,22 @@ pub fn raw_events(conn: &Connection, boot: i64, ids: &[u64]) -> Result<std::coll
 /// The boots holding an event with this id (ids are unique only within a boot).
 pub fn event_boots(conn: &Connection, event_id: i64) -> Result<Vec<i64>> {
     let boots: Vec<i64> = conn.prepare("SELECT boot FROM boots ORDER BY boot")?.query_map([], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?;
-    let mut st = conn.prepare(
-        "SELECT last_id FROM event_ranges WHERE boot = ?1 AND first_id <= ?2 ORDER BY first_id DESC LIMIT 1",
-    )?;
     let mut found = Vec::new();
     for b in boots {
-        let last: Option<i64> = st.query_row(params![b, event_id], |r| r.get(0)).optional()?;
-        if last.is_some_and(|l| l >= event_id) {
+        if segment_of(conn, b, event_id)?.is_some() {
             found.push(b);
         }
     }
     Ok(found)
+}
+
+/// The raw segment holding event `event_id` of `boot`, by the event ranges.
+fn segment_of(conn: &Connection, boot: i64, event_id: i64) -> Result<Option<i64>> {
+    let row: Option<(i64, i64)> = conn
+        .prepare_cached("SELECT last_id, segment FROM event_ranges WHERE boot = ?1 AND first_id <= ?2 ORDER BY first_id DESC LIMIT 1")?
+        .query_row(params![boot, event_id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    Ok(row.filter(|(last, _)| *last >= event_id).map(|(_, segment)| segment))
 }
 
 #[cfg(test)]

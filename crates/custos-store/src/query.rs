@@ -306,6 +306,15 @@ fn node_id_of(spec: &str) -> Option<i64> {
     spec.strip_prefix('n').unwrap_or(spec).parse::<i64>().ok()
 }
 
+/// An event id as a user writes it: decimal, or hex after `0x`.
+pub fn event_id_of(spec: &str) -> Option<i64> {
+    let spec = spec.trim();
+    match spec.strip_prefix("0x") {
+        Some(h) => i64::from_str_radix(h, 16).ok(),
+        None => spec.parse::<i64>().ok(),
+    }
+}
+
 /// A target given as one version of a file: `path@vN`.
 fn file_version_of(spec: &str) -> Option<(&str, i64)> {
     spec.rsplit_once("@v").and_then(|(p, v)| Some((p, v.parse::<i64>().ok()?)))

@@ -685,8 +685,8 @@ fn a_container_is_kept_found_by_name_and_narrows_an_answer() {
     let row: (String, Option<String>, Option<String>) =
         conn.query_row("SELECT runtime, name, image FROM containers WHERE id = ?1", [&id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).unwrap();
     assert_eq!(row, ("podman".into(), Some("web".into()), Some("localhost/web:1".into())), "a later event's name fills the row");
-    assert_eq!(containers_named(&conn, "web").unwrap(), [id.clone()]);
-    assert_eq!(containers_named(&conn, &id[..12]).unwrap(), [id.clone()]);
+    assert_eq!(containers_named(&conn, "web").unwrap(), std::slice::from_ref(&id));
+    assert_eq!(containers_named(&conn, &id[..12]).unwrap(), std::slice::from_ref(&id));
     assert!(containers_named(&conn, &id[..6]).is_err(), "a prefix shorter than 12 digits is not an id");
     let err = containers_named(&conn, "db").unwrap_err().to_string();
     assert!(err.contains("no such container") && err.contains("web"), "{err}");
@@ -699,7 +699,7 @@ fn a_container_is_kept_found_by_name_and_narrows_an_answer() {
     let dot = crate::render::dot(&a);
     assert!(dot.contains("subgraph cluster_container0 { label=\"container web (abababababab)\""), "{dot}");
 
-    only_containers(&mut a, &[id.clone()], "web");
+    only_containers(&mut a, std::slice::from_ref(&id), "web");
     let names: Vec<&str> = a.nodes.iter().map(|n| n.name.as_str()).collect();
     assert!(names.contains(&"/bin/sh") && names.contains(&"/etc/app.conf") && names.contains(&"/out/report"), "{names:?}");
     assert!(names.contains(&"/home/u/copy"), "the query's start stays: {names:?}");

@@ -17,7 +17,7 @@
 //! differ by little; the event ids, which locate an event, are a column of
 //! their own (CPU and the step from that CPU's previous sequence number).
 
-use crate::blocks::{SEQ_BITS, SEQ_MASK};
+use crate::blocks::{IdList, SEQ_BITS, SEQ_MASK};
 use crate::graph::Map;
 use crate::varint;
 use anyhow::{bail, Context, Result};
@@ -428,8 +428,8 @@ pub struct SegmentBuilder {
     slot_boots: Vec<u8>,
     slot_ids: Vec<u8>,
     last_boot: i64,
-    /// Per CPU (an id's top 16 bits) the sequence number after its last event.
-    next_seq: Vec<u64>,
+    /// The coding of `slot_ids`.
+    ids: IdList,
     /// Events kept whole (shape 0), then the other kept lines, each behind
     /// its length (a line handed to `push_line` may hold a newline).
     whole: Vec<u8>,
@@ -467,7 +467,7 @@ impl Default for SegmentBuilder {
             slot_boots: Vec::new(),
             slot_ids: Vec::new(),
             last_boot: 0,
-            next_seq: Vec::new(),
+            ids: IdList::default(),
             whole: Vec::new(),
             other: Vec::new(),
             other_lines: 0,
@@ -514,14 +514,7 @@ impl SegmentBuilder {
         varint::put(&mut self.slot_shapes, shape as u64);
         varint::put(&mut self.slot_boots, varint::zigzag(boot.wrapping_sub(self.last_boot)));
         self.last_boot = boot;
-        let (cpu, seq) = (id >> SEQ_BITS, id & SEQ_MASK);
-        if self.next_seq.len() <= cpu as usize {
-            self.next_seq.resize(cpu as usize + 1, 0);
-        }
-        let next = &mut self.next_seq[cpu as usize];
-        varint::put(&mut self.slot_ids, cpu);
-        varint::put(&mut self.slot_ids, varint::zigzag(seq.wrapping_sub(*next) as i64));
-        *next = seq + 1;
+        self.ids.put(&mut self.slot_ids, id);
         self.events.push((boot, id as i64));
         let vals = match held {
             HeldLine::Whole(line) => {
@@ -716,7 +709,7 @@ impl SegmentBuilder {
             b.clear();
         }
         self.last_boot = 0;
-        self.next_seq.clear();
+        self.ids.clear();
         self.other_lines = 0;
         self.events.clear();
     }
@@ -897,22 +890,12 @@ impl<'a> Segment<'a> {
     fn walk(&mut self, mut want: impl FnMut(i64, u64) -> bool, mut found: impl FnMut(String) -> bool) -> Result<()> {
         let (mut ps, mut pb, mut pi) = (0, 0, 0);
         let mut boot = 0i64;
-        let mut next_seq: Vec<u64> = Vec::new();
+        let mut ids = IdList::default();
         let mut whole = 0;
         for _ in 0..self.events {
             let shape = varint::get(self.slot_shapes, &mut ps)? as usize;
             boot = boot.wrapping_add(varint::unzigzag(varint::get(self.slot_boots, &mut pb)?));
-            let cpu = varint::get(self.slot_ids, &mut pi)?;
-            let step = varint::unzigzag(varint::get(self.slot_ids, &mut pi)?) as u64;
-            if cpu > u16::MAX as u64 {
-                return Err(damaged());
-            }
-            if next_seq.len() <= cpu as usize {
-                next_seq.resize(cpu as usize + 1, 0);
-            }
-            let seq = next_seq[cpu as usize].wrapping_add(step) & SEQ_MASK;
-            next_seq[cpu as usize] = seq + 1;
-            let id = cpu << SEQ_BITS | seq;
+            let id = ids.get(self.slot_ids, &mut pi)?.ok_or_else(damaged)?;
             let wanted = want(boot, id);
             let mut line = String::new();
             if shape == 0 {
@@ -945,14 +928,7 @@ impl<'a> Segment<'a> {
 
 /// The line of event `id` of `boot` in a stored segment, if it holds it.
 pub fn event_line(blob: &[u8], boot: i64, id: i64) -> Result<Option<String>> {
-    let unpacked = unpack(blob)?;
-    let mut seg = Segment::read(&unpacked)?;
-    let mut out = None;
-    seg.walk(|b, i| b == boot && i as i64 == id, |l| {
-        out = Some(l);
-        true
-    })?;
-    Ok(out)
+    Ok(event_lines(blob, boot, &std::collections::HashSet::from([id as u64]))?.pop().map(|(_, line)| line))
 }
 
 /// The lines of the events of `boot` a stored segment holds among `ids`.

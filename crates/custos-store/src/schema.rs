@@ -297,13 +297,15 @@ pub fn open_ro(path: &Path) -> Result<Connection> {
     Ok(conn)
 }
 
+/// Whether the store has table `name` (a store written before a table was
+/// added to the schema has not).
+pub fn has_table(conn: &Connection, name: &str) -> rusqlite::Result<bool> {
+    conn.query_row("SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1)", [name], |r| r.get(0))
+}
+
 fn check_version(conn: &Connection, path: &Path, create: bool) -> Result<()> {
-    let has_meta: bool = conn.query_row(
-        "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta')",
-        [],
-        |r| r.get(0),
-    )
-    .with_context(|| format!("reading the schema version of {} (is it a SQLite database?)", path.display()))?;
+    let has_meta = has_table(conn, "meta")
+        .with_context(|| format!("reading the schema version of {} (is it a SQLite database?)", path.display()))?;
     let v: Option<i64> = if has_meta {
         conn.query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0)).ok()
     } else {

@@ -14,7 +14,7 @@
 use crate::record::{parse_line, Record};
 use anyhow::Result;
 use custos_seal::{BatchSealer, Finding, Report, SealKey, Verifier};
-use rusqlite::{params, Connection};
+use rusqlite::{params, Connection, OptionalExtension};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// Separates store batch hashes from the stream's.
@@ -95,8 +95,7 @@ pub struct IngestReport {
 /// Verifies every ingest's chain in the store at `db` (opened read-only);
 /// `pinned`: the public key the seals must carry.
 pub fn verify_db(db: &Connection, pinned: Option<&str>) -> Result<Vec<IngestReport>> {
-    let has_seals: bool =
-        db.query_row("SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'seals')", [], |r| r.get(0))?;
+    let has_seals = crate::schema::has_table(db, "seals")?;
     // Every event range, by segment (one pass, not a scan per segment).
     let mut runs: HashMap<i64, Vec<(i64, i64, i64)>> = HashMap::new();
     let mut st = db.prepare("SELECT boot, first_id, last_id, segment FROM event_ranges")?;
@@ -109,7 +108,8 @@ pub fn verify_db(db: &Connection, pinned: Option<&str>) -> Result<Vec<IngestRepo
     let ingests: Vec<(i64, String)> =
         db.prepare("SELECT ingest, source FROM ingests ORDER BY ingest")?.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<rusqlite::Result<_>>()?;
     let mut out = Vec::new();
-    let mut expected_ingest = ingests.first().map_or(1, |i| i.0.min(1));
+    // Ingest numbers start at 1 and rise by one.
+    let mut expected_ingest = 1;
     for (ingest, source) in ingests {
         let mut v = Verifier::new(pinned)?;
         let mut extra = Vec::new();
@@ -135,7 +135,7 @@ pub fn verify_db(db: &Connection, pinned: Option<&str>) -> Result<Vec<IngestRepo
                     claimed.insert(*s);
                     let blob: Option<Vec<u8>> = db
                         .query_row("SELECT data FROM raw_segments WHERE segment = ?1 AND ingest = ?2", params![s, ingest], |r| r.get(0))
-                        .ok();
+                        .optional()?;
                     match blob {
                         Some(b) => {
                             losses.check(&b, *s, &mut extra)?;

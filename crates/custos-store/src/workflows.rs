@@ -4,8 +4,8 @@
 //! stream order, so `custos query workflow` can list one without scanning
 //! the raw events.
 
-use crate::record::{Event, WorkflowStart};
-use crate::varint;
+use crate::blocks::IdList;
+use crate::record::{Event, Record, WorkflowStart};
 use anyhow::{bail, Context, Result};
 use rusqlite::{params, Connection, OptionalExtension};
 use std::collections::BTreeMap;
@@ -16,11 +16,10 @@ struct Pending {
     first_ns: i64,
     last_ns: i64,
     events: i64,
-    /// The events' ids as (CPU, step from that CPU's previous sequence
-    /// number in this part): a workflow's events come from a few CPUs, so
-    /// each takes two or three bytes.
+    /// The events' ids, coded as an [`IdList`]: a workflow's events come
+    /// from a few CPUs, so each takes two or three bytes.
     ids: Vec<u8>,
-    next_seq: Vec<(u16, u64)>,
+    coder: IdList,
     start: Option<(WorkflowStart, u32, Option<String>)>,
 }
 
@@ -32,8 +31,6 @@ pub struct WorkflowLog {
     procs: BTreeMap<(i64, u32, u64), i64>,
 }
 
-const SEQ_BITS: u32 = 48;
-
 impl WorkflowLog {
     /// Notes an applied event (in time order).
     pub fn note(&mut self, boot: i64, ev: &Event) {
@@ -43,16 +40,7 @@ impl WorkflowLog {
         p.first_ns = p.first_ns.min(t);
         p.last_ns = p.last_ns.max(t);
         p.events += 1;
-        let (cpu, seq) = ((ev.id >> SEQ_BITS) as u16, ev.id & ((1 << SEQ_BITS) - 1));
-        let prev = match p.next_seq.iter_mut().find(|(c, _)| *c == cpu) {
-            Some((_, s)) => std::mem::replace(s, seq + 1),
-            None => {
-                p.next_seq.push((cpu, seq + 1));
-                0
-            }
-        };
-        varint::put(&mut p.ids, cpu as u64);
-        varint::put(&mut p.ids, varint::zigzag(seq.wrapping_sub(prev) as i64));
+        p.coder.put(&mut p.ids, ev.id);
         if let Some(s) = ev.workflow_start.as_deref() {
             p.start = Some((s.clone(), ev.pid, ev.comm.clone()));
         }
@@ -115,8 +103,12 @@ pub struct Workflow {
     pub pids: Vec<u32>,
 }
 
-fn has_workflows(db: &Connection) -> Result<bool> {
-    Ok(db.query_row("SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'workflows')", [], |r| r.get(0))?)
+/// A store written before workflows were kept has not their tables.
+fn require_workflows(db: &Connection) -> Result<()> {
+    if !crate::schema::has_table(db, "workflows")? {
+        bail!("this store keeps no workflows (written by an older custos); re-ingest its archive into a new store");
+    }
+    Ok(())
 }
 
 fn workflow_row(db: &Connection, boot: i64, id: u64) -> Result<Option<Workflow>> {
@@ -152,14 +144,14 @@ fn workflow_row(db: &Connection, boot: i64, id: u64) -> Result<Option<Workflow>>
 /// The workflows that event `event_id` (any event, or a workflow's own id)
 /// belongs to, one per boot holding the event.
 pub fn of_event(db: &Connection, event_id: i64) -> Result<Vec<Workflow>> {
-    if !has_workflows(db)? {
-        bail!("this store keeps no workflows (written by an older custos); re-ingest its archive into a new store");
-    }
+    require_workflows(db)?;
     let mut out = Vec::new();
     for boot in crate::ingest::event_boots(db, event_id)? {
         let line = crate::ingest::raw_event(db, boot, event_id)?.context("the event's raw line")?;
-        let v: serde_json::Value = serde_json::from_str(&line).context("the event's raw line")?;
-        let Some(w) = v.get("workflow").and_then(|w| w.as_u64()) else {
+        let Ok(Record::Event(ev, _)) = crate::record::parse_line(&line) else {
+            bail!("event {event_id}'s raw line does not parse as an event (the store is damaged)")
+        };
+        let Some(w) = ev.workflow else {
             bail!("event {event_id} carries no workflow (recorded with --no-workflows, or by an older collector)")
         };
         out.extend(workflow_row(db, boot, w)?);
@@ -169,9 +161,7 @@ pub fn of_event(db: &Connection, event_id: i64) -> Result<Vec<Workflow>> {
 
 /// The workflows process `pid` took part in, oldest first.
 pub fn of_pid(db: &Connection, pid: u32) -> Result<Vec<Workflow>> {
-    if !has_workflows(db)? {
-        bail!("this store keeps no workflows (written by an older custos); re-ingest its archive into a new store");
-    }
+    require_workflows(db)?;
     let keys: Vec<(i64, i64)> = db
         .prepare("SELECT boot, workflow FROM workflow_procs WHERE pid = ?1 ORDER BY first_ns")?
         .query_map([pid], |r| Ok((r.get(0)?, r.get(1)?)))?
@@ -190,21 +180,11 @@ pub fn event_ids(db: &Connection, boot: i64, workflow: u64) -> Result<Vec<u64>> 
     let mut rows = st.query(params![boot, workflow as i64])?;
     while let Some(r) = rows.next()? {
         let data: Vec<u8> = r.get(0)?;
-        let mut next_seq: Vec<(u64, u64)> = Vec::new();
+        // Each part is a list of its own.
+        let mut coder = IdList::default();
         let mut at = 0;
         while at < data.len() {
-            let cpu = varint::get(&data, &mut at)?;
-            let step = varint::unzigzag(varint::get(&data, &mut at)?) as u64;
-            let slot = match next_seq.iter_mut().find(|(c, _)| *c == cpu) {
-                Some((_, s)) => s,
-                None => {
-                    next_seq.push((cpu, 0));
-                    &mut next_seq.last_mut().expect("just pushed").1
-                }
-            };
-            let seq = slot.wrapping_add(step);
-            *slot = seq + 1;
-            ids.push(cpu << SEQ_BITS | seq);
+            ids.push(coder.get(&data, &mut at)?.context("a workflow part holds an id past 16 bits of CPU (the store is damaged)")?);
         }
     }
     Ok(ids)
@@ -226,7 +206,7 @@ pub struct Step {
 
 impl Step {
     fn of(line: &str) -> Option<Step> {
-        let crate::record::Record::Event(ev, _) = crate::record::parse_line(line).ok()? else { return None };
+        let Record::Event(ev, _) = crate::record::parse_line(line).ok()? else { return None };
         let detail = match (&ev.argv, &ev.path, &ev.addr, ev.child_pid) {
             (Some(argv), ..) if ev.ret.is_none_or(|r| r == 0) => Some(argv.join(" ")),
             (_, Some(p), ..) => Some(p.clone()),
@@ -276,11 +256,8 @@ pub fn query(db: &Connection, spec: &str, limit: usize) -> Result<Vec<Listing>> 
             w
         }
         None => {
-            let id = match spec.strip_prefix("0x") {
-                Some(h) => i64::from_str_radix(h, 16),
-                None => spec.parse::<i64>(),
-            }
-            .with_context(|| format!("{spec:?}: expected an event id (decimal or 0x hex) or pid:N"))?;
+            let id = crate::query::event_id_of(spec)
+                .with_context(|| format!("{spec:?}: expected an event id (decimal or 0x hex) or pid:N"))?;
             let w = of_event(db, id)?;
             if w.is_empty() {
                 bail!("no event {id} in the store");
