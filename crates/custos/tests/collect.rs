@@ -282,9 +282,20 @@ fn events_in_a_podman_container_carry_the_container() {
 /// pipelines, each its own workflow, and a `setsid nsenter` chain (clone →
 /// setsid → execve → setns → execve → openat), a workflow of its own whose
 /// cause is the fork that made it.
+///
+/// `script` starts `bash -m` through the user's `$SHELL`, which either
+/// becomes it (bash execs a lone command) or forks it (dash); forked, `bash
+/// -m` makes a group, so a workflow, of its own. Both are right, so the
+/// test runs both and finds the job shell by what it did: fork the jobs.
 #[test]
 fn scripted_chains_become_the_workflows_they_are() {
     let _g = serial();
+    for shell in ["/bin/bash", "/bin/sh"] {
+        scripted_chains_under(shell);
+    }
+}
+
+fn scripted_chains_under(login_shell: &str) {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("events.jsonl");
     let jobs = "cat /etc/hostname | wc -c; head -c 3 /etc/passwd | od -c; setsid -w nsenter --uts=/proc/self/ns/uts -- cat /etc/hostname";
@@ -292,6 +303,7 @@ fn scripted_chains_become_the_workflows_they_are() {
         .args(["collect", "--no-seal", "-o", out.to_str().unwrap(), "--", "script", "-qec"])
         .arg(format!("bash -m -c '{jobs}'"))
         .arg("/dev/null")
+        .env("SHELL", login_shell)
         .output()
         .unwrap();
     let err = text(&run.stderr);
@@ -318,7 +330,16 @@ fn scripted_chains_become_the_workflows_they_are() {
     let (cat1, wc) = (exec_of("cat", "/etc/hostname"), exec_of("wc", "-c"));
     let (head, od) = (exec_of("head", "/etc/passwd"), exec_of("od", "-c"));
     let nsenter = exec_of("nsenter", "--uts");
-    let shell = events.iter().find(|e| e["syscall"] == "execve" && e["ret"] == 0 && e["comm"] == "bash").unwrap();
+    // The job shell: the bash that forked the first job's processes.
+    let fork_of = |pid: &serde_json::Value| {
+        events
+            .iter()
+            .find(|e| e["syscall"] == "sched:process_fork" && &e["child_pid"] == pid)
+            .unwrap_or_else(|| panic!("no fork of {pid}"))
+    };
+    let shell = fork_of(&cat1["pid"]);
+    assert_eq!(shell["comm"], "bash", "{shell}");
+    assert_eq!(fork_of(&head["pid"])["pid"], shell["pid"], "one shell runs both jobs");
     assert_eq!(wf(cat1), wf(wc), "one pipeline, one workflow");
     assert_eq!(wf(head), wf(od), "one pipeline, one workflow");
     let distinct: std::collections::HashSet<u64> = [wf(shell), wf(cat1), wf(head), wf(nsenter)].into();
@@ -326,11 +347,19 @@ fn scripted_chains_become_the_workflows_they_are() {
     // Each job came from the shell's workflow, through the fork of its first process.
     for job in [wf(cat1), wf(head)] {
         let start = by_id[&job];
-        assert_eq!(start["workflow_parent"].as_u64(), Some(wf(shell)), "{start}");
+        assert_eq!(start["workflow_parent"].as_u64(), Some(wf(shell)), "{login_shell}: {start}");
         let fork = by_id[&start["workflow_cause"].as_u64().expect("cause")];
         assert_eq!(fork["syscall"], "sched:process_fork");
         assert_eq!(fork["child_pid"], start["pid"]);
         assert_eq!(fork["pid"], shell["pid"]);
+    }
+    // A forked `bash -m` made its own group: its workflow starts at that
+    // setpgid and comes from the login shell's.
+    let shell_start = by_id[&wf(shell)];
+    if shell_start["pid"] == shell["pid"] && shell_start["syscall"] == "setpgid" {
+        assert_eq!(shell_start["args"]["pgid"], shell["pid"], "{shell_start}");
+        let login = by_id[&shell_start["workflow_parent"].as_u64().expect("parent")];
+        assert_eq!(login["syscall"], "setsid", "the login shell's workflow is script's session: {login}");
     }
     // The chain: everything from setsid to the config-file open, in order, is one workflow.
     let chain_wf = wf(nsenter);
