@@ -16,6 +16,9 @@ APT_PACKAGES=(
   # a real container for the attribution test (docs/containers.md); runc
   # because crun refuses hosts with cgroup v1 controllers mounted
   podman runc
+  # the fleet's tests and bench (docs/fleet.md): a real ClickHouse, and kcat
+  # to look into the Kafka topic by hand
+  clickhouse-server clickhouse-client kcat
 )
 
 missing=()
@@ -49,5 +52,32 @@ VIRTIOFSD_VERSION=1.14.0
 if ! "$TOOLS/cargo/bin/virtiofsd" --version 2>/dev/null | grep -q "${VIRTIOFSD_VERSION}"; then
   echo "deps: building virtiofsd $VIRTIOFSD_VERSION into .tools/cargo (a few minutes, once)"
   cargo install -q --locked --root "$TOOLS/cargo" virtiofsd --version "$VIRTIOFSD_VERSION"
+fi
+# A single-node Kafka broker (KRaft, no ZooKeeper) for the fleet's tests and
+# bench (docs/fleet.md): Debian has none, so Maven fetches the broker's jars.
+KAFKA_VERSION=4.4.0
+if [ "$(cat "$TOOLS/kafka/.version" 2>/dev/null)" != "$KAFKA_VERSION" ]; then
+  echo "deps: fetching the Kafka $KAFKA_VERSION broker's jars into .tools/kafka (Maven)"
+  rm -rf "$TOOLS/kafka"
+  mkdir -p "$TOOLS/kafka"
+  cat >"$TOOLS/kafka/pom.xml" <<POM
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>custos</groupId>
+  <artifactId>kafka-broker</artifactId>
+  <version>1</version>
+  <dependencies>
+    <dependency>
+      <groupId>org.apache.kafka</groupId>
+      <artifactId>kafka_2.13</artifactId>
+      <version>$KAFKA_VERSION</version>
+    </dependency>
+  </dependencies>
+</project>
+POM
+  mvn -q -B -f "$TOOLS/kafka/pom.xml" -Dmaven.repo.local="$TOOLS/kafka/m2" \
+    dependency:copy-dependencies -DoutputDirectory="$TOOLS/kafka/libs" -DincludeScope=runtime
+  rm -rf "$TOOLS/kafka/m2"
+  echo "$KAFKA_VERSION" >"$TOOLS/kafka/.version"
 fi
 echo "deps: ok"

@@ -9,6 +9,9 @@
 //! memory without bound. Before that, the backlog counts in the published
 //! consumer lag (`lines_done`), so the scheduler throttles producers to the
 //! rate of the store.
+//!
+//! Other destinations (the fleet's Kafka sink, custos-fleet) use the same
+//! bounded queue and writer thread through [`LineTarget`].
 
 use crate::archive::Recorder;
 use crate::ingest::{IngestOptions, IngestSummary, Ingestor};
@@ -33,10 +36,23 @@ pub struct SinkSummary {
 /// Default bound of the bytes queued for the writer thread.
 pub const DEFAULT_SINK_BUFFER: usize = 64 << 20;
 
+/// Where a live sink's writer thread puts the stream: whole lines, in order.
+pub trait LineTarget: Send + 'static {
+    /// What [`LiveSink::finish`] returns.
+    type Summary: Send + 'static;
+    /// One line, without its newline.
+    fn line(&mut self, line: &[u8]) -> Result<()>;
+    /// Called about every 200 ms, also when no line came: for commits and
+    /// flushes a quiet stream still needs.
+    fn tick(&mut self) -> Result<()>;
+    /// The stream ended: write out what is held, and say what was done.
+    fn finish(self) -> Result<Self::Summary>;
+}
+
 /// The writer thread; [`LiveSink::finish`] waits for it to drain.
-pub struct LiveSink {
+pub struct LiveSink<S = SinkSummary> {
     tx: Option<Sender<Vec<u8>>>,
-    worker: Option<JoinHandle<Result<SinkSummary>>>,
+    worker: Option<JoinHandle<Result<S>>>,
     /// Lines the writer thread has stored (or archived).
     pub lines_done: Arc<AtomicU64>,
 }
@@ -59,7 +75,7 @@ pub struct SinkWriter {
 
 impl Write for SinkWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let gone = || std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the store writer stopped (see its error)");
+        let gone = || std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the sink's writer stopped (see its error)");
         let q = &self.queued;
         let mut bytes = q.bytes.lock().unwrap();
         // An empty queue takes any write, so one larger than the bound passes.
@@ -80,9 +96,36 @@ impl Write for SinkWriter {
     }
 }
 
+/// The store (with its archive, if any) or the archive alone.
 enum Target {
     Store(Box<Ingestor>),
     Archive(Recorder),
+}
+
+impl LineTarget for Target {
+    type Summary = SinkSummary;
+
+    fn line(&mut self, line: &[u8]) -> Result<()> {
+        match self {
+            Target::Store(ing) => ing.push_bytes(line).map(|_| ()),
+            Target::Archive(rec) => rec.write_line(&String::from_utf8_lossy(line)),
+        }
+    }
+
+    fn tick(&mut self) -> Result<()> {
+        // A quiet stream still gets its events committed, about once a second.
+        match self {
+            Target::Store(ing) => ing.commit_if_due().map(|_| ()),
+            Target::Archive(rec) => rec.flush(),
+        }
+    }
+
+    fn finish(self) -> Result<SinkSummary> {
+        Ok(match self {
+            Target::Store(ing) => SinkSummary { ingest: Some(ing.finish()?.0), archived_lines: None },
+            Target::Archive(rec) => SinkSummary { ingest: None, archived_lines: Some(rec.finish()?) },
+        })
+    }
 }
 
 impl LiveSink {
@@ -104,11 +147,19 @@ impl LiveSink {
             Some(db) => Target::Store(Box::new(Ingestor::open(db, opts)?)),
             None => Target::Archive(opts.archive.context("a live sink needs a store or an archive")?),
         };
+        LiveSink::spawn("custos-store-writer", target, buffer_bytes)
+    }
+}
+
+impl<S: Send + 'static> LiveSink<S> {
+    /// Starts a writer thread (`name`) feeding `target` whole lines, with at
+    /// most `buffer_bytes` queued for it.
+    pub fn spawn<T: LineTarget<Summary = S>>(name: &str, target: T, buffer_bytes: usize) -> Result<(LiveSink<S>, SinkWriter)> {
         let (tx, rx) = channel();
         let queued = Arc::new(Queued { bytes: Mutex::new(0), taken: Condvar::new(), bound: buffer_bytes.max(1), closed: false.into() });
         let lines_done = Arc::new(AtomicU64::new(0));
         let (q, done) = (Arc::clone(&queued), Arc::clone(&lines_done));
-        let worker = std::thread::Builder::new().name("custos-store-writer".into()).spawn(move || {
+        let worker = std::thread::Builder::new().name(name.into()).spawn(move || {
             let result = drain(target, rx, &q, &done);
             q.closed.store(true, Ordering::Release);
             q.taken.notify_all();
@@ -119,21 +170,15 @@ impl LiveSink {
 
     /// Waits until everything queued is written (every [`SinkWriter`] must be
     /// dropped first), commits, and returns the totals.
-    pub fn finish(mut self) -> Result<SinkSummary> {
+    pub fn finish(mut self) -> Result<S> {
         drop(self.tx.take());
-        self.worker.take().expect("finished once").join().map_err(|_| anyhow::anyhow!("the store writer panicked"))?
+        self.worker.take().expect("finished once").join().map_err(|_| anyhow::anyhow!("the sink's writer panicked"))?
     }
 }
 
-fn drain(mut target: Target, rx: Receiver<Vec<u8>>, queued: &Queued, done: &AtomicU64) -> Result<SinkSummary> {
+fn drain<T: LineTarget>(mut target: T, rx: Receiver<Vec<u8>>, queued: &Queued, done: &AtomicU64) -> Result<T::Summary> {
     // Chunks do not respect line boundaries: keep the unfinished tail.
     let mut carry: Vec<u8> = Vec::new();
-    let push = |target: &mut Target, line: &[u8]| -> Result<()> {
-        match target {
-            Target::Store(ing) => ing.push_bytes(line).map(|_| ()),
-            Target::Archive(rec) => rec.write_line(&String::from_utf8_lossy(line)),
-        }
-    };
     loop {
         match rx.recv_timeout(Duration::from_millis(200)) {
             Ok(chunk) => {
@@ -142,7 +187,7 @@ fn drain(mut target: Target, rx: Receiver<Vec<u8>>, queued: &Queued, done: &Atom
                 carry.extend_from_slice(&chunk);
                 let mut start = 0;
                 while let Some(nl) = carry[start..].iter().position(|&b| b == b'\n') {
-                    push(&mut target, &carry[start..start + nl])?;
+                    target.line(&carry[start..start + nl])?;
                     done.fetch_add(1, Ordering::Relaxed);
                     start += nl + 1;
                 }
@@ -151,21 +196,12 @@ fn drain(mut target: Target, rx: Receiver<Vec<u8>>, queued: &Queued, done: &Atom
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => break,
         }
-        // A quiet stream still gets its events committed, about once a second.
-        match &mut target {
-            Target::Store(ing) => {
-                ing.commit_if_due()?;
-            }
-            Target::Archive(rec) => rec.flush()?,
-        }
+        target.tick()?;
     }
     if !carry.is_empty() {
-        push(&mut target, &carry)?;
+        target.line(&carry)?;
     }
-    Ok(match target {
-        Target::Store(ing) => SinkSummary { ingest: Some(ing.finish()?.0), archived_lines: None },
-        Target::Archive(rec) => SinkSummary { ingest: None, archived_lines: Some(rec.finish()?) },
-    })
+    target.finish()
 }
 
 #[cfg(test)]

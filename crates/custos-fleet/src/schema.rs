@@ -1,0 +1,60 @@
+//! The fleet's ClickHouse tables (docs/fleet.md), created on first run.
+//!
+//! Written for ClickHouse 18.16 (Debian's): no DateTime64, so times are
+//! UInt64 nanoseconds as in the stream. Every table is a ReplacingMergeTree
+//! keyed by the record's identity, and every row carries the Kafka
+//! partition and offset it came from: the ingester's resume point
+//! (ingest.rs) and, for a line that reached the topic twice, the merge that
+//! keeps one.
+
+/// The database the tables live in, unless `--clickhouse-db` says otherwise.
+pub const DEFAULT_DATABASE: &str = "custos";
+
+/// The tables, by the record types they hold.
+pub const EVENTS: &str = "events";
+pub const LOSSES: &str = "losses";
+pub const RECORDS: &str = "records";
+pub const TABLES: [&str; 3] = [EVENTS, LOSSES, RECORDS];
+
+/// The columns every table ends with: where the row came from in Kafka.
+const KAFKA_COLUMNS: &str = "kafka_topic String, kafka_partition Int32, kafka_offset Int64, ingested_at DateTime DEFAULT now()";
+
+/// `CREATE` statements for `db`, in order.
+pub fn create_statements(db: &str) -> Vec<String> {
+    vec![
+        format!("CREATE DATABASE IF NOT EXISTS {db}"),
+        // One row per event line; the typed columns for queries, the line for
+        // everything else (args, container, workflow starts).
+        format!(
+            "CREATE TABLE IF NOT EXISTS {db}.{EVENTS} (\
+             host String, boot String, id UInt64, cpu UInt32, seq UInt64, time_ns UInt64, \
+             pid UInt32, tid UInt32, ppid UInt32, uid Nullable(UInt32), euid Nullable(UInt32), \
+             comm String, syscall String, ret Nullable(Int64), fd Nullable(Int32), \
+             path String, path2 String, addr String, argv Array(String), child_pid Nullable(UInt32), \
+             dev Nullable(UInt64), inode Nullable(UInt64), workflow Nullable(UInt64), container String, \
+             incomplete UInt8, line String, {KAFKA_COLUMNS}) \
+             ENGINE = ReplacingMergeTree \
+             PARTITION BY toYYYYMM(toDateTime(intDiv(time_ns, 1000000000))) \
+             ORDER BY (host, boot, id)"
+        ),
+        // Loss records: the collector's (ring gaps, skips) and the Kafka
+        // sink's (`category` "kafka"). A loss has no id: the line is its identity.
+        format!(
+            "CREATE TABLE IF NOT EXISTS {db}.{LOSSES} (\
+             host String, boot String, category String, cpu Nullable(UInt32), \
+             first_seq Nullable(UInt64), last_seq Nullable(UInt64), count UInt64, \
+             start_ns UInt64, end_ns UInt64, line String, {KAFKA_COLUMNS}) \
+             ENGINE = ReplacingMergeTree \
+             ORDER BY (host, boot, start_ns, cityHash64(line))"
+        ),
+        // Every other line: `boot`, `stats`, `seal`, types this version does
+        // not know, and lines that are not valid records (`type`
+        // "malformed", with the parse error).
+        format!(
+            "CREATE TABLE IF NOT EXISTS {db}.{RECORDS} (\
+             host String, boot String, type String, time_ns UInt64, line String, error String, {KAFKA_COLUMNS}) \
+             ENGINE = ReplacingMergeTree \
+             ORDER BY (host, boot, type, time_ns, cityHash64(line))"
+        ),
+    ]
+}
