@@ -315,6 +315,11 @@ impl KafkaTarget {
                     }
                     std::thread::sleep(Duration::from_millis(2));
                 }
+                // One line refused (too large, say): dropped and counted like the rest.
+                Err((KafkaError::MessageProduction(code), _)) if code != RDKafkaErrorCode::Fatal => {
+                    log::warn!("kafka sink: a line was refused: {code}");
+                    return Ok(false);
+                }
                 Err((e, _)) => bail!("sending to Kafka topic {}: {e}", self.opts.topic),
             }
         }

@@ -1,12 +1,15 @@
 //! `custos collect` with the store attached: the collector's options plus
 //! `--db` and `--archive`, which send the stream straight into the provenance
-//! store and/or a compressed archive as it is recorded.
+//! store and/or a compressed archive as it is recorded, and `--kafka`, which
+//! sends it to the fleet's Kafka topic (docs/fleet.md).
 //!
-//! This lives in the binary because it joins two crates that otherwise do not
-//! know each other: the collector writes a stream, the store reads one.
+//! This lives in the binary because it joins crates that otherwise do not
+//! know each other: the collector writes a stream, the store and the fleet
+//! read one.
 
 use anyhow::Result;
 use clap::Args;
+use std::io::Write;
 use std::path::PathBuf;
 
 #[derive(Args, Debug)]
@@ -19,39 +22,83 @@ pub struct CollectCmd {
     /// Also record the raw stream, compressed (`.zst` or `.gz`).
     #[arg(long, value_name = "FILE")]
     pub archive: Option<PathBuf>,
+    #[command(flatten)]
+    pub kafka: custos_fleet::cli::KafkaArgs,
     /// Stream not yet stored that may wait for the store (MiB). Past it the
     /// collector waits for the store, and a flood the store cannot follow is
     /// refused by the kernel's rings: counted and reported, never unbounded memory.
+    /// (The same bound holds the stream waiting for the Kafka sink.)
     #[arg(long, default_value_t = custos_store::sink::DEFAULT_SINK_BUFFER >> 20, value_name = "MIB")]
     pub sink_buffer_mb: usize,
 }
 
+/// Copies the stream to both sinks.
+struct Tee(custos_store::sink::SinkWriter, custos_store::sink::SinkWriter);
+
+impl Write for Tee {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write_all(buf)?;
+        self.1.write_all(buf)?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 pub fn run(cmd: CollectCmd) -> Result<i32> {
     // Before the store is opened: --features-only writes nothing.
-    cmd.collect.check_features_only(&[("--db", cmd.db.is_some()), ("--archive", cmd.archive.is_some())])?;
-    if cmd.db.is_none() && cmd.archive.is_none() {
+    cmd.collect.check_features_only(&[
+        ("--db", cmd.db.is_some()),
+        ("--archive", cmd.archive.is_some()),
+        ("--kafka", cmd.kafka.kafka.is_some()),
+    ])?;
+    let kafka = cmd.kafka.options()?;
+    if cmd.db.is_none() && cmd.archive.is_none() && kafka.is_none() {
         return custos_collector::cli::run(cmd.collect);
     }
     if cmd.sink_buffer_mb == 0 || cmd.sink_buffer_mb > 1 << 20 {
         anyhow::bail!("--sink-buffer-mb must be between 1 and 1048576");
     }
-    // The store seals its batches with the key that seals the stream.
-    let seal_key = match cmd.db.is_some() && !cmd.collect.no_seal {
-        true => Some(custos_seal::SealKey::open(cmd.collect.seal_key.as_deref(), "custos collect")?),
+    let store = match cmd.db.is_some() || cmd.archive.is_some() {
+        true => {
+            // The store seals its batches with the key that seals the stream.
+            let seal_key = match cmd.db.is_some() && !cmd.collect.no_seal {
+                true => Some(custos_seal::SealKey::open(cmd.collect.seal_key.as_deref(), "custos collect")?),
+                false => None,
+            };
+            Some(custos_store::sink::LiveSink::start(
+                cmd.db.as_deref(),
+                cmd.archive.as_deref(),
+                "custos collect",
+                cmd.sink_buffer_mb << 20,
+                seal_key,
+            )?)
+        }
         false => None,
     };
-    let (sink, writer) = custos_store::sink::LiveSink::start(
-        cmd.db.as_deref(),
-        cmd.archive.as_deref(),
-        "custos collect",
-        cmd.sink_buffer_mb << 20,
-        seal_key,
-    )?;
-    let done = sink.lines_done.clone();
-    let code = custos_collector::cli::run_with_sink(cmd.collect, Some((Box::new(writer), done)));
+    let kafka = match kafka {
+        Some(opts) => {
+            let target = custos_fleet::sink::KafkaTarget::connect(opts)?;
+            Some(custos_store::sink::LiveSink::spawn("custos-kafka-sink", target, cmd.sink_buffer_mb << 20)?)
+        }
+        None => None,
+    };
+    // The consumer lag the scheduler sees: the store's when there is one (the
+    // Kafka sink drops rather than wait through an outage, so it is not the
+    // one that falls behind for long).
+    let (writer, done, store, kafka): (Box<dyn Write + Send>, _, _, _) = match (store, kafka) {
+        (Some((s, sw)), Some((k, kw))) => (Box::new(Tee(sw, kw)), s.lines_done.clone(), Some(s), Some(k)),
+        (Some((s, sw)), None) => (Box::new(sw), s.lines_done.clone(), Some(s), None),
+        (None, Some((k, kw))) => (Box::new(kw), k.lines_done.clone(), None, Some(k)),
+        (None, None) => unreachable!("one sink at least"),
+    };
+    let code = custos_collector::cli::run_with_sink(cmd.collect, Some((writer, done)));
     // Whatever the collector's outcome, what it delivered is written out.
-    let summary = sink.finish()?;
-    if let (Some(db), Some(s)) = (&cmd.db, &summary.ingest) {
+    let kafka_summary = kafka.map(|k| k.finish()).transpose();
+    let summary = store.map(|s| s.finish()).transpose()?;
+    if let (Some(db), Some(s)) = (&cmd.db, summary.as_ref().and_then(|s| s.ingest.as_ref())) {
         eprintln!(
             "custos collect: stored in {}: {} new events, {} loss records ({} events lost), {} malformed lines; {} nodes and {} edges added",
             db.display(),
@@ -65,6 +112,20 @@ pub fn run(cmd: CollectCmd) -> Result<i32> {
     }
     if let Some(a) = &cmd.archive {
         eprintln!("custos collect: archived to {}", a.display());
+    }
+    if let Some(k) = kafka_summary? {
+        eprintln!(
+            "custos collect: sent to Kafka topic {}: {} lines delivered; {} lines dropped ({} events) and reported in {} loss records{}",
+            cmd.kafka.topic.as_deref().unwrap_or_default(),
+            k.delivered,
+            k.dropped_lines,
+            k.dropped_events,
+            k.loss_records,
+            match k.unreported_lines {
+                0 => String::new(),
+                n => format!("; {n} lines ({} events) dropped at the end with the broker away: reported only here", k.unreported_events),
+            }
+        );
     }
     code
 }

@@ -38,6 +38,9 @@ enum Command {
     Train(custos_sched::train::TrainArgs),
     /// Check a sealed stream or archive: no line altered, no batch moved, inserted or deleted.
     Verify(verify::VerifyArgs),
+    /// Many hosts: move the collectors' Kafka topic into ClickHouse (docs/fleet.md).
+    #[command(subcommand)]
+    Fleet(custos_fleet::cli::FleetCommand),
 }
 
 fn main() {
@@ -51,6 +54,7 @@ fn main() {
         Command::Sched(args) => custos_sched::cli::run(args),
         Command::Train(args) => custos_sched::train::run(args),
         Command::Verify(args) => verify::run(args),
+        Command::Fleet(cmd) => custos_fleet::cli::run(cmd),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -1,0 +1,48 @@
+//! Drives the real `custos fleet ingest` against real Kafka and ClickHouse
+//! servers (custos_fleet::servers): a stream the Kafka sink sent (the code
+//! `custos collect --kafka` runs) lands in ClickHouse, and a second run that
+//! reads the topic again adds nothing.
+
+use custos_fleet::servers::{ClickHouseServer, KafkaBroker};
+use custos_fleet::sink::{KafkaOptions, KafkaTarget};
+use custos_store::sink::LiveSink;
+use custos_store::synth::{self, SynthConfig};
+use std::io::Write;
+use std::process::Command;
+
+/// Runs `custos fleet ingest` until the topic is quiet; returns its report.
+fn ingest(broker: &KafkaBroker, ch: &ClickHouseServer, topic: &str, group: &str) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_custos"))
+        .args(["fleet", "ingest", "--kafka", &broker.bootstrap(), "--topic", topic, "--clickhouse", &ch.url()])
+        .args(["--group", group, "--batch-secs", "0.3", "--stop-when-idle", "2"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "fleet ingest failed: {stderr}");
+    stderr
+}
+
+#[test]
+fn fleet_ingest_stores_the_topic_once() {
+    let ch = ClickHouseServer::start().unwrap();
+    let broker = KafkaBroker::start(2).unwrap();
+    let topic = "custos-cli";
+    broker.create_topic(topic, 2).unwrap();
+    let mut stream = Vec::new();
+    let report = synth::generate(&SynthConfig::scaled(11, 0.0005), &mut stream, |_| {}).unwrap();
+
+    let target = KafkaTarget::connect(KafkaOptions::new(&broker.bootstrap(), topic, "cli-host")).unwrap();
+    let (sink, mut w) = LiveSink::spawn("custos-kafka-sink", target, 1 << 20).unwrap();
+    w.write_all(&stream).unwrap();
+    drop(w);
+    let sent = sink.finish().unwrap();
+    assert_eq!(sent.delivered, report.lines, "{sent:?}");
+
+    let first = ingest(&broker, &ch, topic, "g1");
+    let want = format!("{} events, {} loss records", report.events, report.losses);
+    assert!(first.contains(&want), "expected {want:?} in: {first}");
+    assert!(first.contains(" 0 re-delivered lines skipped"), "{first}");
+    let again = ingest(&broker, &ch, topic, "g2");
+    let want = format!("0 events, 0 loss records (0 events lost), 0 other records, 0 malformed lines; {} re-delivered lines skipped", report.lines);
+    assert!(again.contains(&want), "expected {want:?} in: {again}");
+}
