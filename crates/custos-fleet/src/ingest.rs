@@ -78,6 +78,8 @@ pub struct IngestSummary {
     pub malformed: u64,
     /// Lines Kafka delivered again that ClickHouse already held (skipped).
     pub redelivered: u64,
+    /// From the first line read to the last batch stored (idle time excluded).
+    pub busy: Duration,
 }
 
 #[derive(clickhouse::Row, Serialize)]
@@ -167,6 +169,8 @@ struct Batch {
     lines: usize,
     /// Next offset to read per partition (what Kafka is told on commit).
     next: HashMap<i32, i64>,
+    /// When its first line came.
+    started: Option<Instant>,
 }
 
 pub struct Ingester {
@@ -219,6 +223,7 @@ impl Ingester {
     pub fn run(mut self, stop: &AtomicBool) -> Result<IngestSummary> {
         // Idle counts from when the group gave us partitions: joining takes seconds.
         let mut last_line: Option<Instant> = None;
+        let mut first_line: Option<Instant> = None;
         while !stop.load(Ordering::Relaxed) {
             let batch = self.gather(stop)?;
             if batch.lines == 0 {
@@ -232,8 +237,10 @@ impl Ingester {
                 }
                 continue;
             }
-            last_line = Some(Instant::now());
+            first_line = first_line.or(batch.started);
             self.store(batch, stop)?;
+            last_line = Some(Instant::now());
+            self.summary.busy = first_line.map_or(Duration::ZERO, |f| f.elapsed());
         }
         Ok(self.summary)
     }
@@ -259,6 +266,7 @@ impl Ingester {
             if self.consumer.context().0.swap(false, Ordering::SeqCst) {
                 self.marks.clear();
             }
+            batch.started.get_or_insert_with(Instant::now);
             let (partition, offset) = (msg.partition(), msg.offset());
             batch.next.insert(partition, offset + 1);
             batch.lines += 1;

@@ -397,8 +397,10 @@ impl LineTarget for KafkaTarget {
     }
 
     fn finish(mut self) -> Result<KafkaSummary> {
-        let timeout = self.opts.flush_timeout;
-        self.report_pending(timeout)?;
+        // One deadline for both: the loss record's wait and the flush.
+        let deadline = Instant::now() + self.opts.flush_timeout;
+        self.report_pending(self.opts.flush_timeout)?;
+        let timeout = deadline.saturating_duration_since(Instant::now());
         if let Err(e) = self.producer.flush(timeout) {
             log::warn!("kafka sink: the broker did not take everything within {timeout:?}: {e}");
         }
@@ -411,5 +413,41 @@ impl LineTarget for KafkaTarget {
         self.summary.unreported_events = self.pending.events;
         self.summary.delivered = self.producer.context().delivered.load(Ordering::Relaxed);
         Ok(self.summary)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EVENT: &str = r#"{"type":"event","id":281474976710657,"cpu":1,"seq":1,"time_ns":2000,"pid":10,"tid":10,"syscall":"read","fd":3}"#;
+
+    #[test]
+    fn a_loss_record_of_dropped_lines_reads_back_through_the_store_parser() {
+        let mut d = Dropped::default();
+        d.add(EVENT.as_bytes());
+        d.add(EVENT.replace("2000", "1000").as_bytes());
+        d.add(br#"{"type":"stats","time_ns":3000,"produced":5}"#);
+        let line = d.record("b-1");
+        match parse_line(&line).unwrap() {
+            Record::Loss(l) => {
+                assert_eq!((l.count, l.start_ns, l.end_ns, l.category.as_str()), (2, 1000, 3000, LOSS_CATEGORY));
+                assert_eq!(l.boot_id.as_deref(), Some("b-1"));
+            }
+            other => panic!("not a loss record: {other:?}"),
+        }
+        // A loss record of ours that failed is lost again, with what it counted.
+        let back = own_loss(line.as_bytes()).unwrap();
+        assert_eq!((back.lines, back.events, back.start_ns, back.end_ns), (3, 2, 1000, 3000));
+        assert!(own_loss(EVENT.as_bytes()).is_none());
+    }
+
+    #[test]
+    fn host_ids_that_would_break_the_key_are_refused() {
+        assert!(host_id(Some("web-7")).is_ok());
+        for bad in ["", "a/b", "a b", "x\n"] {
+            let err = host_id(Some(bad)).unwrap_err().to_string();
+            assert!(err.contains("printable"), "{bad:?}: {err}");
+        }
     }
 }
