@@ -78,6 +78,8 @@ pub struct IngestSummary {
     pub malformed: u64,
     /// Lines Kafka delivered again that ClickHouse already held (skipped).
     pub redelivered: u64,
+    /// Inserts tried again after ClickHouse failed them.
+    pub retries: u64,
     /// From the first line read to the last batch stored (idle time excluded).
     pub busy: Duration,
 }
@@ -293,33 +295,41 @@ impl Ingester {
             let boot = boot.unwrap_or_else(|| "unknown".into());
             let line = String::from_utf8_lossy(msg.payload().unwrap_or_default()).into_owned();
             let place = Place { topic: self.opts.topic.clone(), partition, offset };
-            self.classify(&mut batch, host, boot, line, place)?;
+            self.classify(&mut batch, host, boot, line, place, stop)?;
         }
         Ok(batch)
     }
 
-    /// The high-water mark of `table` for `partition`, read once per assignment.
-    fn mark(&mut self, table: &'static str, partition: i32) -> Result<i64> {
-        if !self.marks.contains_key(table) {
+    /// The high-water mark of `table` for `partition`, read once per
+    /// assignment; asked again while ClickHouse does not answer (until `stop`).
+    fn mark(&mut self, table: &'static str, partition: i32, stop: &AtomicBool) -> Result<i64> {
+        let mut delay = Duration::from_millis(200);
+        while !self.marks.contains_key(table) {
             let sql = format!("SELECT kafka_partition, max(kafka_offset) FROM {table} WHERE kafka_topic = ? GROUP BY kafka_partition");
-            let rows: Vec<(i32, i64)> = self
-                .rt
-                .block_on(self.client.query(&sql).bind(&self.opts.topic).fetch_all())
-                .with_context(|| format!("reading where table {table} stands in ClickHouse"))?;
-            self.marks.insert(table, rows.into_iter().collect());
+            match self.rt.block_on(self.client.query(&sql).bind(&self.opts.topic).fetch_all::<(i32, i64)>()) {
+                Ok(rows) => {
+                    self.marks.insert(table, rows.into_iter().collect());
+                }
+                Err(e) if !stop.load(Ordering::Relaxed) => {
+                    log::warn!("fleet ingest: reading where table {table} stands in ClickHouse: {e}; trying again in {delay:?}");
+                    std::thread::sleep(delay);
+                    delay = (delay * 2).min(Duration::from_secs(10));
+                }
+                Err(e) => return Err(e).with_context(|| format!("reading where table {table} stands in ClickHouse")),
+            }
         }
         Ok(*self.marks[table].get(&partition).unwrap_or(&-1))
     }
 
     /// Parses a line into its table's row, unless that table already holds it.
-    fn classify(&mut self, batch: &mut Batch, host: String, boot: String, line: String, at: Place) -> Result<()> {
+    fn classify(&mut self, batch: &mut Batch, host: String, boot: String, line: String, at: Place, stop: &AtomicBool) -> Result<()> {
         let parsed = parse_line(&line);
         let table = match &parsed {
             Ok(Record::Event(..)) => EVENTS,
             Ok(Record::Loss(_)) => LOSSES,
             _ => RECORDS,
         };
-        if at.offset <= self.mark(table, at.partition)? {
+        if at.offset <= self.mark(table, at.partition, stop)? {
             self.summary.redelivered += 1;
             return Ok(());
         }
@@ -423,6 +433,7 @@ impl Ingester {
                 Ok(()) => break,
                 Err(e) if !stop.load(Ordering::Relaxed) => {
                     log::warn!("fleet ingest: inserting {} rows into {table}: {e:#}; trying again in {delay:?}", rows.len());
+                    self.summary.retries += 1;
                     std::thread::sleep(delay);
                     delay = (delay * 2).min(Duration::from_secs(10));
                     // The failed insert may have landed after all (the
@@ -430,7 +441,7 @@ impl Ingester {
                     self.marks.remove(table);
                     let mut kept = Vec::with_capacity(rows.len());
                     for r in rows {
-                        match self.mark(table, r.partition()) {
+                        match self.mark(table, r.partition(), stop) {
                             Ok(m) if r.offset() <= m => self.summary.redelivered += 1,
                             _ => kept.push(r),
                         }

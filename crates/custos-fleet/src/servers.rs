@@ -1,7 +1,8 @@
 //! Real servers on loopback for the fleet's tests and bench: a single-node
 //! Kafka broker (KRaft: its own controller, no ZooKeeper) and a ClickHouse
 //! server, each on free ports under a temporary directory, stopped by PID
-//! when dropped. Not mocks: the code under test talks to the real thing.
+//! when dropped; either can be killed and restarted on its data and port
+//! (the outage tests). Not mocks: the code under test talks to the real thing.
 //! A server also dies with the thread that started it (so a killed test
 //! leaves none behind): start and use it on one thread.
 //!
@@ -228,24 +229,37 @@ impl ClickHouseServer {
                  </yandex>\n"
             ),
         )?;
-        let log = dir.path().join("stdout.log");
+        let mut server = ClickHouseServer { dir, port, child: None };
+        server.restart()?;
+        Ok(server)
+    }
+
+    /// Kills the server (SIGKILL: a crash, not a shutdown). Its data stays.
+    pub fn kill(&mut self) {
+        stop(&mut self.child);
+    }
+
+    /// Starts the server again (or the first time) on the same data and
+    /// port; returns once it answers.
+    pub fn restart(&mut self) -> Result<()> {
+        stop(&mut self.child);
+        let log = self.dir.path().join("stdout.log");
         let mut cmd = Command::new("clickhouse-server");
-        cmd.arg(format!("--config-file={}/config.xml", d));
-        let child = spawn(cmd, &log)?;
-        let mut server = ClickHouseServer { dir, port, child: Some(child) };
-        let client = clickhouse::Client::default().with_url(server.url()).with_validation(false);
+        cmd.arg(format!("--config-file={}/config.xml", self.dir.path().display()));
+        self.child = Some(spawn(cmd, &log)?);
+        let client = clickhouse::Client::default().with_url(self.url()).with_validation(false);
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         let start = Instant::now();
         while rt.block_on(client.query("SELECT 1").execute()).is_err() {
-            if let Some(status) = server.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
-                bail!("clickhouse-server exited ({status}):\n{}\n{}", log_tail(&log), log_tail(&server.dir.path().join("server.err.log")));
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                bail!("clickhouse-server exited ({status}):\n{}\n{}", log_tail(&log), log_tail(&self.dir.path().join("server.err.log")));
             }
             if start.elapsed() > READY_TIMEOUT {
                 bail!("clickhouse-server did not answer within {READY_TIMEOUT:?}:\n{}", log_tail(&log));
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        Ok(server)
+        Ok(())
     }
 
     /// The HTTP interface's URL.

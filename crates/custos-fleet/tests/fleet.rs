@@ -154,3 +154,51 @@ fn broker_outage_loses_nothing_silently_and_duplicates_nothing() {
     assert!(!after.is_empty() && after.iter().all(stored), "the last events, after the outage, arrived");
     eprintln!("{} events: {} stored, {} lost in the outage; took {:?}", ids.len(), count, lost, started.elapsed());
 }
+
+#[test]
+fn clickhouse_crash_mid_ingest_is_waited_out_and_stores_each_line_once() {
+    let started = Instant::now();
+    let topic = "custos-chcrash";
+    let (broker, mut ch) = servers(2, topic);
+    let (stream, ids, _) = stream();
+    let send = |host: &str| {
+        let (sink, mut w) = sink(KafkaOptions::new(&broker.bootstrap(), topic, host));
+        w.write_all(&stream).unwrap();
+        drop(w);
+        assert_eq!(sink.finish().unwrap().dropped_lines, 0);
+    };
+    send(HOST);
+
+    let mut opts = IngestOptions::new(&broker.bootstrap(), topic, &ch.url());
+    opts.batch_lines = 2_000;
+    opts.batch_wait = Duration::from_millis(200);
+    let ingester = Ingester::connect(opts).unwrap();
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    let running = std::thread::spawn(move || ingester.run(&s));
+    let count = |ch: &ClickHouseServer| -> Option<(u64, u64)> {
+        let client = clickhouse::Client::default().with_url(ch.url()).with_validation(false);
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(client.query("SELECT count(), uniqExact(host, boot, id) FROM custos.events").fetch_one()).ok()
+    };
+    let wait_for = |ch: &ClickHouseServer, n: u64| {
+        let t = Instant::now();
+        while count(ch).is_none_or(|c| c.0 < n) && t.elapsed() < Duration::from_secs(60) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    wait_for(&ch, ids.len() as u64);
+
+    // ClickHouse crashes; a second host's stream comes meanwhile.
+    ch.kill();
+    send("test-host-2");
+    std::thread::sleep(Duration::from_secs(1));
+    ch.restart().unwrap();
+    wait_for(&ch, 2 * ids.len() as u64);
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let got = running.join().unwrap().unwrap();
+    assert!(got.retries > 0, "the crash failed an insert, which was tried again: {got:?}");
+    let (count, unique) = count(&ch).unwrap();
+    assert_eq!((count, unique), (2 * ids.len() as u64, 2 * ids.len() as u64), "{got:?}");
+    eprintln!("{} events from two hosts, {} inserts tried again; took {:?}", count, got.retries, started.elapsed());
+}
