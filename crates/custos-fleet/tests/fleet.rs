@@ -62,32 +62,50 @@ fn stream_through_kafka_arrives_in_clickhouse_complete_and_once() {
     let (broker, ch) = servers(3, topic);
     let (stream, ids, losses) = stream();
 
-    let (sink, mut w) = sink(KafkaOptions::new(&broker.bootstrap(), topic, HOST));
+    let (synthetic, mut w) = sink(KafkaOptions::new(&broker.bootstrap(), topic, HOST));
     // Writes cut across lines, as the collector's output thread does.
     for chunk in stream.chunks(64 << 10) {
         w.write_all(chunk).unwrap();
     }
     drop(w);
-    let sent = sink.finish().unwrap();
+    let sent = synthetic.finish().unwrap();
     let lines = stream.iter().filter(|&&b| b == b'\n').count() as u64;
     assert_eq!((sent.sent, sent.delivered, sent.dropped_lines), (lines, lines, 0), "{sent:?}");
 
+    // And a stream the collector recorded (a gcc build; one stats line, no boot line) from a second host.
+    let recorded = std::io::read_to_string(
+        custos_store::archive::open_input(std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../custos-store/tests/data/collector-gcc-build.jsonl.zst"))).unwrap(),
+    )
+    .unwrap();
+    let recorded_events = recorded.lines().filter(|l| matches!(parse_line(l), Ok(Record::Event(..)))).count() as u64;
+    let (sink2, mut w) = sink(KafkaOptions::new(&broker.bootstrap(), topic, "recorded-host"));
+    w.write_all(recorded.as_bytes()).unwrap();
+    drop(w);
+    assert_eq!(sink2.finish().unwrap().delivered, recorded.lines().count() as u64);
+
     let first = ingest(&broker, &ch, topic, "g1");
-    assert_eq!(first.events, ids.len() as u64, "{first:?}");
+    assert_eq!(first.events, ids.len() as u64 + recorded_events, "{first:?}");
     assert_eq!(first.losses, losses);
-    assert_eq!(first.events + first.losses + first.records, lines);
-    let got: Vec<u64> = query(&ch, "SELECT id FROM events ORDER BY id");
+    assert_eq!(first.events + first.losses + first.records, lines + recorded.lines().count() as u64);
+    let got: Vec<u64> = query(&ch, &format!("SELECT id FROM events WHERE host = '{HOST}' ORDER BY id"));
     assert_eq!(got, ids, "the events in ClickHouse are the stream's");
-    let (count, unique, host) = query::<(u64, u64, String)>(&ch, "SELECT count(), uniqExact(host, boot, id), any(host) FROM events").remove(0);
-    assert_eq!((count, unique, host.as_str()), (ids.len() as u64, ids.len() as u64, HOST));
+    let (count, unique, boot) =
+        query::<(u64, u64, String)>(&ch, &format!("SELECT count(), uniqExact(host, boot, id), any(boot) FROM events WHERE host = '{HOST}'")).remove(0);
+    assert_eq!((count, unique, boot.as_str()), (ids.len() as u64, ids.len() as u64, custos_store::synth::SYNTH_BOOT));
+    let (count, unique, stats) = query::<(u64, u64, u64)>(
+        &ch,
+        "SELECT count(), uniqExact(host, boot, id), (SELECT count() FROM records WHERE host = 'recorded-host' AND type = 'stats') FROM events WHERE host = 'recorded-host'",
+    )
+    .remove(0);
+    assert_eq!((count, unique, stats), (recorded_events, recorded_events, 1));
 
     // A new group reads the topic from the start: every line is re-delivered,
     // and ClickHouse's marks skip them all.
     let again = ingest(&broker, &ch, topic, "g2");
-    assert_eq!((again.events, again.losses, again.records, again.redelivered), (0, 0, 0, lines), "{again:?}");
+    assert_eq!((again.events, again.losses, again.records, again.redelivered), (0, 0, 0, lines + recorded.lines().count() as u64), "{again:?}");
     let count: u64 = query(&ch, "SELECT count() FROM events")[0];
-    assert_eq!(count, ids.len() as u64);
-    eprintln!("{} lines, {} events; took {:?}", lines, ids.len(), started.elapsed());
+    assert_eq!(count, ids.len() as u64 + recorded_events);
+    eprintln!("{} lines, {} events (and {recorded_events} recorded ones); took {:?}", lines, ids.len(), started.elapsed());
 }
 
 #[test]
