@@ -206,6 +206,21 @@ impl Ingester {
         for sql in schema::create_statements(&opts.database) {
             rt.block_on(client.query(&sql).execute()).with_context(|| format!("creating the schema in ClickHouse at {}", opts.clickhouse))?;
         }
+        // A table made by someone else (or another version) under our name:
+        // say so now, rather than fail every insert.
+        for table in schema::TABLES {
+            let have: Vec<String> = rt
+                .block_on(client.query("SELECT name FROM system.columns WHERE database = ? AND table = ?").bind(&opts.database).bind(table).fetch_all())
+                .context("reading the tables' columns from ClickHouse")?;
+            let lacks: Vec<String> = schema::columns(table).into_iter().filter(|c| !have.contains(c)).collect();
+            if !lacks.is_empty() {
+                bail!(
+                    "table {}.{table} is not the fleet's (docs/fleet.md): it lacks column(s) {}; drop it or give another --clickhouse-db",
+                    opts.database,
+                    lacks.join(", ")
+                );
+            }
+        }
         let client = client.with_database(&opts.database);
         let consumer: BaseConsumer<Rebalanced> = ClientConfig::new()
             .set("bootstrap.servers", &opts.brokers)
@@ -303,14 +318,15 @@ impl Ingester {
     /// The high-water mark of `table` for `partition`, read once per
     /// assignment; asked again while ClickHouse does not answer (until `stop`).
     fn mark(&mut self, table: &'static str, partition: i32, stop: &AtomicBool) -> Result<i64> {
-        let mut delay = Duration::from_millis(200);
+        let (mut delay, mut attempt) = (Duration::from_millis(200), 0);
         while !self.marks.contains_key(table) {
             let sql = format!("SELECT kafka_partition, max(kafka_offset) FROM {table} WHERE kafka_topic = ? GROUP BY kafka_partition");
             match self.rt.block_on(self.client.query(&sql).bind(&self.opts.topic).fetch_all::<(i32, i64)>()) {
                 Ok(rows) => {
                     self.marks.insert(table, rows.into_iter().collect());
                 }
-                Err(e) if !stop.load(Ordering::Relaxed) => {
+                Err(e) if !stop.load(Ordering::Relaxed) && worth_retrying(&e, attempt) => {
+                    attempt += 1;
                     log::warn!("fleet ingest: reading where table {table} stands in ClickHouse: {e}; trying again in {delay:?}");
                     std::thread::sleep(delay);
                     delay = (delay * 2).min(Duration::from_secs(10));
@@ -424,14 +440,15 @@ impl Ingester {
     where
         R: clickhouse::RowOwned + clickhouse::RowWrite + Offsets,
     {
-        let mut delay = Duration::from_millis(200);
+        let (mut delay, mut attempt) = (Duration::from_millis(200), 0);
         loop {
             if rows.is_empty() {
                 return Ok(());
             }
             match self.rt.block_on(insert_rows(&self.client, table, &rows)) {
                 Ok(()) => break,
-                Err(e) if !stop.load(Ordering::Relaxed) => {
+                Err(e) if !stop.load(Ordering::Relaxed) && worth_retrying(&e, attempt) => {
+                    attempt += 1;
                     log::warn!("fleet ingest: inserting {} rows into {table}: {e:#}; trying again in {delay:?}", rows.len());
                     self.summary.retries += 1;
                     std::thread::sleep(delay);
@@ -441,9 +458,10 @@ impl Ingester {
                     self.marks.remove(table);
                     let mut kept = Vec::with_capacity(rows.len());
                     for r in rows {
-                        match self.mark(table, r.partition(), stop) {
-                            Ok(m) if r.offset() <= m => self.summary.redelivered += 1,
-                            _ => kept.push(r),
+                        if r.offset() <= self.mark(table, r.partition(), stop)? {
+                            self.summary.redelivered += 1;
+                        } else {
+                            kept.push(r);
                         }
                     }
                     rows = kept;
@@ -451,10 +469,12 @@ impl Ingester {
                 Err(e) => return Err(e).with_context(|| format!("inserting into {table}")),
             }
         }
-        let marks = self.marks.entry(table).or_default();
-        for r in &rows {
-            let m = marks.entry(r.partition()).or_insert(-1);
-            *m = (*m).max(r.offset());
+        // (Marks not loaded are read from ClickHouse when next needed.)
+        if let Some(marks) = self.marks.get_mut(table) {
+            for r in &rows {
+                let m = marks.entry(r.partition()).or_insert(-1);
+                *m = (*m).max(r.offset());
+            }
         }
         let n = rows.len() as u64;
         match table {
@@ -468,6 +488,22 @@ impl Ingester {
         Ok(())
     }
 }
+
+/// Whether a failed request to ClickHouse is worth trying again: always
+/// when it did not answer (restarting, unreachable), a few times when it
+/// refused (too many parts, memory), never for a request it cannot take
+/// (a table of another schema, say): that is an error for the user.
+fn worth_retrying(e: &clickhouse::error::Error, attempt: u32) -> bool {
+    use clickhouse::error::Error;
+    match e {
+        Error::Network(_) | Error::TimedOut => true,
+        Error::BadResponse(_) => attempt < REFUSALS_RETRIED,
+        _ => false,
+    }
+}
+
+/// Refusals tried again (backing off from 0.2 s to 10 s: about 40 s in all).
+const REFUSALS_RETRIED: u32 = 8;
 
 /// Where a line was in Kafka.
 struct Place {
@@ -507,7 +543,7 @@ impl Offsets for LossRow {
     }
 }
 
-async fn insert_rows<R>(client: &clickhouse::Client, table: &str, rows: &[R]) -> Result<()>
+async fn insert_rows<R>(client: &clickhouse::Client, table: &str, rows: &[R]) -> clickhouse::error::Result<()>
 where
     R: clickhouse::RowOwned + clickhouse::RowWrite,
 {

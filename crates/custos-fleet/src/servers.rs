@@ -267,6 +267,13 @@ impl ClickHouseServer {
         format!("http://127.0.0.1:{}", self.port)
     }
 
+    /// Runs one statement that returns nothing (DDL, inserts by hand).
+    pub fn execute(&self, sql: &str) -> Result<()> {
+        let client = clickhouse::Client::default().with_url(self.url()).with_validation(false);
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        rt.block_on(client.query(sql).execute()).with_context(|| format!("ClickHouse: {sql}"))
+    }
+
     /// The server's data directory (for measuring what the tables take on disk).
     pub fn data_dir(&self) -> PathBuf {
         self.dir.path().join("data")

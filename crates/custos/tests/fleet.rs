@@ -10,15 +10,20 @@ use custos_store::synth::{self, SynthConfig};
 use std::io::Write;
 use std::process::Command;
 
-/// Runs `custos fleet ingest` until the topic is quiet; returns its report.
-fn ingest(broker: &KafkaBroker, ch: &ClickHouseServer, topic: &str, group: &str) -> String {
+/// Runs `custos fleet ingest` until the topic is quiet; returns whether it
+/// succeeded and its report.
+fn run_ingest(broker: &KafkaBroker, ch: &ClickHouseServer, topic: &str, group: &str, db: &str) -> (bool, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_custos"))
         .args(["fleet", "ingest", "--kafka", &broker.bootstrap(), "--topic", topic, "--clickhouse", &ch.url()])
-        .args(["--group", group, "--batch-secs", "0.3", "--stop-when-idle", "2"])
+        .args(["--group", group, "--clickhouse-db", db, "--batch-secs", "0.3", "--stop-when-idle", "2"])
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "fleet ingest failed: {stderr}");
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn ingest(broker: &KafkaBroker, ch: &ClickHouseServer, topic: &str, group: &str) -> String {
+    let (ok, stderr) = run_ingest(broker, ch, topic, group, "custos");
+    assert!(ok, "fleet ingest failed: {stderr}");
     stderr
 }
 
@@ -45,4 +50,10 @@ fn fleet_ingest_stores_the_topic_once() {
     let again = ingest(&broker, &ch, topic, "g2");
     let want = format!("0 events, 0 loss records (0 events lost), 0 other records, 0 malformed lines; {} re-delivered lines skipped", report.lines);
     assert!(again.contains(&want), "expected {want:?} in: {again}");
+
+    // A table of another schema where ours should be: refused at the start, saying why.
+    ch.execute("CREATE DATABASE other").unwrap();
+    ch.execute("CREATE TABLE other.events (host String, id UInt64) ENGINE = MergeTree ORDER BY id").unwrap();
+    let (ok, stderr) = run_ingest(&broker, &ch, topic, "g3", "other");
+    assert!(!ok && stderr.contains("table other.events is not the fleet's") && stderr.contains("kafka_topic"), "{stderr}");
 }
