@@ -183,6 +183,7 @@ pub struct Ingester {
     /// Per table, per partition: the highest offset the table holds (-1: none).
     marks: HashMap<&'static str, HashMap<i32, i64>>,
     summary: IngestSummary,
+    last_notice: Option<(String, Instant)>,
 }
 
 impl Ingester {
@@ -233,7 +234,7 @@ impl Ingester {
             .create_with_context(Rebalanced(AtomicBool::new(true)))
             .with_context(|| format!("connecting a Kafka consumer to {}", opts.brokers))?;
         consumer.subscribe(&[&opts.topic]).with_context(|| format!("subscribing to topic {}", opts.topic))?;
-        Ok(Ingester { opts, consumer, client, rt, marks: HashMap::new(), summary: IngestSummary::default() })
+        Ok(Ingester { opts, consumer, client, rt, marks: HashMap::new(), summary: IngestSummary::default(), last_notice: None })
     }
 
     /// Ingests until `stop` is set (or the stream is idle for `stop_when_idle`).
@@ -275,7 +276,7 @@ impl Ingester {
                 None => continue,
                 Some(Err(e)) => {
                     // The broker away: librdkafka reconnects; say so and go on.
-                    log::warn!("fleet ingest: kafka: {e}");
+                    self.notice(format!("kafka: {e}"));
                     continue;
                 }
                 Some(Ok(m)) => m,
@@ -315,6 +316,16 @@ impl Ingester {
         Ok(batch)
     }
 
+    /// Says `what` on stderr, unless it said the same in the last 10 s (a
+    /// broker away repeats itself at every poll).
+    fn notice(&mut self, what: String) {
+        if self.last_notice.as_ref().is_some_and(|(w, at)| *w == what && at.elapsed() < Duration::from_secs(10)) {
+            return;
+        }
+        eprintln!("custos fleet ingest: {what}");
+        self.last_notice = Some((what, Instant::now()));
+    }
+
     /// The high-water mark of `table` for `partition`, read once per
     /// assignment; asked again while ClickHouse does not answer (until `stop`).
     fn mark(&mut self, table: &'static str, partition: i32, stop: &AtomicBool) -> Result<i64> {
@@ -327,7 +338,7 @@ impl Ingester {
                 }
                 Err(e) if !stop.load(Ordering::Relaxed) && worth_retrying(&e, attempt) => {
                     attempt += 1;
-                    log::warn!("fleet ingest: reading where table {table} stands in ClickHouse: {e}; trying again in {delay:?}");
+                    eprintln!("custos fleet ingest: reading where table {table} stands in ClickHouse: {e}; trying again in {delay:?}");
                     std::thread::sleep(delay);
                     delay = (delay * 2).min(Duration::from_secs(10));
                 }
@@ -430,7 +441,7 @@ impl Ingester {
         }
         // A lost commit costs a re-read, not a duplicate: the marks filter it.
         if let Err(e) = self.consumer.commit(&tpl, CommitMode::Sync) {
-            log::warn!("fleet ingest: committing offsets to Kafka: {e} (the batch is stored; a re-delivery will be skipped)");
+            self.notice(format!("committing offsets to Kafka: {e} (the batch is stored; a re-delivery will be skipped)"));
         }
         self.summary.batches += 1;
         Ok(())
@@ -449,7 +460,7 @@ impl Ingester {
                 Ok(()) => break,
                 Err(e) if !stop.load(Ordering::Relaxed) && worth_retrying(&e, attempt) => {
                     attempt += 1;
-                    log::warn!("fleet ingest: inserting {} rows into {table}: {e:#}; trying again in {delay:?}", rows.len());
+                    eprintln!("custos fleet ingest: inserting {} rows into {table}: {e:#}; trying again in {delay:?}", rows.len());
                     self.summary.retries += 1;
                     std::thread::sleep(delay);
                     delay = (delay * 2).min(Duration::from_secs(10));

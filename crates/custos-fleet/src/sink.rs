@@ -317,7 +317,7 @@ impl KafkaTarget {
                 }
                 // One line refused (too large, say): dropped and counted like the rest.
                 Err((KafkaError::MessageProduction(code), _)) if code != RDKafkaErrorCode::Fatal => {
-                    log::warn!("kafka sink: a line was refused: {code}");
+                    eprintln!("custos collect: kafka: a line was refused ({code}): dropped, counted in-band");
                     return Ok(false);
                 }
                 Err((e, _)) => bail!("sending to Kafka topic {}: {e}", self.opts.topic),
@@ -336,7 +336,7 @@ impl KafkaTarget {
             self.summary.dropped_events += failed.events;
             self.pending.merge(&failed);
             if let Some(e) = self.producer.context().last_error.lock().unwrap().take() {
-                log::warn!("kafka sink: {} lines not delivered ({e})", failed.lines);
+                eprintln!("custos collect: kafka: {} lines not delivered ({e}): counted in-band", failed.lines);
             }
         }
     }
@@ -352,6 +352,9 @@ impl KafkaTarget {
             return Ok(false);
         }
         self.summary.loss_records += 1;
+        if self.outage {
+            eprintln!("custos collect: kafka: sending again; {} lines ({} events) were dropped, reported in-band", self.pending.lines, self.pending.events);
+        }
         self.pending = Dropped::default();
         Ok(true)
     }
@@ -363,7 +366,10 @@ impl KafkaTarget {
         self.summary.dropped_events += d.events;
         self.pending.merge(&d);
         if !self.outage {
-            log::warn!("kafka sink: the producer's buffer is full (broker {} away?): dropping lines, counted in-band", self.opts.brokers);
+            eprintln!(
+                "custos collect: kafka: nothing acknowledged and the buffer full (broker {} away?): dropping lines, counted in-band",
+                self.opts.brokers
+            );
         }
         self.outage = true;
     }
@@ -402,7 +408,7 @@ impl LineTarget for KafkaTarget {
         self.report_pending(self.opts.flush_timeout)?;
         let timeout = deadline.saturating_duration_since(Instant::now());
         if let Err(e) = self.producer.flush(timeout) {
-            log::warn!("kafka sink: the broker did not take everything within {timeout:?}: {e}");
+            eprintln!("custos collect: kafka: the broker did not take everything within {:?}: {e}", self.opts.flush_timeout);
         }
         // What is still buffered will not reach the broker: purge it, so the
         // delivery reports count it.
