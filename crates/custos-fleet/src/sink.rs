@@ -336,7 +336,7 @@ impl KafkaTarget {
             self.summary.dropped_events += failed.events;
             self.pending.merge(&failed);
             if let Some(e) = self.producer.context().last_error.lock().unwrap().take() {
-                eprintln!("custos collect: kafka: {} lines not delivered ({e}): counted in-band", failed.lines);
+                eprintln!("custos collect: kafka: {} lines not delivered ({e}): counted", failed.lines);
             }
         }
     }

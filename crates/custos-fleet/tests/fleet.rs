@@ -220,3 +220,33 @@ fn clickhouse_crash_mid_ingest_is_waited_out_and_stores_each_line_once() {
     assert_eq!((count, unique), (2 * ids.len() as u64, 2 * ids.len() as u64), "{got:?}");
     eprintln!("{} events from two hosts, {} inserts tried again; took {:?}", count, got.retries, started.elapsed());
 }
+
+#[test]
+fn broker_gone_at_the_end_every_line_is_delivered_or_counted() {
+    let topic = "custos-gone";
+    let mut broker = KafkaBroker::start(1).unwrap();
+    broker.create_topic(topic, 1).unwrap();
+    let (stream, _, _) = stream();
+    let lines: Vec<&[u8]> = stream.split_inclusive(|&b| b == b'\n').collect();
+    let mut opts = KafkaOptions::new(&broker.bootstrap(), topic, HOST);
+    opts.buffer_messages = 2_000;
+    opts.flush_timeout = Duration::from_secs(2);
+    let (sink, mut w) = sink(opts);
+    let half = lines.len() / 2;
+    for l in &lines[..half] {
+        w.write_all(l).unwrap();
+    }
+    while sink.lines_done.load(std::sync::atomic::Ordering::Relaxed) < half as u64 {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    broker.kill();
+    for l in &lines[half..] {
+        w.write_all(l).unwrap();
+    }
+    drop(w);
+    let sent = sink.finish().unwrap();
+    // Nothing in-band could say what was lost: all of it is in the summary.
+    assert_eq!(sent.delivered + sent.dropped_lines, lines.len() as u64, "{sent:?}");
+    assert_eq!((sent.unreported_lines, sent.unreported_events), (sent.dropped_lines, sent.dropped_events), "{sent:?}");
+    assert!(sent.dropped_lines >= (lines.len() - half) as u64, "{sent:?}");
+}
