@@ -118,6 +118,16 @@ fn bpf_lsm_enabled() -> std::result::Result<(), String> {
     }
 }
 
+/// The host's root directory as the kernel numbers it (device as `s_dev`,
+/// MAJOR << 20 | MINOR): init's, so that a collector in a container of its
+/// own (with the host's pid namespace) still tells the host's files apart.
+fn host_root() -> Result<(u32, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata("/proc/1/root/").or_else(|_| std::fs::metadata("/")).context("reading the host's root directory")?;
+    let (major, minor) = (libc::major(m.dev()), libc::minor(m.dev()));
+    Ok((major << 20 | minor, m.ino()))
+}
+
 fn check_ring_kb(name: &str, kb: u32) -> Result<u32> {
     let bytes = (kb as u64) * 1024;
     let page = 4096u64;
@@ -179,6 +189,7 @@ fn open_and_load<'obj>(
     rodata.collector_tgid = std::process::id();
     rodata.availability_sample_every = 64;
     rodata.features_only = opts.features_only;
+    (rodata.host_root_dev, rodata.host_root_ino) = host_root()?;
     let p = &mut open.progs;
     for prog in [&mut p.custos_fork_0, &mut p.custos_fork_1, &mut p.custos_fork_2] {
         prog.set_autoload(fork);

@@ -88,8 +88,14 @@ struct Attrs {
     file_path: Option<String>,
     argv: Option<Vec<String>>,
     addr: Option<String>,
+    /// The task's root (dev, inode) when it is not the host's.
+    root: Option<Root>,
     truncated: Vec<&'static str>,
 }
+
+/// A root directory other than the host's, as (device, inode): the paths of
+/// an event are relative to it.
+type Root = (u32, u64);
 
 pub struct Consumer<W: Write> {
     out: W,
@@ -101,9 +107,10 @@ pub struct Consumer<W: Write> {
     merge: Merge,
     /// Bytes of the lines in the CPUs' `ahead` (they count in the reorder bound).
     ahead_bytes: usize,
-    /// (dev, inode) -> path, so later reads/writes of a file carry its path
-    /// although only the first one walks it in the kernel.
-    file_paths: HashMap<(u32, u64), Rc<str>>,
+    /// (dev, inode) -> path (and the root it is relative to, when not the
+    /// host's), so later reads/writes of a file carry its path although only
+    /// the first one walks it in the kernel.
+    file_paths: HashMap<(u32, u64), (Rc<str>, Option<Root>)>,
     /// The container of each event's cgroup (None: attribution off).
     pub containers: Option<crate::containers::Containers>,
     pub counters: ConsumerCounters,
@@ -525,14 +532,15 @@ impl<W: Write> Consumer<W> {
         // name their file only through this map.
         let file_path: Option<Rc<str>> = a.file_path.map(Rc::from);
         let mut path = file_path.clone().or_else(|| join_base(a.path.as_deref(), a.path_base.as_deref()).map(Rc::from));
+        let mut root = a.root;
         if let (Some(key), Some(p)) = (file, file_path) {
             if self.file_paths.len() > 1 << 20 {
                 self.file_paths.clear();
             }
-            self.file_paths.insert(key, p);
+            self.file_paths.insert(key, (p, root));
         } else if path.is_none() {
-            if let Some(key) = file {
-                path = self.file_paths.get(&key).cloned();
+            if let Some((p, r)) = file.and_then(|key| self.file_paths.get(&key)) {
+                (path, root) = (Some(p.clone()), *r);
             }
         }
         // Pipes and sockets have no place in the tree: name them as the
@@ -620,8 +628,13 @@ impl<W: Write> Consumer<W> {
         if let Some(p) = &path {
             j.str("path", p.as_bytes());
         }
-        if let Some(p) = join_base(a.path2.as_deref(), a.path2_base.as_deref()) {
+        let path2 = join_base(a.path2.as_deref(), a.path2_base.as_deref());
+        if let Some(p) = &path2 {
             j.str("path2", p.as_bytes());
+        }
+        if let Some((dev, ino)) = root.filter(|_| path.is_some() || path2.is_some()) {
+            j.u64("root_dev", dev as u64);
+            j.u64("root_inode", ino);
         }
         if let Some(argv) = &a.argv {
             j.key("argv");
@@ -894,6 +907,13 @@ fn parse_attrs(raw: &[u8]) -> Attrs {
             ATTR_ADDR => {
                 a.addr = decode_sockaddr(data);
                 "addr"
+            }
+            ATTR_ROOT => {
+                if data.len() == 12 {
+                    let dev = u32::from_ne_bytes(data[..4].try_into().unwrap());
+                    a.root = Some((dev, u64::from_ne_bytes(data[4..].try_into().unwrap())));
+                }
+                "root"
             }
             _ => continue,
         };

@@ -42,6 +42,7 @@ pub const ATTR_PATH2_BASE: u8 = 4;
 pub const ATTR_FILE_PATH: u8 = 5;
 pub const ATTR_ARGV: u8 = 6;
 pub const ATTR_ADDR: u8 = 7;
+pub const ATTR_ROOT: u8 = 8;
 pub const ATTR_TRUNCATED: u8 = 1;
 
 /// include/custos/provenance_features.h

@@ -422,6 +422,14 @@ pub(crate) fn fast_line(text: &str) -> Option<Line<'_>> {
                     l.workflow_running = c.opt(Cur::bool)?;
                     33
                 }
+                "root_dev" => {
+                    l.root_dev = c.opt(Cur::u64)?;
+                    34
+                }
+                "root_inode" => {
+                    l.root_inode = c.opt(Cur::u64)?;
+                    35
+                }
                 // A nested object the graph reads: serde parses those lines.
                 "container" => return None,
                 _ => {

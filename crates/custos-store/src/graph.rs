@@ -67,6 +67,26 @@ struct ExecAttrs<'a> {
 fn container_id(ev: &Event) -> Option<&str> {
     ev.container.as_deref().map(|c| c.id.as_str())
 }
+
+/// The name of the file at `path` as `ev`'s process sees it. Paths are
+/// relative to the process's root: under the host's, the path is the name;
+/// under another (a container's, a chroot) the name says which root, so a
+/// container's /etc/hostname is not taken for the host's
+/// (docs/containers.md): `ctr:ID:/etc/hostname` in a container,
+/// `root:MAJOR:MINOR:INODE:/etc/passwd` in a chroot.
+pub fn file_name(ev: &Event, path: &str) -> String {
+    match (ev.root, container_id(ev)) {
+        (None, _) => path.to_string(),
+        (Some(_), Some(c)) => format!("ctr:{c}:{path}"),
+        (Some((dev, ino)), None) => format!("root:{}:{}:{ino}:{path}", dev >> 20, dev & 0xfffff),
+    }
+}
+
+/// The key of the file at `path` as `ev`'s process sees it.
+fn file_key(ev: &Event, path: &str) -> ObjKey {
+    ObjKey::new(NodeKind::File, 0, file_name(ev, path))
+}
+
 fn attrs_json(a: &impl Serialize) -> String {
     serde_json::to_string(a).expect("attributes serialize")
 }
@@ -496,7 +516,7 @@ impl Graph {
                 return Ok(Some(ObjKey::new(NodeKind::Pipe, boot, p.as_str())));
             }
             if !p.starts_with("socket:[") && !p.starts_with("anon_inode:") && p != "/" {
-                return Ok(Some(ObjKey::new(NodeKind::File, 0, p.as_str())));
+                return Ok(Some(file_key(ev, p)));
             }
         }
         if let Some(a) = &ev.addr {
@@ -593,7 +613,7 @@ impl Graph {
                     let key = if p.starts_with("pipe:[") {
                         ObjKey::new(NodeKind::Pipe, boot, p.as_str())
                     } else {
-                        ObjKey::new(NodeKind::File, 0, p.as_str())
+                        file_key(ev, p)
                     };
                     self.bind_fd(db, boot, ev, fd, key)?
                 }
@@ -626,7 +646,7 @@ impl Graph {
                 match (is_dup, old, new) {
                     // The collector names the duplicated file: trust it over our table.
                     (true, _, Some(new)) if real_path.is_some() => {
-                        let key = ObjKey::new(NodeKind::File, 0, real_path.unwrap_or_default());
+                        let key = file_key(ev, real_path.unwrap_or_default());
                         self.bind_fd(db, boot, ev, new, key)?
                     }
                     (true, Some(old), Some(new)) => {
@@ -710,7 +730,7 @@ impl Graph {
             }
             "unlink" | "unlinkat" | "rmdir" => match &ev.path {
                 Some(p) => {
-                    let key = ObjKey::new(NodeKind::File, 0, p.as_str());
+                    let key = file_key(ev, p);
                     if let Some(mut h) = self.head(db, &key)? {
                         h.deleted = true;
                         self.set_head(&key, h);
@@ -720,8 +740,7 @@ impl Graph {
             },
             "rename" | "renameat" | "renameat2" | "link" | "linkat" => match (&ev.path, &ev.path2) {
                 (Some(src), Some(dst)) => {
-                    let skey = ObjKey::new(NodeKind::File, 0, src.as_str());
-                    let dkey = ObjKey::new(NodeKind::File, 0, dst.as_str());
+                    let (skey, dkey) = (file_key(ev, src), file_key(ev, dst));
                     let s = self.obj_cause(db, &skey, boot, ev)?;
                     if let Some(d) = self.write(db, boot, ev, &dkey, true, false)? {
                         self.edge(db, d, s, EdgeKind::WasDerivedFrom, boot, ev)?;
@@ -806,7 +825,7 @@ impl Graph {
         let mut causes = Set::with_hasher(self.hasher.clone());
         causes.insert(old);
         if let Some(path) = &ev.path {
-            let exe = self.obj_cause(db, &ObjKey::new(NodeKind::File, 0, path.as_str()), boot, ev)?;
+            let exe = self.obj_cause(db, &file_key(ev, path), boot, ev)?;
             self.edge(db, node, exe, EdgeKind::Used, boot, ev)?;
             causes.insert(exe);
         }

@@ -297,7 +297,7 @@ fn ids_of(rows: &[NodeRow]) -> Vec<i64> {
     rows.iter().map(|r| r.node).collect()
 }
 
-const SPEC_HELP: &str = "give a node id (42 or n42), a path (/etc/passwd, /tmp/x@v2 for one version), pid:N, sock:ADDR, pipe:[INODE] or uid:N";
+const SPEC_HELP: &str = "give a node id (42 or n42), a path (/etc/passwd, /tmp/x@v2 for one version; CONTAINER:/etc/hostname in a container), pid:N, sock:ADDR, pipe:[INODE] or uid:N";
 
 /// Resolves a user's name for something to node ids.
 /// `latest`: for a path or socket, only its newest version (what "this file" means now).
@@ -359,7 +359,10 @@ pub fn resolve(conn: &Connection, spec: &str, latest: bool) -> Result<Vec<i64>> 
         } else {
             (spec, NodeKind::File, None)
         };
-        let mut rows = named(conn, kind, name)?;
+        let mut rows = Vec::new();
+        for name in file_names(conn, kind, name)? {
+            rows.extend(named(conn, kind, &name)?);
+        }
         rows.sort_by_key(|r| (r.version, r.node));
         let all = ids_of(&rows);
         match version {
@@ -372,6 +375,19 @@ pub fn resolve(conn: &Connection, spec: &str, latest: bool) -> Result<Vec<i64>> 
         bail!("nothing in the store matches {spec:?}; {SPEC_HELP}");
     }
     Ok(found)
+}
+
+/// The stored names a user's name for a file stands for: a path is the
+/// host's file; `CONTAINER:/path` (a container's name, id or id prefix) is
+/// that file in the container, as the store names it (graph::file_name).
+fn file_names(conn: &Connection, kind: NodeKind, name: &str) -> Result<Vec<String>> {
+    let qualified = (kind == NodeKind::File && !name.starts_with('/')).then(|| name.split_once(":/")).flatten();
+    let Some((root, path)) = qualified else { return Ok(vec![name.to_string()]) };
+    if root.starts_with("ctr:") || root.starts_with("root:") {
+        return Ok(vec![name.to_string()]);
+    }
+    let ids = containers_named(conn, root).with_context(|| format!("{name:?} names a file in container {root:?}"))?;
+    Ok(ids.iter().map(|id| format!("ctr:{id}:/{path}")).collect())
 }
 
 /// Process nodes for `touched-by`: every version of every matching execution.
@@ -745,9 +761,9 @@ pub fn containers_named(conn: &Connection, spec: &str) -> Result<Vec<String>> {
         let mut st = conn.prepare_cached("SELECT COALESCE(name, substr(id, 1, 12)) FROM containers ORDER BY 1 LIMIT 10")?;
         let known: Vec<String> = st.query_map([], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?;
         if known.is_empty() {
-            bail!("--container {spec}: the store has no containers (no event came from one)");
+            bail!("container {spec}: the store has no containers (no event came from one)");
         }
-        bail!("--container {spec}: no such container; the store has {}", known.join(", "));
+        bail!("container {spec}: no such container; the store has {}", known.join(", "));
     }
     Ok(ids)
 }

@@ -711,6 +711,42 @@ fn a_container_is_kept_found_by_name_and_narrows_an_answer() {
     assert!(a.query.contains("(container web: 1 of its processes)"), "{}", a.query);
 }
 
+/// A path is relative to its process's root (docs/containers.md): the
+/// container's /etc/hostname and a chroot's are files of their own, found
+/// by `NAME:/path` and by the stored name, and never the host's.
+#[test]
+fn the_same_path_under_another_root_is_another_file() {
+    let (_d, p) = db();
+    let id = "cd".repeat(32);
+    let ctr = json!({"id": id, "runtime": "podman", "name": "web"});
+    let mut s = Stream::new();
+    s.exec(10, "/usr/bin/cat");
+    s.read(10, "/etc/hostname");
+    s.ev(11, "cat", "execve", json!({"ret": 0, "path": "/bin/cat", "argv": ["cat"], "container": ctr, "root_dev": 47, "root_inode": 256}));
+    s.ev(11, "cat", "read", json!({"ret": 7, "fd": 3, "path": "/etc/hostname", "container": ctr, "root_dev": 47, "root_inode": 256}));
+    s.ev(12, "busybox", "execve", json!({"ret": 0, "path": "/bin/busybox", "argv": ["busybox"], "root_dev": (8 << 20) | 1, "root_inode": 99}));
+    s.ev(12, "busybox", "read", json!({"ret": 7, "fd": 3, "path": "/etc/hostname", "root_dev": (8 << 20) | 1, "root_inode": 99}));
+    assert_eq!(s.ingest(&p).malformed, 0);
+    let conn = crate::schema::open_ro(&p).unwrap();
+    let readers = |spec: &str| -> Vec<Option<i64>> {
+        let a = who_touched(&conn, spec, Window::default()).unwrap();
+        let mut pids: Vec<Option<i64>> = a.nodes.iter().filter(|n| n.node_kind() == NodeKind::Process).map(|n| n.pid).collect();
+        pids.sort();
+        pids.dedup();
+        pids
+    };
+    assert_eq!(readers("/etc/hostname"), [Some(10)], "the host's file, read by the host's cat alone");
+    assert_eq!(readers("web:/etc/hostname"), [Some(11)]);
+    assert_eq!(readers(&format!("{}:/etc/hostname", &id[..12])), [Some(11)]);
+    assert_eq!(readers(&format!("ctr:{id}:/etc/hostname")), [Some(11)]);
+    assert_eq!(readers("root:8:1:99:/etc/hostname"), [Some(12)]);
+    // The binaries too: the container's /bin/cat is not the host's.
+    assert!(resolve(&conn, &format!("ctr:{id}:/bin/cat"), false).is_ok());
+    assert!(resolve(&conn, "/bin/cat", false).is_err());
+    let err = resolve(&conn, "db:/etc/hostname", false).unwrap_err();
+    assert!(format!("{err:#}").contains("no such container"), "{err:#}");
+}
+
 /// Workflows (docs/workflows.md): a shell's child starts a session, runs a
 /// chain and forks a helper; the store lists the chain in order across
 /// batches, with the fork that caused it, and finds it by any of its events

@@ -52,6 +52,8 @@ struct Line<'a> {
     incomplete: Option<Lenient<bool>>,
     dev: Option<u64>,
     inode: Option<u64>,
+    root_dev: Option<u64>,
+    root_inode: Option<u64>,
     first_seq: Option<u64>,
     last_seq: Option<u64>,
     #[serde(borrow)]
@@ -342,6 +344,9 @@ pub struct Event {
     /// Device and inode of the event's file, when the collector resolved them.
     pub dev: Option<u64>,
     pub inode: Option<u64>,
+    /// The root directory the paths are relative to, as (device, inode),
+    /// when it is not the host's (a container's, a chroot): None is the host's.
+    pub root: Option<(u64, u64)>,
     /// The container the process runs in, if any.
     pub container: Option<Box<ContainerRef>>,
     /// The workflow (docs/workflows.md): the id of the event that started it.
@@ -450,6 +455,7 @@ pub fn parse_line(text: &str) -> Result<Record<'_>, String> {
                     incomplete: l.incomplete.and_then(|v| v.0).unwrap_or(false),
                     dev: l.dev,
                     inode: l.inode,
+                    root: l.root_dev.zip(l.root_inode),
                     container: l.container,
                     workflow: l.workflow,
                     workflow_start: match (l.workflow, l.workflow_parent, l.workflow_cause, l.workflow_running) {

@@ -228,8 +228,10 @@ fn events_in_a_podman_container_carry_the_container() {
         .map(String::from),
     );
     let db = d.join("store.db");
+    // The host reads its own /etc/hostname first: the same path, another file.
     let run = Command::new(env!("CARGO_BIN_EXE_custos"))
         .args(["collect", "-o", out.to_str().unwrap(), "--db", db.to_str().unwrap(), "--stats-interval", "0", "--no-seal", "--"])
+        .args(["sh", "-c", "cat /etc/hostname >/dev/null && exec \"$@\"", "sh"])
         .args(&podman)
         .output()
         .unwrap();
@@ -242,14 +244,24 @@ fn events_in_a_podman_container_carry_the_container() {
     let lines: Vec<serde_json::Value> =
         std::fs::read_to_string(&out).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let events = || lines.iter().filter(|e| e["type"] == "event");
+    let host_mnt_ns = std::fs::metadata("/proc/self/ns/mnt").map(|m| std::os::unix::fs::MetadataExt::ino(&m)).unwrap();
 
     let reads: Vec<&serde_json::Value> =
-        events().filter(|e| e["syscall"] == "openat" && e["path"] == "/etc/hostname" && e["comm"] == "cat").collect();
+        events().filter(|e| e["syscall"] == "openat" && e["path"] == "/etc/hostname" && e["comm"] == "cat" && e["mnt_ns"] != host_mnt_ns).collect();
     assert_eq!(reads.len(), 2, "the container's two opens of /etc/hostname: {reads:?}");
+    // Relative to the container's root, which the events name: not the host's.
+    use std::os::unix::fs::MetadataExt;
+    let host_root = std::fs::metadata("/").unwrap();
     for r in &reads {
         assert_eq!(r["container"]["id"], cid.as_str(), "{r}");
         assert_eq!(r["container"]["runtime"], "podman", "{r}");
+        let (dev, ino) = (r["root_dev"].as_u64().expect("root_dev"), r["root_inode"].as_u64().expect("root_inode"));
+        assert_ne!((dev >> 20, dev & 0xfffff, ino), (libc_major(host_root.dev()), libc_minor(host_root.dev()), host_root.ino()), "{r}");
     }
+    let host_read = events()
+        .find(|e| e["syscall"] == "openat" && e["path"] == "/etc/hostname" && e["comm"] == "cat" && e.get("container").is_none())
+        .expect("the host's read of its /etc/hostname");
+    assert!(host_read.get("root_dev").is_none() && host_read.get("root_inode").is_none(), "{host_read}");
     // Named from the first: the watch of the cgroup tree read podman's own
     // files when the container's cgroup was made, before its first process ran.
     for r in &reads {
@@ -262,19 +274,103 @@ fn events_in_a_podman_container_carry_the_container() {
     assert!(host > 0, "podman's own events were recorded");
     assert!(events().filter(|e| e["comm"] == "podman").all(|e| e.get("container").is_none()), "podman runs on the host");
 
-    // The store knows the container by name, and narrows an answer to it:
-    // of everything that read /etc/hostname, the container's cat.
-    let q = Command::new(env!("CARGO_BIN_EXE_custos"))
-        .args(["query", "--db", db.to_str().unwrap(), "--json", "--container", &name, "who-touched", "/etc/hostname"])
+    // The store keeps the two files apart: the host's /etc/hostname was
+    // read by the host's cat alone, the container's (NAME:/etc/hostname)
+    // by the container's cat alone; and it narrows an answer to a container.
+    let who_touched = |args: &[&str]| -> serde_json::Value {
+        let q = Command::new(env!("CARGO_BIN_EXE_custos"))
+            .args(["query", "--db", db.to_str().unwrap(), "--json"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(q.status.success(), "{}", text(&q.stderr));
+        serde_json::from_slice(&q.stdout).unwrap()
+    };
+    let readers = |a: &serde_json::Value| -> Vec<Option<String>> {
+        let procs = a["nodes"].as_array().unwrap().iter().filter(|n| n["kind"] == "process" && n["attrs"]["argv"][0] == "cat");
+        procs.map(|n| n["attrs"]["container"].as_str().map(String::from)).collect()
+    };
+    let host = who_touched(&["who-touched", "/etc/hostname"]);
+    assert!(!readers(&host).is_empty() && readers(&host).iter().all(Option::is_none), "only the host's cat: {host}");
+    let inside = who_touched(&["who-touched", &format!("{name}:/etc/hostname")]);
+    assert!(!readers(&inside).is_empty() && readers(&inside).iter().all(|c| c.as_deref() == Some(cid.as_str())), "only the container's cat: {inside}");
+    let by_id = who_touched(&["who-touched", &format!("{}:/etc/hostname", &cid[..12])]);
+    assert_eq!(inside["nodes"], by_id["nodes"], "a name or an id prefix");
+    let a = who_touched(&["--container", &name, "who-touched", &format!("{name}:/etc/hostname")]);
+    assert_eq!(a["containers"][&cid], name.as_str(), "{a}");
+    assert!(!a["rows"].as_array().unwrap().is_empty(), "{a}");
+}
+
+/// Paths are relative to their process's root (docs/containers.md): a
+/// chrooted process's /etc/hostname is the file under its root, which its
+/// events name, whether it opened it by an absolute path or relative to its
+/// working directory; the host's processes name no root, and the store
+/// keeps the two files apart.
+#[test]
+fn a_chrooted_process_names_its_root_and_its_files_stay_apart() {
+    use std::os::unix::fs::MetadataExt;
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().canonicalize().unwrap();
+    let jail = d.join("jail");
+    std::fs::create_dir_all(jail.join("bin")).unwrap();
+    std::fs::create_dir_all(jail.join("etc")).unwrap();
+    std::fs::copy("/bin/busybox", jail.join("bin/busybox")).expect("Debian's busybox-static (scripts/deps.sh installs it)");
+    std::fs::write(jail.join("etc/hostname"), "jailed\n").unwrap();
+    let out = d.join("events.jsonl");
+    let db = d.join("store.db");
+    let j = jail.display();
+    let script = format!(
+        "cat /etc/hostname >/dev/null; chroot {j} /bin/busybox cat /etc/hostname >/dev/null; \
+         chroot {j} /bin/busybox sh -c 'cd /etc && /bin/busybox cat hostname' >/dev/null"
+    );
+    let run = Command::new(env!("CARGO_BIN_EXE_custos"))
+        .args(["collect", "--no-seal", "--stats-interval", "0", "-o", out.to_str().unwrap(), "--db", db.to_str().unwrap(), "--"])
+        .args(["sh", "-c", &script])
         .output()
         .unwrap();
-    assert!(q.status.success(), "{}", text(&q.stderr));
-    let a: serde_json::Value = serde_json::from_slice(&q.stdout).unwrap();
-    assert_eq!(a["containers"][&cid], name.as_str(), "{a}");
-    let rows = a["rows"].as_array().unwrap();
-    assert!(!rows.is_empty(), "{a}");
-    let procs: Vec<&serde_json::Value> = a["nodes"].as_array().unwrap().iter().filter(|n| n["kind"] == "process").collect();
-    assert!(procs.iter().any(|n| n["attrs"]["container"] == cid.as_str()), "{a}");
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let events: Vec<serde_json::Value> = std::fs::read_to_string(&out)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|e| e["type"] == "event")
+        .collect();
+    let jail_root = std::fs::metadata(&jail).unwrap();
+    let kernel_dev = (libc_major(jail_root.dev()) << 20) | libc_minor(jail_root.dev());
+    let opens = |comm: &str| -> Vec<&serde_json::Value> {
+        events.iter().filter(|e| e["syscall"] == "openat" && e["comm"] == comm && e["ret"].as_i64() >= Some(0)).collect()
+    };
+    let jailed: Vec<_> = opens("busybox").into_iter().filter(|e| e["path"] == "/etc/hostname").collect();
+    assert_eq!(jailed.len(), 2, "the jail's two opens, by absolute and by relative path: {:?}", opens("busybox"));
+    for e in &jailed {
+        assert_eq!((e["root_dev"].as_u64(), e["root_inode"].as_u64()), (Some(kernel_dev), Some(jail_root.ino())), "{e}");
+    }
+    assert!(events.iter().all(|e| !e["path"].as_str().is_some_and(|p| p.starts_with(&j.to_string()) && e["comm"] == "busybox")), "named from the host's root");
+    let host = opens("cat").into_iter().find(|e| e["path"] == "/etc/hostname").expect("the host's open");
+    assert!(host.get("root_dev").is_none(), "{host}");
+
+    let query = |spec: &str| -> Vec<String> {
+        let q = Command::new(env!("CARGO_BIN_EXE_custos"))
+            .args(["query", "--db", db.to_str().unwrap(), "--json", "who-touched", spec])
+            .output()
+            .unwrap();
+        assert!(q.status.success(), "{spec}: {}", text(&q.stderr));
+        let a: serde_json::Value = serde_json::from_slice(&q.stdout).unwrap();
+        a["nodes"].as_array().unwrap().iter().filter(|n| n["kind"] == "process").map(|n| n["attrs"]["comm"].as_str().unwrap_or("").to_string()).collect()
+    };
+    let host_readers = query("/etc/hostname");
+    assert!(host_readers.contains(&"cat".to_string()) && !host_readers.contains(&"busybox".to_string()), "{host_readers:?}");
+    let jail_spec = format!("root:{}:{}:{}:/etc/hostname", kernel_dev >> 20, kernel_dev & 0xfffff, jail_root.ino());
+    let jail_readers = query(&jail_spec);
+    assert!(!jail_readers.is_empty() && jail_readers.iter().all(|c| c == "busybox"), "{jail_readers:?}");
+}
+
+fn libc_major(dev: u64) -> u64 {
+    ((dev >> 32) & 0xffff_f000) | ((dev >> 8) & 0xfff)
+}
+fn libc_minor(dev: u64) -> u64 {
+    ((dev >> 12) & 0xffff_ff00) | (dev & 0xff)
 }
 
 /// Scripted chains whose grouping is known (docs/workflows.md): a shell

@@ -144,6 +144,7 @@ enum custos_attr_kind {
 	CUSTOS_ATTR_FILE_PATH   = 5, /* resolved path of the file (components) */
 	CUSTOS_ATTR_ARGV        = 6, /* NUL-separated arguments */
 	CUSTOS_ATTR_ADDR        = 7, /* raw struct sockaddr */
+	CUSTOS_ATTR_ROOT        = 8, /* the task's root when not the host's: u32 dev, u64 inode */
 };
 
 /* TLV flags. */

@@ -40,6 +40,12 @@ volatile __u32 skip_epoch = 0;
  * scheduler protecting another provenance consumer (auditd, bpftrace) at the
  * lowest cost. Read-only, so the verifier drops the recording path. */
 const volatile bool features_only = false;
+/* The host's root directory (init's, as the kernel numbers devices), set by
+ * user space. Paths are relative to their task's root: a task whose root is
+ * another (a container's, a chroot) says which, so that its /etc/hostname
+ * is not taken for the host's (docs/containers.md). */
+const volatile __u32 host_root_dev = 0;
+const volatile __u64 host_root_ino = 0;
 
 #define AT_FDCWD_VAL    -100
 #define PROT_EXEC_VAL   0x4
@@ -316,7 +322,9 @@ __noinline __u32 put_dentry_path(struct attr_buf *b, __u32 off, __u32 kind,
 	struct dentry *dentry = bpf_core_cast((void *)kdentry, struct dentry);
 	struct vfsmount *vfsmnt = bpf_core_cast((void *)kvfsmnt, struct vfsmount);
 	struct mount *mnt, *mnt_parent;
-	struct dentry *parent, *mnt_root;
+	struct dentry *parent, *mnt_root, *task_root = NULL;
+	struct vfsmount *task_root_mnt = NULL;
+	struct fs_struct *fs;
 	const unsigned char *name;
 	__u32 start, len;
 	long n;
@@ -329,8 +337,18 @@ __noinline __u32 put_dentry_path(struct attr_buf *b, __u32 off, __u32 kind,
 	start = off & ATTR_MASK;
 	b->data[(start + 1) & ATTR_MASK] = 0;
 	b->cursor = 0;
+	/* Names are relative to the task's root, as d_path makes them and as
+	 * the task wrote them: a chrooted task's /etc/passwd is under its root
+	 * (which put_root names), not the host's /jail/etc/passwd. */
+	fs = bpf_get_current_task_btf()->fs;
+	if (fs) {
+		task_root = fs->root.dentry;
+		task_root_mnt = fs->root.mnt;
+	}
 	mnt = bpf_core_cast((void *)kvfsmnt - bpf_core_field_offset(struct mount, mnt), struct mount);
 	for (i = 0; i < CUSTOS_PATH_DEPTH; i++) {
+		if (dentry == task_root && vfsmnt == task_root_mnt)
+			break;
 		mnt_root = vfsmnt->mnt_root;
 		parent = dentry->d_parent;
 		if (dentry == mnt_root || dentry == parent) {
@@ -588,6 +606,38 @@ extern void bpf_preempt_disable(void) __ksym;
 extern void bpf_preempt_enable(void) __ksym;
 
 /*
+ * Ends an attribute record with the task's root when it is not the host's:
+ * the paths before it are relative to that root. Only records with
+ * attributes carry it; the consumer keeps it with the file's path for the
+ * reads and writes that name their file by inode alone.
+ */
+static __always_inline void put_root(struct attr_buf *b)
+{
+	struct fs_struct *fs = bpf_get_current_task_btf()->fs;
+	struct dentry *root;
+	__u32 off = b->hdr.len, o, dev;
+	__u64 ino;
+
+	if (!fs)
+		return;
+	root = fs->root.dentry;
+	if (!root)
+		return;
+	dev = root->d_sb->s_dev;
+	ino = root->d_inode->i_ino;
+	if (dev == host_root_dev && ino == host_root_ino)
+		return;
+	if (off > CUSTOS_ATTR_DATA_MAX - 4 - 12) {
+		b->hdr.len = put_cut(b, off, CUSTOS_ATTR_ROOT);
+		return;
+	}
+	o = (off + 4) & ATTR_MASK;
+	__builtin_memcpy(&b->data[o], &dev, sizeof(dev));
+	__builtin_memcpy(&b->data[(o + 4) & ATTR_MASK], &ino, sizeof(ino));
+	b->hdr.len = put_tlv_hdr(b, off, CUSTOS_ATTR_ROOT, 0, 12);
+}
+
+/*
  * Numbers the event, then tries its ring. The metadata slot is reserved
  * before the attributes are sent, so an attribute record is only ever sent
  * for an event that will be delivered.
@@ -628,6 +678,7 @@ __noinline int submit(struct custos_event *ev, struct attr_buf *b, int critical)
 		goto out;
 	}
 	if (b && b->hdr.len) {
+		put_root(b);
 		b->hdr.id = ev->id;
 		len = b->hdr.len;
 		if (len > CUSTOS_ATTR_DATA_MAX)
