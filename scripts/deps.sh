@@ -19,6 +19,8 @@ APT_PACKAGES=(
   # the fleet's tests and bench (docs/fleet.md): a real ClickHouse, and kcat
   # to look into the Kafka topic by hand
   clickhouse-server clickhouse-client kcat
+  # Java and Maven for the Kafka broker (below)
+  openjdk-17-jre-headless maven
 )
 
 missing=()

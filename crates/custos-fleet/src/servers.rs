@@ -274,6 +274,13 @@ impl ClickHouseServer {
         rt.block_on(client.query(sql).execute()).with_context(|| format!("ClickHouse: {sql}"))
     }
 
+    /// Runs a query whose rows are one unsigned number each (for checks).
+    pub fn query_u64(&self, sql: &str) -> Result<Vec<u64>> {
+        let client = clickhouse::Client::default().with_url(self.url()).with_validation(false);
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        rt.block_on(client.query(sql).fetch_all::<u64>()).with_context(|| format!("ClickHouse: {sql}"))
+    }
+
     /// The server's data directory (for measuring what the tables take on disk).
     pub fn data_dir(&self) -> PathBuf {
         self.dir.path().join("data")

@@ -57,3 +57,36 @@ fn fleet_ingest_stores_the_topic_once() {
     let (ok, stderr) = run_ingest(&broker, &ch, topic, "g3", "other");
     assert!(!ok && stderr.contains("table other.events is not the fleet's") && stderr.contains("kafka_topic"), "{stderr}");
 }
+
+/// The whole way for real: `custos collect --kafka` records a command with
+/// the BPF collector and sends its stream to the broker (beside its file),
+/// and `custos fleet ingest` stores exactly the file's events, once.
+#[test]
+fn a_recording_reaches_clickhouse_through_kafka() {
+    let ch = ClickHouseServer::start().unwrap();
+    let broker = KafkaBroker::start(1).unwrap();
+    let topic = "custos-collect";
+    broker.create_topic(topic, 1).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("events.jsonl");
+    let run = Command::new(env!("CARGO_BIN_EXE_custos"))
+        .args(["collect", "--kafka", &broker.bootstrap(), "--topic", topic, "--host-id", "recorded-host", "-o"])
+        .arg(&out)
+        .args(["--", "sh", "-c", "cat /etc/hostname >/dev/null; ls / >/dev/null"])
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let mut want: Vec<u64> = std::fs::read_to_string(&out)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|l| l["type"] == "event")
+        .map(|l| l["id"].as_u64().unwrap())
+        .collect();
+    want.sort_unstable();
+    assert!(want.len() > 50, "a recording of a few commands: {} events", want.len());
+
+    ingest(&broker, &ch, topic, "g");
+    let got = ch.query_u64("SELECT id FROM custos.events WHERE host = 'recorded-host' ORDER BY id").unwrap();
+    assert_eq!(got, want, "ClickHouse holds the recording's events, each once");
+}
