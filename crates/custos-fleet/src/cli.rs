@@ -82,6 +82,11 @@ pub struct IngestArgs {
     /// the group assigned this ingester its partitions (a catch-up run).
     #[arg(long, value_name = "SECS")]
     pub stop_when_idle: Option<f64>,
+    /// Also build each host's provenance graph (the store's graph state, one
+    /// SQLite file per host, kept here) and store its nodes and edges in
+    /// ClickHouse, for `custos query --clickhouse` (docs/fleet.md, "The graph").
+    #[arg(long, value_name = "DIR")]
+    pub graph_dir: Option<std::path::PathBuf>,
 }
 
 fn secs(name: &str, v: f64) -> Result<Duration> {
@@ -100,13 +105,14 @@ pub fn run(cmd: FleetCommand) -> Result<i32> {
             opts.batch_lines = a.batch_lines;
             opts.batch_wait = secs("--batch-secs", a.batch_secs)?;
             opts.stop_when_idle = a.stop_when_idle.map(|s| secs("--stop-when-idle", s)).transpose()?;
+            opts.graph_dir = a.graph_dir;
             let stop = Arc::new(AtomicBool::new(false));
             let s = Arc::clone(&stop);
             ctrlc::set_handler(move || s.store(true, Ordering::SeqCst))?;
             let summary = Ingester::connect(opts)?.run(&stop)?;
             eprintln!(
-                "custos fleet ingest: {} batches: {} events, {} loss records ({} events lost), {} other records, {} malformed lines; {} re-delivered lines skipped",
-                summary.batches, summary.events, summary.losses, summary.lost_events, summary.records, summary.malformed, summary.redelivered
+                "custos fleet ingest: {} batches: {} events, {} loss records ({} events lost), {} other records, {} malformed lines; {} re-delivered lines skipped; graph: {} nodes, {} edges",
+                summary.batches, summary.events, summary.losses, summary.lost_events, summary.records, summary.malformed, summary.redelivered, summary.nodes, summary.edges
             );
             Ok(0)
         }

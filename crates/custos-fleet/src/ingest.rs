@@ -42,6 +42,10 @@ pub struct IngestOptions {
     pub batch_wait: Duration,
     /// Stop once no line came for this long (catch-up runs, tests).
     pub stop_when_idle: Option<Duration>,
+    /// Build each host's provenance graph here (the store's graph state,
+    /// one SQLite file per host) and keep its nodes and edges in ClickHouse
+    /// for `custos query --clickhouse`; None: events only.
+    pub graph_dir: Option<std::path::PathBuf>,
 }
 
 /// Default lines per batch: large enough for ClickHouse (it wants few, big
@@ -60,6 +64,7 @@ impl IngestOptions {
             batch_lines: DEFAULT_BATCH_LINES,
             batch_wait: Duration::from_secs(1),
             stop_when_idle: None,
+            graph_dir: None,
         }
     }
 }
@@ -80,6 +85,9 @@ pub struct IngestSummary {
     pub redelivered: u64,
     /// Inserts tried again after ClickHouse failed them.
     pub retries: u64,
+    /// Graph nodes and edges stored (with --graph-dir).
+    pub nodes: u64,
+    pub edges: u64,
     /// From the first line read to the last batch stored (idle time excluded).
     pub busy: Duration,
 }
@@ -173,6 +181,9 @@ struct Batch {
     next: HashMap<i32, i64>,
     /// When its first line came.
     started: Option<Instant>,
+    /// Every line with its host, re-deliveries too (the graph skips what it
+    /// holds), when the graph is built.
+    graph_lines: Vec<(String, String)>,
 }
 
 pub struct Ingester {
@@ -184,6 +195,7 @@ pub struct Ingester {
     marks: HashMap<&'static str, HashMap<i32, i64>>,
     summary: IngestSummary,
     last_notice: Option<(String, Instant)>,
+    graphs: Option<crate::graph::HostGraphs>,
 }
 
 impl Ingester {
@@ -209,7 +221,7 @@ impl Ingester {
         }
         // A table made by someone else (or another version) under our name:
         // say so now, rather than fail every insert.
-        for table in schema::TABLES {
+        for table in schema::TABLES.into_iter().chain(schema::GRAPH_TABLES) {
             let have: Vec<String> = rt
                 .block_on(client.query("SELECT name FROM system.columns WHERE database = ? AND table = ?").bind(&opts.database).bind(table).fetch_all())
                 .context("reading the tables' columns from ClickHouse")?;
@@ -234,7 +246,8 @@ impl Ingester {
             .create_with_context(Rebalanced(AtomicBool::new(true)))
             .with_context(|| format!("connecting a Kafka consumer to {}", opts.brokers))?;
         consumer.subscribe(&[&opts.topic]).with_context(|| format!("subscribing to topic {}", opts.topic))?;
-        Ok(Ingester { opts, consumer, client, rt, marks: HashMap::new(), summary: IngestSummary::default(), last_notice: None })
+        let graphs = opts.graph_dir.as_deref().map(crate::graph::HostGraphs::new).transpose()?;
+        Ok(Ingester { opts, consumer, client, rt, marks: HashMap::new(), summary: IngestSummary::default(), last_notice: None, graphs })
     }
 
     /// Ingests until `stop` is set (or the stream is idle for `stop_when_idle`).
@@ -310,6 +323,9 @@ impl Ingester {
             let host = host.unwrap_or_else(|| "unknown".into());
             let boot = boot.unwrap_or_else(|| "unknown".into());
             let line = String::from_utf8_lossy(msg.payload().unwrap_or_default()).into_owned();
+            if self.graphs.is_some() {
+                batch.graph_lines.push((host.clone(), line.clone()));
+            }
             let place = Place { topic: self.opts.topic.clone(), partition, offset };
             self.classify(&mut batch, host, boot, line, place, stop)?;
         }
@@ -431,10 +447,13 @@ impl Ingester {
     /// Inserts a batch, then commits its offsets. A failed insert is tried
     /// again (ClickHouse restarting) until it succeeds or `stop` is set.
     fn store(&mut self, batch: Batch, stop: &AtomicBool) -> Result<()> {
-        let Batch { events, losses, records, next, .. } = batch;
+        let Batch { events, losses, records, next, graph_lines, .. } = batch;
         self.insert(EVENTS, events, stop)?;
         self.insert(LOSSES, losses, stop)?;
         self.insert(RECORDS, records, stop)?;
+        // The graph after the lines it is built from: a node never names an
+        // event ClickHouse lacks.
+        self.store_graph(&graph_lines, stop)?;
         let mut tpl = TopicPartitionList::new();
         for (&p, &o) in &next {
             tpl.add_partition_offset(&self.opts.topic, p, Offset::Offset(o))?;
@@ -445,6 +464,72 @@ impl Ingester {
         }
         self.summary.batches += 1;
         Ok(())
+    }
+
+    /// Applies the lines to their hosts' graphs and inserts what they made.
+    /// Order: ClickHouse's events, the graph's own commit, its rows in
+    /// ClickHouse, Kafka's offsets. A crash between the graph's commit and
+    /// its rows' insert is caught up when the host's graph is next opened
+    /// (its nodes above ClickHouse's highest, its edges from ClickHouse's
+    /// newest time on; the tables' keys fold the overlap).
+    fn store_graph(&mut self, lines: &[(String, String)], stop: &AtomicBool) -> Result<()> {
+        let Some(mut graphs) = self.graphs.take() else { return Ok(()) };
+        let result = (|| {
+            let mut hosts: Vec<&str> = lines.iter().map(|(h, _)| h.as_str()).filter(|h| !graphs.is_open(h)).collect();
+            hosts.sort_unstable();
+            hosts.dedup();
+            for host in hosts {
+                let marks = self.graph_marks(host, stop)?;
+                let (nodes, edges) = graphs.open(host, marks)?;
+                self.insert_graph(nodes, edges, stop)?;
+            }
+            let (nodes, edges) = graphs.apply(lines)?;
+            self.insert_graph(nodes, edges, stop)
+        })();
+        self.graphs = Some(graphs);
+        result
+    }
+
+    fn graph_marks(&mut self, host: &str, stop: &AtomicBool) -> Result<crate::graph::Marks> {
+        let (count, node, edge_time_ns) = self.retrying("reading where the graph stands in ClickHouse", stop, |c| {
+            c.query(crate::graph::MARKS_SQL).bind(host).bind(host).fetch_one::<(u64, i64, i64)>()
+        })?;
+        Ok(crate::graph::Marks { node: if count == 0 { -1 } else { node }, edge_time_ns })
+    }
+
+    fn insert_graph(&mut self, nodes: Vec<crate::graph::NodeRowCh>, edges: Vec<crate::graph::EdgeRowCh>, stop: &AtomicBool) -> Result<()> {
+        if !nodes.is_empty() {
+            self.retrying("inserting into nodes", stop, |c| insert_rows(c, schema::NODES, &nodes))?;
+        }
+        if !edges.is_empty() {
+            self.retrying("inserting into edges", stop, |c| insert_rows(c, schema::EDGES, &edges))?;
+        }
+        self.summary.nodes += nodes.len() as u64;
+        self.summary.edges += edges.len() as u64;
+        Ok(())
+    }
+
+    /// Runs `request` until ClickHouse answers it (as for the inserts: a
+    /// refusal a few times, silence until `stop`). For requests that may
+    /// run twice: the graph's rows are folded by their tables' keys.
+    fn retrying<'a, T, F>(&'a mut self, what: &str, stop: &AtomicBool, request: impl Fn(&'a clickhouse::Client) -> F) -> Result<T>
+    where
+        F: std::future::Future<Output = clickhouse::error::Result<T>>,
+    {
+        let (mut delay, mut attempt) = (Duration::from_millis(200), 0);
+        loop {
+            match self.rt.block_on(request(&self.client)) {
+                Ok(v) => return Ok(v),
+                Err(e) if !stop.load(Ordering::Relaxed) && worth_retrying(&e, attempt) => {
+                    attempt += 1;
+                    eprintln!("custos fleet ingest: {what}: {e}; trying again in {delay:?}");
+                    self.summary.retries += 1;
+                    std::thread::sleep(delay);
+                    delay = (delay * 2).min(Duration::from_secs(10));
+                }
+                Err(e) => return Err(e).with_context(|| what.to_string()),
+            }
+        }
     }
 
     fn insert<R>(&mut self, table: &'static str, mut rows: Vec<R>, stop: &AtomicBool) -> Result<()>

@@ -8,7 +8,9 @@
 //! for the tests and the bench.
 
 pub mod cli;
+pub mod graph;
 pub mod ingest;
+pub mod query;
 pub mod schema;
 pub mod servers;
 pub mod sink;

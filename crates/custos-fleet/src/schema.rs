@@ -15,6 +15,11 @@ pub const EVENTS: &str = "events";
 pub const LOSSES: &str = "losses";
 pub const RECORDS: &str = "records";
 pub const TABLES: [&str; 3] = [EVENTS, LOSSES, RECORDS];
+/// The provenance graph, built per host by the store's own graph builder
+/// at ingest (docs/fleet.md, "The graph").
+pub const NODES: &str = "nodes";
+pub const EDGES: &str = "edges";
+pub const GRAPH_TABLES: [&str; 2] = [NODES, EDGES];
 
 /// The columns every table ends with: where the row came from in Kafka.
 const KAFKA_COLUMNS: &str = "kafka_topic String, kafka_partition Int32, kafka_offset Int64, ingested_at DateTime DEFAULT now()";
@@ -55,6 +60,24 @@ pub fn create_statements(db: &str) -> Vec<String> {
              host String, boot String, type String, time_ns UInt64, line String, error String, {KAFKA_COLUMNS}) \
              ENGINE = ReplacingMergeTree \
              ORDER BY (host, boot, type, time_ns, cityHash64(line))"
+        ),
+        // The store's nodes (custos_store::nodes::NodeRow), named by host and
+        // the node's id in that host's graph. `attrs` is JSON text, or empty.
+        format!(
+            "CREATE TABLE IF NOT EXISTS {db}.{NODES} (\
+             host String, node Int64, kind UInt8, boot String, name String, version Int64, \
+             pid Nullable(Int64), exec Nullable(Int64), time_ns Int64, event_id Int64, attrs String) \
+             ENGINE = ReplacingMergeTree \
+             ORDER BY (host, node)"
+        ),
+        // The store's edges, effect → cause, within one host (cross-host
+        // links are found when a query crosses a socket: query.rs). Keyed by
+        // effect (ancestors read by it); descendants scan by cause.
+        format!(
+            "CREATE TABLE IF NOT EXISTS {db}.{EDGES} (\
+             host String, effect Int64, cause Int64, kind UInt8, event_id Int64, time_ns Int64, boot String) \
+             ENGINE = ReplacingMergeTree \
+             ORDER BY (host, effect, cause, kind, event_id)"
         ),
     ]
 }

@@ -65,7 +65,7 @@ pub struct WindowArgs {
 }
 
 impl WindowArgs {
-    fn window(&self) -> Result<Window> {
+    pub fn window(&self) -> Result<Window> {
         let p = |s: &Option<String>| -> Result<Option<i64>> { s.as_deref().map(|t| parse_time(t).map(|v| v as i64)).transpose() };
         let w = Window { since: p(&self.since)?, until: p(&self.until)? };
         if let (Some(a), Some(b)) = (w.since, w.until) {
@@ -123,10 +123,25 @@ pub enum Query {
     },
 }
 
+
+/// `--clickhouse URL [--clickhouse-db DB]`: ask the fleet's ClickHouse
+/// instead of a store (docs/fleet.md; answered by custos-fleet).
+#[derive(Args, Debug, Clone)]
+pub struct FleetArg {
+    /// Ask the fleet's graph in ClickHouse (its HTTP URL) instead of --db.
+    #[arg(long, global = true, value_name = "URL")]
+    pub clickhouse: Option<String>,
+    /// The fleet's ClickHouse database (with --clickhouse).
+    #[arg(long, global = true, default_value = "custos", value_name = "NAME")]
+    pub clickhouse_db: String,
+}
+
 #[derive(Args, Debug)]
 pub struct QueryArgs {
     #[command(flatten)]
     pub store: StoreArg,
+    #[command(flatten)]
+    pub fleet: FleetArg,
     /// Machine-readable JSON instead of a table.
     #[arg(long, global = true)]
     pub json: bool,
@@ -150,6 +165,8 @@ pub enum GraphFormat {
 pub struct GraphArgs {
     #[command(flatten)]
     pub store: StoreArg,
+    #[command(flatten)]
+    pub fleet: FleetArg,
     /// Output prefix: writes PREFIX.dot and PREFIX.svg, or PREFIX.json.
     #[arg(long, short, default_value = "provenance")]
     pub output: PathBuf,
@@ -213,7 +230,12 @@ pub fn query(args: QueryArgs) -> Result<i32> {
         return Ok(0);
     }
     let a = answer(&conn, &args.query, args.container.as_deref())?;
-    let text = if args.json { render::json(&a)? } else { render::text(&a) };
+    print_answer(&a, args.json)
+}
+
+/// Prints an answer as text, or JSON with `json`.
+pub fn print_answer(a: &Answer, json: bool) -> Result<i32> {
+    let text = if json { render::json(a)? } else { render::text(a) };
     let mut out = std::io::stdout().lock();
     writeln!(out, "{}", text.trim_end()).context("writing the answer")?;
     Ok(0)
@@ -229,7 +251,13 @@ pub fn graph(args: GraphArgs) -> Result<i32> {
         bail!("--hide shapes a picture; PROV-JSON keeps the whole answer (leave out --hide or use --format dot)");
     }
     let conn = crate::schema::open_ro(&args.store.db)?;
-    let mut a = answer(&conn, &args.query, args.container.as_deref())?;
+    let a = answer(&conn, &args.query, args.container.as_deref())?;
+    draw(&args, a)
+}
+
+/// Writes an answer as `custos graph` does (DOT and SVG, or PROV-JSON).
+pub fn draw(args: &GraphArgs, mut a: Answer) -> Result<i32> {
+    let hide: Vec<glob::Pattern> = args.hide.iter().map(|g| glob::Pattern::new(g)).collect::<Result<_, _>>()?;
     render::hide_nodes(&mut a, &hide, &args.hide.join(" "));
     for l in &a.losses {
         eprintln!("WARNING: {}", l.message());

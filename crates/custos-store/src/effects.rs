@@ -128,6 +128,11 @@ impl EdgeBatch {
         true
     }
 
+    /// The batch's edges so far.
+    pub fn edges(&self) -> &[Edge] {
+        &self.edges
+    }
+
     /// Writes the batch's edges, one part per cause block, merging blocks
     /// that reach [`MERGE_PARTS`]. Call inside the batch's transaction.
     pub fn write(&mut self, db: &Connection) -> Result<()> {

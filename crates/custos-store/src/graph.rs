@@ -175,6 +175,18 @@ pub struct Graph {
     /// (randomly) and cloned, as drawing a fresh key per map cost more than the map.
     hasher: ahash::RandomState,
     pub stats: GraphStats,
+    /// Copies of the nodes and edges each flush writes, for a caller that
+    /// keeps the graph in another store too (the fleet's ClickHouse); None:
+    /// not asked for.
+    made: Option<Made>,
+}
+
+/// Nodes and edges the graph wrote since they were last taken
+/// ([`Graph::keep_made`], [`Graph::take_made`]).
+#[derive(Default, Debug)]
+pub struct Made {
+    pub nodes: Vec<NodeRow>,
+    pub edges: Vec<Edge>,
 }
 
 fn is_read(s: &str) -> bool {
@@ -207,11 +219,27 @@ impl Graph {
             containers: Map::default(),
             hasher: ahash::RandomState::new(),
             stats: GraphStats::default(),
+            made: None,
         })
+    }
+
+    /// From now on, keep a copy of what each flush writes (see [`Made`]).
+    pub fn keep_made(&mut self) {
+        self.made.get_or_insert_with(Made::default);
+    }
+
+    /// What the flushes wrote since the last call (committed once the
+    /// batch's transaction is).
+    pub fn take_made(&mut self) -> Made {
+        self.made.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
     /// Writes dirty builder state; call inside the batch transaction before commit.
     pub fn flush(&mut self, db: &Connection) -> Result<()> {
+        if let Some(m) = self.made.as_mut() {
+            m.nodes.extend_from_slice(&self.pending_nodes);
+            m.edges.extend_from_slice(self.pending_edges.edges());
+        }
         crate::nodes::write_pending(db, &mut self.node_codec, &mut self.pending_nodes)?;
         crate::causes::write_pending(db, &mut self.pending_causes)?;
         self.pending_edges.write(db)?;
@@ -242,9 +270,14 @@ impl Graph {
     /// Forgets unflushed state (after a failed batch was rolled back).
     pub fn reset_cache(&mut self, db: &Connection) -> Result<()> {
         let stats = std::mem::take(&mut self.stats);
+        let keeping = self.made.is_some();
         *self = Self::load(db)?;
         self.all_cached = false;
         self.stats = stats;
+        if keeping {
+            // What was taken was committed; what was not is rolled back with the batch.
+            self.keep_made();
+        }
         Ok(())
     }
 

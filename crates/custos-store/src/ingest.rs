@@ -603,6 +603,24 @@ impl Ingestor {
         Ok((self.summary, ack))
     }
 
+    /// Commits the open batch and every event still held for reordering
+    /// (the end of what is known for now; later events are still applied).
+    pub fn commit_all(&mut self) -> Result<Option<Ack>> {
+        self.commit_with(true)
+    }
+
+    /// From now on, keep a copy of the nodes and edges each commit writes
+    /// (for the fleet, which keeps them in ClickHouse too).
+    pub fn keep_graph(&mut self) {
+        self.graph.keep_made();
+    }
+
+    /// The nodes and edges committed since the last call (after a commit
+    /// that failed, only those of batches before it).
+    pub fn take_graph(&mut self) -> crate::graph::Made {
+        self.graph.take_made()
+    }
+
     pub fn summary(&self) -> &IngestSummary {
         &self.summary
     }

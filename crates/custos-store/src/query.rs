@@ -90,6 +90,9 @@ fn ser_kind<S: serde::Serializer>(k: &EdgeKind, s: S) -> std::result::Result<S::
 /// A loss record overlapping the answer: "may be incomplete: N events lost on CPU c between t1 and t2".
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct LossNote {
+    /// The host whose stream lost the events (the fleet's answers; None in one store).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
     pub boot: i64,
     pub cpu: i64,
     pub category: String,
@@ -106,7 +109,10 @@ impl LossNote {
             "skipped" => format!("{} events lost (syscalls skipped by the kernel)", self.count),
             _ => format!("{} events lost", self.count),
         };
-        let cpu = if self.cpu < 0 { "an unknown CPU".to_string() } else { format!("CPU {}", self.cpu) };
+        let mut cpu = if self.cpu < 0 { "an unknown CPU".to_string() } else { format!("CPU {}", self.cpu) };
+        if let Some(h) = &self.host {
+            cpu = format!("{cpu} of host {h}");
+        }
         format!("may be incomplete: {what} on {cpu} between {} and {}", format_ns(self.start_ns as u64), format_ns(self.end_ns as u64))
     }
 }
@@ -141,6 +147,10 @@ pub struct Answer {
     /// The containers of the answer's processes: id → name, when known.
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub containers: std::collections::BTreeMap<String, Option<String>>,
+    /// What else the reader must know to trust the answer: the fleet's
+    /// cross-host links (how they were matched, what they cannot see).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 impl Answer {
@@ -156,6 +166,11 @@ impl Answer {
 pub struct Attrs(String);
 
 impl Attrs {
+    /// Attributes as stored: JSON text (checked when written out).
+    pub fn new(text: String) -> Self {
+        Self(text)
+    }
+
     /// The attributes as a JSON value.
     pub fn value(&self) -> serde_json::Value {
         serde_json::from_str(&self.0).unwrap_or(serde_json::Value::Null)
@@ -483,7 +498,7 @@ pub(crate) fn losses_for(conn: &Connection, boots: &HashSet<i64>, span: Option<(
     )?;
     let all = st
         .query_map(params![lo, hi], |r| {
-            Ok(LossNote { boot: r.get(0)?, cpu: r.get(1)?, category: r.get(2)?, count: r.get(3)?, start_ns: r.get(4)?, end_ns: r.get(5)? })
+            Ok(LossNote { host: None, boot: r.get(0)?, cpu: r.get(1)?, category: r.get(2)?, count: r.get(3)?, start_ns: r.get(4)?, end_ns: r.get(5)? })
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     Ok(all.into_iter().filter(|l| boots.contains(&l.boot)).collect())
@@ -539,7 +554,7 @@ fn finish(conn: &Connection, query: String, start: Vec<i64>, depth: NodeMap<u32>
     .or(span);
     let losses = losses_for(conn, &boots, question)?;
     let containers = containers_of(conn, &nodes)?;
-    Ok(Answer { query, start, nodes, edges, rows, path, span_ns: span, complete: losses.is_empty(), losses, containers })
+    Ok(Answer { query, start, nodes, edges, rows, path, span_ns: span, complete: losses.is_empty(), losses, containers, notes: vec![] })
 }
 
 pub fn ancestry(conn: &Connection, spec: &str, dir: Direction, max_depth: Option<u32>, window: Window) -> Result<Answer> {

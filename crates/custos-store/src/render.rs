@@ -99,6 +99,9 @@ pub fn text(a: &Answer) -> String {
     for l in &a.losses {
         let _ = writeln!(out, "WARNING: {}", l.message());
     }
+    for n in &a.notes {
+        let _ = writeln!(out, "NOTE: {n}");
+    }
     if let Some(p) = &a.path {
         let _ = writeln!(out, "{}: {p}", a.query);
     }
@@ -228,6 +231,10 @@ pub fn dot(a: &Answer) -> String {
     if !a.losses.is_empty() {
         let text: Vec<String> = loss_note_lines(&a.losses).iter().map(|l| esc(l)).collect();
         let _ = writeln!(out, "  incomplete [shape=note, color=red, fontcolor=red, label=\"{}\"];", text.join("\\n"));
+    }
+    if !a.notes.is_empty() {
+        let text: Vec<String> = a.notes.iter().map(|n| esc(n)).collect();
+        let _ = writeln!(out, "  notes [shape=note, label=\"{}\"];", text.join("\\n"));
     }
     out.push_str("}\n");
     out

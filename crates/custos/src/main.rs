@@ -28,7 +28,7 @@ enum Command {
     Collect(collect::CollectCmd),
     /// Ingest the collector's JSON Lines into the provenance store.
     Ingest(custos_store::cli::IngestArgs),
-    /// Ask the provenance store: ancestors, descendants, path, touched-by, who-touched.
+    /// Ask the provenance store (or the fleet's, --clickhouse): ancestors, descendants, path, touched-by, who-touched.
     Query(custos_store::cli::QueryArgs),
     /// Draw a query's answer as DOT/SVG or export it as W3C PROV-JSON.
     Graph(custos_store::cli::GraphArgs),
@@ -49,7 +49,9 @@ fn main() {
         Command::Vm(cmd) => custos_vm::cli::run(cmd),
         Command::Collect(cmd) => collect::run(cmd),
         Command::Ingest(args) => custos_store::cli::ingest(args),
+        Command::Query(args) if args.fleet.clickhouse.is_some() => custos_fleet::query::query(args),
         Command::Query(args) => custos_store::cli::query(args),
+        Command::Graph(args) if args.fleet.clickhouse.is_some() => custos_fleet::query::graph(args),
         Command::Graph(args) => custos_store::cli::graph(args),
         Command::Sched(args) => custos_sched::cli::run(args),
         Command::Train(args) => custos_sched::train::run(args),

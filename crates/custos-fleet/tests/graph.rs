@@ -1,0 +1,133 @@
+//! The fleet's graph on real servers: two hosts' streams through Kafka,
+//! `fleet ingest --graph-dir` builds each host's graph with the store's
+//! builder, and the store's queries are answered from ClickHouse, across
+//! the hosts where a connection joins them.
+
+use custos_fleet::ingest::{IngestOptions, IngestSummary, Ingester};
+use custos_fleet::query::Fleet;
+use custos_fleet::servers::{ClickHouseServer, KafkaBroker};
+use custos_fleet::sink::{KafkaOptions, KafkaTarget};
+use custos_store::query::{Answer, Direction, Window};
+use custos_store::sink::LiveSink;
+use std::io::Write;
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+const T0: u64 = 1_800_000_000_000_000_000;
+const MS: u64 = 1_000_000;
+
+/// An event line as the collector writes it (the fields the store reads).
+fn ev(id: u64, ms: u64, pid: u32, comm: &str, syscall: &str, ret: i64, extra: &str) -> String {
+    format!(
+        r#"{{"type":"event","id":{id},"cpu":0,"seq":{id},"time_ns":{},"pid":{pid},"tid":{pid},"ppid":1,"uid":0,"euid":0,"comm":"{comm}","syscall":"{syscall}","ret":{ret}{extra}}}"#,
+        T0 + ms * MS
+    )
+}
+
+/// Host a (10.0.0.1) reads /etc/secret and sends it to b's port 7000, and
+/// sends something to a server outside the fleet; host b (10.0.0.2)
+/// accepts the connection, reads it and writes /srv/received.
+fn streams() -> (String, String) {
+    let a = [
+        r#"{"type":"boot","boot_id":"boot-a"}"#.to_string(),
+        ev(1, 1, 100, "sender", "execve", 0, r#","path":"/usr/bin/sender","argv":["sender"]"#),
+        ev(2, 2, 100, "sender", "openat", 3, r#","path":"/etc/secret","fd":3"#),
+        ev(3, 3, 100, "sender", "read", 100, r#","args":{"fd":3},"fd":3,"path":"/etc/secret""#),
+        ev(4, 4, 100, "sender", "connect", 0, r#","args":{"fd":4},"addr":"10.0.0.2:7000""#),
+        ev(5, 5, 100, "sender", "write", 100, r#","args":{"fd":4},"fd":4,"path":"socket:[77]""#),
+        ev(6, 6, 100, "sender", "connect", 0, r#","args":{"fd":5},"addr":"93.184.216.34:443""#),
+        ev(7, 7, 100, "sender", "write", 100, r#","args":{"fd":5},"fd":5,"path":"socket:[78]""#),
+    ];
+    let b = [
+        r#"{"type":"boot","boot_id":"boot-b"}"#.to_string(),
+        ev(1, 0, 200, "receiver", "execve", 0, r#","path":"/usr/bin/receiver","argv":["receiver"]"#),
+        ev(2, 0, 200, "receiver", "bind", 0, r#","args":{"fd":3},"addr":"0.0.0.0:7000""#),
+        ev(3, 5, 200, "receiver", "accept4", 4, r#","args":{"fd":3},"fd":4,"addr":"10.0.0.1:45678""#),
+        ev(4, 6, 200, "receiver", "read", 100, r#","args":{"fd":4},"fd":4,"path":"socket:[91]""#),
+        ev(5, 7, 200, "receiver", "openat", 5, r#","path":"/srv/received","fd":5"#),
+        ev(6, 8, 200, "receiver", "write", 100, r#","args":{"fd":5},"fd":5,"path":"/srv/received""#),
+        format!(r#"{{"type":"loss","boot_id":"boot-b","category":"ring","cpu":1,"count":3,"start_ns":{},"end_ns":{}}}"#, T0 + 20 * MS, T0 + 21 * MS),
+    ];
+    (a.join("\n") + "\n", b.join("\n") + "\n")
+}
+
+fn send(broker: &KafkaBroker, topic: &str, host: &str, lines: &str) {
+    let (sink, mut w) = LiveSink::spawn("custos-kafka-sink", KafkaTarget::connect(KafkaOptions::new(&broker.bootstrap(), topic, host)).unwrap(), 1 << 20).unwrap();
+    w.write_all(lines.as_bytes()).unwrap();
+    drop(w);
+    assert_eq!(sink.finish().unwrap().delivered, lines.lines().count() as u64);
+}
+
+fn ingest(broker: &KafkaBroker, ch: &ClickHouseServer, topic: &str, group: &str, graph_dir: &Path) -> IngestSummary {
+    let mut opts = IngestOptions::new(&broker.bootstrap(), topic, &ch.url());
+    opts.group = group.into();
+    opts.batch_wait = Duration::from_millis(300);
+    opts.stop_when_idle = Some(Duration::from_secs(2));
+    opts.graph_dir = Some(graph_dir.to_path_buf());
+    Ingester::connect(opts).unwrap().run(&AtomicBool::new(false)).unwrap()
+}
+
+fn names(a: &Answer) -> Vec<String> {
+    a.nodes.iter().map(|n| n.name.clone()).collect()
+}
+
+#[test]
+fn fleet_queries_cross_from_a_file_on_one_host_to_a_file_on_another() {
+    let started = Instant::now();
+    let topic = "custos-graph";
+    let ch = ClickHouseServer::start().unwrap();
+    let broker = KafkaBroker::start(2).unwrap();
+    broker.create_topic(topic, 2).unwrap();
+    let (a, b) = streams();
+    send(&broker, topic, "host-a", &a);
+    send(&broker, topic, "host-b", &b);
+    let dir = tempfile::tempdir().unwrap();
+    let first = ingest(&broker, &ch, topic, "g1", dir.path());
+    assert_eq!(first.events, 13, "{first:?}");
+    assert!(first.nodes > 0 && first.edges > 0, "{first:?}");
+
+    let mut fleet = Fleet::connect(&ch.url(), "custos").unwrap();
+    // The secret reaches b's process and the file it wrote, over the connection.
+    let d = fleet.ancestry("host-a:/etc/secret", Direction::Descendants, None, Window::default()).unwrap();
+    let got = names(&d);
+    for want in ["host-a:/etc/secret", "host-a:/usr/bin/sender", "host-a:10.0.0.2:7000", "host-b:10.0.0.1:45678", "host-b:/usr/bin/receiver", "host-b:/srv/received"] {
+        assert!(got.iter().any(|n| n == want), "{want} not among the descendants {got:?}");
+    }
+    assert!(d.notes[0].starts_with("crossed hosts at sockets"), "{:?}", d.notes);
+    // The connection to a server outside the fleet is said to end there.
+    assert!(d.notes.iter().any(|n| n.contains("host-a's connect to 93.184.216.34:443: no other end in the fleet")), "{:?}", d.notes);
+    // b lost events after the write: a descendant may be missing, and the answer says whose.
+    assert!(!d.complete && d.losses.iter().any(|l| l.host.as_deref() == Some("host-b") && l.count == 3), "{:?}", d.losses);
+    let text = custos_store::render::text(&d);
+    assert!(text.contains("of host host-b") && text.contains("NOTE: crossed hosts"), "{text}");
+
+    // And back: the received file's ancestors reach the secret on a.
+    let up = fleet.ancestry("host-b:/srv/received", Direction::Ancestors, None, Window::default()).unwrap();
+    assert!(names(&up).iter().any(|n| n == "host-a:/etc/secret"), "{:?}", names(&up));
+    let p = fleet.path("host-b:/srv/received", "/etc/secret").unwrap();
+    assert_eq!(p.path.as_deref(), Some("host-b:/srv/received depends on /etc/secret"));
+    assert!(p.edges.len() >= 5, "{:?}", names(&p));
+
+    let who = fleet.who_touched("/etc/secret", Window::default()).unwrap();
+    assert_eq!(who.rows.iter().map(|r| r.action).collect::<Vec<_>>(), ["read"]);
+    let touched = fleet.touched_by("host-b:pid:200", Window::default()).unwrap();
+    let objects: Vec<String> = touched.rows.iter().map(|r| format!("{} {}", r.action, touched.node(r.object).unwrap().name)).collect();
+    assert_eq!(objects, ["read host-b:/usr/bin/receiver", "read host-b:10.0.0.1:45678", "wrote host-b:/srv/received"]);
+
+    // Bad names say what to give.
+    let e = fleet.resolve("n3", false).unwrap_err().to_string();
+    assert!(e.contains("give HOST:n3") && e.contains("host-a"), "{e}");
+    let e = fleet.resolve("/no/such", false).unwrap_err().to_string();
+    assert!(e.contains("nothing in the fleet's graph matches"), "{e}");
+    assert!(Fleet::connect(&ch.url(), "nosuchdb").err().unwrap().to_string().contains("--graph-dir"));
+
+    // A second group re-reads the topic: the graph makes nothing twice
+    // (opening it again re-sends the edges of its newest time, which the key folds).
+    let count = "SELECT (SELECT count() FROM custos.nodes FINAL) * 1000 + (SELECT count() FROM custos.edges FINAL)";
+    let before = ch.query_u64(count).unwrap();
+    let again = ingest(&broker, &ch, topic, "g2", dir.path());
+    assert_eq!((again.events, again.nodes), (0, 0), "{again:?}");
+    assert_eq!(ch.query_u64(count).unwrap(), before);
+    eprintln!("took {:?}", started.elapsed());
+}
