@@ -292,3 +292,41 @@ impl Drop for ClickHouseServer {
         stop(&mut self.child);
     }
 }
+
+const T0: u64 = 1_800_000_000_000_000_000;
+const MS: u64 = 1_000_000;
+
+/// An event line as the collector writes it (the fields the store reads).
+fn ev(id: u64, ms: u64, pid: u32, comm: &str, syscall: &str, ret: i64, extra: &str) -> String {
+    format!(
+        r#"{{"type":"event","id":{id},"cpu":0,"seq":{id},"time_ns":{},"pid":{pid},"tid":{pid},"ppid":1,"uid":0,"euid":0,"comm":"{comm}","syscall":"{syscall}","ret":{ret}{extra}}}"#,
+        T0 + ms * MS
+    )
+}
+
+/// Two hosts' streams for the tests and the bench: host a (10.0.0.1) reads /etc/secret and sends it to b's port 7000, and
+/// sends something to a server outside the fleet; host b (10.0.0.2)
+/// accepts the connection, reads it and writes /srv/received.
+pub fn two_hosts() -> (String, String) {
+    let a = [
+        r#"{"type":"boot","boot_id":"boot-a"}"#.to_string(),
+        ev(1, 1, 100, "sender", "execve", 0, r#","path":"/usr/bin/sender","argv":["sender"]"#),
+        ev(2, 2, 100, "sender", "openat", 3, r#","path":"/etc/secret","fd":3"#),
+        ev(3, 3, 100, "sender", "read", 100, r#","args":{"fd":3},"fd":3,"path":"/etc/secret""#),
+        ev(4, 4, 100, "sender", "connect", 0, r#","args":{"fd":4},"addr":"10.0.0.2:7000""#),
+        ev(5, 5, 100, "sender", "write", 100, r#","args":{"fd":4},"fd":4,"path":"socket:[77]""#),
+        ev(6, 6, 100, "sender", "connect", 0, r#","args":{"fd":5},"addr":"93.184.216.34:443""#),
+        ev(7, 7, 100, "sender", "write", 100, r#","args":{"fd":5},"fd":5,"path":"socket:[78]""#),
+    ];
+    let b = [
+        r#"{"type":"boot","boot_id":"boot-b"}"#.to_string(),
+        ev(1, 0, 200, "receiver", "execve", 0, r#","path":"/usr/bin/receiver","argv":["receiver"]"#),
+        ev(2, 0, 200, "receiver", "bind", 0, r#","args":{"fd":3},"addr":"0.0.0.0:7000""#),
+        ev(3, 5, 200, "receiver", "accept4", 4, r#","args":{"fd":3},"fd":4,"addr":"10.0.0.1:45678""#),
+        ev(4, 6, 200, "receiver", "read", 100, r#","args":{"fd":4},"fd":4,"path":"socket:[91]""#),
+        ev(5, 7, 200, "receiver", "openat", 5, r#","path":"/srv/received","fd":5"#),
+        ev(6, 8, 200, "receiver", "write", 100, r#","args":{"fd":5},"fd":5,"path":"/srv/received""#),
+        format!(r#"{{"type":"loss","boot_id":"boot-b","category":"ring","cpu":1,"count":3,"start_ns":{},"end_ns":{}}}"#, T0 + 20 * MS, T0 + 21 * MS),
+    ];
+    (a.join("\n") + "\n", b.join("\n") + "\n")
+}
