@@ -125,8 +125,8 @@ pub fn run(args: CollectArgs) -> Result<i32> {
     run_with_sink(args, None)
 }
 
-/// Copies the stream to two writers (the `-o` output and a sink).
-struct Tee(Box<dyn Write + Send>, Box<dyn Write + Send>);
+/// Copies the stream to two writers (the `-o` output and a sink, or two sinks).
+pub struct Tee(pub Box<dyn Write + Send>, pub Box<dyn Write + Send>);
 
 impl Write for Tee {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {

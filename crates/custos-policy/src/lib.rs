@@ -1,4 +1,5 @@
-//! custos-policy: the learned queue policy of Custos (seed 000 §4.2, §5).
+//! custos-policy: the learned policies of Custos: the queue policy (seed
+//! 000 §4.2, §5) and the GRU placement policy (seed 002, `placement`).
 //!
 //! For: the policy's feature vector and its normalisation, the integer
 //! Q-network's reference forward pass (the kernel runs its C twin), the
@@ -13,6 +14,7 @@ pub mod dqn;
 pub mod features;
 pub mod model;
 pub mod net;
+pub mod placement;
 pub mod quantize;
 pub mod replay;
 pub mod transition;

@@ -32,21 +32,6 @@ pub struct CollectCmd {
     pub sink_buffer_mb: usize,
 }
 
-/// Copies the stream to both sinks.
-struct Tee(custos_store::sink::SinkWriter, custos_store::sink::SinkWriter);
-
-impl Write for Tee {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.write_all(buf)?;
-        self.1.write_all(buf)?;
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 pub fn run(cmd: CollectCmd) -> Result<i32> {
     // Before the store is opened: --features-only writes nothing.
     cmd.collect.check_features_only(&[
@@ -89,7 +74,7 @@ pub fn run(cmd: CollectCmd) -> Result<i32> {
     // Kafka sink drops rather than wait through an outage, so it is not the
     // one that falls behind for long).
     let (writer, done, store, kafka): (Box<dyn Write + Send>, _, _, _) = match (store, kafka) {
-        (Some((s, sw)), Some((k, kw))) => (Box::new(Tee(sw, kw)), s.lines_done.clone(), Some(s), Some(k)),
+        (Some((s, sw)), Some((k, kw))) => (Box::new(custos_collector::cli::Tee(Box::new(sw), Box::new(kw))), s.lines_done.clone(), Some(s), Some(k)),
         (Some((s, sw)), None) => (Box::new(sw), s.lines_done.clone(), Some(s), None),
         (None, Some((k, kw))) => (Box::new(kw), k.lines_done.clone(), None, Some(k)),
         (None, None) => unreachable!("one sink at least"),

@@ -13,6 +13,28 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// The event lines of a recorded stream.
+fn events_in(stream: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(stream)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|l| l["type"] == "event")
+        .collect()
+}
+
+/// A root file system of Debian's static busybox at `root`: `bin/busybox`,
+/// a link to it per applet, and `etc/hostname` saying `hostname`.
+fn busybox_root(root: &std::path::Path, applets: &[&str], hostname: &str) {
+    std::fs::create_dir_all(root.join("bin")).unwrap();
+    std::fs::create_dir_all(root.join("etc")).unwrap();
+    std::fs::copy("/bin/busybox", root.join("bin/busybox")).expect("Debian's busybox-static (scripts/deps.sh installs it)");
+    for applet in applets {
+        std::os::unix::fs::symlink("busybox", root.join("bin").join(applet)).unwrap();
+    }
+    std::fs::write(root.join("etc/hostname"), format!("{hostname}\n")).unwrap();
+}
+
 #[test]
 fn collect_runs_a_command_records_it_and_balances_the_account() {
     let _g = serial();
@@ -195,13 +217,7 @@ fn events_in_a_podman_container_carry_the_container() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().canonicalize().unwrap();
     let root = d.join("rootfs");
-    std::fs::create_dir_all(root.join("bin")).unwrap();
-    std::fs::create_dir_all(root.join("etc")).unwrap();
-    std::fs::copy("/bin/busybox", root.join("bin/busybox")).expect("Debian's busybox-static (scripts/deps.sh installs it)");
-    for applet in ["sh", "cat", "sleep"] {
-        std::os::unix::fs::symlink("busybox", root.join("bin").join(applet)).unwrap();
-    }
-    std::fs::write(root.join("etc/hostname"), "inside\n").unwrap();
+    busybox_root(&root, &["sh", "cat", "sleep"], "inside");
     let image = "localhost/custos-test-busybox:1";
     let import = Command::new("sh")
         .arg("-c")
@@ -256,7 +272,8 @@ fn events_in_a_podman_container_carry_the_container() {
         assert_eq!(r["container"]["id"], cid.as_str(), "{r}");
         assert_eq!(r["container"]["runtime"], "podman", "{r}");
         let (dev, ino) = (r["root_dev"].as_u64().expect("root_dev"), r["root_inode"].as_u64().expect("root_inode"));
-        assert_ne!((dev >> 20, dev & 0xfffff, ino), (libc_major(host_root.dev()), libc_minor(host_root.dev()), host_root.ino()), "{r}");
+        let host = (libc::major(host_root.dev()) as u64, libc::minor(host_root.dev()) as u64, host_root.ino());
+        assert_ne!((dev >> 20, dev & 0xfffff, ino), host, "{r}");
     }
     let host_read = events()
         .find(|e| e["syscall"] == "openat" && e["path"] == "/etc/hostname" && e["comm"] == "cat" && e.get("container").is_none())
@@ -313,10 +330,7 @@ fn a_chrooted_process_names_its_root_and_its_files_stay_apart() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().canonicalize().unwrap();
     let jail = d.join("jail");
-    std::fs::create_dir_all(jail.join("bin")).unwrap();
-    std::fs::create_dir_all(jail.join("etc")).unwrap();
-    std::fs::copy("/bin/busybox", jail.join("bin/busybox")).expect("Debian's busybox-static (scripts/deps.sh installs it)");
-    std::fs::write(jail.join("etc/hostname"), "jailed\n").unwrap();
+    busybox_root(&jail, &[], "jailed");
     let out = d.join("events.jsonl");
     let db = d.join("store.db");
     let j = jail.display();
@@ -330,14 +344,9 @@ fn a_chrooted_process_names_its_root_and_its_files_stay_apart() {
         .output()
         .unwrap();
     assert!(run.status.success(), "{}", text(&run.stderr));
-    let events: Vec<serde_json::Value> = std::fs::read_to_string(&out)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-        .filter(|e| e["type"] == "event")
-        .collect();
+    let events = events_in(&out);
     let jail_root = std::fs::metadata(&jail).unwrap();
-    let kernel_dev = (libc_major(jail_root.dev()) << 20) | libc_minor(jail_root.dev());
+    let kernel_dev = ((libc::major(jail_root.dev()) as u64) << 20) | libc::minor(jail_root.dev()) as u64;
     let opens = |comm: &str| -> Vec<&serde_json::Value> {
         events.iter().filter(|e| e["syscall"] == "openat" && e["comm"] == comm && e["ret"].as_i64() >= Some(0)).collect()
     };
@@ -364,13 +373,6 @@ fn a_chrooted_process_names_its_root_and_its_files_stay_apart() {
     let jail_spec = format!("root:{}:{}:{}:/etc/hostname", kernel_dev >> 20, kernel_dev & 0xfffff, jail_root.ino());
     let jail_readers = query(&jail_spec);
     assert!(!jail_readers.is_empty() && jail_readers.iter().all(|c| c == "busybox"), "{jail_readers:?}");
-}
-
-fn libc_major(dev: u64) -> u64 {
-    ((dev >> 32) & 0xffff_f000) | ((dev >> 8) & 0xfff)
-}
-fn libc_minor(dev: u64) -> u64 {
-    ((dev >> 12) & 0xffff_ff00) | (dev & 0xff)
 }
 
 /// Scripted chains whose grouping is known (docs/workflows.md): a shell
@@ -404,12 +406,7 @@ fn scripted_chains_under(login_shell: &str) {
         .unwrap();
     let err = text(&run.stderr);
     assert!(run.status.success(), "{err}");
-    let events: Vec<serde_json::Value> = std::fs::read_to_string(&out)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-        .filter(|l| l["type"] == "event")
-        .collect();
+    let events = events_in(&out);
     let by_id: std::collections::HashMap<u64, &serde_json::Value> = events.iter().map(|e| (e["id"].as_u64().unwrap(), e)).collect();
     // Every event has a workflow, and each workflow's id is the event that started it.
     for e in &events {
