@@ -88,6 +88,7 @@ struct Attrs {
     file_path: Option<String>,
     argv: Option<Vec<String>>,
     addr: Option<String>,
+    laddr: Option<String>,
     /// The task's root (dev, inode) when it is not the host's.
     root: Option<Root>,
     truncated: Vec<&'static str>,
@@ -651,6 +652,9 @@ impl<W: Write> Consumer<W> {
         if let Some(addr) = &a.addr {
             j.str("addr", addr.as_bytes());
         }
+        if let Some(laddr) = &a.laddr {
+            j.str("laddr", laddr.as_bytes());
+        }
         if let Some(fd) = fd {
             j.i64("fd", fd);
         }
@@ -907,6 +911,10 @@ fn parse_attrs(raw: &[u8]) -> Attrs {
             ATTR_ADDR => {
                 a.addr = decode_sockaddr(data);
                 "addr"
+            }
+            ATTR_LADDR => {
+                a.laddr = decode_sockaddr(data);
+                "laddr"
             }
             ATTR_ROOT => {
                 if data.len() == 12 {

@@ -27,6 +27,7 @@ pub const SPEC_OPEN_HOW: u16 = 1 << 6;
 pub const SPEC_PROT_EXEC: u16 = 1 << 7;
 pub const SPEC_WRITE: u16 = 1 << 8;
 pub const SPEC_PATH_RAW: u16 = 1 << 9;
+pub const SPEC_LOCAL_ADDR: u16 = 1 << 10;
 
 pub const EV_CRITICAL: u16 = 1 << 0;
 pub const EV_HAS_ATTRS: u16 = 1 << 1;
@@ -43,6 +44,7 @@ pub const ATTR_FILE_PATH: u8 = 5;
 pub const ATTR_ARGV: u8 = 6;
 pub const ATTR_ADDR: u8 = 7;
 pub const ATTR_ROOT: u8 = 8;
+pub const ATTR_LADDR: u8 = 9;
 pub const ATTR_TRUNCATED: u8 = 1;
 
 /// include/custos/provenance_features.h

@@ -149,6 +149,7 @@ const RW: u16 = SPEC_RW;
 const WR: u16 = SPEC_RW | SPEC_WRITE;
 const FDP: u16 = SPEC_FD_PATH;
 const RFD: u16 = SPEC_RET_FD_PATH;
+const LADDR: u16 = SPEC_LOCAL_ADDR;
 
 /// The provenance syscall set (x86_64 numbers).
 pub static SYSCALLS: &[Syscall] = &[
@@ -255,9 +256,9 @@ pub static SYSCALLS: &[Syscall] = &[
     // network
     sc!("socket", 41, Network, false, [Int("family"), Int("type"), Int("protocol")]),
     sc!("socketpair", 53, Network, false, [Int("family"), Int("type"), Int("protocol"), FdPair]),
-    sc!("connect", 42, Network, true, [Fd, Addr, AddrLen]),
-    sc!("accept", 43, Network, true, [Fd, Addr, AddrLenPtr]),
-    sc!("accept4", 288, Network, true, [Fd, Addr, AddrLenPtr, Int("flags")]),
+    sc!("connect", 42, Network, true, [Fd, Addr, AddrLen], LADDR),
+    sc!("accept", 43, Network, true, [Fd, Addr, AddrLenPtr], LADDR),
+    sc!("accept4", 288, Network, true, [Fd, Addr, AddrLenPtr, Int("flags")], LADDR),
     sc!("bind", 49, Network, false, [Fd, Addr, AddrLen]),
     sc!("listen", 50, Network, false, [Fd, Int("backlog")]),
     sc!("sendto", 44, Network, false, [Fd, Skip, Uint("len"), Int("flags"), Addr, AddrLen]),

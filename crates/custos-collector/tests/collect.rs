@@ -132,6 +132,68 @@ fn scripted_workload_is_recorded_with_paths_pids_argv_and_returns() {
     assert_eq!(stats["invariant_holds"], true);
 }
 
+/// Both ends of a TCP connection name its 4-tuple: connect's `addr` is the
+/// server's and `laddr` the client's own; accept's `addr` is the client's and
+/// `laddr` the server's. A non-blocking connect (-EINPROGRESS) has its port
+/// already; a refused one has none. This is what joins two hosts' streams.
+#[test]
+fn both_ends_of_a_connection_name_its_four_tuple() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("events.jsonl");
+    let script = dir.path().join("peers.py");
+    let said = dir.path().join("said.txt");
+    // One process plays both ends (the test's own process is not recorded).
+    std::fs::write(
+        &script,
+        r#"
+import errno, socket, sys
+said = []
+def pair(family, host, blocking):
+    srv = socket.socket(family)
+    srv.bind((host, 0))
+    srv.listen(4)
+    port = srv.getsockname()[1]
+    c = socket.socket(family)
+    c.setblocking(blocking)
+    r = c.connect_ex((host, port))
+    assert r in (0, errno.EINPROGRESS), r
+    a, peer = srv.accept()
+    said.append("%s %d %s %d %d" % (host, port, host, c.getsockname()[1], r))
+    return srv, c, a
+keep = [pair(socket.AF_INET, "127.0.0.1", False), pair(socket.AF_INET6, "::1", True)]
+# Refused: nothing listens on a port just released.
+s = socket.socket(); s.bind(("127.0.0.1", 0)); dead = s.getsockname()[1]; s.close()
+assert socket.socket().connect_ex(("127.0.0.1", dead)) == errno.ECONNREFUSED
+said.append("refused %d" % dead)
+open(sys.argv[1], "w").write("\n".join(said) + "\n")
+"#,
+    )
+    .unwrap();
+    let opts = Options { syscalls: Some("socket,bind,listen,connect,accept,accept4".into()), ..quiet_options() };
+    let run = run_collector(opts, &out, || assert!(sh(&format!("python3 {} {}", script.display(), said.display())).success()));
+    let said = std::fs::read_to_string(&said).unwrap();
+    assert!(said.lines().next().unwrap().ends_with(&format!(" {}", libc::EINPROGRESS)), "the non-blocking connect is in progress: {said}");
+    let lines: Vec<&str> = said.lines().collect();
+    let name = |host: &str, port: &str| if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
+    for line in &lines[..2] {
+        let f: Vec<&str> = line.split(' ').collect();
+        let (server, client) = (name(f[0], f[1]), name(f[2], f[3]));
+        let connect = find(&run, &format!("connect to {server}"), |e| e["syscall"] == "connect" && e["addr"] == server.as_str());
+        assert_eq!(connect["laddr"], client.as_str(), "the client's own address: {connect}");
+        // What connect_ex returned, as the kernel's negative errno.
+        assert_eq!(connect["ret"].as_i64().unwrap(), -f[4].parse::<i64>().unwrap(), "{connect}");
+        let accept = find(&run, &format!("accept on {server}"), |e| e["syscall"].as_str().unwrap().starts_with("accept") && e["laddr"] == server.as_str());
+        assert_eq!(accept["addr"], client.as_str(), "the accepted peer is the connecting client: {accept}");
+        assert!(accept["ret"].as_i64().unwrap() >= 0);
+    }
+    let dead = format!("127.0.0.1:{}", lines[2].strip_prefix("refused ").unwrap());
+    let refused = find(&run, "the refused connect", |e| e["syscall"] == "connect" && e["addr"] == dead.as_str());
+    assert_eq!(refused["ret"].as_i64().unwrap(), -libc::ECONNREFUSED as i64);
+    assert!(refused["laddr"].is_null(), "a refused connect has no port of its own: {refused}");
+    assert!(run.summary.invariant_holds);
+}
+
 #[test]
 fn long_paths_and_argv_are_truncated_with_a_flag_not_lost() {
     let _g = serial();

@@ -112,6 +112,7 @@ struct EventRow {
     path: String,
     path2: String,
     addr: String,
+    laddr: String,
     argv: Vec<String>,
     child_pid: Option<u32>,
     dev: Option<u64>,
@@ -225,7 +226,15 @@ impl Ingester {
             let have: Vec<String> = rt
                 .block_on(client.query("SELECT name FROM system.columns WHERE database = ? AND table = ?").bind(&opts.database).bind(table).fetch_all())
                 .context("reading the tables' columns from ClickHouse")?;
-            let lacks: Vec<String> = schema::columns(table).into_iter().filter(|c| !have.contains(c)).collect();
+            let mut lacks: Vec<String> = schema::columns(table).into_iter().filter(|c| !have.contains(c)).collect();
+            // Columns a later version added: add them to the earlier version's table.
+            if !lacks.is_empty() && lacks.iter().all(|c| schema::ADDED_COLUMNS.iter().any(|&(t, name, _)| t == table && name == c)) {
+                for &(_, name, ty) in schema::ADDED_COLUMNS.iter().filter(|(t, name, _)| *t == table && lacks.iter().any(|c| c == name)) {
+                    let sql = format!("ALTER TABLE {}.{table} ADD COLUMN {name} {ty}", opts.database);
+                    rt.block_on(client.query(&sql).execute()).with_context(|| format!("adding column {name} to {}.{table}", opts.database))?;
+                }
+                lacks.clear();
+            }
             if !lacks.is_empty() {
                 bail!(
                     "table {}.{table} is not the fleet's (docs/fleet.md): it lacks column(s) {}; drop it or give another --clickhouse-db",
@@ -398,6 +407,7 @@ impl Ingester {
                     path: e.path.unwrap_or_default(),
                     path2: e.path2.unwrap_or_default(),
                     addr: e.addr.unwrap_or_default(),
+                    laddr: e.laddr.unwrap_or_default(),
                     argv: e.argv.unwrap_or_default(),
                     child_pid: e.child_pid,
                     dev: e.dev,

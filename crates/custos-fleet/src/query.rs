@@ -8,7 +8,8 @@
 //! reaches a socket also looks for the connection's other end on another
 //! host (`links`): the store's graph names a socket by its peer's address,
 //! so the two ends of one TCP connection are two nodes on two hosts, joined
-//! here on the connect (client) and the accept (server) within a time window.
+//! here on the connect (client) and the accept (server) whose addresses
+//! mirror each other (or, from collectors before `laddr`, by port and time).
 
 use crate::graph::{EdgeRowCh, NodeRowCh};
 use anyhow::{bail, Context, Result};
@@ -30,9 +31,10 @@ pub const LINK_WINDOW_NS: i64 = 5_000_000_000;
 pub const LINK_SKEW_NS: i64 = 1_000_000_000;
 
 /// Said in every answer that crossed hosts: what the join rests on.
-const LINK_NOTE: &str = "crossed hosts at sockets: a connect on one host joined to an accept on another of a port that host bound, \
-     within 5 s; the client's own port is not recorded, so two connections to one port within that time are ambiguous, \
-     and NAT, proxies or load balancers between the hosts hide the link";
+const LINK_NOTE: &str = "crossed hosts at sockets: a connect on one host joined to the accept on another whose addresses mirror it \
+     (the client's own ip:port is the accept's peer, and the server's own ip:port, or a port that host bound, is the connect's \
+     address); streams without the client's own address (collectors before `laddr`) are joined by port and time \
+     within 5 s, and say so; NAT, proxies or load balancers between the hosts hide the link";
 
 pub struct Fleet {
     client: clickhouse::Client,
@@ -109,14 +111,65 @@ fn is_loopback(addr: &str) -> bool {
     ip.starts_with("127.") || ip == "[::1]"
 }
 
+/// `[::ffff:a.b.c.d]:p` (an IPv4 peer of a dual-stack socket) as `a.b.c.d:p`.
+fn canon(addr: &str) -> String {
+    match addr.strip_prefix("[::ffff:").and_then(|r| r.split_once("]:")) {
+        Some((ip, port)) if ip.contains('.') => format!("{ip}:{port}"),
+        _ => addr.to_string(),
+    }
+}
+
+fn same_addr(a: &str, b: &str) -> bool {
+    !a.is_empty() && canon(a) == canon(b)
+}
+
+/// Every spelling of `addr` in a stream: as is, and an IPv4 address also as
+/// a dual-stack socket names it.
+fn spellings(addr: &str) -> Vec<String> {
+    let c = canon(addr);
+    match c.rsplit_once(':') {
+        Some((ip, port)) if ip.contains('.') && !ip.starts_with('[') => vec![c.clone(), format!("[::ffff:{ip}]:{port}")],
+        _ => vec![c],
+    }
+}
+
 /// One end of a connection, as the stream recorded it.
 #[derive(Clone, Debug)]
 struct End {
     host: String,
     /// The socket's name in that host's graph: the peer's address.
     addr: String,
+    /// The socket's own address (`laddr`), empty from collectors before it.
+    laddr: String,
     time_ns: i64,
     event_id: i64,
+}
+
+/// How a connect and an accept on two hosts belong together.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Pairing {
+    /// The client's own address is the accept's peer, and the server's own
+    /// address (or a port its host bound) is the connect's address.
+    Exact,
+    /// Only the server's port and the time: the client's own address was not
+    /// recorded.
+    ByPortAndTime,
+    No,
+}
+
+/// Whether `client` (a connect) and `server` (an accept) are the two ends of
+/// one connection, given whether the server's host bound the port the
+/// client connected to.
+fn pairing(client: &End, server: &End, server_bound_port: bool) -> Pairing {
+    let server_side = if server.laddr.is_empty() { server_bound_port } else { same_addr(&server.laddr, &client.addr) };
+    if !server_side {
+        return Pairing::No;
+    }
+    match client.laddr.is_empty() {
+        false if same_addr(&client.laddr, &server.addr) => Pairing::Exact,
+        false => Pairing::No,
+        true => Pairing::ByPortAndTime,
+    }
 }
 
 impl Fleet {
@@ -293,33 +346,60 @@ impl Fleet {
                 (None, Some(a)) => (a, false),
                 (None, None) => continue,
             };
-            // The other end: accepts elsewhere of the port this client connected
-            // to; or connects elsewhere to a port this server bound.
+            // The other end: accepts elsewhere whose peer is this client's own
+            // address, or (unrecorded) of the port it connected to within the
+            // window; connects elsewhere from this server's peer, or to a port
+            // this server bound within the window.
             let (lo, hi) = if client {
                 (mine.time_ns - LINK_SKEW_NS, mine.time_ns + LINK_WINDOW_NS)
             } else {
                 (mine.time_ns - LINK_WINDOW_NS, mine.time_ns + LINK_SKEW_NS)
             };
+            // The exact other end, at any time: an accept whose peer is this
+            // client's own address; a connect from this server's peer.
+            let any_of = |addr: &str| spellings(addr).iter().map(|a| lit(a)).collect::<Vec<_>>().join(",");
+            let mirror = match client {
+                true if mine.laddr.is_empty() => None,
+                true => Some(format!("addr IN ({})", any_of(&mine.laddr))),
+                false => Some(format!("laddr IN ({})", any_of(&mine.addr))),
+            };
             let others = self.ends(&format!(
-                "{} AND host != {} AND time_ns BETWEEN {} AND {}",
+                "{} AND host != {} AND ({}time_ns BETWEEN {} AND {})",
                 if client { "syscall IN ('accept', 'accept4') AND ret >= 0" } else { "syscall = 'connect' AND (ret = 0 OR ret = -115)" },
                 lit(&s.host),
+                mirror.map_or(String::new(), |m| m + " OR "),
                 lo.max(0),
                 hi.max(0)
             ))?;
-            let peers: Vec<End> = others
+            let paired: Vec<(Pairing, End)> = others
                 .into_iter()
-                .filter(|o| if client { binds_port(&o.host, &mine.addr) } else { !is_loopback(&o.addr) && binds_port(&s.host, &o.addr) })
+                .filter(|o| client || !is_loopback(&o.addr))
+                .map(|o| {
+                    let p = if client { pairing(&mine, &o, binds_port(&o.host, &mine.addr)) } else { pairing(&o, &mine, binds_port(&s.host, &o.addr)) };
+                    (p, o)
+                })
+                .filter(|(p, o)| *p == Pairing::Exact || (*p == Pairing::ByPortAndTime && (lo..=hi).contains(&o.time_ns)))
                 .collect();
             let which = if client { format!("{}'s connect to {}", s.host, mine.addr) } else { format!("{}'s accept from {}", s.host, mine.addr) };
-            match peers.len() {
-                0 => {
-                    self.notes.push(format!("{which}: no other end in the fleet (a host outside it, or NAT or a proxy between)"));
-                    continue;
+            let exact: Vec<&End> = paired.iter().filter(|(p, _)| *p == Pairing::Exact).map(|(_, o)| o).collect();
+            let peers: Vec<End> = if !exact.is_empty() {
+                // One 4-tuple can recur (a port reused later): the nearest in time.
+                if exact.len() > 1 {
+                    self.notes.push(format!("{which}: its addresses recur {} times in the fleet (ports reused); linked to the nearest in time", exact.len()));
                 }
-                1 => {}
-                n => self.notes.push(format!("{which}: {n} possible other ends within the time window; all are linked")),
-            }
+                exact.into_iter().min_by_key(|o| (o.time_ns - mine.time_ns).abs()).cloned().into_iter().collect()
+            } else {
+                let by_port: Vec<End> = paired.into_iter().map(|(_, o)| o).collect();
+                match by_port.len() {
+                    0 => {
+                        self.notes.push(format!("{which}: no other end in the fleet (a host outside it, or NAT or a proxy between)"));
+                        continue;
+                    }
+                    1 => self.notes.push(format!("{which}: joined by port and time (the client's own address was not recorded)")),
+                    n => self.notes.push(format!("{which}: {n} possible other ends by port and time (the client's own address was not recorded); all are linked")),
+                }
+                by_port
+            };
             for p in peers {
                 // The other end's socket node, named as its host's graph names
                 // it: by the accept's peer on the server, by the connect's
@@ -356,8 +436,8 @@ impl Fleet {
     }
 
     fn ends(&self, cond: &str) -> Result<Vec<End>> {
-        let rows: Vec<(String, String, u64, u64)> = self.fetch(&format!("SELECT host, addr, time_ns, id FROM events FINAL WHERE {cond}"))?;
-        Ok(rows.into_iter().map(|(host, addr, t, id)| End { host, addr, time_ns: t as i64, event_id: id as i64 }).collect())
+        let rows: Vec<(String, String, String, u64, u64)> = self.fetch(&format!("SELECT host, addr, laddr, time_ns, id FROM events FINAL WHERE {cond}"))?;
+        Ok(rows.into_iter().map(|(host, addr, laddr, t, id)| End { host, addr, laddr, time_ns: t as i64, event_id: id as i64 }).collect())
     }
 
     /// Breadth-first walk, one query per level (plus the socket links).
@@ -723,5 +803,33 @@ mod tests {
         assert_eq!(port_of("unix:/run/x.sock"), None);
         assert_eq!(ip_of("[::1]:80"), "[::1]");
         assert!(is_loopback("127.0.0.1:5") && !is_loopback("10.0.0.1:5"));
+        // A dual-stack socket's IPv4 peer is the same address.
+        assert_eq!(canon("[::ffff:10.0.0.1]:45678"), "10.0.0.1:45678");
+        assert_eq!(canon("[fe80::1]:443"), "[fe80::1]:443");
+        assert_eq!(spellings("10.0.0.1:5"), ["10.0.0.1:5", "[::ffff:10.0.0.1]:5"]);
+        assert_eq!(spellings("[::ffff:10.0.0.1]:5"), ["10.0.0.1:5", "[::ffff:10.0.0.1]:5"]);
+        assert_eq!(spellings("[fe80::1]:443"), ["[fe80::1]:443"]);
+    }
+
+    #[test]
+    fn a_connect_and_an_accept_pair_by_their_addresses_or_else_by_port() {
+        let end = |addr: &str, laddr: &str| End { host: "h".into(), addr: addr.into(), laddr: laddr.into(), time_ns: 0, event_id: 0 };
+        let client = end("10.0.0.2:7000", "10.0.0.1:45678");
+        // The accept's peer is the client's own address, its own the connect's address.
+        assert_eq!(pairing(&client, &end("10.0.0.1:45678", "10.0.0.2:7000"), false), Pairing::Exact);
+        assert_eq!(pairing(&client, &end("[::ffff:10.0.0.1]:45678", "[::ffff:10.0.0.2]:7000"), false), Pairing::Exact);
+        // Another client's connection to the same port, or the same client's to another port.
+        assert_eq!(pairing(&client, &end("10.0.0.1:45679", "10.0.0.2:7000"), true), Pairing::No);
+        assert_eq!(pairing(&client, &end("10.0.0.1:45678", "10.0.0.2:7001"), true), Pairing::No);
+        // A server without `laddr`: its host bound the port, and the client's address matches.
+        assert_eq!(pairing(&client, &end("10.0.0.1:45678", ""), true), Pairing::Exact);
+        assert_eq!(pairing(&client, &end("10.0.0.1:45678", ""), false), Pairing::No);
+        // A client without `laddr`: only the port (and the caller's time window).
+        let old = end("10.0.0.2:7000", "");
+        assert_eq!(pairing(&old, &end("10.0.0.9:1234", ""), true), Pairing::ByPortAndTime);
+        assert_eq!(pairing(&old, &end("10.0.0.9:1234", "10.0.0.2:7000"), false), Pairing::ByPortAndTime);
+        assert_eq!(pairing(&old, &end("10.0.0.9:1234", "10.0.0.2:7001"), true), Pairing::No);
+        // Through NAT the server sees another client address: no exact pair, said as no other end.
+        assert_eq!(pairing(&client, &end("192.0.2.1:6000", "10.0.0.2:7000"), true), Pairing::No);
     }
 }

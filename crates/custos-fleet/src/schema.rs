@@ -35,7 +35,7 @@ pub fn create_statements(db: &str) -> Vec<String> {
              host String, boot String, id UInt64, cpu UInt32, seq UInt64, time_ns UInt64, \
              pid UInt32, tid UInt32, ppid UInt32, uid Nullable(UInt32), euid Nullable(UInt32), \
              comm String, syscall String, ret Nullable(Int64), fd Nullable(Int32), \
-             path String, path2 String, addr String, argv Array(String), child_pid Nullable(UInt32), \
+             path String, path2 String, addr String, laddr String, argv Array(String), child_pid Nullable(UInt32), \
              dev Nullable(UInt64), inode Nullable(UInt64), workflow Nullable(UInt64), container String, \
              incomplete UInt8, line String, {KAFKA_COLUMNS}) \
              ENGINE = ReplacingMergeTree \
@@ -81,6 +81,11 @@ pub fn create_statements(db: &str) -> Vec<String> {
         ),
     ]
 }
+
+/// Columns added after a table's first release: (table, column, type). A
+/// table made by an earlier version gets them by `ALTER TABLE … ADD COLUMN`
+/// (old rows read the type's default) instead of being refused.
+pub const ADDED_COLUMNS: [(&str, &str, &str); 1] = [(EVENTS, "laddr", "String AFTER addr")];
 
 /// The columns of `table` as [`create_statements`] makes it, read from its
 /// statement (no type of ours has a comma inside).

@@ -71,9 +71,11 @@ fn kafka_libs() -> Result<PathBuf> {
     Ok(dir)
 }
 
-/// A single-node Kafka broker on loopback.
+/// A single-node Kafka broker, on loopback unless started with [`KafkaBroker::start_on`].
 pub struct KafkaBroker {
     dir: tempfile::TempDir,
+    /// The address clients reach it at.
+    ip: String,
     port: u16,
     libs: PathBuf,
     child: Option<Child>,
@@ -85,6 +87,12 @@ impl KafkaBroker {
     /// Formats a fresh data directory and starts the broker; returns once it
     /// answers metadata requests. `partitions`: of topics it creates itself.
     pub fn start(partitions: u32) -> Result<KafkaBroker> {
+        Self::start_on(partitions, "127.0.0.1")
+    }
+
+    /// The same, listening for clients on `ip` (one of this machine's
+    /// addresses), e.g. for a VM's collector on a host-only network.
+    pub fn start_on(partitions: u32, ip: &str) -> Result<KafkaBroker> {
         let libs = kafka_libs()?;
         let dir = tempfile::Builder::new().prefix("custos-kafka-").tempdir()?;
         let (port, controller) = (free_port()?, free_port()?);
@@ -95,8 +103,8 @@ impl KafkaBroker {
                 "process.roles=broker,controller\n\
                  node.id=1\n\
                  controller.quorum.voters=1@127.0.0.1:{controller}\n\
-                 listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}\n\
-                 advertised.listeners=PLAINTEXT://127.0.0.1:{port}\n\
+                 listeners=PLAINTEXT://{ip}:{port},CONTROLLER://127.0.0.1:{controller}\n\
+                 advertised.listeners=PLAINTEXT://{ip}:{port}\n\
                  controller.listener.names=CONTROLLER\n\
                  listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT\n\
                  log.dirs={}\n\
@@ -117,14 +125,14 @@ impl KafkaBroker {
         if !status.success() {
             bail!("formatting the Kafka broker's storage failed ({status}):\n{}", log_tail(&log));
         }
-        let mut broker = KafkaBroker { dir, port, libs, child: None, runs: 0 };
+        let mut broker = KafkaBroker { dir, ip: ip.to_string(), port, libs, child: None, runs: 0 };
         broker.restart()?;
         Ok(broker)
     }
 
     /// `host:port` for `bootstrap.servers`.
     pub fn bootstrap(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        format!("{}:{}", self.ip, self.port)
     }
 
     /// The broker's PID while it runs.
@@ -304,29 +312,69 @@ fn ev(id: u64, ms: u64, pid: u32, comm: &str, syscall: &str, ret: i64, extra: &s
     )
 }
 
-/// Two hosts' streams for the tests and the bench: host a (10.0.0.1) reads /etc/secret and sends it to b's port 7000, and
-/// sends something to a server outside the fleet; host b (10.0.0.2)
-/// accepts the connection, reads it and writes /srv/received.
-pub fn two_hosts() -> (String, String) {
-    let a = [
-        r#"{"type":"boot","boot_id":"boot-a"}"#.to_string(),
-        ev(1, 1, 100, "sender", "execve", 0, r#","path":"/usr/bin/sender","argv":["sender"]"#),
-        ev(2, 2, 100, "sender", "openat", 3, r#","path":"/etc/secret","fd":3"#),
-        ev(3, 3, 100, "sender", "read", 100, r#","args":{"fd":3},"fd":3,"path":"/etc/secret""#),
-        ev(4, 4, 100, "sender", "connect", 0, r#","args":{"fd":4},"addr":"10.0.0.2:7000""#),
-        ev(5, 5, 100, "sender", "write", 100, r#","args":{"fd":4},"fd":4,"path":"socket:[77]""#),
-        ev(6, 6, 100, "sender", "connect", 0, r#","args":{"fd":5},"addr":"93.184.216.34:443""#),
-        ev(7, 7, 100, "sender", "write", 100, r#","args":{"fd":5},"fd":5,"path":"socket:[78]""#),
-    ];
-    let b = [
-        r#"{"type":"boot","boot_id":"boot-b"}"#.to_string(),
-        ev(1, 0, 200, "receiver", "execve", 0, r#","path":"/usr/bin/receiver","argv":["receiver"]"#),
-        ev(2, 0, 200, "receiver", "bind", 0, r#","args":{"fd":3},"addr":"0.0.0.0:7000""#),
-        ev(3, 5, 200, "receiver", "accept4", 4, r#","args":{"fd":3},"fd":4,"addr":"10.0.0.1:45678""#),
-        ev(4, 6, 200, "receiver", "read", 100, r#","args":{"fd":4},"fd":4,"path":"socket:[91]""#),
-        ev(5, 7, 200, "receiver", "openat", 5, r#","path":"/srv/received","fd":5"#),
-        ev(6, 8, 200, "receiver", "write", 100, r#","args":{"fd":5},"fd":5,"path":"/srv/received""#),
-        format!(r#"{{"type":"loss","boot_id":"boot-b","category":"ring","cpu":1,"count":3,"start_ns":{},"end_ns":{}}}"#, T0 + 20 * MS, T0 + 21 * MS),
-    ];
-    (a.join("\n") + "\n", b.join("\n") + "\n")
+/// Three hosts' streams for the tests and the bench, by host name: host a
+/// (10.0.0.1) reads /etc/secret and sends it to b's port 7000, and sends
+/// something to a server outside the fleet; host c (10.0.0.3) connects to
+/// the same port 2 ms later and sends /etc/other. Host b (10.0.0.2) accepts
+/// both, reads each and writes /srv/received and /srv/other. These carry
+/// both ends' own addresses (`laddr`), so each connection is joined exactly
+/// though both reached one port within the time window. A third connection,
+/// from a to b's port 7001, is as a collector without `laddr` wrote it:
+/// joined by port and time.
+pub fn fleet_streams() -> [(&'static str, String); 3] {
+    // (ms, pid, comm, syscall, ret, fields): numbered in time order, as a CPU numbers its events.
+    let stream = |boot: &str, evs: &[(u64, u32, &str, &str, i64, &str)]| -> Vec<String> {
+        let mut lines = vec![format!(r#"{{"type":"boot","boot_id":"{boot}"}}"#)];
+        lines.extend(evs.iter().enumerate().map(|(i, &(ms, pid, comm, sc, ret, extra))| ev(i as u64 + 1, ms, pid, comm, sc, ret, extra)));
+        lines
+    };
+    let a = stream(
+        "boot-a",
+        &[
+            (1, 100, "sender", "execve", 0, r#","path":"/usr/bin/sender","argv":["sender"]"#),
+            (2, 100, "sender", "openat", 3, r#","path":"/etc/secret","fd":3"#),
+            (3, 100, "sender", "read", 100, r#","args":{"fd":3},"fd":3,"path":"/etc/secret""#),
+            (4, 100, "sender", "connect", -115, r#","args":{"fd":4},"addr":"10.0.0.2:7000","laddr":"10.0.0.1:45678""#),
+            (5, 100, "sender", "write", 100, r#","args":{"fd":4},"fd":4,"path":"socket:[77]""#),
+            (6, 100, "sender", "connect", 0, r#","args":{"fd":5},"addr":"93.184.216.34:443","laddr":"10.0.0.1:50000""#),
+            (7, 100, "sender", "write", 100, r#","args":{"fd":5},"fd":5,"path":"socket:[78]""#),
+            (9, 102, "legacy", "read", 10, r#","args":{"fd":3},"fd":3,"path":"/etc/legacy""#),
+            (10, 102, "legacy", "connect", 0, r#","args":{"fd":4},"addr":"10.0.0.2:7001""#),
+            (11, 102, "legacy", "write", 10, r#","args":{"fd":4},"fd":4,"path":"socket:[80]""#),
+        ],
+    );
+    let c = stream(
+        "boot-c",
+        &[
+            (2, 300, "other", "execve", 0, r#","path":"/usr/bin/other","argv":["other"]"#),
+            (3, 300, "other", "read", 50, r#","args":{"fd":3},"fd":3,"path":"/etc/other""#),
+            (6, 300, "other", "connect", 0, r#","args":{"fd":4},"addr":"10.0.0.2:7000","laddr":"10.0.0.3:45679""#),
+            (7, 300, "other", "write", 50, r#","args":{"fd":4},"fd":4,"path":"socket:[79]""#),
+        ],
+    );
+    let mut b = stream(
+        "boot-b",
+        &[
+            (0, 200, "receiver", "execve", 0, r#","path":"/usr/bin/receiver","argv":["receiver"]"#),
+            (0, 200, "receiver", "bind", 0, r#","args":{"fd":3},"addr":"0.0.0.0:7000""#),
+            (1, 202, "old", "bind", 0, r#","args":{"fd":3},"addr":"0.0.0.0:7001""#),
+            // The second client's connection is accepted first.
+            (7, 200, "receiver", "accept4", 6, r#","args":{"fd":3},"fd":6,"addr":"10.0.0.3:45679","laddr":"10.0.0.2:7000""#),
+            (8, 200, "receiver", "read", 50, r#","args":{"fd":6},"fd":6,"path":"socket:[92]""#),
+            (8, 200, "receiver", "openat", 7, r#","path":"/srv/other","fd":7"#),
+            (9, 200, "receiver", "write", 50, r#","args":{"fd":7},"fd":7,"path":"/srv/other""#),
+            (9, 201, "receiver2", "accept4", 4, r#","args":{"fd":3},"fd":4,"addr":"10.0.0.1:45678","laddr":"10.0.0.2:7000""#),
+            (10, 201, "receiver2", "read", 100, r#","args":{"fd":4},"fd":4,"path":"socket:[91]""#),
+            (11, 201, "receiver2", "openat", 5, r#","path":"/srv/received","fd":5"#),
+            (12, 201, "receiver2", "write", 100, r#","args":{"fd":5},"fd":5,"path":"/srv/received""#),
+            // A collector without `laddr` wrote this one.
+            (12, 202, "old", "accept", 4, r#","args":{"fd":3},"fd":4,"addr":"10.0.0.1:40000""#),
+            (13, 202, "old", "read", 10, r#","args":{"fd":4},"fd":4,"path":"socket:[93]""#),
+            (14, 202, "old", "openat", 5, r#","path":"/srv/legacy","fd":5"#),
+            (15, 202, "old", "write", 10, r#","args":{"fd":5},"fd":5,"path":"/srv/legacy""#),
+        ],
+    );
+    b.push(format!(r#"{{"type":"loss","boot_id":"boot-b","category":"ring","cpu":1,"count":3,"start_ns":{},"end_ns":{}}}"#, T0 + 20 * MS, T0 + 21 * MS));
+    let text = |lines: Vec<String>| lines.join("\n") + "\n";
+    [("host-a", text(a)), ("host-b", text(b)), ("host-c", text(c))]
 }

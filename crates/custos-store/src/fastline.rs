@@ -430,6 +430,10 @@ pub(crate) fn fast_line(text: &str) -> Option<Line<'_>> {
                     l.root_inode = c.opt(Cur::u64)?;
                     35
                 }
+                "laddr" => {
+                    l.laddr = c.opt(|c| c.str().map(str::to_string))?;
+                    36
+                }
                 // A nested object the graph reads: serde parses those lines.
                 "container" => return None,
                 _ => {

@@ -73,6 +73,7 @@ enum custos_spec_flags {
 	CUSTOS_SPEC_PROT_EXEC    = 1 << 7, /* only traced when prot_arg has PROT_EXEC */
 	CUSTOS_SPEC_WRITE        = 1 << 8, /* RW: this is the write direction */
 	CUSTOS_SPEC_PATH_RAW     = 1 << 9, /* path_arg is not a file here (symlink target, mount source) */
+	CUSTOS_SPEC_LOCAL_ADDR   = 1 << 10, /* connect/accept: the socket's own address (ATTR_LADDR) */
 };
 
 struct custos_syscall_spec {
@@ -145,6 +146,7 @@ enum custos_attr_kind {
 	CUSTOS_ATTR_ARGV        = 6, /* NUL-separated arguments */
 	CUSTOS_ATTR_ADDR        = 7, /* raw struct sockaddr */
 	CUSTOS_ATTR_ROOT        = 8, /* the task's root when not the host's: u32 dev, u64 inode */
+	CUSTOS_ATTR_LADDR       = 9, /* the socket's own address, as a struct sockaddr_in/in6 */
 };
 
 /* TLV flags. */

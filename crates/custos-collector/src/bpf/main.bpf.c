@@ -454,6 +454,59 @@ __noinline __u32 put_sockaddr(struct attr_buf *b, __u32 off, __u64 uaddr, __u32 
 	return put_tlv_hdr(b, off, CUSTOS_ATTR_ADDR, 0, len);
 }
 
+/*
+ * The socket's own address, as a struct sockaddr_in/in6 (ATTR_LADDR): the
+ * client's ip:port of a connect, the server's of an accepted connection. With
+ * the peer's address (ATTR_ADDR) it is the connection's 4-tuple, which is how
+ * two hosts' streams are joined at the network hop. Only once the kernel has
+ * given the socket a port (a failed connect has none).
+ */
+#define AF_INET_VAL   2
+#define AF_INET6_VAL  10
+#define S_IFMT_VAL    00170000
+#define S_IFSOCK_VAL  0140000
+
+__noinline __u32 put_local_addr(struct attr_buf *b, __u32 off, __u64 file)
+{
+	/* A plain integer in, as the verifier wants of a global function's args. */
+	struct file *f = (struct file *)file;
+	struct socket *sock;
+	struct sock *sk;
+	__u16 family, port;
+	__u32 o, len;
+
+	if (!b || !f || (BPF_CORE_READ(f, f_inode, i_mode) & S_IFMT_VAL) != S_IFSOCK_VAL)
+		return off;
+	sock = BPF_CORE_READ(f, private_data);
+	sk = sock ? BPF_CORE_READ(sock, sk) : NULL;
+	if (!sk)
+		return off;
+	family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	port = BPF_CORE_READ(sk, __sk_common.skc_num);
+	if (port == 0 || (family != AF_INET_VAL && family != AF_INET6_VAL))
+		return off;
+	len = family == AF_INET_VAL ? 16 : 28;
+	if (off > CUSTOS_ATTR_DATA_MAX - 4 - 28)
+		return put_cut(b, off, CUSTOS_ATTR_LADDR);
+	o = (off + 4) & ATTR_MASK;
+	for (int i = 0; i < 28; i++)
+		b->data[(o + i) & ATTR_MASK] = 0;
+	__builtin_memcpy(&b->data[o], &family, sizeof(family));
+	/* sin_port / sin6_port: network order, as in a sockaddr. */
+	b->data[(o + 2) & ATTR_MASK] = port >> 8;
+	b->data[(o + 3) & ATTR_MASK] = port & 0xff;
+	if (family == AF_INET_VAL) {
+		__u32 a = BPF_CORE_READ(sk, __sk_common.skc_rcv_saddr);
+
+		__builtin_memcpy(&b->data[(o + 4) & ATTR_MASK], &a, sizeof(a));
+	} else {
+		struct in6_addr a6 = BPF_CORE_READ(sk, __sk_common.skc_v6_rcv_saddr);
+
+		__builtin_memcpy(&b->data[(o + 8) & ATTR_MASK], &a6, sizeof(a6));
+	}
+	return put_tlv_hdr(b, off, CUSTOS_ATTR_LADDR, 0, len);
+}
+
 /* ---- features and submission ---- */
 
 static __always_inline void ewma_roll(struct custos_task_features *tf, __u64 now)
@@ -891,6 +944,12 @@ static __always_inline int emit_syscall(__u32 nr, const struct custos_syscall_sp
 			addrlen = arg_at(args, spec->addrlen_arg);
 		}
 		off = put_sockaddr(b, off, addr, addrlen);
+	}
+	if (spec->flags & CUSTOS_SPEC_LOCAL_ADDR) {
+		/* connect: its fd's socket; accept: the new connection's, its result. */
+		if (spec->flags & CUSTOS_SPEC_ADDR_OUT)
+			f = has_ret && ret >= 0 ? fd_file(ret) : NULL;
+		off = put_local_addr(b, off, (__u64)f);
 	}
 send:
 	b->hdr.len = off;

@@ -3,13 +3,13 @@
 //! Kafka sink with the broker killed and restarted in the middle; then
 //! probe events one at a time, each timed from its write into the sink to
 //! when ClickHouse answers it; then a cross-host query on two hosts'
-//! streams (servers::two_hosts).
+//! streams (servers::fleet_streams).
 
 use anyhow::{ensure, Result};
 use clap::Parser;
 use custos_fleet::ingest::{IngestOptions, Ingester};
 use custos_fleet::query::Fleet;
-use custos_fleet::servers::{two_hosts, ClickHouseServer, KafkaBroker};
+use custos_fleet::servers::{fleet_streams, ClickHouseServer, KafkaBroker};
 use custos_fleet::sink::{KafkaOptions, KafkaTarget};
 use custos_store::query::{Direction, Window};
 use custos_store::sink::LiveSink;
@@ -109,9 +109,8 @@ fn main() -> Result<()> {
     lat.sort_by(f64::total_cmp);
     let pct = |p: f64| lat[((lat.len() as f64 * p).ceil() as usize).clamp(1, lat.len()) - 1];
 
-    // A cross-host query: two hosts' streams, the secret's descendants.
-    let (a, b) = two_hosts();
-    for (host, lines) in [("host-a", &a), ("host-b", &b)] {
+    // A cross-host query: three hosts' streams, the secret's descendants.
+    for (host, lines) in fleet_streams() {
         let (s, mut w) = LiveSink::spawn("custos-kafka-sink", KafkaTarget::connect(KafkaOptions::new(&broker.bootstrap(), topic, host))?, 1 << 20)?;
         w.write_all(lines.as_bytes())?;
         drop(w);
