@@ -21,6 +21,9 @@ APT_PACKAGES=(
   clickhouse-server clickhouse-client kcat
   # Java and Maven for the Kafka broker (below)
   openjdk-17-jre-headless maven
+  # the two-machine fleet test: a TAP device (ip), and insmod for the guest
+  # kernel's NIC driver, a module (custos vm run --tap)
+  iproute2 kmod
 )
 
 missing=()

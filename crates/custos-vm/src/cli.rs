@@ -47,6 +47,10 @@ pub struct RunArgs {
     /// Extra kernel command-line option (repeatable).
     #[arg(long = "append", value_name = "OPTION")]
     pub append: Vec<String>,
+    /// Attach the guest to this host TAP device (`ip tuntap add dev NAME mode
+    /// tap`): a virtio NIC the guest configures itself, no NAT between.
+    #[arg(long, value_name = "NAME")]
+    pub tap: Option<String>,
     /// No progress lines: stderr carries only COMMAND's stderr.
     #[arg(short, long)]
     pub quiet: bool,
@@ -107,6 +111,7 @@ fn run_command(args: RunArgs) -> Result<i32> {
         env: args.env,
         cwd: None,
         append: args.append,
+        tap: args.tap,
     };
     runner::handle_interrupts();
     match runner::run(&spec, &args.command, Streams::Forward) {

@@ -231,6 +231,24 @@ pub fn discover(cache: &Path, shared: &[PathBuf]) -> (Vec<Kernel>, Vec<Rejected>
 }
 
 /// The kernel `custos vm run` boots when none is given: the newest usable one.
+/// The guest's NIC driver (virtio-net) and what it needs, in load order:
+/// the cloud kernel builds them as modules, which `custos vm kernel` keeps
+/// in `modules/` beside `vmlinuz`.
+pub const NETWORK_MODULES: [&str; 3] = ["failover", "net_failover", "virtio_net"];
+pub const NETWORK_MODULES_DIR: &str = "modules";
+
+impl Kernel {
+    /// The network modules' files in load order, when all are there.
+    pub fn network_modules(&self) -> Option<Vec<PathBuf>> {
+        let dir = self.vmlinuz.parent()?.join(NETWORK_MODULES_DIR);
+        let files: Vec<PathBuf> = std::fs::read_dir(&dir).ok()?.flatten().map(|e| e.path()).collect();
+        NETWORK_MODULES
+            .iter()
+            .map(|name| files.iter().find(|f| f.file_name().is_some_and(|n| n.to_string_lossy().strip_prefix(name).is_some_and(|r| r.starts_with(".ko")))).cloned())
+            .collect()
+    }
+}
+
 pub fn select_default() -> Result<Kernel> {
     let cache = cache_dir();
     let shared = shared_dirs();

@@ -100,6 +100,22 @@ pub fn find_in_package(root: &Path, release: &str) -> Option<(PathBuf, PathBuf)>
     layouts.into_iter().find(|(v, c)| v.is_file() && c.is_file())
 }
 
+/// The file of module `name` (`name.ko`, maybe compressed) under `dir`.
+fn find_module(dir: &Path, name: &str) -> Option<std::path::PathBuf> {
+    let entries = std::fs::read_dir(dir).ok()?;
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            if let Some(m) = find_module(&p, name) {
+                return Some(m);
+            }
+        } else if p.file_name().is_some_and(|n| n.to_string_lossy().strip_prefix(name).is_some_and(|rest| rest.starts_with(".ko"))) {
+            return Some(p);
+        }
+    }
+    None
+}
+
 /// Downloads the newest sched_ext cloud kernel into the cache (or finds it
 /// there already) and returns it. Progress goes to stderr.
 pub fn download_newest(source: &Source, cache: &Path) -> Result<Kernel> {
@@ -114,8 +130,11 @@ pub fn download_newest(source: &Source, cache: &Path) -> Result<Kernel> {
 
     let target = cache.join(&release);
     if let Ok(k) = Kernel::open(&target, KernelOrigin::Cache) {
-        eprintln!("custos vm kernel: already cached in {}", target.display());
-        return Ok(k);
+        if k.network_modules().is_some() {
+            eprintln!("custos vm kernel: already cached in {}", target.display());
+            return Ok(k);
+        }
+        eprintln!("custos vm kernel: {} lacks the network modules (for `custos vm run --tap`): fetching it again", target.display());
     }
 
     // Debian has moved the files between packages over time: vmlinuz in
@@ -124,12 +143,9 @@ pub fn download_newest(source: &Source, cache: &Path) -> Result<Kernel> {
     let download = apt.dir.path().join("download");
     let unpacked = apt.dir.path().join("unpacked");
     let mut notes = Vec::new();
-    for pkg in [format!("linux-binary-{release}"), format!("linux-base-{release}"), image_pkg.clone()] {
+    let fetch = |pkg: &str| -> Result<()> {
         eprintln!("custos vm kernel: downloading {pkg}…");
-        if let Err(e) = apt.run("apt-get", &["-q", "download", &pkg]) {
-            notes.push(format!("{e:#}"));
-            continue;
-        }
+        apt.run("apt-get", &["-q", "download", pkg])?;
         let deb = std::fs::read_dir(&download)?
             .filter_map(|e| e.ok())
             .map(|e| e.path())
@@ -139,7 +155,21 @@ pub fn download_newest(source: &Source, cache: &Path) -> Result<Kernel> {
         if !status.success() {
             bail!("dpkg-deb could not unpack {}", deb.display());
         }
+        Ok(())
+    };
+    for pkg in [format!("linux-binary-{release}"), format!("linux-base-{release}"), image_pkg.clone()] {
+        if let Err(e) = fetch(&pkg) {
+            notes.push(format!("{e:#}"));
+            continue;
+        }
         let Some((vmlinuz, config)) = find_in_package(&unpacked, &release) else { continue };
+        // The modules live in a package of their own now (in linux-image-* before).
+        let modules_root = unpacked.join("usr/lib/modules").join(&release);
+        if find_module(&modules_root, crate::kernel::NETWORK_MODULES[0]).is_none() {
+            if let Err(e) = fetch(&format!("linux-modules-{release}")) {
+                eprintln!("custos vm kernel: {e:#}");
+            }
+        }
         let text = std::fs::read_to_string(&config)?;
         let check = check_config(&text);
         if !check.is_fit() {
@@ -153,6 +183,18 @@ pub fn download_newest(source: &Source, cache: &Path) -> Result<Kernel> {
         std::fs::create_dir_all(&partial)?;
         std::fs::copy(&vmlinuz, partial.join("vmlinuz"))?;
         std::fs::copy(&config, partial.join("config"))?;
+        // The guest's NIC driver, which this kernel builds as modules only
+        // (`custos vm run --tap` loads them): copied when the package has them.
+        let modules = partial.join(crate::kernel::NETWORK_MODULES_DIR);
+        for name in crate::kernel::NETWORK_MODULES {
+            match find_module(&modules_root, name) {
+                Some(m) => {
+                    std::fs::create_dir_all(&modules)?;
+                    std::fs::copy(&m, modules.join(m.file_name().expect("a file")))?;
+                }
+                None => eprintln!("custos vm kernel: no {name} module in the package; `custos vm run --tap` will not work with it"),
+            }
+        }
         let _ = std::fs::remove_dir_all(&target);
         std::fs::rename(&partial, &target)?;
         eprintln!("custos vm kernel: cached {} in {}", release, target.display());

@@ -54,6 +54,10 @@ pub struct VmSpec {
     pub cwd: Option<PathBuf>,
     /// Extra kernel command-line options.
     pub append: Vec<String>,
+    /// A host TAP device to attach the guest to (a virtio NIC; the guest
+    /// gives it an address itself): a network between host and guest without
+    /// NAT, so two machines' provenance meets at real connections.
+    pub tap: Option<String>,
 }
 
 impl VmSpec {
@@ -69,6 +73,7 @@ impl VmSpec {
             env: Vec::new(),
             cwd: None,
             append: Vec::new(),
+            tap: None,
         }
     }
 }
@@ -256,7 +261,7 @@ ctl={ctl}
   mount -t tmpfs -o mode=755 tmpfs /boot
   cp {config} "/boot/config-$(uname -r)"
   mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
-) > "$ctl/setup.log" 2>&1 || {{ touch "$ctl/setup-failed"; exit 1; }}
+{modules}) > "$ctl/setup.log" 2>&1 || {{ touch "$ctl/setup-failed"; exit 1; }}
 # The host's seal key when it has one; else a key of this guest's own, where
 # the read-only root lets one be made.
 [ -e /var/lib/custos/seal.key ] || [ -n "${{CUSTOS_SEAL_KEY:-}}" ] || export CUSTOS_SEAL_KEY=/tmp/custos-seal/seal.key
@@ -269,6 +274,11 @@ echo $? > "$ctl/rc.partial" && mv "$ctl/rc.partial" "$ctl/rc"
 "#,
         ctl = q(ctl),
         config = q(&spec.kernel.config),
+        // --tap: the NIC's driver (modules only in this kernel).
+        modules = match spec.tap {
+            Some(_) => spec.kernel.network_modules().unwrap_or_default().iter().map(|m| format!("  PATH=\"$PATH:/usr/sbin:/sbin\" insmod {}\n", q(m))).collect::<String>(),
+            None => String::new(),
+        },
         cwd = q(&cwd),
         argv = argv.join(" "),
     )
@@ -332,6 +342,22 @@ pub fn run(spec: &VmSpec, command: &[String], streams: Streams) -> Result<VmOutp
             bail!("--share {} must be an existing directory given by absolute path", share.display());
         }
     }
+    if let Some(tap) = &spec.tap {
+        if tap.is_empty() || !tap.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b)) {
+            bail!("--tap {tap:?}: a network device name (letters, digits, '_', '.', '-')");
+        }
+        if !Path::new("/sys/class/net").join(tap).exists() {
+            bail!("--tap {tap}: no such network device; create it first: ip tuntap add dev {tap} mode tap");
+        }
+        if spec.kernel.network_modules().is_none() {
+            bail!(
+                "--tap needs the guest's NIC driver, and the kernel at {} has no {}/ with {}: run `custos vm kernel` to fetch them",
+                spec.kernel.vmlinuz.display(),
+                crate::kernel::NETWORK_MODULES_DIR,
+                crate::kernel::NETWORK_MODULES.join(", ")
+            );
+        }
+    }
     let tools = tools::locate()?;
     let ctl = tempfile::Builder::new().prefix("custos-vm-").tempdir().context("cannot create the VM control directory")?;
     let path_env = tools.path_env.to_string_lossy().into_owned();
@@ -387,6 +413,9 @@ fn boot(spec: &VmSpec, tools: &tools::Tools, ctl: &Path, streams: Streams, kvm: 
         // and the guest oopses ("Oops: int3" in try_to_wake_up). Slower, but
         // the kernel under test stays sound.
         cmd.arg("--disable-kvm").arg("--qemu-opts=-accel tcg,thread=single");
+    }
+    if let Some(tap) = &spec.tap {
+        cmd.arg(format!("--qemu-opts=-netdev tap,id=custosnet,ifname={tap},script=no,downscript=no -device virtio-net-pci,netdev=custosnet"));
     }
     cmd.args(["--cpus", &spec.cpus.to_string(), "--memory", &spec.memory, "--user", "root"]);
     cmd.arg("--rwdir").arg(ctl);

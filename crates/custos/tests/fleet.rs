@@ -1,7 +1,10 @@
 //! Drives the real `custos fleet ingest` against real Kafka and ClickHouse
 //! servers (custos_fleet::servers): a stream the Kafka sink sent (the code
 //! `custos collect --kafka` runs) lands in ClickHouse, and a second run that
-//! reads the topic again adds nothing.
+//! reads the topic again adds nothing. And two real machines (this host
+//! and a `custos vm` guest on a host-only network), each recording with its
+//! own collector into one Kafka topic, queried as one graph across the
+//! connection between them.
 
 use custos_fleet::servers::{ClickHouseServer, KafkaBroker};
 use custos_fleet::sink::{KafkaOptions, KafkaTarget};
@@ -89,4 +92,143 @@ fn a_recording_reaches_clickhouse_through_kafka() {
     ingest(&broker, &ch, topic, "g");
     let got = ch.query_u64("SELECT id FROM custos.events WHERE host = 'recorded-host' ORDER BY id").unwrap();
     assert_eq!(got, want, "ClickHouse holds the recording's events, each once");
+}
+
+/// A host-only network for the VM: a TAP device with the host's address,
+/// removed when the test ends.
+struct Tap(&'static str);
+
+impl Tap {
+    fn create(name: &'static str, host_cidr: &str) -> Tap {
+        let ip = |args: &[&str]| Command::new("ip").args(args).output().expect("run ip");
+        let _ = ip(&["link", "del", name]); // left by a killed run
+        for args in [&["tuntap", "add", "dev", name, "mode", "tap"][..], &["addr", "add", host_cidr, "dev", name], &["link", "set", name, "up"]] {
+            let out = ip(args);
+            assert!(out.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        Tap(name)
+    }
+}
+
+impl Drop for Tap {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["link", "del", self.0]).output();
+    }
+}
+
+/// A child killed if the test ends before it does (a failed assertion must
+/// not leave a collector running).
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if self.0.try_wait().ok().flatten().is_none() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// The fleet's reason to exist, with two real kernels: a process in the VM
+/// reads a secret and sends it over TCP to a server on the host, each
+/// machine's own collector records its side into the host's Kafka, and the
+/// fleet's graph follows the secret from the VM's file to the file the host
+/// wrote, joined at the connection by both ends' addresses (not by port and
+/// time). About 2 minutes under emulation.
+#[test]
+fn two_machines_provenance_joins_at_the_connection_between_them() {
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_custos"));
+    let (host_ip, guest_ip) = ("10.77.0.1", "10.77.0.2");
+    let _tap = Tap::create("custos-fleet0", "10.77.0.1/24");
+    let ch = ClickHouseServer::start().unwrap();
+    let broker = KafkaBroker::start_on(1, host_ip).unwrap();
+    let topic = "custos-two-machines";
+    broker.create_topic(topic, 1).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().canonicalize().unwrap();
+
+    // The host's side: its collector, around a server that takes one
+    // connection and writes what it received to a file.
+    let port_file = d.join("port");
+    let received = d.join("received");
+    let server = format!(
+        "import socket, sys\n\
+         srv = socket.socket(); srv.bind(('{host_ip}', 0)); srv.listen(1); srv.settimeout(900)\n\
+         open(sys.argv[1] + '.tmp', 'w').write(str(srv.getsockname()[1])); __import__('os').rename(sys.argv[1] + '.tmp', sys.argv[1])\n\
+         c, peer = srv.accept(); c.settimeout(60)\n\
+         data = b''\n\
+         while True:\n    b = c.recv(65536)\n    if not b: break\n    data += b\n\
+         open(sys.argv[2], 'wb').write(data)\n"
+    );
+    let host = Command::new(bin)
+        .args(["collect", "--kafka", &broker.bootstrap(), "--topic", topic, "--host-id", "host", "-o"])
+        .arg(d.join("host.jsonl"))
+        .args(["--", "python3", "-c", &server])
+        .arg(&port_file)
+        .arg(&received)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(d.join("host-collect.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let mut host = Reaped(host);
+    let t = std::time::Instant::now();
+    while !port_file.exists() {
+        assert!(host.0.try_wait().unwrap().is_none(), "the host's collector ended: {}", std::fs::read_to_string(d.join("host-collect.log")).unwrap());
+        assert!(t.elapsed().as_secs() < 120, "the host's server never listened");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let port = std::fs::read_to_string(&port_file).unwrap();
+
+    // The VM's side: its own kernel, its own collector.
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guest/fleet.sh");
+    let vm = Command::new(bin)
+        .args(["vm", "run", "-q", "--cpus", "1", "--timeout", "900", "--tap", "custos-fleet0", "--share"])
+        .arg(&d)
+        .args(["--", "sh"])
+        .arg(&script)
+        .arg(bin.parent().unwrap())
+        .arg(&d)
+        .args([guest_ip, host_ip, port.trim(), &broker.bootstrap(), topic])
+        .output()
+        .expect("run custos vm");
+    let stdout = String::from_utf8_lossy(&vm.stdout);
+    let log = |f: &str| std::fs::read_to_string(d.join(f)).unwrap_or_default();
+    assert!(stdout.contains("done yes") && stdout.contains("net.rc 0"), "stdout: {stdout}\nstderr: {}", String::from_utf8_lossy(&vm.stderr));
+    assert!(stdout.contains("collect.rc 0"), "the VM's collector: {}", log("vm-collect.log"));
+    let status = host.0.wait().unwrap();
+    assert!(status.success(), "the host's collector: {}", log("host-collect.log"));
+    assert_eq!(std::fs::read_to_string(&received).unwrap(), "a secret of the vm's\n");
+
+    // Each machine recorded its end, with both addresses.
+    let end = |file: &str, syscall: &[&str]| -> serde_json::Value {
+        std::fs::read_to_string(d.join(file))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .find(|e| syscall.contains(&e["syscall"].as_str().unwrap_or("")) && e["laddr"].is_string() && e["laddr"].as_str().unwrap().starts_with("10.77.0."))
+            .unwrap_or_else(|| panic!("no {syscall:?} on the host-only network in {file}"))
+    };
+    let connect = end("vm.jsonl", &["connect"]);
+    let accept = end("host.jsonl", &["accept", "accept4"]);
+    assert_eq!(connect["addr"], accept["laddr"], "{connect}\n{accept}");
+    assert_eq!(connect["laddr"], accept["addr"], "{connect}\n{accept}");
+
+    // One graph of both machines.
+    let out = Command::new(bin)
+        .args(["fleet", "ingest", "--kafka", &broker.bootstrap(), "--topic", topic, "--clickhouse", &ch.url()])
+        .args(["--group", "g", "--batch-secs", "0.3", "--stop-when-idle", "3", "--graph-dir"])
+        .arg(d.join("graphs"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "fleet ingest: {}", String::from_utf8_lossy(&out.stderr));
+    let secret = format!("vm:{}", d.join("vm-secret").display());
+    let out = Command::new(bin).args(["query", "--clickhouse", &ch.url(), "--json", "descendants", &secret]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "query: {text}{}", String::from_utf8_lossy(&out.stderr));
+    let answer: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let names: Vec<&str> = answer["nodes"].as_array().unwrap().iter().map(|n| n["name"].as_str().unwrap()).collect();
+    let wrote = format!("host:{}", received.display());
+    assert!(names.contains(&wrote.as_str()), "the host's file descends from the VM's secret: {names:?}");
+    let notes = answer["notes"].to_string();
+    assert!(notes.contains("crossed hosts") && !notes.contains(": joined by port and time") && !notes.contains("possible other ends"), "{notes}");
 }
