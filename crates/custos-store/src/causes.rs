@@ -7,23 +7,63 @@
 //! filled block or when an older node gains a cause (docs/store.md, "Cause
 //! blocks").
 //!
-//! A block is `base_time: i64, base_seq: u64, offsets: [u32; BLOCK_NODES + 1]`
-//! (little-endian) followed by the entries; node `first + i`'s entries are
+//! A block is `base_time: i64, base_seq: u64, offsets: [u16; BLOCK_NODES + 1]`
+//! (little-endian; `[u32; ..]` when the entries take more than 64 KiB, marked
+//! by the top bit of `base_seq`, whose bits 48..62 hold the base boot)
+//! followed by the entries; node `first + i`'s entries are
 //! the bytes `offsets[i]..offsets[i + 1]` after the header. A walk step reads
 //! two offsets and that slice through the incremental-blob API, so it never
-//! decodes more than the one node's list. Each entry is five varints, the
-//! values relative to the previous entry of the same node (the first to the
-//! block's base): `zigzag(effect − cause)`, `cpu << 3 | kind`,
-//! `zigzag(seq − previous seq)`, `zigzag(time − previous time)`, `boot` —
-//! where an event id is `cpu << 48 | seq`. About 10 bytes an entry against
-//! 29 for fixed-width fields.
+//! decodes more than the one node's list. Each entry is four or five
+//! varints, the values relative to the previous entry of the same node (the
+//! first to the block's base): `zigzag(effect − cause)`, `cpu << 3 | kind`,
+//! `zigzag(seq − previous seq) << 1 | boot differs`, `zigzag(time − previous
+//! time)`, and `boot` only when it differs — where an event id is `cpu << 48
+//! | seq`. About 9 bytes an entry against 29 for fixed-width fields.
 
 pub use crate::blocks::{block_of, BLOCK_NODES, BLOCK_SHIFT};
-use crate::blocks::{slot_of, Entry, EntryBase, SEQ_MASK};
+use crate::blocks::{slot_of, Entry, EntryBase, SEQ_BITS, SEQ_MASK};
 use anyhow::{Context, Result};
 use rusqlite::{params, Connection, OptionalExtension};
 
-const HEADER: usize = 16 + 4 * (BLOCK_NODES + 1);
+/// Set in the stored `base_seq` (a sequence number has 48 bits) when the
+/// block's offsets are 16 bits wide: nearly every block's entries take
+/// under 64 KiB, and two bytes less per offset is 130 of a block's ~1.2 KB.
+const NARROW: u64 = 1 << 63;
+
+/// The header's size with offsets `width` bytes wide.
+const fn header(width: usize) -> usize {
+    16 + width * (BLOCK_NODES + 1)
+}
+
+/// Bits 48..63 of the stored `base_seq` hold the base boot (entries carry
+/// their boot only when it differs from the previous entry's).
+const BOOT_MAX: i64 = (1 << 15) - 1;
+
+/// Where a block's nodes' first entries are counted from: time, sequence
+/// number, boot.
+pub type Base = (i64, u64, i64);
+
+/// The base of a block whose header holds `base_time` and `stored`.
+fn base_of(base_time: i64, stored: u64) -> Base {
+    (base_time, stored & SEQ_MASK, ((stored >> SEQ_BITS) as i64) & BOOT_MAX)
+}
+
+/// The offsets' width of a block whose stored `base_seq` is `stored`.
+fn width_of(stored: u64) -> usize {
+    if stored & NARROW != 0 {
+        2
+    } else {
+        4
+    }
+}
+
+/// Offset `i` of a header whose offsets are `width` bytes wide.
+fn offset_at(bytes: &[u8], width: usize) -> usize {
+    match width {
+        2 => u16::from_le_bytes([bytes[0], bytes[1]]) as usize,
+        _ => u32::from_le_bytes(bytes[..4].try_into().expect("4 bytes")) as usize,
+    }
+}
 
 /// One edge from a node to a cause.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,8 +77,8 @@ pub struct CauseEntry {
 
 
 /// Appends the varints of `entries` (the causes of `effect`) to `out`.
-fn encode_node(out: &mut Vec<u8>, effect: i64, entries: &[CauseEntry], base_time: i64, base_seq: u64) {
-    let mut base = EntryBase::new(base_time, base_seq);
+fn encode_node(out: &mut Vec<u8>, effect: i64, entries: &[CauseEntry], (time, seq, boot): Base) {
+    let mut base = EntryBase::new(time, seq, boot);
     for e in entries {
         let entry = Entry { effect_minus_cause: effect.wrapping_sub(e.cause), kind: e.kind, event_id: e.event_id, time_ns: e.time_ns, boot: e.boot };
         base.put(out, &entry);
@@ -46,8 +86,8 @@ fn encode_node(out: &mut Vec<u8>, effect: i64, entries: &[CauseEntry], base_time
 }
 
 /// Decodes one node's entries (the slice of its block) into `out`.
-pub fn decode_node(out: &mut Vec<CauseEntry>, effect: i64, bytes: &[u8], base_time: i64, base_seq: u64) -> Result<()> {
-    let mut base = EntryBase::new(base_time, base_seq);
+pub fn decode_node(out: &mut Vec<CauseEntry>, effect: i64, bytes: &[u8], (time, seq, boot): Base) -> Result<()> {
+    let mut base = EntryBase::new(time, seq, boot);
     let mut pos = 0;
     while pos < bytes.len() {
         let e = base.get(bytes, &mut pos)?;
@@ -56,22 +96,19 @@ pub fn decode_node(out: &mut Vec<CauseEntry>, effect: i64, bytes: &[u8], base_ti
     Ok(())
 }
 
-fn header_u32(block: &[u8], i: usize) -> usize {
-    let at = 16 + 4 * i;
-    u32::from_le_bytes(block[at..at + 4].try_into().expect("4 bytes")) as usize
-}
-
 /// One block's lists, decoded (for rewriting a block).
 fn decode_block(block_id: i64, block: &[u8]) -> Result<Vec<Vec<CauseEntry>>> {
-    anyhow::ensure!(block.len() >= HEADER, "cause block {block_id} is shorter than its header");
+    anyhow::ensure!(block.len() >= 16, "cause block {block_id} is shorter than its header");
     let base_time = i64::from_le_bytes(block[0..8].try_into().expect("8 bytes"));
-    let base_seq = u64::from_le_bytes(block[8..16].try_into().expect("8 bytes"));
-    let body = &block[HEADER..];
+    let stored = u64::from_le_bytes(block[8..16].try_into().expect("8 bytes"));
+    let (width, base) = (width_of(stored), base_of(base_time, stored));
+    anyhow::ensure!(block.len() >= header(width), "cause block {block_id} is shorter than its header");
+    let body = &block[header(width)..];
+    let offset = |i: usize| offset_at(&block[16 + width * i..], width);
     let mut lists = vec![Vec::new(); BLOCK_NODES];
     for (i, list) in lists.iter_mut().enumerate() {
-        let (a, b) = (header_u32(block, i), header_u32(block, i + 1));
-        let bytes = body.get(a..b).context("cause block offsets out of range")?;
-        decode_node(list, (block_id << BLOCK_SHIFT) + i as i64, bytes, base_time, base_seq)?;
+        let bytes = body.get(offset(i)..offset(i + 1)).context("cause block offsets out of range")?;
+        decode_node(list, (block_id << BLOCK_SHIFT) + i as i64, bytes, base)?;
     }
     Ok(lists)
 }
@@ -80,16 +117,28 @@ fn encode_block(block_id: i64, lists: &[Vec<CauseEntry>]) -> Vec<u8> {
     let first = lists.iter().flatten().next();
     let base_time = first.map_or(0, |e| e.time_ns);
     let base_seq = first.map_or(0, |e| e.event_id as u64 & SEQ_MASK);
-    let mut out = Vec::with_capacity(HEADER + 16 * lists.iter().map(Vec::len).sum::<usize>());
-    out.extend_from_slice(&base_time.to_le_bytes());
-    out.extend_from_slice(&base_seq.to_le_bytes());
-    out.resize(HEADER, 0);
+    // The base boot is the first entry's when it fits its 15 bits (else 0:
+    // the entries then say theirs).
+    let base_boot = first.map_or(0, |e| e.boot);
+    let base_boot = if (0..=BOOT_MAX).contains(&base_boot) { base_boot } else { 0 };
+    let mut body = Vec::with_capacity(16 * lists.iter().map(Vec::len).sum::<usize>());
+    let mut ends = [0usize; BLOCK_NODES];
     for (i, list) in lists.iter().enumerate() {
-        encode_node(&mut out, (block_id << BLOCK_SHIFT) + i as i64, list, base_time, base_seq);
-        let end = (out.len() - HEADER) as u32;
-        let at = 16 + 4 * (i + 1);
-        out[at..at + 4].copy_from_slice(&end.to_le_bytes());
+        encode_node(&mut body, (block_id << BLOCK_SHIFT) + i as i64, list, (base_time, base_seq, base_boot));
+        ends[i] = body.len();
     }
+    let width = if body.len() <= u16::MAX as usize { 2 } else { 4 };
+    let mut out = Vec::with_capacity(header(width) + body.len());
+    out.extend_from_slice(&base_time.to_le_bytes());
+    let stored = base_seq | (base_boot as u64) << SEQ_BITS | if width == 2 { NARROW } else { 0 };
+    out.extend_from_slice(&stored.to_le_bytes());
+    for end in std::iter::once(0).chain(ends) {
+        match width {
+            2 => out.extend_from_slice(&(end as u16).to_le_bytes()),
+            _ => out.extend_from_slice(&(end as u32).to_le_bytes()),
+        }
+    }
+    out.extend_from_slice(&body);
     out
 }
 
@@ -129,8 +178,9 @@ pub struct CauseReader<'c> {
     blob: Option<rusqlite::blob::Blob<'c>>,
     /// The block the handle is on (`None`: no handle, or the block does not exist).
     block: Option<i64>,
-    base_time: i64,
-    base_seq: u64,
+    base: Base,
+    /// The block's offsets' width (2 or 4 bytes).
+    width: usize,
     buf: Vec<u8>,
     /// The entries of the node loaded last.
     pub entries: Vec<CauseEntry>,
@@ -138,7 +188,7 @@ pub struct CauseReader<'c> {
 
 impl<'c> CauseReader<'c> {
     pub fn new(conn: &'c Connection) -> Self {
-        Self { conn, blob: None, block: None, base_time: 0, base_seq: 0, buf: Vec::with_capacity(1024), entries: Vec::new() }
+        Self { conn, blob: None, block: None, base: (0, 0, 0), width: 4, buf: Vec::with_capacity(1024), entries: Vec::new() }
     }
 
     fn position(&mut self, block_id: i64) -> Result<bool> {
@@ -164,8 +214,9 @@ impl<'c> CauseReader<'c> {
         let b = self.blob.as_ref().expect("opened above");
         let mut base = [0u8; 16];
         b.read_at_exact(&mut base, 0).context("reading a cause block")?;
-        self.base_time = i64::from_le_bytes(base[0..8].try_into().expect("8 bytes"));
-        self.base_seq = u64::from_le_bytes(base[8..16].try_into().expect("8 bytes"));
+        let base_time = i64::from_le_bytes(base[0..8].try_into().expect("8 bytes"));
+        let stored = u64::from_le_bytes(base[8..16].try_into().expect("8 bytes"));
+        (self.width, self.base) = (width_of(stored), base_of(base_time, stored));
         self.block = Some(block_id);
         Ok(true)
     }
@@ -177,14 +228,14 @@ impl<'c> CauseReader<'c> {
             return Ok(&self.entries);
         }
         let b = self.blob.as_ref().expect("positioned");
+        let w = self.width;
         let mut off = [0u8; 8];
-        b.read_at_exact(&mut off, 16 + 4 * slot_of(node)).context("reading a cause block")?;
-        let start = u32::from_le_bytes(off[0..4].try_into().expect("4 bytes")) as usize;
-        let end = u32::from_le_bytes(off[4..8].try_into().expect("4 bytes")) as usize;
+        b.read_at_exact(&mut off[..2 * w], 16 + w * slot_of(node)).context("reading a cause block")?;
+        let (start, end) = (offset_at(&off, w), offset_at(&off[w..], w));
         anyhow::ensure!(start <= end, "cause block {}: offsets out of order", block_of(node));
         self.buf.resize(end - start, 0);
-        b.read_at_exact(&mut self.buf, HEADER + start).context("reading a cause list")?;
-        decode_node(&mut self.entries, node, &self.buf, self.base_time, self.base_seq)?;
+        b.read_at_exact(&mut self.buf, header(w) + start).context("reading a cause list")?;
+        decode_node(&mut self.entries, node, &self.buf, self.base)?;
         Ok(&self.entries)
     }
 }
@@ -203,6 +254,15 @@ mod tests {
         lists[3].push(CauseEntry { cause: i64::MAX, kind: 3, event_id: i64::MAX, time_ns: i64::MIN, boot: u32::MAX as i64 });
         lists[63].push(CauseEntry { cause: 0, kind: 2, event_id: 0xffff << 48, time_ns: -5, boot: 2 });
         let b = encode_block(block_id, &lists);
+        assert_eq!(width_of(u64::from_le_bytes(b[8..16].try_into().unwrap())), 2);
+        assert_eq!(decode_block(block_id, &b).unwrap(), lists);
+        // Past 64 KiB of entries the offsets are 32 bits wide.
+        for i in 0..8000 {
+            lists[9].push(CauseEntry { cause: i * 1_000_003, kind: 1, event_id: i << 20, time_ns: i << 30, boot: 1 });
+        }
+        let b = encode_block(block_id, &lists);
+        assert!(b.len() > 1 << 16);
+        assert_eq!(width_of(u64::from_le_bytes(b[8..16].try_into().unwrap())), 4);
         assert_eq!(decode_block(block_id, &b).unwrap(), lists);
     }
 }

@@ -3,7 +3,8 @@
 //!
 //! A batch's new edges are grouped by their cause's block of
 //! [`BLOCK_NODES`] node ids (as in `causes.rs`) and written as one row per
-//! block touched, `effect_parts(block, part)`, instead of a row per edge:
+//! block touched, `effect_parts(part)` keyed by `block << 3 | number`,
+//! instead of a row per edge:
 //! most causes are nodes of the same batch or a few busy old ones (shared
 //! headers, long-lived processes), so a batch touches few blocks. A lookup
 //! by cause reads the rows of its block (one seek, a short scan) and keeps
@@ -11,11 +12,12 @@
 //! into one, so a busy block costs one row, not one per batch.
 //!
 //! A part is its edges sorted by (cause, effect, kind, event id): a header
-//! (base time and event sequence, then each cause's slot in the block and
-//! the byte length of its run), then per cause a run of entries of five
-//! varints: `zigzag(effect − cause)`, `cpu << 3 | kind`, and `zigzag` deltas
-//! of the event id's sequence and of the time from the previous entry of
-//! the run (the first from the base), and the boot. A lookup decodes only
+//! (base time, event sequence and boot, then each cause's slot in the block
+//! and the byte length of its run), then per cause a run of entries coded
+//! as the cause blocks' (`blocks::EntryBase`): `zigzag(effect − cause)`,
+//! `cpu << 3 | kind`, `zigzag` deltas of the event id's sequence (with a
+//! flag: the boot differs) and of the time from the previous entry of the
+//! run (the first from the base), and the boot when it differs. A lookup decodes only
 //! its cause's run of each part: a busy block (a shared header's) holds
 //! tens of thousands of edges.
 //!
@@ -32,6 +34,19 @@ use rusqlite::{params, Connection};
 
 /// A block with this many parts is rewritten as one.
 pub const MERGE_PARTS: i64 = 8;
+/// A part's row is `block << PART_BITS | number` (numbers below [`MERGE_PARTS`]).
+const PART_BITS: u32 = 3;
+const _: () = assert!(MERGE_PARTS <= 1 << PART_BITS);
+
+/// The first and last row key of `block_id`'s parts. The parts are rows of
+/// an integer-keyed table, not of a table keyed by (block, part) `WITHOUT
+/// ROWID`: such a table keeps at most ~1 KB of a row in its leaf page and
+/// the rest in overflow pages, and a typical part (~1 KB) left most of its
+/// overflow page empty (4.1 of 12.9 bytes an event at scale 0.25).
+fn part_keys(block_id: i64) -> [i64; 2] {
+    let lo = block_id << PART_BITS;
+    [lo, lo | ((1 << PART_BITS) - 1)]
+}
 
 /// One edge, effect → cause.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -50,13 +65,14 @@ pub struct Edge {
 fn encode_part(edges: &[Edge]) -> Vec<u8> {
     let base_time = edges.first().map_or(0, |e| e.time_ns);
     let base_seq = edges.first().map_or(0, |e| e.event_id as u64 & SEQ_MASK);
+    let base_boot = edges.first().map_or(0, |e| e.boot);
     let mut runs: Vec<(u64, Vec<u8>)> = Vec::new();
-    let mut base = EntryBase::new(base_time, base_seq);
+    let mut base = EntryBase::new(base_time, base_seq, base_boot);
     for e in edges {
         let slot = slot_of(e.cause) as u64;
         if runs.last().is_none_or(|r| r.0 != slot) {
             runs.push((slot, Vec::new()));
-            base = EntryBase::new(base_time, base_seq);
+            base = EntryBase::new(base_time, base_seq, base_boot);
         }
         let out = &mut runs.last_mut().expect("pushed above").1;
         let entry = Entry { effect_minus_cause: e.effect.wrapping_sub(e.cause), kind: e.kind, event_id: e.event_id, time_ns: e.time_ns, boot: e.boot };
@@ -65,6 +81,7 @@ fn encode_part(edges: &[Edge]) -> Vec<u8> {
     let mut out = Vec::with_capacity(16 + 3 * runs.len() + runs.iter().map(|r| r.1.len()).sum::<usize>());
     varint::put(&mut out, varint::zigzag(base_time));
     varint::put(&mut out, base_seq);
+    varint::put(&mut out, base_boot as u64);
     varint::put(&mut out, runs.len() as u64);
     for (slot, bytes) in &runs {
         varint::put(&mut out, *slot);
@@ -81,6 +98,7 @@ fn decode_part(block_id: i64, buf: &[u8], only: Option<u64>, out: &mut Vec<Edge>
     let mut pos = 0;
     let base_time = varint::unzigzag(varint::get(buf, &mut pos)?);
     let base_seq = varint::get(buf, &mut pos)?;
+    let base_boot = varint::get(buf, &mut pos)? as i64;
     let n = varint::get(buf, &mut pos)? as usize;
     anyhow::ensure!(n <= BLOCK_NODES, "effect part of block {block_id}: {n} causes");
     let mut runs = [(0u64, 0usize); BLOCK_NODES];
@@ -95,7 +113,7 @@ fn decode_part(block_id: i64, buf: &[u8], only: Option<u64>, out: &mut Vec<Edge>
             continue;
         }
         let cause = (block_id << BLOCK_SHIFT) + slot as i64;
-        let (mut p, mut base) = (0usize, EntryBase::new(base_time, base_seq));
+        let (mut p, mut base) = (0usize, EntryBase::new(base_time, base_seq, base_boot));
         while p < bytes.len() {
             let e = base.get(bytes, &mut p)?;
             out.push(Edge { cause, effect: cause.wrapping_add(e.effect_minus_cause), kind: e.kind, event_id: e.event_id, time_ns: e.time_ns, boot: e.boot });
@@ -137,17 +155,20 @@ impl EdgeBatch {
     /// that reach [`MERGE_PARTS`]. Call inside the batch's transaction.
     pub fn write(&mut self, db: &Connection) -> Result<()> {
         self.edges.sort_unstable();
-        let mut parts = db.prepare_cached("SELECT COUNT(*), COALESCE(MAX(part), 0) FROM effect_parts WHERE block = ?1")?;
-        let mut put = db.prepare_cached("INSERT INTO effect_parts(block, part, data) VALUES(?1, ?2, ?3)")?;
+        let mut parts = db.prepare_cached("SELECT COUNT(*) FROM effect_parts WHERE part BETWEEN ?1 AND ?2")?;
+        let mut put = db.prepare_cached("INSERT INTO effect_parts(part, data) VALUES(?1, ?2)")?;
         let mut rest = &self.edges[..];
         while let Some(first) = rest.first() {
             let block_id = block_of(first.cause);
             let n = rest.iter().take_while(|e| block_of(e.cause) == block_id).count();
             let (these, after) = rest.split_at(n);
             rest = after;
-            let (count, last): (i64, i64) = parts.query_row([block_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            let [lo, hi] = part_keys(block_id);
+            let count: i64 = parts.query_row([lo, hi], |r| r.get(0))?;
+            // A block's parts are numbered 0.. in the order written (a
+            // merge leaves one, part 0), so `count` is the next number.
             if count + 1 < MERGE_PARTS {
-                put.execute(params![block_id, last + 1, encode_part(these)])?;
+                put.execute(params![lo + count, encode_part(these)])?;
                 continue;
             }
             let mut all = std::mem::take(&mut self.merged);
@@ -158,8 +179,8 @@ impl EdgeBatch {
             // sort merges runs (equal edges are identical, so it sorts as
             // an unstable sort would).
             all.sort();
-            db.prepare_cached("DELETE FROM effect_parts WHERE block = ?1")?.execute([block_id])?;
-            put.execute(params![block_id, last + 1, encode_part(&all)])?;
+            db.prepare_cached("DELETE FROM effect_parts WHERE part BETWEEN ?1 AND ?2")?.execute([lo, hi])?;
+            put.execute(params![lo, encode_part(&all)])?;
             self.merged = all;
         }
         self.edges.clear();
@@ -177,8 +198,8 @@ fn read_block(db: &Connection, block_id: i64) -> Result<Vec<Edge>> {
 
 /// Appends the edges of `block_id`'s parts, part by part (each part sorted).
 fn read_parts(db: &Connection, block_id: i64, out: &mut Vec<Edge>) -> Result<()> {
-    let mut st = db.prepare_cached("SELECT data FROM effect_parts WHERE block = ?1 ORDER BY part")?;
-    let mut rows = st.query([block_id])?;
+    let mut st = db.prepare_cached("SELECT data FROM effect_parts WHERE part BETWEEN ?1 AND ?2 ORDER BY part")?;
+    let mut rows = st.query(part_keys(block_id))?;
     while let Some(r) = rows.next()? {
         let data = r.get_ref(0)?.as_blob().context("effect part is not a blob")?;
         decode_part(block_id, data, None, out)?;
@@ -204,8 +225,8 @@ impl<'c> EffectReader<'c> {
     pub fn of(&mut self, cause: i64) -> Result<&[Edge]> {
         let b = block_of(cause);
         if self.block.as_ref().is_none_or(|(id, _)| *id != b) {
-            let mut st = self.conn.prepare_cached("SELECT data FROM effect_parts WHERE block = ?1 ORDER BY part")?;
-            let parts = st.query_map([b], |r| r.get::<_, Vec<u8>>(0))?.collect::<rusqlite::Result<Vec<_>>>()?;
+            let mut st = self.conn.prepare_cached("SELECT data FROM effect_parts WHERE part BETWEEN ?1 AND ?2 ORDER BY part")?;
+            let parts = st.query_map(part_keys(b), |r| r.get::<_, Vec<u8>>(0))?.collect::<rusqlite::Result<Vec<_>>>()?;
             self.block = Some((b, parts));
         }
         self.edges.clear();
@@ -220,8 +241,10 @@ impl<'c> EffectReader<'c> {
 
 /// Every edge, sorted by cause (tests and tools).
 pub fn all(conn: &Connection) -> Result<Vec<Edge>> {
-    let blocks: Vec<i64> =
-        conn.prepare("SELECT DISTINCT block FROM effect_parts ORDER BY block")?.query_map([], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?;
+    let blocks: Vec<i64> = conn
+        .prepare("SELECT DISTINCT part >> ?1 FROM effect_parts ORDER BY part")?
+        .query_map([PART_BITS], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
     let mut out = Vec::new();
     for b in blocks {
         out.extend(read_block(conn, b)?);
@@ -231,8 +254,8 @@ pub fn all(conn: &Connection) -> Result<Vec<Edge>> {
 
 /// How many edges the store holds (reads every part).
 pub fn count(conn: &Connection) -> Result<i64> {
-    let mut st = conn.prepare("SELECT block, data FROM effect_parts")?;
-    let mut rows = st.query([])?;
+    let mut st = conn.prepare("SELECT part >> ?1, data FROM effect_parts")?;
+    let mut rows = st.query([PART_BITS])?;
     let (mut n, mut part) = (0, Vec::new());
     while let Some(r) = rows.next()? {
         part.clear();
@@ -270,7 +293,7 @@ mod tests {
         }
         want.sort_unstable();
         assert_eq!(all(&conn).unwrap(), want);
-        let most: i64 = conn.query_row("SELECT MAX(c) FROM (SELECT COUNT(*) c FROM effect_parts GROUP BY block)", [], |r| r.get(0)).unwrap();
+        let most: i64 = conn.query_row("SELECT MAX(c) FROM (SELECT COUNT(*) c FROM effect_parts GROUP BY part >> 3)", [], |r| r.get(0)).unwrap();
         assert!(most < MERGE_PARTS, "{most} parts in a block");
         let mut r = EffectReader::new(&conn);
         for cause in [0, 7, 63, 64, 140, 149, 151] {

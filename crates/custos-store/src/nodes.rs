@@ -16,12 +16,14 @@
 //! pid and by execution go through sorted runs of `(key, node)` pairs
 //! (`node_key_runs`, `node_key_pages`), a small log-structured merge: each
 //! batch writes one run of its nodes' keys; [`FANOUT`] runs of a level are
-//! merged into one of the next. A run is pages of [`PAGE_ENTRIES`] entries
+//! merged into one of the next. A run is pages of at most [`PAGE_BYTES`]
 //! (rows of their own) and the first key of each page (its fences); a
 //! lookup reads every run's fences (a few dozen runs), binary-searches them
-//! and reads the one page (rarely two) that can hold the key. An entry is 10 bytes: a 32-bit key (30 bits of a
-//! name's hash, or of a pid or an execution's first node, tagged) and a
-//! 48-bit node id; lookups read the candidates' blocks and keep only the
+//! and reads the one page (rarely two) that can hold the key. An entry is
+//! a 32-bit key (30 bits of a name's hash, or of a pid or an execution's
+//! first node, tagged) and a node id, both as varint steps from the
+//! page's previous entry (about 2.5 bytes an entry, 10 at fixed width
+//! before schema version 5); lookups read the candidates' blocks and keep only the
 //! nodes that really match. A process is keyed by name and pid at the start
 //! of its execution, its later versions by the execution.
 
@@ -38,16 +40,19 @@ pub const FANOUT: usize = 8;
 /// Runs of this level are not merged further (keeps every run a few
 /// hundred MiB at most, under SQLite's blob limit).
 const TOP_LEVEL: i64 = 3;
-/// A key-index entry: the key (u32) and the node (48 bits), little-endian.
-const KEY_ENTRY: usize = 10;
-/// Entries per page of a run: a page row stays within one 4 KiB database
-/// page, so reading it never walks an overflow chain (reading a run stored
-/// as one blob at a random offset walked its chain from the start: the key
-/// lookup of a path took ~10 ms at LPM scale).
-const PAGE_ENTRIES: usize = 384;
+/// Bytes of a page of a run at most: a page row stays within one 4 KiB
+/// database page, so reading it never walks an overflow chain (reading a
+/// run stored as one blob at a random offset walked its chain from the
+/// start: the key lookup of a path took ~10 ms at LPM scale). Smaller in
+/// the unit tests, so that their keys span many pages.
+#[cfg(not(test))]
+const PAGE_BYTES: usize = 4000;
+#[cfg(test)]
+const PAGE_BYTES: usize = 200;
+/// The most bytes one entry takes (two varints).
+const ENTRY_MAX: usize = 5 + 10;
 /// A page's id is `run << PAGE_BITS | page number`.
 const PAGE_BITS: u32 = 24;
-const NODE_LIMIT: i64 = 1 << 48;
 
 /// One node as stored.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -245,40 +250,54 @@ fn keys_of(n: &NodeRow, out: &mut Vec<(u32, i64)>) {
     }
 }
 
-fn encode_run(keys: &[(u32, i64)]) -> Result<Vec<u8>> {
-    let mut out = Vec::with_capacity(keys.len() * KEY_ENTRY);
-    for (k, n) in keys {
-        anyhow::ensure!((0..NODE_LIMIT).contains(n), "node id {n} does not fit the key index");
-        out.extend_from_slice(&k.to_le_bytes());
-        out.extend_from_slice(&n.to_le_bytes()[..6]);
-    }
-    Ok(out)
+/// Appends entry `(k, n)` of a page to `out`: the key's step from the
+/// previous entry's key (the first entry's from 0) and `zigzag` of the
+/// node's step from the previous entry's node, as varints. A run is sorted
+/// by key, so the steps are small (a run of N name hashes spreads them
+/// 2^30 / N apart), and pid and execution keys of a batch are near each
+/// other and their nodes too: 2.2 bytes an entry against 10 at fixed width.
+fn put_entry(out: &mut Vec<u8>, prev: &mut (u32, i64), (k, n): (u32, i64)) {
+    varint::put(out, u64::from(k.wrapping_sub(prev.0)));
+    varint::put(out, varint::zigzag(n.wrapping_sub(prev.1)));
+    *prev = (k, n);
 }
 
-fn decode_entry(c: &[u8]) -> (u32, i64) {
-    let mut node = [0u8; 8];
-    node[..6].copy_from_slice(&c[4..10]);
-    (u32::from_le_bytes(c[0..4].try_into().expect("4 bytes")), i64::from_le_bytes(node))
-}
-
-/// Writes a sorted run: its pages of [`PAGE_ENTRIES`] entries, then its
-/// row with the first key of every page (the fences).
+/// Writes a sorted run: its pages of at most [`PAGE_BYTES`], then its row
+/// with the first key of every page (the fences).
 fn put_run(db: &Connection, level: i64, keys: &[(u32, i64)]) -> Result<()> {
     db.prepare_cached("INSERT INTO node_key_runs(level, fences) VALUES(?1, x'')")?.execute([level])?;
     let run = db.last_insert_rowid();
     anyhow::ensure!(run < 1 << (62 - PAGE_BITS), "too many key runs");
-    let mut fences = Vec::with_capacity(4 * keys.len().div_ceil(PAGE_ENTRIES));
+    let mut fences = Vec::new();
     let mut put = db.prepare_cached("INSERT INTO node_key_pages(page, data) VALUES(?1, ?2)")?;
-    for (i, page) in keys.chunks(PAGE_ENTRIES).enumerate() {
-        fences.extend_from_slice(&page[0].0.to_le_bytes());
-        put.execute(params![run << PAGE_BITS | i as i64, encode_run(page)?])?;
+    let (mut page, mut prev, mut number) = (Vec::with_capacity(PAGE_BYTES), (0u32, 0i64), 0i64);
+    for (i, &entry) in keys.iter().enumerate() {
+        if page.is_empty() {
+            fences.extend_from_slice(&entry.0.to_le_bytes());
+            prev = (0, 0);
+        }
+        put_entry(&mut page, &mut prev, entry);
+        if page.len() + ENTRY_MAX > PAGE_BYTES || i + 1 == keys.len() {
+            anyhow::ensure!(number < 1 << PAGE_BITS, "a key run of more than 2^{PAGE_BITS} pages");
+            put.execute(params![run << PAGE_BITS | number, page])?;
+            (number, page) = (number + 1, Vec::with_capacity(PAGE_BYTES));
+        }
     }
     db.prepare_cached("UPDATE node_key_runs SET fences = ?2 WHERE run = ?1")?.execute(params![run, fences])?;
     Ok(())
 }
 
-fn decode_run(data: &[u8]) -> impl Iterator<Item = (u32, i64)> + '_ {
-    data.chunks_exact(KEY_ENTRY).map(decode_entry)
+/// A page's entries, in order.
+fn decode_page(data: &[u8], out: &mut Vec<(u32, i64)>) -> Result<()> {
+    let (mut pos, mut prev) = (0, (0u32, 0i64));
+    while pos < data.len() {
+        let step = varint::get(data, &mut pos)?;
+        let k = u32::try_from(u64::from(prev.0) + step).context("key page: key out of range")?;
+        let n = prev.1.wrapping_add(varint::unzigzag(varint::get(data, &mut pos)?));
+        out.push((k, n));
+        prev = (k, n);
+    }
+    Ok(())
 }
 
 /// Writes a batch's new nodes (ascending ids) into their blocks and their
@@ -323,7 +342,7 @@ pub fn write_pending(db: &Connection, codec: &mut Codec, pending: &mut Vec<NodeR
             let mut st = db.prepare_cached("SELECT data FROM node_key_pages WHERE page BETWEEN ?1 AND ?2")?;
             let mut rows = st.query(params![run << PAGE_BITS, (run << PAGE_BITS) | ((1 << PAGE_BITS) - 1)])?;
             while let Some(r) = rows.next()? {
-                merged.extend(decode_run(r.get_ref(0)?.as_blob().context("key page is not a blob")?));
+                decode_page(r.get_ref(0)?.as_blob().context("key page is not a blob")?, &mut merged)?;
             }
             db.prepare_cached("DELETE FROM node_key_pages WHERE page BETWEEN ?1 AND ?2")?
                 .execute(params![run << PAGE_BITS, (run << PAGE_BITS) | ((1 << PAGE_BITS) - 1)])?;
@@ -394,7 +413,7 @@ pub fn get(conn: &Connection, node: i64) -> Result<Option<NodeRow>> {
 pub fn lookup(conn: &Connection, key: u32) -> Result<Vec<i64>> {
     let mut runs = conn.prepare_cached("SELECT run, fences FROM node_key_runs")?;
     let mut page = conn.prepare_cached("SELECT data FROM node_key_pages WHERE page = ?1")?;
-    let mut out = Vec::new();
+    let (mut out, mut entries) = (Vec::new(), Vec::new());
     let mut rows = runs.query([])?;
     while let Some(r) = rows.next()? {
         let run: i64 = r.get(0)?;
@@ -411,7 +430,9 @@ pub fn lookup(conn: &Connection, key: u32) -> Result<Vec<i64>> {
         'pages: while p < fences.len() && fences[p] <= key {
             let mut data = page.query([run << PAGE_BITS | p as i64])?;
             let Some(d) = data.next()? else { anyhow::bail!("key run {run} lacks page {p}") };
-            for (k, node) in decode_run(d.get_ref(0)?.as_blob().context("key page is not a blob")?) {
+            entries.clear();
+            decode_page(d.get_ref(0)?.as_blob().context("key page is not a blob")?, &mut entries)?;
+            for &(k, node) in &entries {
                 if k > key {
                     break 'pages;
                 }
@@ -554,7 +575,8 @@ mod tests {
         for kind in 1..=5 {
             let named = |n: &&NodeRow| n.kind == kind && n.name == "/same" && n.exec.is_none_or(|e| e == n.node);
             let want: Vec<i64> = all.iter().filter(named).map(|n| n.node).collect();
-            assert!(want.len() > PAGE_ENTRIES / 3, "{} nodes", want.len());
+            // Two bytes an entry at least: the key spans pages.
+            assert!(2 * want.len() > PAGE_BYTES, "{} nodes", want.len());
             let got: Vec<i64> =
                 rows_where(&conn, &lookup(&conn, name_key(kind, "/same")).unwrap(), |n| named(&n)).unwrap().iter().map(|n| n.node).collect();
             assert_eq!(got, want, "kind {kind}");

@@ -13,7 +13,11 @@ use std::path::Path;
 /// parts per block of causes (`effect_parts`), not a row per edge (`edges`).
 /// 4: the raw lines as column segments (`raw_segments`), not zstd text
 /// chunks (`raw_chunks`); `event_ranges` name a segment, not a chunk's slots.
-pub const SCHEMA_VERSION: i64 = 4;
+/// 5: smaller graph blocks: `effect_parts` keyed by one integer (`block << 3
+/// | part`), not `(block, part) WITHOUT ROWID`; key pages delta-coded;
+/// cause blocks with 16-bit offsets; edge entries carry their boot only
+/// when it changes.
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// WAL size after which a commit checkpoints (see `open_rw`).
 pub const WAL_CHECKPOINT_BYTES: i64 = 64 << 20;
@@ -121,13 +125,10 @@ CREATE TABLE IF NOT EXISTS node_key_runs(run INTEGER PRIMARY KEY, level INTEGER 
 CREATE TABLE IF NOT EXISTS node_key_pages(page INTEGER PRIMARY KEY, data BLOB NOT NULL);
 -- The edges by cause (descendants, readers of a version, writes of a
 -- process): per batch one part per block of 64 cause ids, varint-packed,
--- merged when a block gathers 8 (see effects.rs). The same edges by effect
--- are the cause blocks below (ancestry and every lookup by effect).
-CREATE TABLE IF NOT EXISTS effect_parts(
-    block INTEGER NOT NULL,
-    part INTEGER NOT NULL,
-    data BLOB NOT NULL,
-    PRIMARY KEY(block, part)) WITHOUT ROWID;
+-- merged when a block gathers 8 (see effects.rs); part = block << 3 | its
+-- number (0..7). The same edges by effect are the cause blocks below
+-- (ancestry and every lookup by effect).
+CREATE TABLE IF NOT EXISTS effect_parts(part INTEGER PRIMARY KEY, data BLOB NOT NULL);
 -- The ancestry index: every node's outgoing edges (its causes), varint-packed
 -- in blocks of 64 consecutive node ids keyed by node >> 6 (see causes.rs), so
 -- a walk step is one integer-keyed seek and two small reads through the
@@ -346,7 +347,8 @@ mod tests {
     }
 
     /// A store of an older layout (version 1: per-event `events` rows;
-    /// version 2: a `causes` row per node; version 3: raw text chunks) is refused with the command that
+    /// version 2: a `causes` row per node; version 3: raw text chunks;
+    /// version 4: effect parts keyed by (block, part)) is refused with the command that
     /// rebuilds it, for writing and for queries, and is left untouched.
     #[test]
     fn an_older_store_is_refused_naming_custos_ingest() {
@@ -355,6 +357,7 @@ mod tests {
             (1, "CREATE TABLE events(boot INTEGER, event_id INTEGER, time_ns INTEGER, chunk INTEGER, slot INTEGER);"),
             (2, "CREATE TABLE causes(node INTEGER PRIMARY KEY, list BLOB NOT NULL);"),
             (3, "CREATE TABLE raw_chunks(chunk INTEGER PRIMARY KEY, ingest INTEGER, lines INTEGER, zstd BLOB);"),
+            (4, "CREATE TABLE effect_parts(block INTEGER, part INTEGER, data BLOB, PRIMARY KEY(block, part)) WITHOUT ROWID;"),
         ] {
             let p = dir.path().join(format!("old{version}.db"));
             {
@@ -368,7 +371,7 @@ mod tests {
             }
             for err in [open_rw(&p).unwrap_err(), open_ro(&p).unwrap_err()] {
                 let msg = format!("{err:#}");
-                assert!(msg.contains(&format!("schema version {version}")) && msg.contains("understands 4"), "{msg}");
+                assert!(msg.contains(&format!("schema version {version}")) && msg.contains("understands 5"), "{msg}");
                 assert!(msg.contains("custos ingest --db"), "{msg}");
             }
             let c = Connection::open(&p).unwrap();
