@@ -252,6 +252,11 @@ impl Ingester {
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", "earliest")
             .set("log_level", "3")
+            // As the sink's producer: librdkafka's default backs off up to
+            // 10 s between reconnects, so after a broker outage ingest
+            // resumed up to 10 s after the broker did (bench/fleet/README.md,
+            // "Graph ingest, session 15").
+            .set("reconnect.backoff.max.ms", "1000")
             .create_with_context(Rebalanced(AtomicBool::new(true)))
             .with_context(|| format!("connecting a Kafka consumer to {}", opts.brokers))?;
         consumer.subscribe(&[&opts.topic]).with_context(|| format!("subscribing to topic {}", opts.topic))?;
