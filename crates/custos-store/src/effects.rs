@@ -8,8 +8,12 @@
 //! most causes are nodes of the same batch or a few busy old ones (shared
 //! headers, long-lived processes), so a batch touches few blocks. A lookup
 //! by cause reads the rows of its block (one seek, a short scan) and keeps
-//! the cause's edges. A block that gathered [`MERGE_PARTS`] parts is merged
-//! into one, so a busy block costs one row, not one per batch.
+//! the cause's edges. A block that gathered [`MERGE_PARTS`] parts is merged,
+//! so a busy block costs a few rows, not one per batch: its newer parts
+//! into one while they hold less than a [`MERGE_RATIO`]th of the bytes of
+//! its oldest part, else all of them into one (a tiered merge: the oldest
+//! part of a busy block — a shared header's, `make`'s — is most of it, and
+//! rewriting it at every merge made the merges grow with the run).
 //!
 //! A part is its edges sorted by (cause, effect, kind, event id): a header
 //! (base time, event sequence and boot, then each cause's slot in the block
@@ -32,7 +36,7 @@ use crate::varint;
 use anyhow::{Context, Result};
 use rusqlite::{params, Connection};
 
-/// A block with this many parts is rewritten as one.
+/// A block with this many parts is merged (to one or two parts).
 pub const MERGE_PARTS: i64 = 8;
 /// A part's row is `block << PART_BITS | number` (numbers below [`MERGE_PARTS`]).
 const PART_BITS: u32 = 3;
@@ -47,6 +51,10 @@ fn part_keys(block_id: i64) -> [i64; 2] {
     let lo = block_id << PART_BITS;
     [lo, lo | ((1 << PART_BITS) - 1)]
 }
+
+/// A merge leaves a block's oldest part as it is while the newer parts
+/// hold less than this fraction of its bytes (1/4), and merges those alone.
+pub const MERGE_RATIO: i64 = 4;
 
 /// One edge, effect → cause.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -152,7 +160,8 @@ impl EdgeBatch {
     }
 
     /// Writes the batch's edges, one part per cause block, merging blocks
-    /// that reach [`MERGE_PARTS`]. Call inside the batch's transaction.
+    /// that reach [`MERGE_PARTS`] (see the module's notes). Call inside the
+    /// batch's transaction.
     pub fn write(&mut self, db: &Connection) -> Result<()> {
         self.edges.sort_unstable();
         let mut parts = db.prepare_cached("SELECT COUNT(*) FROM effect_parts WHERE part BETWEEN ?1 AND ?2")?;
@@ -166,21 +175,34 @@ impl EdgeBatch {
             let [lo, hi] = part_keys(block_id);
             let count: i64 = parts.query_row([lo, hi], |r| r.get(0))?;
             // A block's parts are numbered 0.. in the order written (a
-            // merge leaves one, part 0), so `count` is the next number.
+            // merge leaves part 0, or parts 0 and 1), so `count` is the next
+            // number.
             if count + 1 < MERGE_PARTS {
                 put.execute(params![lo + count, encode_part(these)])?;
                 continue;
             }
+            // The parts after the oldest are merged alone while they are
+            // small beside it; else the oldest goes in too.
+            // (length() of a blob reads no more than its row's header.)
+            let sizes: Vec<i64> = db
+                .prepare_cached("SELECT length(data) FROM effect_parts WHERE part BETWEEN ?1 AND ?2 ORDER BY part")?
+                .query_map([lo, hi], |r| r.get(0))?
+                .collect::<rusqlite::Result<_>>()?;
+            let newer_len: i64 = sizes.iter().skip(1).sum();
+            let from = match sizes.first() {
+                Some(&oldest_len) if newer_len.saturating_mul(MERGE_RATIO) < oldest_len => lo + 1,
+                _ => lo,
+            };
             let mut all = std::mem::take(&mut self.merged);
             all.clear();
-            read_parts(db, block_id, &mut all)?;
+            read_part_range(db, block_id, from, hi, &mut all)?;
             all.extend_from_slice(these);
             // Each part and the batch's edges are sorted runs: the stable
             // sort merges runs (equal edges are identical, so it sorts as
             // an unstable sort would).
             all.sort();
-            db.prepare_cached("DELETE FROM effect_parts WHERE part BETWEEN ?1 AND ?2")?.execute([lo, hi])?;
-            put.execute(params![lo, encode_part(&all)])?;
+            db.prepare_cached("DELETE FROM effect_parts WHERE part BETWEEN ?1 AND ?2")?.execute([from, hi])?;
+            put.execute(params![from, encode_part(&all)])?;
             self.merged = all;
         }
         self.edges.clear();
@@ -198,8 +220,14 @@ fn read_block(db: &Connection, block_id: i64) -> Result<Vec<Edge>> {
 
 /// Appends the edges of `block_id`'s parts, part by part (each part sorted).
 fn read_parts(db: &Connection, block_id: i64, out: &mut Vec<Edge>) -> Result<()> {
+    let [lo, hi] = part_keys(block_id);
+    read_part_range(db, block_id, lo, hi, out)
+}
+
+/// [`read_parts`] of the parts whose row keys are in `from..=to`.
+fn read_part_range(db: &Connection, block_id: i64, from: i64, to: i64, out: &mut Vec<Edge>) -> Result<()> {
     let mut st = db.prepare_cached("SELECT data FROM effect_parts WHERE part BETWEEN ?1 AND ?2 ORDER BY part")?;
-    let mut rows = st.query(part_keys(block_id))?;
+    let mut rows = st.query([from, to])?;
     while let Some(r) = rows.next()? {
         let data = r.get_ref(0)?.as_blob().context("effect part is not a blob")?;
         decode_part(block_id, data, None, out)?;
@@ -300,6 +328,57 @@ mod tests {
             let got: Vec<Edge> = r.of(cause).unwrap().to_vec();
             let exp: Vec<Edge> = want.iter().filter(|e| e.cause == cause).copied().collect();
             assert_eq!(got, exp, "cause {cause}");
+        }
+    }
+
+    /// A busy block: a large first part, then small batches. Merges leave
+    /// the large part alone while the others are small beside it, the
+    /// block never holds MERGE_PARTS parts, and every edge reads back.
+    #[test]
+    fn a_large_oldest_part_is_merged_only_when_the_newer_ones_grow() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = crate::schema::open_rw(&dir.path().join("e.db")).unwrap();
+        let edge = |n: i64| Edge {
+            cause: n % 64,
+            effect: 100 + n,
+            kind: (1 + n % 5) as u8,
+            event_id: ((n % 16) << 48) | n,
+            time_ns: 1_700_000_000_000_000_000 + n * 1000,
+            boot: 1,
+        };
+        let (mut want, mut n) = (Vec::new(), 0);
+        // Block 0's first part (row key 0) as the first batch wrote it.
+        let (mut oldest_kept, mut first_len) = (0, 0);
+        for batch in 0..200 {
+            let mut b = EdgeBatch::default();
+            for _ in 0..if batch == 0 { 2_000 } else { 5 } {
+                assert!(b.add(edge(n)));
+                want.push(edge(n));
+                n += 1;
+            }
+            b.write(&conn).unwrap();
+            let (parts, len0): (i64, i64) = conn
+                .query_row("SELECT COUNT(*), (SELECT length(data) FROM effect_parts WHERE part = 0) FROM effect_parts WHERE part BETWEEN 0 AND 7", [], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })
+                .unwrap();
+            assert!(parts < MERGE_PARTS, "{parts} parts after batch {batch}");
+            if batch == 0 {
+                first_len = len0;
+            }
+            if len0 == first_len {
+                oldest_kept = batch;
+            }
+        }
+        // 2,000 edges against 5 a batch: the first part outlives many merges, not all.
+        assert!(oldest_kept >= 50, "the large part was rewritten at batch {}", oldest_kept + 1);
+        assert!(oldest_kept < 199, "the large part was never merged");
+        want.sort_unstable();
+        assert_eq!(all(&conn).unwrap(), want);
+        let mut r = EffectReader::new(&conn);
+        for cause in [0, 1, 31, 63] {
+            let exp: Vec<Edge> = want.iter().filter(|e| e.cause == cause).copied().collect();
+            assert_eq!(r.of(cause).unwrap(), &exp[..], "cause {cause}");
         }
     }
 }

@@ -16,6 +16,7 @@ use crate::schema::{EdgeKind, NodeKind};
 use anyhow::{Context, Result};
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 
 /// The graph's maps: keyed by paths and addresses that traced programs
@@ -82,9 +83,14 @@ pub fn file_name(ev: &Event, path: &str) -> String {
     }
 }
 
-/// The key of the file at `path` as `ev`'s process sees it.
-fn file_key(ev: &Event, path: &str) -> ObjKey {
-    ObjKey::new(NodeKind::File, 0, file_name(ev, path))
+/// The key of the file at `path` as `ev`'s process sees it: the path
+/// itself, borrowed, under the host's root.
+fn file_key<'a>(ev: &Event, path: &'a str) -> Key<'a> {
+    let name = match (ev.root, container_id(ev)) {
+        (None, _) => Cow::Borrowed(path),
+        _ => Cow::Owned(file_name(ev, path)),
+    };
+    Key { kind: NodeKind::File as i64, scope: 0, name }
 }
 
 fn attrs_json(a: &impl Serialize) -> String {
@@ -102,9 +108,97 @@ pub struct ObjKey {
     pub name: String,
 }
 
-impl ObjKey {
-    fn new(kind: NodeKind, scope: i64, name: impl Into<String>) -> Self {
+/// An object's key as an event names it: borrowed from the event where it
+/// can be (a path, an address), so that looking it up builds nothing; an
+/// [`ObjKey`] is made only when a head or an fd table keeps it.
+#[derive(Clone, Debug)]
+struct Key<'a> {
+    kind: i64,
+    scope: i64,
+    name: Cow<'a, str>,
+}
+
+impl<'a> Key<'a> {
+    fn new(kind: NodeKind, scope: i64, name: impl Into<Cow<'a, str>>) -> Self {
         Self { kind: kind as i64, scope, name: name.into() }
+    }
+    fn owned(k: ObjKey) -> Self {
+        Self { kind: k.kind, scope: k.scope, name: Cow::Owned(k.name) }
+    }
+    fn into_owned(self) -> ObjKey {
+        ObjKey { kind: self.kind, scope: self.scope, name: self.name.into_owned() }
+    }
+}
+
+/// The cached heads: each in a slot of a vector, found through a table of
+/// slot numbers hashed by (kind, scope, name). An event's key is hashed and
+/// compared once ([`Heads::find`]); reading, freezing and replacing its head
+/// then go by slot, and a changed slot is marked dirty in place (no second
+/// map of dirty heads).
+struct Heads {
+    table: hashbrown::HashTable<u32>,
+    slots: Vec<Slot>,
+    /// Slots changed in the open batch (each once), written by the flush.
+    dirty: Vec<u32>,
+    hasher: ahash::RandomState,
+}
+
+struct Slot {
+    key: ObjKey,
+    head: Head,
+    dirty: bool,
+}
+
+impl Heads {
+    fn new(hasher: ahash::RandomState) -> Self {
+        Self { table: hashbrown::HashTable::new(), slots: Vec::new(), dirty: Vec::new(), hasher }
+    }
+    fn hash(hasher: &ahash::RandomState, kind: i64, scope: i64, name: &str) -> u64 {
+        hasher.hash_one((kind, scope, name))
+    }
+    fn find(&self, k: &Key<'_>) -> Option<u32> {
+        let hash = Self::hash(&self.hasher, k.kind, k.scope, &k.name);
+        let slots = &self.slots;
+        self.table
+            .find(hash, |&i| {
+                let s = &slots[i as usize].key;
+                s.kind == k.kind && s.scope == k.scope && s.name == *k.name
+            })
+            .copied()
+    }
+    /// Adds a head for a key not in the table; returns its slot.
+    fn insert(&mut self, k: &Key<'_>, head: Head, dirty: bool) -> u32 {
+        let i = u32::try_from(self.slots.len()).expect("fewer than 2^32 cached heads");
+        let hash = Self::hash(&self.hasher, k.kind, k.scope, &k.name);
+        self.slots.push(Slot { key: k.clone().into_owned(), head, dirty });
+        let (slots, hasher) = (&self.slots, &self.hasher);
+        self.table.insert_unique(hash, i, |&j| {
+            let s = &slots[j as usize].key;
+            Self::hash(hasher, s.kind, s.scope, &s.name)
+        });
+        if dirty {
+            self.dirty.push(i);
+        }
+        i
+    }
+    fn get(&self, i: u32) -> Head {
+        self.slots[i as usize].head
+    }
+    fn set(&mut self, i: u32, h: Head) {
+        let s = &mut self.slots[i as usize];
+        s.head = h;
+        if !s.dirty {
+            s.dirty = true;
+            self.dirty.push(i);
+        }
+    }
+    fn len(&self) -> usize {
+        self.slots.len()
+    }
+    fn clear(&mut self) {
+        self.table.clear();
+        self.slots.clear();
+        self.dirty.clear();
     }
 }
 
@@ -150,11 +244,10 @@ pub struct GraphStats {
 pub struct Graph {
     next_node: i64,
     procs: Map<(i64, u32), Proc>,
-    heads: Map<ObjKey, Head>,
+    /// Cached heads; the ones changed in the open batch are marked dirty
+    /// there, and the flush writes them sorted by key.
+    heads: Heads,
     dirty_procs: Set<(i64, u32)>,
-    /// Heads changed in the open batch, with their newest value: the flush
-    /// writes them from here, sorted by key, without looking each up in `heads`.
-    dirty_heads: Map<ObjKey, Head>,
     /// True while every persisted head/proc is also cached, so a cache miss needs no lookup.
     all_cached: bool,
     /// Cause entries added in the open batch, with their effect, in the order made.
@@ -204,12 +297,12 @@ impl Graph {
         let next_node = crate::nodes::next_node(db)?;
         let heads: i64 = db.query_row("SELECT EXISTS(SELECT 1 FROM heads)", [], |r| r.get(0))?;
         let procs: i64 = db.query_row("SELECT EXISTS(SELECT 1 FROM procs)", [], |r| r.get(0))?;
+        let hasher = ahash::RandomState::new();
         Ok(Self {
             next_node,
             procs: Map::default(),
-            heads: Map::default(),
+            heads: Heads::new(hasher.clone()),
             dirty_procs: Set::default(),
-            dirty_heads: Map::default(),
             all_cached: heads == 0 && procs == 0,
             pending_causes: Vec::new(),
             pending_nodes: Vec::new(),
@@ -217,7 +310,7 @@ impl Graph {
             pending_edges: EdgeBatch::default(),
             fork_hook_boots: Set::default(),
             containers: Map::default(),
-            hasher: ahash::RandomState::new(),
+            hasher,
             stats: GraphStats::default(),
             made: None,
         })
@@ -247,11 +340,20 @@ impl Graph {
             "INSERT OR REPLACE INTO heads(kind, scope, name, node, version, frozen, generator, deleted) VALUES(?1,?2,?3,?4,?5,?6,?7,?8)",
         )?;
         // In key order: consecutive rows land on the same b-tree pages.
-        let mut dirty: Vec<(ObjKey, Head)> = self.dirty_heads.drain().collect();
-        dirty.sort_unstable_by(|(a, _), (b, _)| (a.kind, a.scope, a.name.as_bytes()).cmp(&(b.kind, b.scope, b.name.as_bytes())));
-        for (key, h) in &dirty {
+        let mut dirty = std::mem::take(&mut self.heads.dirty);
+        let slots = &mut self.heads.slots;
+        let key_of = |i: &u32| {
+            let k = &slots[*i as usize].key;
+            (k.kind, k.scope, k.name.as_bytes())
+        };
+        dirty.sort_unstable_by(|a, b| key_of(a).cmp(&key_of(b)));
+        for &i in &dirty {
+            let Slot { key, head: h, dirty } = &mut slots[i as usize];
             put_head.execute(params![key.kind, key.scope, key.name, h.node, h.version, h.frozen, h.generator, h.deleted])?;
+            *dirty = false;
         }
+        dirty.clear();
+        self.heads.dirty = dirty;
         let mut put_proc = db.prepare_cached("INSERT OR REPLACE INTO procs(boot, pid, state) VALUES(?1,?2,?3)")?;
         let mut del_proc = db.prepare_cached("DELETE FROM procs WHERE boot = ?1 AND pid = ?2")?;
         for (boot, pid) in self.dirty_procs.drain() {
@@ -324,9 +426,10 @@ impl Graph {
         Ok(())
     }
 
-    fn head(&mut self, db: &mut Sql<'_>, key: &ObjKey) -> Result<Option<Head>> {
-        if let Some(h) = self.heads.get(key) {
-            return Ok(Some(*h));
+    /// The slot of the key's head, loaded into the cache if saved; None: no head.
+    fn head(&mut self, db: &mut Sql<'_>, key: &Key<'_>) -> Result<Option<u32>> {
+        if let Some(i) = self.heads.find(key) {
+            return Ok(Some(i));
         }
         if self.all_cached {
             return Ok(None);
@@ -336,28 +439,20 @@ impl Graph {
             .prepare_cached(
                 "SELECT node, version, frozen, generator, deleted FROM heads WHERE kind = ?1 AND scope = ?2 AND name = ?3",
             )?
-            .query_row(params![key.kind, key.scope, key.name], |r| {
+            .query_row(params![key.kind, key.scope, &*key.name], |r| {
                 Ok(Head { node: r.get(0)?, version: r.get(1)?, frozen: r.get(2)?, generator: r.get(3)?, deleted: r.get(4)? })
             })
             .optional()?;
-        if let Some(h) = h {
-            self.heads.insert(key.clone(), h);
-        }
-        Ok(h)
+        Ok(h.map(|h| self.heads.insert(key, h, false)))
     }
 
-    fn set_head(&mut self, key: &ObjKey, h: Head) {
-        // Updated in place when present: a key is cloned only when it is new to a map.
-        match self.heads.get_mut(key) {
-            Some(slot) => *slot = h,
+    /// Sets the key's head: in its slot `at` (what [`Graph::head`] returned
+    /// for it), or in a new slot if it had none.
+    fn set_head(&mut self, key: &Key<'_>, at: Option<u32>, h: Head) {
+        match at {
+            Some(i) => self.heads.set(i, h),
             None => {
-                self.heads.insert(key.clone(), h);
-            }
-        }
-        match self.dirty_heads.get_mut(key) {
-            Some(slot) => *slot = h,
-            None => {
-                self.dirty_heads.insert(key.clone(), h);
+                self.heads.insert(key, h, true);
             }
         }
     }
@@ -462,25 +557,31 @@ impl Graph {
     }
 
     /// The current version of an object as a cause (creating version 0 if never seen).
-    fn obj_cause(&mut self, db: &mut Sql<'_>, key: &ObjKey, boot: i64, ev: &Event) -> Result<i64> {
-        let head = self.head(db, key)?;
+    fn obj_cause(&mut self, db: &mut Sql<'_>, key: &Key<'_>, boot: i64, ev: &Event) -> Result<i64> {
+        let at = self.head(db, key)?;
+        self.obj_cause_at(db, key, at, boot, ev)
+    }
+
+    /// [`Graph::obj_cause`] with the key's slot already found.
+    fn obj_cause_at(&mut self, db: &mut Sql<'_>, key: &Key<'_>, at: Option<u32>, boot: i64, ev: &Event) -> Result<i64> {
+        let head = at.map(|i| self.heads.get(i));
         if let Some(mut h) = head.filter(|h| !h.deleted) {
             if !h.frozen {
                 h.frozen = true;
-                self.set_head(key, h);
+                self.set_head(key, at, h);
             }
             return Ok(h.node);
         }
         let version = head.map(|h| h.version + 1).unwrap_or(0);
         let kind = NodeKind::from_i64(key.kind).expect("object kinds are valid");
         let node = self.new_node(db, kind, boot, &key.name, version, None, ev, None)?;
-        self.set_head(key, Head { node, version, frozen: true, generator: 0, deleted: false });
+        self.set_head(key, at, Head { node, version, frozen: true, generator: 0, deleted: false });
         Ok(node)
     }
 
     fn associate(&mut self, db: &mut Sql<'_>, boot: i64, ev: &Event, uid: u32) -> Result<()> {
         let p = self.proc_effect(db, boot, ev)?;
-        let u = self.obj_cause(db, &ObjKey::new(NodeKind::User, 0, format!("uid:{uid}")), boot, ev)?;
+        let u = self.obj_cause(db, &Key::new(NodeKind::User, 0, format!("uid:{uid}")), boot, ev)?;
         let proc = self.proc_mut(boot, ev.pid);
         proc.euid = Some(uid);
         if proc.causes.insert(u) {
@@ -490,9 +591,10 @@ impl Graph {
     }
 
     /// Process `ev.pid` read `key`.
-    fn read(&mut self, db: &mut Sql<'_>, boot: i64, ev: &Event, key: &ObjKey) -> Result<()> {
+    fn read(&mut self, db: &mut Sql<'_>, boot: i64, ev: &Event, key: &Key<'_>) -> Result<()> {
         let pnode = self.proc_node(db, boot, ev)?;
-        if let Some(h) = self.head(db, key)?.filter(|h| !h.deleted) {
+        let at = self.head(db, key)?;
+        if let Some(h) = at.map(|i| self.heads.get(i)).filter(|h| !h.deleted) {
             // Reading back what this very process version wrote adds no
             // information; but what a socket returns comes from its peer,
             // whoever wrote the request.
@@ -502,7 +604,10 @@ impl Graph {
             }
         }
         let p = self.proc_effect(db, boot, ev)?;
-        let o = self.obj_cause(db, key, boot, ev)?;
+        // The slot found above still holds the key's head: a new process
+        // version links at most a user (another kind of key), and slots
+        // are only dropped by the flush.
+        let o = self.obj_cause_at(db, key, at, boot, ev)?;
         if self.proc_mut(boot, ev.pid).causes.insert(o) {
             self.edge(db, p, o, EdgeKind::Used, boot, ev)?;
         }
@@ -515,12 +620,13 @@ impl Graph {
         db: &mut Sql<'_>,
         boot: i64,
         ev: &Event,
-        key: &ObjKey,
+        key: &Key<'_>,
         force: bool,
         derive_from_previous: bool,
     ) -> Result<Option<i64>> {
         let p = self.proc_node(db, boot, ev)?;
-        let head = self.head(db, key)?;
+        let at = self.head(db, key)?;
+        let head = at.map(|i| self.heads.get(i));
         if let Some(h) = head {
             if !force && !h.deleted && !h.frozen && h.generator == p {
                 return Ok(None);
@@ -534,7 +640,7 @@ impl Graph {
         }
         self.edge(db, node, p, EdgeKind::WasGeneratedBy, boot, ev)?;
         self.proc_mut(boot, ev.pid).frozen = true;
-        self.set_head(key, Head { node, version, frozen: false, generator: p, deleted: false });
+        self.set_head(key, at, Head { node, version, frozen: false, generator: p, deleted: false });
         Ok(Some(node))
     }
 
@@ -543,17 +649,17 @@ impl Graph {
     }
 
     /// What a read/write touched: its path, else its address, else the fd table.
-    fn io_object(&mut self, db: &mut Sql<'_>, boot: i64, ev: &Event, fd: Option<i32>) -> Result<Option<ObjKey>> {
+    fn io_object<'e>(&mut self, db: &mut Sql<'_>, boot: i64, ev: &'e Event, fd: Option<i32>) -> Result<Option<Key<'e>>> {
         if let Some(p) = &ev.path {
             if p.starts_with("pipe:[") {
-                return Ok(Some(ObjKey::new(NodeKind::Pipe, boot, p.as_str())));
+                return Ok(Some(Key::new(NodeKind::Pipe, boot, p.as_str())));
             }
             if !p.starts_with("socket:[") && !p.starts_with("anon_inode:") && p != "/" {
                 return Ok(Some(file_key(ev, p)));
             }
         }
         if let Some(a) = &ev.addr {
-            return Ok(Some(ObjKey::new(NodeKind::Socket, 0, a.as_str())));
+            return Ok(Some(Key::new(NodeKind::Socket, 0, a.as_str())));
         }
         let from_table = match fd {
             Some(fd) if self.cached_proc(db, boot, ev.pid)? => self.procs[&(boot, ev.pid)].fds.get(&fd).cloned(),
@@ -562,19 +668,19 @@ impl Graph {
         // A connected socket's peer (from connect/accept) names it best; else
         // the event's own inode beats our possibly stale fd table.
         match from_table {
-            Some(k) if k.kind == NodeKind::Socket as i64 => return Ok(Some(k)),
+            Some(k) if k.kind == NodeKind::Socket as i64 => return Ok(Some(Key::owned(k))),
             _ => {}
         }
         if let Some(key) = Self::anonymous(boot, ev) {
             return Ok(Some(key));
         }
         if let Some(k) = from_table {
-            return Ok(Some(k));
+            return Ok(Some(Key::owned(k)));
         }
         if let Some(p) = &ev.path {
             if p.starts_with("socket:[") {
                 // A socket we never saw connect: its inode is all we know.
-                return Ok(Some(ObjKey::new(NodeKind::Socket, boot, p.as_str())));
+                return Ok(Some(Key::new(NodeKind::Socket, boot, p.as_str())));
             }
         }
         Ok(None)
@@ -584,19 +690,19 @@ impl Graph {
     /// gives for pipefs/sockfs/anon inodes) or no path with a known inode
     /// means an anonymous kernel object: a pipe, or an eventfd and the like.
     /// Sockets with a known peer were matched by `addr` before this.
-    fn anonymous(boot: i64, ev: &Event) -> Option<ObjKey> {
+    fn anonymous(boot: i64, ev: &Event) -> Option<Key<'static>> {
         let anon = ev.path.as_deref().is_none_or(|p| p == "/" || p.starts_with("anon_inode:") || p.starts_with("socket:["));
         match (anon, ev.dev, ev.inode) {
             (true, Some(dev), Some(ino)) if ev.addr.is_none() => {
-                Some(ObjKey::new(NodeKind::Pipe, boot, format!("anon:[{dev}:{ino}]")))
+                Some(Key::new(NodeKind::Pipe, boot, format!("anon:[{dev}:{ino}]")))
             }
             _ => None,
         }
     }
 
-    fn bind_fd(&mut self, db: &mut Sql<'_>, boot: i64, ev: &Event, fd: i32, key: ObjKey) -> Result<()> {
+    fn bind_fd(&mut self, db: &mut Sql<'_>, boot: i64, ev: &Event, fd: i32, key: Key<'_>) -> Result<()> {
         self.proc_node(db, boot, ev)?;
-        self.proc_mut(boot, ev.pid).fds.insert(fd, key);
+        self.proc_mut(boot, ev.pid).fds.insert(fd, key.into_owned());
         Ok(())
     }
 
@@ -644,7 +750,7 @@ impl Graph {
             "open" | "openat" | "openat2" | "creat" | "lsm:file_open" => match (&ev.path, returned_fd) {
                 (Some(p), Some(fd)) => {
                     let key = if p.starts_with("pipe:[") {
-                        ObjKey::new(NodeKind::Pipe, boot, p.as_str())
+                        Key::new(NodeKind::Pipe, boot, p.as_str())
                     } else {
                         file_key(ev, p)
                     };
@@ -655,13 +761,13 @@ impl Graph {
             "connect" | "accept" | "accept4" => {
                 let fd = if call == "connect" { Self::fd_arg(ev, &["fd", "sockfd"]).or(ev.fd) } else { returned_fd };
                 match (fd, &ev.addr) {
-                    (Some(fd), Some(a)) => self.bind_fd(db, boot, ev, fd, ObjKey::new(NodeKind::Socket, 0, a.as_str()))?,
+                    (Some(fd), Some(a)) => self.bind_fd(db, boot, ev, fd, Key::new(NodeKind::Socket, 0, a.as_str()))?,
                     _ => self.stats.no_graph_effect += 1,
                 }
             }
             "pipe" | "pipe2" | "socketpair" => {
                 let name = ev.path.clone().unwrap_or_else(|| format!("pipe:[event {}]", ev.id));
-                let key = ObjKey::new(NodeKind::Pipe, boot, name);
+                let key = Key::new(NodeKind::Pipe, boot, name);
                 let mut fds: Vec<i32> = ["read_fd", "write_fd"].iter().filter_map(|n| ev.arg_i64(n)).map(|v| v as i32).collect();
                 fds.extend(ev.arg_fds().iter().map(|v| *v as i32));
                 if fds.is_empty() {
@@ -764,9 +870,10 @@ impl Graph {
             "unlink" | "unlinkat" | "rmdir" => match &ev.path {
                 Some(p) => {
                     let key = file_key(ev, p);
-                    if let Some(mut h) = self.head(db, &key)? {
+                    if let Some(i) = self.head(db, &key)? {
+                        let mut h = self.heads.get(i);
                         h.deleted = true;
-                        self.set_head(&key, h);
+                        self.heads.set(i, h);
                     }
                 }
                 None => self.stats.no_graph_effect += 1,
@@ -779,9 +886,10 @@ impl Graph {
                         self.edge(db, d, s, EdgeKind::WasDerivedFrom, boot, ev)?;
                     }
                     if call.starts_with("rename") {
-                        if let Some(mut h) = self.head(db, &skey)? {
+                        if let Some(i) = self.head(db, &skey)? {
+                            let mut h = self.heads.get(i);
                             h.deleted = true;
-                            self.set_head(&skey, h);
+                            self.heads.set(i, h);
                         }
                     }
                 }
