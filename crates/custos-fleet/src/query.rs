@@ -13,7 +13,7 @@
 
 use crate::graph::{EdgeRowCh, NodeRowCh};
 use anyhow::{bail, Context, Result};
-use custos_store::query::{Answer, Attrs, Direction, EdgeInfo, LossNote, NodeInfo, TouchRow, Window};
+use custos_store::query::{span_of, Answer, Attrs, Direction, EdgeInfo, LossNote, NodeInfo, Reach, TouchRow, Window};
 use custos_store::schema::{EdgeKind, NodeKind};
 use custos_store::timefmt::format_ns;
 use custos_store::cli::{GraphArgs, Query, QueryArgs};
@@ -452,7 +452,7 @@ impl Fleet {
             found.extend(self.links(&level, dir)?);
             let mut next = Vec::new();
             for e in found {
-                if !admits(&window, e.time_ns) {
+                if !window.admits(e.time_ns) {
                     continue;
                 }
                 let to = if dir == Direction::Ancestors { e.cause.clone() } else { e.effect.clone() };
@@ -578,7 +578,7 @@ impl Fleet {
         let others: Vec<Key> = edges.iter().flat_map(|e| [e.effect.clone(), e.cause.clone()]).collect();
         self.load(&others)?;
         let is_proc = |k: &Key, n: &HashMap<Key, NodeRowCh>| n.get(k).is_some_and(|r| r.kind == NodeKind::Process as u8);
-        edges.retain(|e| !is_proc(if e.kind == EdgeKind::Used { &e.cause } else { &e.effect }, &self.nodes) && admits(&window, e.time_ns));
+        edges.retain(|e| !is_proc(if e.kind == EdgeKind::Used { &e.cause } else { &e.effect }, &self.nodes) && window.admits(e.time_ns));
         self.touch_answer(format!("touched-by {spec}"), procs, edges, window)
     }
 
@@ -586,7 +586,7 @@ impl Fleet {
         let versions = self.resolve(spec, false)?;
         let mut edges = self.edges_of(&versions, Direction::Descendants, &format!(" AND kind = {}", EdgeKind::Used as i64))?;
         edges.extend(self.edges_of(&versions, Direction::Ancestors, &format!(" AND kind = {}", EdgeKind::WasGeneratedBy as i64))?);
-        edges.retain(|e| admits(&window, e.time_ns));
+        edges.retain(|e| window.admits(e.time_ns));
         self.touch_answer(format!("who-touched {spec}"), versions, edges, window)
     }
 
@@ -666,15 +666,10 @@ impl Fleet {
         let mut rows = rows;
         rows.sort_by_key(|r| (r.time_ns, r.event_id));
         let times: Vec<i64> = if edges.is_empty() { nodes.iter().map(|n| n.time_ns).collect() } else { edges.iter().map(|e| e.time_ns).collect() };
-        let span = times.into_iter().fold(None, |acc: Option<(i64, i64)>, t| Some(acc.map_or((t, t), |(a, b)| (a.min(t), b.max(t)))));
-        let targets = || start.iter().filter_map(|k| self.nodes.get(k)).map(|r| r.time_ns);
-        let question = match reach {
-            Reach::Found => span,
-            Reach::Before(w) => targets().max().map(|t| (w.since.unwrap_or(0), span.map_or(t, |(_, hi)| hi.max(t)))),
-            Reach::All(w) => Some((w.since.unwrap_or(0), w.until.unwrap_or(i64::MAX))),
-            Reach::After(w) => targets().min().map(|t| (span.map_or(t, |(lo, _)| lo.min(t)), w.until.unwrap_or(i64::MAX))),
-        }
-        .or(span);
+        let span = span_of(times);
+        // ClickHouse's times are unsigned: an open start is 0.
+        let question =
+            reach.question(span, start.iter().filter_map(|k| self.nodes.get(k)).map(|r| r.time_ns)).map(|(lo, hi)| (lo.max(0), hi));
         let hosts_boots: Vec<(String, String)> = boots.keys().filter(|(_, b)| !b.is_empty()).cloned().collect();
         let losses = self.losses(&hosts_boots, question, &boots)?;
         let mut containers = BTreeMap::new();
@@ -765,20 +760,6 @@ pub fn graph(args: GraphArgs) -> Result<i32> {
     let mut fleet = Fleet::connect(url, &args.fleet.clickhouse_db)?;
     let a = answer(&mut fleet, &args.query, args.container.as_deref())?;
     custos_store::cli::draw(&args, a)
-}
-
-/// How far in time a lost event could still change an answer (as the
-/// store's query.rs reasons).
-#[derive(Clone, Copy)]
-enum Reach {
-    Found,
-    Before(Window),
-    All(Window),
-    After(Window),
-}
-
-fn admits(w: &Window, t: i64) -> bool {
-    w.since.is_none_or(|s| t >= s) && w.until.is_none_or(|u| t <= u)
 }
 
 fn kind_name(kind: u8) -> &'static str {

@@ -233,7 +233,7 @@ pub struct Window {
 }
 
 impl Window {
-    fn admits(&self, t: i64) -> bool {
+    pub fn admits(&self, t: i64) -> bool {
         self.since.is_none_or(|s| t >= s) && self.until.is_none_or(|u| t <= u)
     }
 }
@@ -511,7 +511,7 @@ pub(crate) fn losses_for(conn: &Connection, boots: &HashSet<i64>, span: Option<(
 /// appeared. (Before, only the found edges' span counted, and a who-touched
 /// of a secret whose reader was lost answered "complete".)
 #[derive(Clone, Copy)]
-enum Reach {
+pub enum Reach {
     /// The edges found (a path: its own links are what it claims).
     Found,
     /// From the window's start (or the recording's) to the targets' time:
@@ -534,6 +534,25 @@ fn by_depth(nodes: Vec<NodeInfo>) -> Vec<NodeInfo> {
     order.into_iter().filter_map(|(_, _, i)| slots[i].take()).collect()
 }
 
+/// The first and last of `times`.
+pub fn span_of(times: impl IntoIterator<Item = i64>) -> Option<(i64, i64)> {
+    times.into_iter().fold(None, |acc, t| Some(acc.map_or((t, t), |(a, b): (i64, i64)| (a.min(t), b.max(t)))))
+}
+
+impl Reach {
+    /// The time range a lost event would have to fall in to change an
+    /// answer spanning `span` about targets made at `targets`.
+    pub fn question(self, span: Option<(i64, i64)>, targets: impl Iterator<Item = i64> + Clone) -> Option<(i64, i64)> {
+        match self {
+            Reach::Found => span,
+            Reach::Before(w) => targets.max().map(|t| (w.since.unwrap_or(i64::MIN), span.map_or(t, |(_, hi)| hi.max(t)))),
+            Reach::All(w) => Some((w.since.unwrap_or(i64::MIN), w.until.unwrap_or(i64::MAX))),
+            Reach::After(w) => targets.min().map(|t| (span.map_or(t, |(lo, _)| lo.min(t)), w.until.unwrap_or(i64::MAX))),
+        }
+        .or(span)
+    }
+}
+
 fn finish(conn: &Connection, query: String, start: Vec<i64>, depth: NodeMap<u32>, edges: Vec<EdgeInfo>, rows: Vec<TouchRow>, path: Option<String>, reach: Reach) -> Result<Answer> {
     let nodes = by_depth(node_infos(conn, &depth)?);
     // The span is when the answer's causal facts happened: its edge times. A
@@ -541,17 +560,9 @@ fn finish(conn: &Connection, query: String, start: Vec<i64>, depth: NodeMap<u32>
     // it back to its creation; a lone node with no edges spans its own creation.
     let times: Vec<i64> =
         if edges.is_empty() { nodes.iter().map(|n| n.time_ns).collect() } else { edges.iter().map(|e| e.time_ns).collect() };
-    let times = times.into_iter();
-    let span = times.fold(None, |acc: Option<(i64, i64)>, t| Some(acc.map_or((t, t), |(a, b)| (a.min(t), b.max(t)))));
+    let span = span_of(times);
     let boots: HashSet<i64> = nodes.iter().map(|n| n.boot).chain(edges.iter().map(|e| e.boot)).collect();
-    let targets = || nodes.iter().filter(|n| start.contains(&n.node)).map(|n| n.time_ns);
-    let question = match reach {
-        Reach::Found => span,
-        Reach::Before(w) => targets().max().map(|t| (w.since.unwrap_or(i64::MIN), span.map_or(t, |(_, hi)| hi.max(t)))),
-        Reach::All(w) => Some((w.since.unwrap_or(i64::MIN), w.until.unwrap_or(i64::MAX))),
-        Reach::After(w) => targets().min().map(|t| (span.map_or(t, |(lo, _)| lo.min(t)), w.until.unwrap_or(i64::MAX))),
-    }
-    .or(span);
+    let question = reach.question(span, nodes.iter().filter(|n| start.contains(&n.node)).map(|n| n.time_ns));
     let losses = losses_for(conn, &boots, question)?;
     let containers = containers_of(conn, &nodes)?;
     Ok(Answer { query, start, nodes, edges, rows, path, span_ns: span, complete: losses.is_empty(), losses, containers, notes: vec![] })
