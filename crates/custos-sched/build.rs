@@ -18,4 +18,12 @@ fn main() {
         .enable_skel("src/bpf/policy_probe.bpf.c", "policy_probe")
         .build()
         .unwrap();
+    // The recorder of the default scheduler's placements (GRU training
+    // data); tracepoints only, no sched_ext.
+    scx_cargo::BpfBuilder::new()
+        .unwrap()
+        .add_include_path("../../include")
+        .enable_skel("src/bpf/placement_record.bpf.c", "placement_record")
+        .build()
+        .unwrap();
 }

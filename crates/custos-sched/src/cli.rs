@@ -27,6 +27,16 @@ pub enum PolicyKind {
     Feedback,
 }
 
+/// Who chooses the CPU of a waking task.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PlacementKind {
+    /// The scheduler's own: the waker's CPU for synchronous wakeups, else an idle CPU.
+    Custos,
+    /// Seed 002's GRU, imitating the kernel's default scheduler (--placement-model);
+    /// the own placement whenever its prediction is missing, stale, not allowed or busy.
+    Gru,
+}
+
 /// Run the Custos sched_ext scheduler (Aegis queue backbone) until Ctrl-C.
 ///
 /// Consumers (the collector's, and any named here) always run from the primary
@@ -109,6 +119,21 @@ pub struct SchedArgs {
     /// the shipped model).
     #[arg(long, value_name = "FILE")]
     pub model: Option<PathBuf>,
+
+    /// Who places waking tasks on CPUs; independent of --policy, which
+    /// chooses their queues. A GRU model that cannot be used leaves the
+    /// scheduler's own placement on, and says so.
+    #[arg(long, value_enum, default_value_t = PlacementKind::Custos)]
+    pub placement: PlacementKind,
+
+    /// ONNX model of --placement gru (`custos placement train` writes one;
+    /// default: the shipped model, of which there is none yet).
+    #[arg(long, value_name = "FILE")]
+    pub placement_model: Option<PathBuf>,
+
+    /// A GRU prediction older than this (ms) is not used.
+    #[arg(long, default_value_t = 50, value_name = "MS")]
+    pub placement_stale_ms: u64,
 
     /// Delta function (Eq. 12): reuse a task's last learned decision while its
     /// nvcsw, nr_event and the ring availability each moved by less than

@@ -11,6 +11,8 @@
 //! The queue policy is static (`policy_static.bpf.h`) or the learned
 //! integer network (`policy_net.bpf.h`); `learning` and `train` feed it
 //! transitions, train it with custos-policy's DQN and push its weights.
+//! Beside the queue policy, `--placement gru` lets seed 002's GRU choose the
+//! CPU of waking tasks (`placement`, `placement_gru.bpf.h`).
 //!
 //! Not for: collecting provenance (that is `custos-collector`, which
 //! publishes the features read here through the pinned maps of
@@ -30,6 +32,10 @@ mod bpf_skel {
     #![allow(clippy::all, non_camel_case_types, non_snake_case, dead_code)]
     include!(concat!(env!("OUT_DIR"), "/bpf_skel.rs"));
 }
+mod placement_record_skel {
+    #![allow(clippy::all, non_camel_case_types, non_snake_case, dead_code)]
+    include!(concat!(env!("OUT_DIR"), "/placement_record_skel.rs"));
+}
 mod policy_probe_skel {
     #![allow(clippy::all, non_camel_case_types, non_snake_case, dead_code)]
     include!(concat!(env!("OUT_DIR"), "/policy_probe_skel.rs"));
@@ -37,6 +43,7 @@ mod policy_probe_skel {
 
 pub mod cli;
 pub mod learning;
+pub mod placement;
 pub mod policy;
 pub mod pressure;
 mod scheduler;

@@ -18,7 +18,8 @@ use scx_utils::{scx_ops_attach, scx_ops_load, scx_ops_open, uei_exited, uei_repo
 
 use crate::bpf_intf;
 use crate::bpf_skel::*;
-use crate::cli::{parse_forcing, PolicyKind, SchedArgs};
+use crate::cli::{parse_forcing, PlacementKind, PolicyKind, SchedArgs};
+use crate::placement::{choose_placement, possible_cpus, AgentThread, PlacementChoice};
 use crate::learning::{self, LearnerConfig, LearnerReport, PolicyMaps, TrainConfig};
 use crate::pressure;
 use crate::stats::{Metrics, QueueMetrics};
@@ -77,6 +78,9 @@ pub struct Config {
     pub emit_transitions: bool,
     pub transitions_ring_bytes: u32,
     pub explore_pct: u32,
+    /// Who places waking tasks (independent of the queue policy).
+    pub placement: PlacementChoice,
+    pub placement_stale_ns: u64,
 }
 
 /// The policy a run uses, once --policy and --model were looked at.
@@ -217,7 +221,22 @@ impl Config {
         if explore_pct > 0 && !emit_transitions {
             bail!("--explore-pct only serves learning: use it with --record-transitions, --train or --emit-transitions");
         }
+        if args.placement_model.is_some() && args.placement != PlacementKind::Gru {
+            bail!("--placement-model is the model of --placement gru");
+        }
+        if !(1..=10_000).contains(&args.placement_stale_ms) {
+            bail!("--placement-stale-ms must be 1 to 10000 (got {})", args.placement_stale_ms);
+        }
+        let placement = match args.placement {
+            PlacementKind::Custos => choose_placement(false, None, 0),
+            PlacementKind::Gru => match possible_cpus() {
+                Ok(cpus) => choose_placement(true, args.placement_model.as_deref(), cpus),
+                Err(e) => PlacementChoice::Custos { reason: format!("gru unavailable: {e:#}") },
+            },
+        };
         Ok(Self {
+            placement,
+            placement_stale_ns: args.placement_stale_ms * 1_000_000,
             policy,
             delta_shift: args.delta_shift,
             emit_transitions,
@@ -262,6 +281,8 @@ struct Scheduler<'a> {
     learner: Option<(std::thread::JoinHandle<Result<LearnerReport>>, Arc<AtomicBool>)>,
     /// Where the policy maps are pinned for `custos train --online`.
     policy_pins: Option<PathBuf>,
+    /// The GRU placement agent, with --placement gru and a usable model.
+    placement_agent: Option<AgentThread>,
 }
 
 /// Makes the consumers map equal to --consumer-pid plus the live --consumer
@@ -425,6 +446,9 @@ impl<'a> Scheduler<'a> {
         };
         rodata.delta_shift = config.delta_shift;
         rodata.emit_transitions = config.emit_transitions;
+        rodata.placement_gru = config.placement.is_gru();
+        rodata.placement_stale_ns = config.placement_stale_ns;
+        rodata.placement_agent_tgid = std::process::id();
         skel.maps
             .transitions
             .set_max_entries(config.transitions_ring_bytes)
@@ -493,14 +517,29 @@ impl<'a> Scheduler<'a> {
             None
         };
         let learner = start_learner(args, config, maps)?;
+        // The agent runs before the first wakeup's snapshot.
+        let placement_agent = match &config.placement {
+            PlacementChoice::Gru { model, .. } => Some(AgentThread::start(
+                libbpf_rs::MapHandle::try_from(&skel.maps.placement_snapshots)?,
+                libbpf_rs::MapHandle::try_from(&skel.maps.pid_to_cpu)?,
+                model.clone(),
+            )?),
+            PlacementChoice::Custos { reason } => {
+                if !reason.is_empty() {
+                    warn!("placing tasks with the scheduler's own placement: {reason}");
+                }
+                None
+            }
+        };
 
         let struct_ops =
             Some(scx_ops_attach!(skel, custos_ops).context("cannot attach the BPF scheduler")?);
         info!(
-            "custos scheduler attached: slice {} us, waiting times {:?} ns, policy {}, static budget queue {}{}",
+            "custos scheduler attached: slice {} us, waiting times {:?} ns, policy {}, placement {}, static budget queue {}{}",
             config.slice_ns / 1000,
             config.waiting_time_ns,
             config.policy.description,
+            config.placement.description(),
             config.budget_queue,
             if args.work_conserving { ", work-conserving" } else { "" }
         );
@@ -537,6 +576,7 @@ impl<'a> Scheduler<'a> {
             last_audit_error: None,
             learner,
             policy_pins,
+            placement_agent,
         })
     }
 
@@ -651,6 +691,13 @@ impl<'a> Scheduler<'a> {
                 sum.explorations += s.explorations;
                 sum.transitions += s.transitions;
                 sum.transitions_dropped += s.transitions_dropped;
+                sum.placement_snapshots += s.placement_snapshots;
+                sum.placement_snapshots_dropped += s.placement_snapshots_dropped;
+                sum.placement_used += s.placement_used;
+                sum.placement_stale += s.placement_stale;
+                sum.placement_rejected_cpumask += s.placement_rejected_cpumask;
+                sum.placement_busy += s.placement_busy;
+                sum.placement_fallbacks += s.placement_fallbacks;
             }
         }
         let queues = (0..=self.config.nr_queues() as usize)
@@ -735,8 +782,24 @@ impl<'a> Scheduler<'a> {
             explorations: sum.explorations,
             transitions: sum.transitions,
             transitions_dropped: sum.transitions_dropped,
+            placement: self.config.placement.description(),
+            placement_snapshots: sum.placement_snapshots,
+            placement_snapshots_dropped: sum.placement_snapshots_dropped,
+            placement_used: sum.placement_used,
+            placement_stale: sum.placement_stale,
+            placement_rejected_cpumask: sum.placement_rejected_cpumask,
+            placement_busy: sum.placement_busy,
+            placement_fallbacks: sum.placement_fallbacks,
             ..Default::default()
         };
+        if let Some(agent) = &self.placement_agent {
+            let a = agent.stats.lock().unwrap();
+            m.placement_agent_snapshots = a.snapshots;
+            m.placement_predictions = a.predictions;
+            m.placement_prediction_errors = a.prediction_errors;
+            m.placement_map_write_failures = a.map_write_failures;
+            (m.placement_inference_p50_us, m.placement_inference_p99_us) = a.latency.p50_p99_us();
+        }
         m.derive_feature_cost();
         m
     }
@@ -774,6 +837,11 @@ impl<'a> Scheduler<'a> {
         let mut final_metrics = self.metrics();
         let _ = self.struct_ops.take();
         let learner = self.stop_learner();
+        if let Some(mut agent) = self.placement_agent.take() {
+            if let Err(e) = agent.stop() {
+                warn!("placement agent: {e:#}");
+            }
+        }
         // The learner's last epoch pushes weights as it stops: the final
         // statistics name the generation the run ended with.
         if let Ok(state) = learning::read_policy_state(&self.skel.maps.policy_state) {
@@ -807,5 +875,55 @@ pub fn run(args: &SchedArgs, config: &Config, shutdown: Arc<AtomicBool>) -> Resu
             return Ok(0);
         }
         info!("the kernel asked the scheduler to restart; restarting");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: SchedArgs,
+    }
+
+    fn config(argv: &[&str]) -> Result<Config> {
+        let cli = Cli::try_parse_from(std::iter::once("custos-sched").chain(argv.iter().copied()))?;
+        Config::from_args(&cli.args)
+    }
+
+    /// Placement is independent of the queue policy: every policy runs
+    /// with either placement, and an unusable GRU model leaves the policy
+    /// as asked and the own placement on, with the reason.
+    #[test]
+    fn placement_composes_with_every_queue_policy() {
+        let dir = tempfile::tempdir().unwrap();
+        let cpus = possible_cpus().unwrap();
+        let good = dir.path().join("gru.onnx");
+        let net = custos_policy::placement::GruNet::new(8, cpus, 1).unwrap();
+        std::fs::write(&good, custos_policy::placement::to_onnx(&net.weights().unwrap())).unwrap();
+        let wrong = dir.path().join("wrong.onnx");
+        let net = custos_policy::placement::GruNet::new(8, cpus + 1, 1).unwrap();
+        std::fs::write(&wrong, custos_policy::placement::to_onnx(&net.weights().unwrap())).unwrap();
+        for (policy, kind) in [("static", PolicyKind::Static), ("feedback", PolicyKind::Feedback), ("learned", PolicyKind::Learned)] {
+            let c = config(&["--policy", policy]).unwrap();
+            assert_eq!(c.policy.kind, kind);
+            assert_eq!(c.placement.description(), "custos");
+            let c = config(&["--policy", policy, "--placement", "gru", "--placement-model", good.to_str().unwrap()]).unwrap();
+            assert_eq!(c.policy.kind, kind);
+            assert!(c.placement.is_gru(), "{:?}", c.placement);
+            assert_eq!(c.placement_stale_ns, 50_000_000);
+            let c = config(&["--policy", policy, "--placement", "gru", "--placement-model", wrong.to_str().unwrap()]).unwrap();
+            assert_eq!(c.policy.kind, kind);
+            assert!(!c.placement.is_gru());
+            assert!(c.placement.description().contains(&format!("this machine has {cpus}")), "{:?}", c.placement);
+        }
+        let c = config(&["--placement", "gru", "--placement-stale-ms", "5"]).unwrap();
+        assert!(c.placement.description().contains("none ships"), "{:?}", c.placement);
+        assert_eq!(c.placement_stale_ns, 5_000_000);
+        assert!(config(&["--placement-model", good.to_str().unwrap()]).is_err());
+        assert!(config(&["--placement", "gru", "--placement-stale-ms", "0"]).is_err());
     }
 }

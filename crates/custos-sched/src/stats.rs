@@ -130,6 +130,34 @@ pub struct Metrics {
     pub transitions: u64,
     #[stat(desc = "Transitions lost to a full transitions ring")]
     pub transitions_dropped: u64,
+    #[stat(desc = "Who places waking tasks: custos (the scheduler's own), gru and its model, or why not gru")]
+    pub placement: String,
+    #[stat(desc = "GRU placement: snapshots of created or woken tasks sent to the agent")]
+    pub placement_snapshots: u64,
+    #[stat(desc = "GRU placement: snapshots lost to a full snapshots ring")]
+    pub placement_snapshots_dropped: u64,
+    #[stat(desc = "GRU placement: wakeups placed on the predicted CPU (it was idle)")]
+    pub placement_used: u64,
+    #[stat(desc = "GRU placement: predictions older than --placement-stale-ms, not used")]
+    pub placement_stale: u64,
+    #[stat(desc = "GRU placement: predicted CPUs outside the task's cpumask, not used")]
+    pub placement_rejected_cpumask: u64,
+    #[stat(desc = "GRU placement: predicted CPUs that were busy; the own placement decided")]
+    pub placement_busy: u64,
+    #[stat(desc = "GRU placement: wakeups without a prediction (or new tasks); the own placement decided")]
+    pub placement_fallbacks: u64,
+    #[stat(desc = "GRU placement: snapshots the agent read")]
+    pub placement_agent_snapshots: u64,
+    #[stat(desc = "GRU placement: predictions the agent wrote (one per full window)")]
+    pub placement_predictions: u64,
+    #[stat(desc = "GRU placement: inferences that failed or named no CPU of this machine")]
+    pub placement_prediction_errors: u64,
+    #[stat(desc = "GRU placement: predictions the pid_to_cpu map refused")]
+    pub placement_map_write_failures: u64,
+    #[stat(desc = "GRU placement: median inference time in us (a bounded sample of the whole run)")]
+    pub placement_inference_p50_us: f64,
+    #[stat(desc = "GRU placement: 99th-percentile inference time in us (same sample)")]
+    pub placement_inference_p99_us: f64,
 }
 
 impl Metrics {
@@ -177,6 +205,25 @@ impl Metrics {
                 self.explorations,
                 self.transitions,
                 self.transitions_dropped,
+            )?;
+        }
+        if self.placement.starts_with("gru") || self.placement_snapshots > 0 {
+            writeln!(
+                w,
+                "  placement {} | snapshots {} dropped {} | used {} stale {} cpumask {} busy {} none {} | predictions {} errors {} map failures {} | inference p50 {:.1}us p99 {:.1}us",
+                self.placement,
+                self.placement_snapshots,
+                self.placement_snapshots_dropped,
+                self.placement_used,
+                self.placement_stale,
+                self.placement_rejected_cpumask,
+                self.placement_busy,
+                self.placement_fallbacks,
+                self.placement_predictions,
+                self.placement_prediction_errors,
+                self.placement_map_write_failures,
+                self.placement_inference_p50_us,
+                self.placement_inference_p99_us,
             )?;
         }
         for (q, m) in self.queues.iter().enumerate() {
@@ -275,6 +322,27 @@ impl Metrics {
             explorations: self.explorations.saturating_sub(prev.explorations),
             transitions: self.transitions.saturating_sub(prev.transitions),
             transitions_dropped: self.transitions_dropped.saturating_sub(prev.transitions_dropped),
+            placement_snapshots: self.placement_snapshots.saturating_sub(prev.placement_snapshots),
+            placement_snapshots_dropped: self
+                .placement_snapshots_dropped
+                .saturating_sub(prev.placement_snapshots_dropped),
+            placement_used: self.placement_used.saturating_sub(prev.placement_used),
+            placement_stale: self.placement_stale.saturating_sub(prev.placement_stale),
+            placement_rejected_cpumask: self
+                .placement_rejected_cpumask
+                .saturating_sub(prev.placement_rejected_cpumask),
+            placement_busy: self.placement_busy.saturating_sub(prev.placement_busy),
+            placement_fallbacks: self.placement_fallbacks.saturating_sub(prev.placement_fallbacks),
+            placement_agent_snapshots: self
+                .placement_agent_snapshots
+                .saturating_sub(prev.placement_agent_snapshots),
+            placement_predictions: self.placement_predictions.saturating_sub(prev.placement_predictions),
+            placement_prediction_errors: self
+                .placement_prediction_errors
+                .saturating_sub(prev.placement_prediction_errors),
+            placement_map_write_failures: self
+                .placement_map_write_failures
+                .saturating_sub(prev.placement_map_write_failures),
             ..self.clone()
         };
         d.derive_feature_cost();

@@ -122,6 +122,47 @@ struct custos_sched_stats {
 	u64 explorations;			 /* training: random queues instead of the network's */
 	u64 transitions;			 /* transitions emitted for training */
 	u64 transitions_dropped;		 /* ... refused by a full transitions ring */
+	/* The GRU placement layer (placement_gru.bpf.h); 0 while it is off. */
+	u64 placement_snapshots;		 /* snapshots sent to the agent */
+	u64 placement_snapshots_dropped;	 /* ... refused by a full snapshots ring */
+	u64 placement_used;			 /* wakeups placed on the predicted (idle) CPU */
+	u64 placement_stale;			 /* the prediction was older than placement_stale_ns */
+	u64 placement_rejected_cpumask;		 /* the predicted CPU is not in the task's cpumask */
+	u64 placement_busy;			 /* the predicted CPU was not idle */
+	u64 placement_fallbacks;		 /* no prediction for the task (or a new task) */
+};
+
+/*
+ * The GRU placement policy (seed 002): what the scheduler (under sched_ext)
+ * and the recorder (under the kernel's default scheduler) send for each task
+ * created or woken up, byte for byte the same, and the prediction user space
+ * writes back. custos-policy's placement::Snapshot holds the seven features.
+ */
+enum custos_placement_consts {
+	/* pid_to_cpu holds at most this many predictions (LRU). */
+	CUSTOS_PLACEMENT_MAX_PIDS	= 32768,
+};
+
+struct custos_placement_snapshot {
+	u32 pid;
+	s32 prio;			/* task->prio: 100..139 for normal tasks */
+	u32 nr_cpus_allowed;
+	s32 cpu;			/* where the task was placed */
+	u8  kthread;			/* PF_KTHREAD */
+	u8  created;			/* a new task (fork), not a wakeup */
+	u8  pad[6];
+	u64 runtime_ns;			/* se.sum_exec_runtime */
+	u64 nvcsw;
+	u64 nivcsw;
+	u64 switch_count;		/* switch-ins counted since the program loaded */
+	u64 at_ns;			/* bpf_ktime_get_ns() (CLOCK_MONOTONIC) */
+};
+
+/* A value of pid_to_cpu: the CPU predicted for the pid's next wakeup. */
+struct custos_placement_prediction {
+	s32 cpu;
+	u32 pad;
+	u64 at_ns;			/* CLOCK_MONOTONIC, bpf_ktime_get_ns()'s clock */
 };
 
 /* The learned policy's weights and transitions. */

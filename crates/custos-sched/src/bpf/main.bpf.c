@@ -211,6 +211,14 @@ struct task_ctx {
 	u32 prev_idle;
 	u64 prev_events;
 	u64 prev_drops;
+	/*
+	 * The GRU placement layer's snapshot features. switch_count counts
+	 * switch-ins in custos_running, the scheduler's own callback, where the
+	 * seed used a kprobe on finish_task_switch: the same event without a
+	 * second program on every context switch.
+	 */
+	u64 switch_count;
+	bool placement_created;	/* forked, its first runnable not seen yet */
 };
 
 struct {
@@ -470,6 +478,7 @@ static void fill_policy_input(const struct task_struct *p, const struct task_ctx
 #include "policy_static.bpf.h"
 #include "policy_feedback.bpf.h"
 #include "policy_net.bpf.h"
+#include "placement_gru.bpf.h"
 
 /* Within 1/2^delta_shift of the current value (Eq. 12), or unchanged. */
 static __always_inline bool delta_near(u64 prev, u64 cur)
@@ -926,6 +935,20 @@ s32 BPF_STRUCT_OPS(custos_select_cpu, struct task_struct *p, s32 prev_cpu, u64 w
 	if (decide_queue(p, tctx) != CUSTOS_PRIMARY_QUEUE)
 		return prev_cpu;
 
+	/* The GRU's CPU if usable (placement_gru.bpf.h); never for a consumer. */
+	if (placement_gru && !tctx->consumer) {
+		st = cpu_stats();
+		cpu = placement_predicted(p, wake_flags, st);
+		if (cpu >= 0) {
+			tctx->enqueued_at = bpf_ktime_get_ns();
+			scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, 0);
+			/* A primary task sent to an idle CPU, as below. */
+			if (st)
+				st->direct_dispatches++;
+			return cpu;
+		}
+	}
+
 	/*
 	 * A synchronous wakeup (the waker sleeps next: pipes, sockets, futex
 	 * hand-offs) runs the wakee on the waker's CPU once it is free, if
@@ -1229,8 +1252,11 @@ primary:
 void BPF_STRUCT_OPS(custos_runnable, struct task_struct *p, u64 enq_flags)
 {
 	struct task_struct *waker;
-	struct task_ctx *wctx;
+	struct task_ctx *wctx, *tctx;
 	u64 now;
+
+	if (placement_gru && (tctx = task_ctx(p)))
+		placement_snapshot(p, tctx, enq_flags);
 
 	/* wake_freq as scx_lavd defines it: how often the waker wakes others. */
 	if (!(enq_flags & SCX_ENQ_WAKEUP))
@@ -1256,6 +1282,7 @@ void BPF_STRUCT_OPS(custos_running, struct task_struct *p)
 	if (!tctx)
 		return;
 	tctx->running_at = now;
+	tctx->switch_count++;
 	if (tctx->consumer)
 		set_consumer_waiting_local(scx_bpf_task_cpu(p), 0);
 	q = tctx->queue & (CUSTOS_MAX_QUEUES - 1);
@@ -1404,6 +1431,7 @@ s32 BPF_STRUCT_OPS(custos_init_task, struct task_struct *p, struct scx_init_task
 	tctx->last_wake_at = now;
 	tctx->nvcsw_window_start = now;
 	tctx->nvcsw_at_window = p->nvcsw;
+	tctx->placement_created = args->fork;
 	return 0;
 }
 

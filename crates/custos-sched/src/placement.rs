@@ -1,0 +1,721 @@
+//! The GRU placement policy's user space (seed 002): the agent that turns
+//! the scheduler's snapshots into predictions in `pid_to_cpu`, the choice
+//! of a model at start, and `custos placement record|train`, which record
+//! the kernel's default scheduler placing tasks and train a model to
+//! imitate it.
+//!
+//! The BPF side is `placement_gru.bpf.h` (in the scheduler) and
+//! `placement_record.bpf.c` (the recorder); both send the same
+//! `struct custos_placement_snapshot`. The model and its features are
+//! custos-policy's `placement` module.
+//!
+//! Not for: deciding anything in the kernel's hot path. The agent is
+//! asynchronous: a wakeup uses the last prediction written for its pid, or
+//! none; scheduling never waits for inference.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::mem::MaybeUninit;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{Args, Subcommand};
+use custos_policy::placement::{self, features, PlacementModel, Sample, Snapshot, Window, FEATURES, WINDOW};
+use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
+use libbpf_rs::{MapCore, MapFlags, MapHandle, OpenObject, RingBufferBuilder};
+use log::{info, warn};
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+use crate::bpf_intf::{custos_placement_prediction, custos_placement_snapshot};
+use crate::policy::as_bytes;
+use crate::placement_record_skel::{PlacementRecordSkel, PlacementRecordSkelBuilder};
+
+/// The model `--placement gru` uses without --placement-model. None ships
+/// yet: a model is for one CPU count, and none was trained for a machine.
+const SHIPPED_MODEL: Option<&[u8]> = None;
+
+/// One snapshot as the kernel sent it and a recording keeps it (JSON Lines).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SnapshotRecord {
+    pub pid: u32,
+    /// The CPU the task was placed on: the training label.
+    pub cpu: u32,
+    pub prio: i32,
+    pub nr_cpus_allowed: u32,
+    pub kthread: bool,
+    /// A new task (fork) rather than a wakeup.
+    #[serde(default)]
+    pub created: bool,
+    pub runtime_ns: u64,
+    pub nvcsw: u64,
+    pub nivcsw: u64,
+    pub switch_count: u64,
+    /// CLOCK_MONOTONIC ns.
+    #[serde(default)]
+    pub at_ns: u64,
+}
+
+impl SnapshotRecord {
+    /// A record of the snapshots ring, None if it is too short.
+    pub fn from_kernel(raw: &[u8]) -> Option<Self> {
+        if raw.len() < std::mem::size_of::<custos_placement_snapshot>() {
+            return None;
+        }
+        // SAFETY: the ring's records are this plain-old-data struct.
+        let s: custos_placement_snapshot = unsafe { std::ptr::read_unaligned(raw.as_ptr().cast()) };
+        Some(SnapshotRecord {
+            pid: s.pid,
+            cpu: s.cpu.max(0) as u32,
+            prio: s.prio,
+            nr_cpus_allowed: s.nr_cpus_allowed,
+            kthread: s.kthread != 0,
+            created: s.created != 0,
+            runtime_ns: s.runtime_ns,
+            nvcsw: s.nvcsw,
+            nivcsw: s.nivcsw,
+            switch_count: s.switch_count,
+            at_ns: s.at_ns,
+        })
+    }
+
+    /// The model's view of the task.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            prio: self.prio,
+            nr_cpus_allowed: self.nr_cpus_allowed,
+            kthread: self.kthread,
+            runtime_ns: self.runtime_ns,
+            nvcsw: self.nvcsw,
+            nivcsw: self.nivcsw,
+            switch_count: self.switch_count,
+        }
+    }
+}
+
+/// The sliding window of the last [`WINDOW`] snapshots of all tasks, as
+/// the seed keeps it: each snapshot that fills or slides it gives the
+/// window whose prediction is for that snapshot's pid.
+#[derive(Debug, Default)]
+pub struct SlidingWindow {
+    last: VecDeque<[f32; FEATURES]>,
+}
+
+impl SlidingWindow {
+    /// Adds a snapshot; the (pid, window) to predict once WINDOW are held.
+    pub fn push(&mut self, rec: &SnapshotRecord) -> Option<(u32, Window)> {
+        if self.last.len() == WINDOW {
+            self.last.pop_front();
+        }
+        self.last.push_back(features(&rec.snapshot()));
+        (self.last.len() == WINDOW).then(|| {
+            let mut w: Window = [[0.0; FEATURES]; WINDOW];
+            for (dst, src) in w.iter_mut().zip(&self.last) {
+                *dst = *src;
+            }
+            (rec.pid, w)
+        })
+    }
+}
+
+/// A bounded sample of inference times (reservoir sampling, algorithm R):
+/// its median and 99th percentile describe the whole run in fixed memory.
+#[derive(Debug)]
+pub struct LatencySample {
+    seen: u64,
+    ns: Vec<u64>,
+    cap: usize,
+    rng: rand::rngs::StdRng,
+}
+
+impl LatencySample {
+    pub fn new(cap: usize) -> Self {
+        LatencySample { seen: 0, ns: Vec::with_capacity(cap), cap: cap.max(1), rng: rand::rngs::StdRng::seed_from_u64(2) }
+    }
+
+    pub fn add(&mut self, ns: u64) {
+        self.seen += 1;
+        if self.ns.len() < self.cap {
+            self.ns.push(ns);
+        } else {
+            let j = self.rng.gen_range(0..self.seen);
+            if (j as usize) < self.cap {
+                self.ns[j as usize] = ns;
+            }
+        }
+    }
+
+    /// (median, 99th percentile) in microseconds; zeros before any sample.
+    pub fn p50_p99_us(&self) -> (f64, f64) {
+        if self.ns.is_empty() {
+            return (0.0, 0.0);
+        }
+        let mut v = self.ns.clone();
+        v.sort_unstable();
+        let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize] as f64 / 1000.0;
+        (at(0.5), at(0.99))
+    }
+}
+
+/// What the agent did, shared with the scheduler's statistics.
+#[derive(Debug)]
+pub struct AgentStats {
+    pub snapshots: u64,
+    pub predictions: u64,
+    /// Predictions out of the machine's CPUs or that the model could not run.
+    pub prediction_errors: u64,
+    pub map_write_failures: u64,
+    pub latency: LatencySample,
+}
+
+impl Default for AgentStats {
+    fn default() -> Self {
+        AgentStats { snapshots: 0, predictions: 0, prediction_errors: 0, map_write_failures: 0, latency: LatencySample::new(4096) }
+    }
+}
+
+/// The agent's logic without BPF: a snapshot in, at most one prediction
+/// (pid, CPU) out, timed and counted.
+pub struct Agent<P> {
+    window: SlidingWindow,
+    predict: P,
+    cpus: usize,
+}
+
+impl<P: FnMut(&Window) -> Result<u32>> Agent<P> {
+    pub fn new(predict: P, cpus: usize) -> Self {
+        Agent { window: SlidingWindow::default(), predict, cpus }
+    }
+
+    pub fn step(&mut self, rec: &SnapshotRecord, stats: &mut AgentStats) -> Option<(u32, u32)> {
+        stats.snapshots += 1;
+        let (pid, w) = self.window.push(rec)?;
+        let start = Instant::now();
+        let cpu = (self.predict)(&w);
+        stats.latency.add(start.elapsed().as_nanos() as u64);
+        match cpu {
+            Ok(cpu) if (cpu as usize) < self.cpus => {
+                stats.predictions += 1;
+                Some((pid, cpu))
+            }
+            _ => {
+                stats.prediction_errors += 1;
+                None
+            }
+        }
+    }
+}
+
+/// bpf_ktime_get_ns()'s clock.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The placement a run uses, once --placement and --placement-model were
+/// looked at.
+#[derive(Clone)]
+pub enum PlacementChoice {
+    Gru { model: Arc<PlacementModel>, name: String },
+    Custos { reason: String },
+}
+
+impl std::fmt::Debug for PlacementChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.description())
+    }
+}
+
+impl PlacementChoice {
+    pub fn is_gru(&self) -> bool {
+        matches!(self, PlacementChoice::Gru { .. })
+    }
+
+    /// For the log and the stats.
+    pub fn description(&self) -> String {
+        match self {
+            PlacementChoice::Gru { name, .. } => format!("gru ({name})"),
+            PlacementChoice::Custos { reason } if reason.is_empty() => "custos".into(),
+            PlacementChoice::Custos { reason } => format!("custos ({reason})"),
+        }
+    }
+}
+
+/// --placement gru with a model that cannot be used places as custos does
+/// and says why (a missing, corrupt or mismatched model, or none given and
+/// none shipped); the scheduler runs on. `cpus` is the machine's possible
+/// CPUs, the model's output width.
+pub fn choose_placement(gru: bool, model: Option<&Path>, cpus: usize) -> PlacementChoice {
+    if !gru {
+        return PlacementChoice::Custos { reason: String::new() };
+    }
+    let loaded = match (model, SHIPPED_MODEL) {
+        (Some(path), _) => PlacementModel::load(path, cpus).map(|m| (m, path.display().to_string())),
+        (None, Some(bytes)) => PlacementModel::from_bytes(bytes, cpus).map(|m| (m, "shipped model".to_string())),
+        (None, None) => Err(anyhow!(
+            "no --placement-model given and none ships with custos yet (record one: custos placement record, \
+             then custos placement train)"
+        )),
+    };
+    match loaded {
+        Ok((model, name)) => PlacementChoice::Gru { model: Arc::new(model), name },
+        Err(e) => {
+            let reason = format!("gru unavailable: {e:#}");
+            warn!("GRU placement unavailable, the scheduler places tasks itself: {e:#}");
+            PlacementChoice::Custos { reason }
+        }
+    }
+}
+
+/// The possible CPUs: the model's output width.
+pub fn possible_cpus() -> Result<usize> {
+    libbpf_rs::num_possible_cpus().context("cannot count the possible CPUs")
+}
+
+/// Runs the agent until `stop`: reads the snapshots ring, predicts on every
+/// full window and writes the CPU for its last pid into pid_to_cpu.
+pub fn run_agent(
+    snapshots: &MapHandle,
+    pid_to_cpu: &MapHandle,
+    model: &PlacementModel,
+    stats: &Mutex<AgentStats>,
+    stop: &AtomicBool,
+) -> Result<()> {
+    let batch: std::rc::Rc<std::cell::RefCell<Vec<SnapshotRecord>>> = Default::default();
+    let mut builder = RingBufferBuilder::new();
+    {
+        let batch = batch.clone();
+        builder.add(snapshots, move |raw| {
+            if let Some(r) = SnapshotRecord::from_kernel(raw) {
+                batch.borrow_mut().push(r);
+            }
+            0
+        })?;
+    }
+    let ring = builder.build().context("cannot read the placement snapshots ring")?;
+    let mut agent = Agent::new(|w: &Window| model.predict(w), model.cpus());
+    while !stop.load(Ordering::Relaxed) {
+        // The timeout only bounds how late a stop is seen.
+        ring.poll(Duration::from_millis(100)).context("polling the placement snapshots ring")?;
+        let drained = std::mem::take(&mut *batch.borrow_mut());
+        let mut st = stats.lock().unwrap();
+        for rec in &drained {
+            let Some((pid, cpu)) = agent.step(rec, &mut st) else { continue };
+            let value = custos_placement_prediction { cpu: cpu as i32, pad: 0, at_ns: monotonic_ns() };
+            if pid_to_cpu.update(&pid.to_ne_bytes(), as_bytes(&value), MapFlags::ANY).is_err() {
+                st.map_write_failures += 1;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The agent thread and its stop flag.
+pub struct AgentThread {
+    handle: Option<std::thread::JoinHandle<Result<()>>>,
+    stop: Arc<AtomicBool>,
+    pub stats: Arc<Mutex<AgentStats>>,
+}
+
+impl AgentThread {
+    pub fn start(snapshots: MapHandle, pid_to_cpu: MapHandle, model: Arc<PlacementModel>) -> Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stats = Arc::new(Mutex::new(AgentStats::default()));
+        let handle = {
+            let (stop, stats) = (stop.clone(), stats.clone());
+            std::thread::Builder::new()
+                .name("custos-placement".into())
+                .spawn(move || run_agent(&snapshots, &pid_to_cpu, &model, &stats, &stop))?
+        };
+        Ok(AgentThread { handle: Some(handle), stop, stats })
+    }
+
+    pub fn stop(&mut self) -> Result<()> {
+        self.stop.store(true, Ordering::Relaxed);
+        match self.handle.take() {
+            Some(h) => h.join().map_err(|_| anyhow!("the placement agent panicked"))?,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for AgentThread {
+    fn drop(&mut self) {
+        let _ = self.stop();
+    }
+}
+
+/// placement_record.bpf.c attached to the running kernel's tracepoints.
+pub struct Recorder {
+    skel: PlacementRecordSkel<'static>,
+}
+
+impl Recorder {
+    /// Loads and attaches the recorder with a snapshots ring of `ring_bytes`
+    /// (a power of two); this process's own wakeups are left out.
+    pub fn start(ring_bytes: u32) -> Result<Self> {
+        if !ring_bytes.is_power_of_two() || ring_bytes < 4096 {
+            bail!("the snapshots ring must be a power of two of at least 4 KiB (got {ring_bytes} bytes)");
+        }
+        // One recorder per process run; its object storage lives as long.
+        let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
+        let mut open = PlacementRecordSkelBuilder::default()
+            .open(storage)
+            .context("cannot open the placement recorder BPF program")?;
+        open.maps.rodata_data.as_mut().context("the recorder has no rodata")?.recorder_tgid = std::process::id();
+        open.maps.placement_snapshots.set_max_entries(ring_bytes)?;
+        let mut skel = open
+            .load()
+            .context("cannot load the placement recorder (needs root, BTF and tp_btf tracepoints)")?;
+        skel.attach().context("cannot attach the placement recorder to sched_wakeup/sched_switch")?;
+        Ok(Recorder { skel })
+    }
+
+    /// Drains the ring until `stop` or `until`, handing each snapshot to `sink`.
+    pub fn run(
+        &self,
+        until: Option<Instant>,
+        stop: &AtomicBool,
+        mut sink: impl FnMut(&SnapshotRecord) -> Result<()>,
+    ) -> Result<()> {
+        let batch: std::rc::Rc<std::cell::RefCell<Vec<SnapshotRecord>>> = Default::default();
+        let mut builder = RingBufferBuilder::new();
+        {
+            let batch = batch.clone();
+            builder.add(&self.skel.maps.placement_snapshots, move |raw| {
+                if let Some(r) = SnapshotRecord::from_kernel(raw) {
+                    batch.borrow_mut().push(r);
+                }
+                0
+            })?;
+        }
+        let ring = builder.build().context("cannot read the recorder's ring")?;
+        loop {
+            let last = stop.load(Ordering::Relaxed) || until.is_some_and(|t| Instant::now() >= t);
+            let wait = until.map_or(Duration::from_millis(100), |t| {
+                t.saturating_duration_since(Instant::now()).min(Duration::from_millis(100))
+            });
+            if last {
+                ring.consume()?;
+            } else {
+                ring.poll(wait)?;
+            }
+            for rec in std::mem::take(&mut *batch.borrow_mut()) {
+                sink(&rec)?;
+            }
+            if last {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Snapshots sent, and refused by a full ring, so far.
+    pub fn counts(&self) -> (u64, u64) {
+        let bss = self.skel.maps.bss_data.as_ref().expect("the recorder's counters");
+        (bss.recorded, bss.dropped)
+    }
+}
+
+/// `custos placement`: the GRU placement policy's data and model.
+#[derive(Subcommand, Debug, Clone)]
+pub enum PlacementCommand {
+    Record(RecordArgs),
+    Train(TrainPlacementArgs),
+}
+
+/// Record the kernel's default scheduler placing tasks (no sched_ext: run it
+/// without `custos sched`), as JSON Lines for `custos placement train`.
+#[derive(Args, Debug, Clone)]
+pub struct RecordArgs {
+    /// Write the snapshots here (JSON Lines, one task created or woken up each).
+    #[arg(long, short, value_name = "FILE")]
+    pub out: PathBuf,
+    /// Stop after this many seconds (default: at Ctrl-C).
+    #[arg(long)]
+    pub seconds: Option<f64>,
+    /// Size of the snapshots ring, in KiB (a power of two).
+    #[arg(long, default_value_t = 4096)]
+    pub ring_kb: u32,
+}
+
+/// Train a GRU placement model (ONNX) from recordings of the default scheduler.
+#[derive(Args, Debug, Clone)]
+pub struct TrainPlacementArgs {
+    /// A recording of `custos placement record`; repeatable.
+    #[arg(long = "recording", value_name = "FILE", required = true)]
+    pub recordings: Vec<PathBuf>,
+    /// Write the model here (ONNX; `custos sched --placement gru --placement-model FILE`).
+    #[arg(long, short, value_name = "FILE")]
+    pub out: PathBuf,
+    /// CPUs of the machine the model is for (default: this machine's possible CPUs).
+    #[arg(long)]
+    pub cpus: Option<usize>,
+    /// GRU hidden units.
+    #[arg(long, default_value_t = 32)]
+    pub hidden: usize,
+    /// Most training epochs (training stops earlier once held-out loss stops improving).
+    #[arg(long, default_value_t = 60)]
+    pub max_epochs: usize,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+pub fn run(cmd: PlacementCommand) -> Result<i32> {
+    crate::cli::init_logging(false);
+    match cmd {
+        PlacementCommand::Record(args) => record(&args),
+        PlacementCommand::Train(args) => {
+            let report = train(&args)?;
+            println!("{report}");
+            Ok(0)
+        }
+    }
+}
+
+fn record(args: &RecordArgs) -> Result<i32> {
+    if crate::sched_ext_state().as_deref() == Some("enabled") {
+        warn!("a sched_ext scheduler is attached: this records its placements, not the default scheduler's");
+    }
+    let until = match args.seconds {
+        Some(s) if s > 0.0 && s.is_finite() => Some(Instant::now() + Duration::from_secs_f64(s)),
+        Some(s) => bail!("--seconds must be a positive number (got {s})"),
+        None => None,
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        ctrlc::set_handler(move || stop.store(true, Ordering::Relaxed)).context("cannot install the Ctrl-C handler")?;
+    }
+    let ring = args.ring_kb.checked_mul(1024).context("--ring-kb is too large")?;
+    let mut out = BufWriter::new(File::create(&args.out).with_context(|| format!("cannot create {}", args.out.display()))?);
+    let recorder = Recorder::start(ring)?;
+    info!("recording the default scheduler's placements into {}", args.out.display());
+    let mut written = 0u64;
+    recorder.run(until, &stop, |rec| {
+        serde_json::to_writer(&mut out, rec)?;
+        out.write_all(b"\n")?;
+        written += 1;
+        Ok(())
+    })?;
+    out.flush()?;
+    let (sent, dropped) = recorder.counts();
+    eprintln!(
+        "custos placement record: {written} snapshots written to {}, {dropped} dropped by a full ring{}",
+        args.out.display(),
+        if dropped > 0 { " (a larger --ring-kb keeps them)" } else { "" }
+    );
+    if sent < written {
+        warn!("the kernel counted {sent} snapshots sent, fewer than written");
+    }
+    Ok(0)
+}
+
+/// A recording's snapshots, and its unreadable lines (line number, error).
+pub fn read_recording(path: &Path) -> Result<(Vec<SnapshotRecord>, Vec<(usize, String)>)> {
+    let file = File::open(path).with_context(|| format!("cannot open the recording {}", path.display()))?;
+    let mut records = Vec::new();
+    let mut bad = Vec::new();
+    for (i, line) in BufReader::new(file).lines().enumerate() {
+        let line = line.with_context(|| format!("reading {}", path.display()))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<SnapshotRecord>(&line) {
+            Ok(r) => records.push(r),
+            Err(e) => bad.push((i + 1, e.to_string())),
+        }
+    }
+    Ok((records, bad))
+}
+
+/// Training samples of one recording: every WINDOW consecutive snapshots,
+/// labelled with the CPU of the last (the default scheduler's choice).
+pub fn samples_of(records: &[SnapshotRecord]) -> Vec<Sample> {
+    let mut window = SlidingWindow::default();
+    records
+        .iter()
+        .filter_map(|r| window.push(r).map(|(_, w)| Sample { window: w, cpu: r.cpu }))
+        .collect()
+}
+
+/// What `custos placement train` did.
+#[derive(Debug)]
+pub struct TrainPlacementReport {
+    pub snapshots: usize,
+    pub bad_lines: usize,
+    pub report: placement::TrainReport,
+    pub out: PathBuf,
+    pub cpus: usize,
+}
+
+impl std::fmt::Display for TrainPlacementReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let r = &self.report;
+        write!(
+            f,
+            "placement model for {} CPUs written to {}: {} snapshots ({} bad lines skipped), {} training and {} held-out windows, \
+             {} epochs (best {}); held-out accuracy {:.1}% against {:.1}% for always the most common CPU",
+            self.cpus,
+            self.out.display(),
+            self.snapshots,
+            self.bad_lines,
+            r.train_samples,
+            r.validation_samples,
+            r.epochs,
+            r.best_epoch,
+            r.validation_accuracy * 100.0,
+            r.majority_accuracy * 100.0
+        )
+    }
+}
+
+pub fn train(args: &TrainPlacementArgs) -> Result<TrainPlacementReport> {
+    let cpus = match args.cpus {
+        Some(0) => bail!("--cpus must be at least 1"),
+        Some(n) => n,
+        None => possible_cpus()?,
+    };
+    let (mut samples, mut snapshots, mut bad_lines) = (Vec::new(), 0, 0);
+    for path in &args.recordings {
+        let (records, bad) = read_recording(path)?;
+        for (line, e) in bad.iter().take(10) {
+            eprintln!("{}:{line}: skipped: {e}", path.display());
+        }
+        if bad.len() > 10 {
+            eprintln!("{}: {} more bad lines skipped", path.display(), bad.len() - 10);
+        }
+        bad_lines += bad.len();
+        snapshots += records.len();
+        // Windows never span two recordings: their tasks never ran together.
+        samples.extend(samples_of(&records));
+    }
+    if samples.is_empty() {
+        bail!(
+            "no usable windows in the recordings ({snapshots} snapshots, {bad_lines} bad lines; a window needs {WINDOW} snapshots)"
+        );
+    }
+    let cfg = placement::TrainConfig { hidden: args.hidden, max_epochs: args.max_epochs, seed: args.seed, ..placement::TrainConfig::for_cpus(cpus) };
+    let (net, report) = placement::train(&samples, &cfg).with_context(|| {
+        format!("training a model for {cpus} CPUs (--cpus: the CPUs of the machine that will run it)")
+    })?;
+    let bytes = placement::to_onnx(&net.weights()?);
+    std::fs::write(&args.out, bytes).with_context(|| format!("cannot write {}", args.out.display()))?;
+    Ok(TrainPlacementReport { snapshots, bad_lines, report, out: args.out.clone(), cpus })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bpf_intf as c;
+
+    fn rec(pid: u32, cpu: u32, runtime_ns: u64) -> SnapshotRecord {
+        SnapshotRecord { pid, cpu, prio: 120, nr_cpus_allowed: 2, runtime_ns, nvcsw: pid as u64, ..Default::default() }
+    }
+
+    #[test]
+    fn the_kernel_record_reads_back() {
+        // SAFETY: plain integers.
+        let mut s: custos_placement_snapshot = unsafe { std::mem::zeroed() };
+        s.pid = 42;
+        s.prio = 110;
+        s.nr_cpus_allowed = 4;
+        s.cpu = 3;
+        s.kthread = 1;
+        s.created = 1;
+        s.runtime_ns = 5;
+        s.nvcsw = 6;
+        s.nivcsw = 7;
+        s.switch_count = 8;
+        s.at_ns = 9;
+        let r = SnapshotRecord::from_kernel(as_bytes(&s)).unwrap();
+        assert_eq!(
+            r,
+            SnapshotRecord { pid: 42, cpu: 3, prio: 110, nr_cpus_allowed: 4, kthread: true, created: true, runtime_ns: 5, nvcsw: 6, nivcsw: 7, switch_count: 8, at_ns: 9 }
+        );
+        assert!(SnapshotRecord::from_kernel(&as_bytes(&s)[..10]).is_none());
+        assert_eq!(std::mem::size_of::<custos_placement_snapshot>(), 64);
+        assert!(c::custos_placement_consts_CUSTOS_PLACEMENT_MAX_PIDS >= 1024);
+    }
+
+    /// The agent predicts once per snapshot from the tenth on, for the last
+    /// snapshot's pid, from a window of the last ten in order.
+    #[test]
+    fn the_agent_predicts_for_the_last_pid_of_each_full_window() {
+        let mut seen: Vec<Window> = Vec::new();
+        let mut agent = Agent::new(
+            |w: &Window| {
+                seen.push(*w);
+                // "CPU" = which runtime the last task had, as a marker.
+                Ok((w[WINDOW - 1][3] * 20.0).round() as u32 % 4)
+            },
+            4,
+        );
+        let mut stats = AgentStats::default();
+        let mut writes = Vec::new();
+        for i in 0..25u32 {
+            if let Some(w) = agent.step(&rec(1000 + i, 0, 1000u64 << i), &mut stats) {
+                writes.push(w);
+            }
+        }
+        drop(agent);
+        assert_eq!(writes.len(), 25 - WINDOW + 1);
+        assert_eq!(writes.iter().map(|w| w.0).collect::<Vec<_>>(), (1000 + WINDOW as u32 - 1..1025).collect::<Vec<_>>());
+        assert_eq!(stats.snapshots, 25);
+        assert_eq!(stats.predictions, writes.len() as u64);
+        // Each window is the ten last snapshots, oldest first.
+        for (k, w) in seen.iter().enumerate() {
+            for (j, row) in w.iter().enumerate() {
+                assert_eq!(*row, features(&rec(1000 + (k + j) as u32, 0, 1000u64 << (k + j)).snapshot()), "window {k} row {j}");
+            }
+        }
+        assert_eq!(stats.latency.ns.len(), writes.len());
+    }
+
+    #[test]
+    fn predictions_outside_the_machine_or_failing_are_not_written() {
+        let mut calls = 0;
+        let mut agent = Agent::new(
+            |_: &Window| {
+                calls += 1;
+                if calls % 2 == 0 {
+                    Ok(9)
+                } else {
+                    Err(anyhow!("no"))
+                }
+            },
+            4,
+        );
+        let mut stats = AgentStats::default();
+        let out: Vec<_> = (0..20).filter_map(|i| agent.step(&rec(i, 0, 1), &mut stats)).collect();
+        assert!(out.is_empty());
+        assert_eq!(stats.prediction_errors, 11);
+    }
+
+    #[test]
+    fn the_latency_sample_is_bounded_and_ranks() {
+        let mut s = LatencySample::new(100);
+        for ns in 1..=10_000u64 {
+            s.add(ns * 1000);
+        }
+        assert_eq!(s.ns.len(), 100);
+        let (p50, p99) = s.p50_p99_us();
+        assert!((2000.0..8000.0).contains(&p50), "{p50}");
+        assert!(p99 > p50 && p99 <= 10_000.0, "{p99}");
+        assert_eq!(LatencySample::new(4).p50_p99_us(), (0.0, 0.0));
+    }
+
+    #[test]
+    fn windows_for_training_are_labelled_with_the_last_cpu() {
+        let records: Vec<_> = (0..15).map(|i| rec(i, i % 3, 1)).collect();
+        let samples = samples_of(&records);
+        assert_eq!(samples.len(), 6);
+        assert_eq!(samples.iter().map(|s| s.cpu).collect::<Vec<_>>(), vec![0, 1, 2, 0, 1, 2]);
+        assert!(samples_of(&records[..WINDOW - 1]).is_empty());
+    }
+}
