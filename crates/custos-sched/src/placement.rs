@@ -302,7 +302,7 @@ pub fn run_agent(
     let mut agent = Agent::new(|w: &Window| model.predict(w), model.cpus());
     while !stop.load(Ordering::Relaxed) {
         // The timeout only bounds how late a stop is seen.
-        ring.poll(Duration::from_millis(100)).context("polling the placement snapshots ring")?;
+        poll(&ring, Duration::from_millis(100)).context("polling the placement snapshots ring")?;
         let drained = std::mem::take(&mut *batch.borrow_mut());
         let mut st = stats.lock().unwrap();
         for rec in &drained {
@@ -314,6 +314,15 @@ pub fn run_agent(
         }
     }
     Ok(())
+}
+
+/// Waits up to `timeout` for records and reads them; a signal (Ctrl-C,
+/// which stops the loop anyway) interrupting the wait is not an error.
+fn poll(ring: &libbpf_rs::RingBuffer<'_>, timeout: Duration) -> Result<()> {
+    match ring.poll_raw(timeout) {
+        n if n >= 0 || n == -libc::EINTR => Ok(()),
+        n => Err(std::io::Error::from_raw_os_error(-n).into()),
+    }
 }
 
 /// The agent thread and its stop flag.
@@ -404,7 +413,7 @@ impl Recorder {
             if last {
                 ring.consume()?;
             } else {
-                ring.poll(wait)?;
+                poll(&ring, wait)?;
             }
             for rec in std::mem::take(&mut *batch.borrow_mut()) {
                 sink(&rec)?;
@@ -516,8 +525,11 @@ fn record(args: &RecordArgs) -> Result<i32> {
     Ok(0)
 }
 
-/// A recording's snapshots, and its unreadable lines (line number, error).
-pub fn read_recording(path: &Path) -> Result<(Vec<SnapshotRecord>, Vec<(usize, String)>)> {
+/// A recording's unreadable lines: (line number, error).
+pub type BadLines = Vec<(usize, String)>;
+
+/// A recording's snapshots, and its unreadable lines.
+pub fn read_recording(path: &Path) -> Result<(Vec<SnapshotRecord>, BadLines)> {
     let file = File::open(path).with_context(|| format!("cannot open the recording {}", path.display()))?;
     let mut records = Vec::new();
     let mut bad = Vec::new();
@@ -612,7 +624,6 @@ pub fn train(args: &TrainPlacementArgs) -> Result<TrainPlacementReport> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bpf_intf as c;
 
     fn rec(pid: u32, cpu: u32, runtime_ns: u64) -> SnapshotRecord {
         SnapshotRecord { pid, cpu, prio: 120, nr_cpus_allowed: 2, runtime_ns, nvcsw: pid as u64, ..Default::default() }
@@ -640,7 +651,6 @@ mod tests {
         );
         assert!(SnapshotRecord::from_kernel(&as_bytes(&s)[..10]).is_none());
         assert_eq!(std::mem::size_of::<custos_placement_snapshot>(), 64);
-        assert!(c::custos_placement_consts_CUSTOS_PLACEMENT_MAX_PIDS >= 1024);
     }
 
     /// The agent predicts once per snapshot from the tenth on, for the last
