@@ -192,3 +192,27 @@ fn a_recording_trains_a_model_the_scheduler_accepts() {
     let err = train(&TrainPlacementArgs { recordings: vec![short], ..args }).unwrap_err();
     assert!(format!("{err:#}").contains("no usable windows"), "{err:#}");
 }
+
+/// The two commands as `custos placement record|train` run them: a second
+/// of this host's default scheduler, then a model of it.
+#[test]
+fn record_then_train_end_to_end() {
+    use custos_sched::placement::{run, PlacementCommand, RecordArgs};
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("host.jsonl");
+    let shells = std::thread::spawn(|| {
+        for mut c in sleepy_shells(2, 30) {
+            c.wait().unwrap();
+        }
+    });
+    let code = run(PlacementCommand::Record(RecordArgs { out: rec.clone(), seconds: Some(1.0), ring_kb: 4096 })).unwrap();
+    shells.join().unwrap();
+    assert_eq!(code, 0);
+    let (records, bad) = read_recording(&rec).unwrap();
+    assert!(bad.is_empty(), "{bad:?}");
+    assert!(records.len() >= 50, "{} snapshots in a second", records.len());
+    let out = dir.path().join("host.onnx");
+    let args = TrainPlacementArgs { recordings: vec![rec], out: out.clone(), cpus: None, hidden: 8, max_epochs: 3, seed: 1 };
+    assert_eq!(run(PlacementCommand::Train(args)).unwrap(), 0);
+    assert!(choose_placement(true, Some(&out), possible_cpus().unwrap()).is_gru());
+}

@@ -34,6 +34,9 @@ enum Command {
     Graph(custos_store::cli::GraphArgs),
     /// Run the sched_ext scheduler that keeps provenance consumers fed.
     Sched(custos_sched::cli::SchedArgs),
+    /// The scheduler's GRU placement policy: record the default scheduler's placements, train a model.
+    #[command(subcommand)]
+    Placement(custos_sched::placement::PlacementCommand),
     /// Train the scheduler's learned queue policy (offline or online) into a model file.
     Train(custos_sched::train::TrainArgs),
     /// Check a sealed stream or archive: no line altered, no batch moved, inserted or deleted.
@@ -55,6 +58,7 @@ fn main() {
         Command::Graph(args) => custos_store::cli::graph(args),
         Command::Sched(args) => custos_sched::cli::run(args),
         Command::Train(args) => custos_sched::train::run(args),
+        Command::Placement(cmd) => custos_sched::placement::run(cmd),
         Command::Verify(args) => verify::run(args),
         Command::Fleet(cmd) => custos_fleet::cli::run(cmd),
     };

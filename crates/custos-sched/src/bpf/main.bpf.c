@@ -935,8 +935,12 @@ s32 BPF_STRUCT_OPS(custos_select_cpu, struct task_struct *p, s32 prev_cpu, u64 w
 	if (decide_queue(p, tctx) != CUSTOS_PRIMARY_QUEUE)
 		return prev_cpu;
 
-	/* The GRU's CPU if usable (placement_gru.bpf.h); never for a consumer. */
-	if (placement_gru && !tctx->consumer) {
+	/*
+	 * The GRU's CPU if usable (placement_gru.bpf.h); never for a consumer.
+	 * decide_queue just refreshed tctx->consumer, except for a task whose
+	 * queue is forced (debug), which is asked directly.
+	 */
+	if (placement_gru && !tctx->consumer && !(queue_forcing && placement_is_consumer(p))) {
 		st = cpu_stats();
 		cpu = placement_predicted(p, wake_flags, st);
 		if (cpu >= 0) {

@@ -90,6 +90,13 @@ static __always_inline void placement_snapshot(const struct task_struct *p,
 		st->placement_snapshots++;
 }
 
+static __always_inline bool placement_is_consumer(const struct task_struct *p)
+{
+	u32 zero = 0;
+
+	return is_consumer(p, bpf_map_lookup_elem(&global_features, &zero));
+}
+
 /*
  * The predicted CPU for a waking primary non-consumer task, claimed idle,
  * or -1 for the scheduler's own placement. The seed runs the task on the
