@@ -265,11 +265,8 @@ pub fn choose_placement(gru: bool, model: Option<&Path>, cpus: usize) -> Placeme
     };
     match loaded {
         Ok((model, name)) => PlacementChoice::Gru { model: Arc::new(model), name },
-        Err(e) => {
-            let reason = format!("gru unavailable: {e:#}");
-            warn!("GRU placement unavailable, the scheduler places tasks itself: {e:#}");
-            PlacementChoice::Custos { reason }
-        }
+        // The scheduler says so as it attaches (the reason is also a statistic).
+        Err(e) => PlacementChoice::Custos { reason: format!("gru unavailable: {e:#}") },
     }
 }
 
