@@ -350,7 +350,7 @@ impl Ingestor {
         // A line of a known shape is read once, by its shape (its record and
         // its cut); the others are parsed, and an event's line cut, apart.
         let (parsed, held) = match self.raw.read_by_shape(line) {
-            Some((rec, held)) => (rec, held),
+            Some(read) => read,
             None => (parse_line(line), None),
         };
         match parsed {

@@ -1426,6 +1426,17 @@ mod tests {
         eprintln!("by shape: {read_ingest} (events registered) / {read_all} (all registered) of {} lines", lines.len());
     }
 
+    /// The same on a whole stream file (`CUSTOS_SHAPE_STREAM`, e.g. store-bench's
+    /// events.jsonl), in order, with registration as the ingest does it.
+    #[test]
+    #[ignore = "needs CUSTOS_SHAPE_STREAM"]
+    fn a_stream_file_reads_by_shape_as_the_parser_reads_it() {
+        let p = std::env::var("CUSTOS_SHAPE_STREAM").expect("CUSTOS_SHAPE_STREAM");
+        let lines: Vec<String> = crate::archive::open_input(std::path::Path::new(&p)).unwrap().lines().map(Result::unwrap).collect();
+        let read = by_shape_agrees(&lines, false);
+        eprintln!("{p}: {read} of {} lines read by shape", lines.len());
+    }
+
     #[test]
     fn values_past_64_bits_or_not_canonical_are_kept_as_text() {
         for (text, int) in [("0", Some(0)), ("-1", Some(-1)), ("-0", None), ("01", None), ("1.0", None), ("-", None), ("", None)] {

@@ -436,7 +436,11 @@ pub fn parse_line(text: &str) -> Result<Record<'_>, String> {
 /// A line of a known shape read by its plan from the values its cut found
 /// (rawseg.rs), as [`parse_line`] reads it; None where the fast path would
 /// give up on it (then [`parse_line`] decides).
-pub(crate) fn parse_by_shape<'l>(plan: &ShapePlan, text: &'l str, vals: &[(u32, crate::rawseg::Val)]) -> Option<Result<Record<'l>, String>> {
+pub(crate) fn parse_by_shape<'l>(
+    plan: &ShapePlan,
+    text: &'l str,
+    vals: &[(u32, crate::rawseg::Val)],
+) -> Option<Result<Record<'l>, String>> {
     plan.read(text, vals).map(record)
 }
 
