@@ -24,6 +24,8 @@ APT_PACKAGES=(
   # the two-machine fleet test: a TAP device (ip), and insmod for the guest
   # kernel's NIC driver, a module (custos vm run --tap)
   iproute2 kmod
+  # the GRU placement benchmark's CPU workload (bench/placement/, seed 002)
+  sysbench
 )
 
 missing=()

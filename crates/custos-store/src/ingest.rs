@@ -347,7 +347,13 @@ impl Ingestor {
         }
         self.begin()?;
         self.batch_lines += 1;
-        match parse_line(line) {
+        // A line of a known shape is read once, by its shape (its record and
+        // its cut); the others are parsed, and an event's line cut, apart.
+        let (parsed, held) = match self.raw.read_by_shape(line) {
+            Some(read) => read,
+            None => (parse_line(line), None),
+        };
+        match parsed {
             Err(msg) => self.reject(line, &msg)?,
             Ok(Record::Event(ev, boot_id)) => {
                 let boot = self.boot(boot_id.as_deref())?;
@@ -361,7 +367,7 @@ impl Ingestor {
                 self.newest_ns = self.newest_ns.max(ev.time_ns);
                 // Cut now, while the line is in cache: the event may be applied
                 // up to a reorder window later.
-                let held = self.raw.cut(line);
+                let held = held.unwrap_or_else(|| self.raw.cut(line));
                 if !self.pending.insert(key, Pending { line_no: self.line_no, boot, event: ev, line: held }) {
                     self.summary.events_duplicate += 1;
                 }

@@ -19,6 +19,7 @@
 
 use crate::blocks::{IdList, SEQ_BITS, SEQ_MASK};
 use crate::graph::Map;
+use crate::record::{Record, ShapePlan};
 use crate::varint;
 use anyhow::{bail, Context, Result};
 use std::fmt::Write as _;
@@ -96,7 +97,7 @@ impl Pred {
 }
 
 #[derive(Clone, Copy, Debug)]
-enum Val {
+pub(crate) enum Val {
     Int(i64),
     /// A string's bytes (between its quotes) or a number's text: a range of the line.
     Text(u32, u32),
@@ -417,6 +418,9 @@ pub struct SegmentBuilder {
     /// Per shape, its gaps (the text before each value, then the last): to
     /// re-create a held line when the registry is renewed.
     shape_gaps: Vec<Vec<Box<[u8]>>>,
+    /// Per shape, how the fast-path parser reads its lines (None: it is not
+    /// read by shape), for [`SegmentBuilder::read_by_shape`].
+    shape_plans: Vec<Option<ShapePlan>>,
     /// The shapes as written: per shape the values, each a gap and its column, then the last gap.
     shape_table: Vec<u8>,
     columns_by_path: Map<(Vec<u8>, u8), u32>,
@@ -459,6 +463,7 @@ impl Default for SegmentBuilder {
             shapes: Map::default(),
             shape_columns: Vec::new(),
             shape_gaps: Vec::new(),
+            shape_plans: Vec::new(),
             shape_table: Vec::new(),
             columns_by_path: Map::default(),
             columns: Vec::new(),
@@ -494,6 +499,25 @@ impl SegmentBuilder {
         if shape == 0 {
             return HeldLine::Whole(line.into());
         }
+        self.pack(line, shape)
+    }
+
+    /// A line of a registered shape read by that shape's plan (record.rs,
+    /// shapeline.rs) from the values its walk found, in one pass over the
+    /// line: its record (as [`crate::record::parse_line`] reads it) and, for
+    /// an event, its held line (as [`SegmentBuilder::cut`] cuts it). None
+    /// for a line of a new shape, of a shape without a plan, or that the
+    /// fast-path parser would not take: parse and cut it as those do.
+    pub fn read_by_shape<'l>(&mut self, line: &'l str) -> Option<(Result<Record<'l>, String>, Option<HeldLine>)> {
+        let shape = self.walk_tree(line.as_bytes())?;
+        let plan = self.shape_plans[shape as usize - 1].as_ref()?;
+        let rec = crate::record::parse_by_shape(plan, line, &self.vals)?;
+        let held = matches!(rec, Ok(Record::Event(..))).then(|| self.pack(line, shape));
+        Some((rec, held))
+    }
+
+    /// The held line of `line`, of `shape`, its values in `vals`.
+    fn pack(&mut self, line: &str, shape: u32) -> HeldLine {
         let b = line.as_bytes();
         self.packed.clear();
         for &(_, v) in &self.vals {
@@ -587,6 +611,7 @@ impl SegmentBuilder {
         self.shapes.clear();
         self.shape_columns.clear();
         self.shape_gaps.clear();
+        self.shape_plans.clear();
         self.shape_table.clear();
         self.columns_by_path.clear();
         for c in self.columns.drain(..) {
@@ -683,6 +708,7 @@ impl SegmentBuilder {
         self.tree[node].ends.push((skel[gap..].into(), s));
         gaps.push(skel[gap..].into());
         self.shape_gaps.push(gaps);
+        self.shape_plans.push(ShapePlan::build(skel));
         self.shape_columns.push(cols);
         self.shapes.insert(skel.clone(), s);
         s
@@ -1162,6 +1188,253 @@ mod tests {
         b.renew_if_full(held.iter_mut());
         assert_eq!(b.shape_columns.len(), shapes);
         assert!(held.iter().all(|h| matches!(h, HeldLine::Cut { .. })));
+    }
+
+    /// Feeds `lines` to `read_by_shape` and to `parse_line` (then `cut`),
+    /// asserting equal records, errors and held lines wherever the line
+    /// was read by shape; a line not read by shape registers its shape as
+    /// the ingest does (events only) or, with `register_all`, always.
+    /// Returns how many lines were read by shape.
+    fn by_shape_agrees(lines: &[String], register_all: bool) -> usize {
+        let mut b = SegmentBuilder::default();
+        let mut read = 0;
+        for l in lines {
+            let old = crate::record::parse_line(l);
+            let event = matches!(old, Ok(Record::Event(..)));
+            match b.read_by_shape(l) {
+                Some((rec, held)) => {
+                    assert_eq!(format!("{rec:?}"), format!("{old:?}"), "read by shape differently: {l:?}");
+                    assert_eq!(held.is_some(), event, "{l:?}");
+                    if let Some(h) = held {
+                        assert_eq!(format!("{h:?}"), format!("{:?}", b.cut(l)), "held line: {l:?}");
+                    }
+                    read += 1;
+                }
+                None if event || register_all => drop(b.cut(l)),
+                None => {}
+            }
+        }
+        read
+    }
+
+    fn all_synthetic(seed: u64, scale: f64) -> Vec<String> {
+        let mut out = Vec::new();
+        crate::synth::generate(&crate::synth::SynthConfig::scaled(seed, scale), &mut out, |_| {}).unwrap();
+        String::from_utf8(out).unwrap().lines().map(str::to_string).collect()
+    }
+
+    /// A line's top-level members (text between the braces, split at
+    /// commas outside strings, arrays and objects); None if it is not an object.
+    fn members(l: &str) -> Option<Vec<String>> {
+        let inner = l.trim().strip_prefix('{')?.strip_suffix('}')?;
+        let (mut out, mut cur, mut depth, mut in_str, mut esc) = (Vec::new(), String::new(), 0i32, false, false);
+        for c in inner.chars() {
+            if in_str {
+                in_str = !(c == '"' && !esc);
+                esc = c == '\\' && !esc;
+            } else {
+                match c {
+                    '"' => in_str = true,
+                    '{' | '[' => depth += 1,
+                    '}' | ']' => depth -= 1,
+                    ',' if depth == 0 => {
+                        out.push(std::mem::take(&mut cur));
+                        continue;
+                    }
+                    _ => {}
+                }
+            }
+            cur.push(c);
+        }
+        out.push(cur);
+        Some(out)
+    }
+
+    /// A random change of a valid line of the kinds that decide whether the
+    /// fast path takes it: bytes, numbers at and past each type's range,
+    /// escapes and control bytes in strings, repeated, reordered and
+    /// unknown keys, literals, whitespace.
+    fn mutate(l: &str, r: &mut Rng, only_numbers: bool) -> String {
+        const NUMS: &[&str] = &[
+            "0", "1", "-1", "255", "4294967295", "4294967296", "2147483647", "2147483648", "-2147483648", "-2147483649",
+            "9223372036854775807", "-9223372036854775808", "9223372036854775808", "18446744073709551615",
+            "18446744073709551616", "01", "-0", "1.5", "1e3", "-", "00", "1.", "12345678901234567890123",
+        ];
+        const INSERTS: &[&str] = &["\\n", "\\\"", "\\u0041", "\\\\", "\u{1}", "\t", "\u{1f}", "\0", "\n", "é", "\u{7f}"];
+        const MEMBERS: &[&str] = &[
+            r#""zz":1"#, r#""zz":"q""#, r#""zz":{"a":[1,"b",null]}"#, r#""incomplete":true"#, r#""incomplete":false"#,
+            r#""incomplete":7"#, r#""incomplete":"x""#, r#""incomplete":[1]"#, r#""incomplete":null"#, r#""upper_bound":false"#,
+            r#""upper_bound":true"#, r#""upper_bound":1"#, r#""workflow_running":true"#, r#""comm":null"#, r#""path":null"#,
+            r#""args":null"#, r#""args":{}"#, r#""args":{"fd":3,"fd":"x"}"#, r#""args":{"fds":[1,"a",true,[2],{"q":3}],"fds":5}"#,
+            r#""args":{"newfd":-4,"flags":null,"cmd":[1],"fds":[7,8]}"#, r#""argv":[]"#, r#""argv":null"#, r#""argv":["a",1]"#,
+            r#""argv":["a","b c"]"#, r#""args":5"#, r#""container":{"id":"c","runtime":"docker"}"#, r#""fd":null"#, r#""ret":null"#,
+            r#""pid":true"#, r#""workflow":4"#, r#""workflow_parent":3"#, r#""root_dev":1"#, r#""root_inode":2"#, r#""type":"loss""#,
+            r#""x":1.5e3"#, r#""cpu":"1""#, r#""id":-3"#,
+        ];
+        let pick = |r: &mut Rng, n: usize| r.next_u64() as usize % n;
+        if l.is_empty() {
+            return "{}".into();
+        }
+        let mut b = l.as_bytes().to_vec();
+        match if only_numbers { 1 } else { r.next_u64() % 8 } {
+            0 => {
+                let at = pick(r, b.len());
+                b[at] = b"\"\\1.e-}],:{[ 0ntf\x01\x1f"[pick(r, 19)];
+            }
+            1 | 2 => {
+                // A number replaced (the same shape if the new one is a canonical integer).
+                let starts: Vec<usize> = (1..b.len()).filter(|&i| b[i].is_ascii_digit() && matches!(b[i - 1], b':' | b',' | b'[')).collect();
+                if let Some(&at) = starts.get(pick(r, starts.len().max(1))) {
+                    let end = (at..b.len()).find(|&i| !b[i].is_ascii_digit()).unwrap_or(b.len());
+                    b.splice(at..end, NUMS[pick(r, NUMS.len())].bytes());
+                }
+            }
+            3 => {
+                // Inside a string: after an opening quote of a value.
+                let quotes: Vec<usize> = (1..b.len()).filter(|&i| b[i] == b'"' && matches!(b[i - 1], b':' | b',' | b'[')).collect();
+                if let Some(&at) = quotes.get(pick(r, quotes.len().max(1))) {
+                    let ins = INSERTS[pick(r, INSERTS.len())].as_bytes();
+                    let at = at + 1 + pick(r, 3).min(b.len() - at - 1);
+                    b.splice(at..at, ins.iter().copied());
+                }
+            }
+            4 => {
+                // A repeated member, or the members in another order.
+                if let Some(mut m) = members(l) {
+                    if r.next_u64() % 2 == 0 {
+                        let i = pick(r, m.len());
+                        let at = pick(r, m.len() + 1);
+                        m.insert(at, m[i].clone());
+                    } else {
+                        for i in (1..m.len()).rev() {
+                            m.swap(i, pick(r, i + 1));
+                        }
+                    }
+                    return format!("{{{}}}", m.join(","));
+                }
+            }
+            5 => {
+                // Whitespace after a comma or colon, or around the line.
+                let at: Vec<usize> = (0..b.len()).filter(|&i| matches!(b[i], b',' | b':')).collect();
+                let ws = [&b" "[..], b"\t", b"  ", b"\r\n"][pick(r, 4)];
+                match at.get(pick(r, at.len().max(1))) {
+                    Some(&i) if r.next_u64() % 4 != 0 => drop(b.splice(i + 1..i + 1, ws.iter().copied())),
+                    _ => b.splice(0..0, ws.iter().copied()).for_each(drop),
+                }
+            }
+            _ => {
+                if let Some(mut m) = members(l) {
+                    let at = pick(r, m.len() + 1);
+                    m.insert(at, MEMBERS[pick(r, MEMBERS.len())].to_string());
+                    return format!("{{{}}}", m.join(","));
+                }
+            }
+        }
+        String::from_utf8_lossy(&b).into_owned()
+    }
+
+    /// The parse by shape reads every line as the fast path and serde do
+    /// (records, error messages) and cuts it as `cut` does: the synthetic
+    /// and the recorded streams, hand-made edge cases, and random
+    /// mutations of collector lines, each followed by a sibling of the
+    /// same shape with other values (so both the registering line and later
+    /// lines of a shape are read).
+    #[test]
+    fn lines_read_by_shape_read_as_the_parser_reads_them() {
+        let synth = all_synthetic(3, 0.002);
+        let events = synth.iter().filter(|l| l.contains("\"type\":\"event\"")).count();
+        let read = by_shape_agrees(&synth, false);
+        // Nearly every event line of the stream after its shape's first is read by shape.
+        assert!(read * 100 >= events * 99, "synthetic: {read} of {events} events read by shape");
+        eprintln!("synthetic: {read} of {} lines ({events} events) read by shape", synth.len());
+        let rec: Vec<String> = {
+            let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/collector-gcc-build.jsonl.zst");
+            crate::archive::open_input(&p).unwrap().lines().map(Result::unwrap).collect()
+        };
+        let read = by_shape_agrees(&rec, false);
+        assert!(read * 100 >= rec.len() * 90, "recorded: {read} of {} read by shape", rec.len());
+        eprintln!("recorded: {read} of {} lines read by shape", rec.len());
+
+        let ev = |rest: &str| format!(r#"{{"type":"event","id":1,"time_ns":2,"pid":3,"syscall":"read"{rest}}}"#);
+        let mut edge: Vec<String> = Vec::new();
+        for rest in [
+            "", r#","ret":-9223372036854775808,"fd":-1,"cpu":4294967295"#, r#","ret":9223372036854775807,"fd":2147483647"#,
+            r#","fd":2147483648"#, r#","fd":-2147483649"#, r#","cpu":4294967296"#, r#","pid":-1"#, r#","id":-1"#,
+            r#","time_ns":9223372036854775807"#, r#","time_ns":9223372036854775808"#, r#","time_ns":18446744073709551615"#,
+            r#","ret":-1,"comm":null,"path":null,"argv":[],"args":{}"#, r#","argv":["a","b c"],"args":{"fd":3,"fds":[1,2],"z":{"q":[true,false,null]}}"#,
+            r#","incomplete":true,"upper_bound":false,"extra":{"a":[1,2,"s"]}"#, r#","incomplete":7"#, r#","incomplete":null"#,
+            r#","incomplete":"x""#, r#","incomplete":{"a":1}"#, r#","path":"/a\"b""#, r#","pid":4"#, r#","fd":1.0"#, r#","ret":-0"#,
+            r#","fd":1e2"#, r#","fd":01"#, r#","id":18446744073709551616"#, r#","x":01"#, r#","x":1."#, r#","x":-"#,
+            r#","upper_bound":1"#, r#","comm":"a	b""#, "\",\"comm\":\"a\u{1}b\"", "\",\"path\":\"/x\u{1f}\"", r#","path":"""#,
+            r#","args":{"fd":3,"fd":"x"}"#, r#","args":{"fd":"x","fd":3}"#, r#","args":{"fds":[1,"a",true,[2],{"q":3}],"fds":5}"#,
+            r#","args":{"fds":[1],"fds":{"a":1}}"#, r#","args":{"newfd":-4,"flags":null,"cmd":[1],"uid":{"a":2}}"#, r#","args":null"#,
+            r#","args":5"#, r#","args":[]"#, r#","argv":null"#, r#","argv":["a",1]"#, r#","argv":[null]"#, r#","argv":"a""#,
+            r#","container":{"id":"c"}"#, r#","x":1,"x":2"#, r#","pid":3"#, r#","workflow":1,"workflow_parent":2,"workflow_cause":3,"workflow_running":true"#,
+            r#","workflow":1,"workflow_running":1"#, r#","root_dev":1,"root_inode":2"#, r#" , "tid" : 5 "#, r#","x":1.5e3"#,
+            r#","dev":"1""#, r#","comm":5"#, r#","upper_bound":null,"workflow_running":false"#, r#","x":"é☃""#,
+        ] {
+            edge.push(ev(rest));
+        }
+        edge.extend([
+            format!(" \t{} \n", ev("")),
+            format!("{} x", ev("")),
+            format!("{}}}", ev("")),
+            r#"{"type":"event","type":"event","id":1,"time_ns":2,"pid":3,"syscall":"read"}"#.into(),
+            r#"{"ty\u0070e":"event","id":1,"time_ns":2,"pid":3,"syscall":"read"}"#.into(),
+            r#"{"id":1,"time_ns":2,"pid":3,"syscall":"read"}"#.into(),
+            r#"{"type":"event","id":1,"pid":3,"syscall":"read"}"#.into(),
+            r#"{"type":"loss","boot_id":"b","cpu":1,"count":3,"start_ns":5,"end_ns":4}"#.into(),
+            r#"{"type":"loss","boot_id":"b","cpu":1,"first_seq":3,"last_seq":9,"start_ns":5,"end_ns":6,"category":"ring","upper_bound":true}"#.into(),
+            r#"{"type":"boot","boot_id":"b"}"#.into(),
+            r#"{"type":"stats","time_ns":5}"#.into(),
+            r#"{"type":"future","id":1}"#.into(),
+            r#"{}"#.into(),
+            r#"{"type":null}"#.into(),
+            "".into(),
+            "[1]".into(),
+        ]);
+        // Each edge case after a line of its shape with plain values.
+        let mut r = Rng::new(13);
+        let mut lines = Vec::new();
+        for l in &edge {
+            lines.push(l.replace("-1", "7").replace("4294967296", "8").replace("\u{1}", "c").replace("\u{1f}", "d"));
+            lines.push(l.clone());
+            lines.push(l.clone());
+        }
+        // Random mutations of collector lines, each then with a number changed.
+        let bases: Vec<&String> = synth.iter().step_by(7).chain(rec.iter().step_by(3)).chain(&edge).collect();
+        for _ in 0..20 {
+            for l in &bases {
+                let m = mutate(l, &mut r, false);
+                let (m2, m3) = (mutate(&m, &mut r, true), mutate(&m, &mut r, true));
+                lines.extend([m, m2, m3]);
+            }
+        }
+        // Lines of every JSON form, and their mutations.
+        for _ in 0..4000 {
+            let l = random_line(&mut r);
+            let m = mutate(&l, &mut r, false);
+            let m2 = mutate(&m, &mut r, true);
+            lines.extend([l, m, m2]);
+        }
+        let (mut read_ingest, mut read_all) = (0, 0);
+        for chunk in lines.chunks(5000) {
+            read_ingest += by_shape_agrees(chunk, false);
+            read_all += by_shape_agrees(chunk, true);
+        }
+        assert!(read_ingest > lines.len() / 8 && read_all > read_ingest, "{read_ingest}, {read_all} of {}", lines.len());
+        eprintln!("by shape: {read_ingest} (events registered) / {read_all} (all registered) of {} lines", lines.len());
+    }
+
+    /// The same on a whole stream file (`CUSTOS_SHAPE_STREAM`, e.g. store-bench's
+    /// events.jsonl), in order, with registration as the ingest does it.
+    #[test]
+    #[ignore = "needs CUSTOS_SHAPE_STREAM"]
+    fn a_stream_file_reads_by_shape_as_the_parser_reads_it() {
+        let p = std::env::var("CUSTOS_SHAPE_STREAM").expect("CUSTOS_SHAPE_STREAM");
+        let lines: Vec<String> = crate::archive::open_input(std::path::Path::new(&p)).unwrap().lines().map(Result::unwrap).collect();
+        let read = by_shape_agrees(&lines, false);
+        eprintln!("{p}: {read} of {} lines read by shape", lines.len());
     }
 
     #[test]

@@ -13,6 +13,9 @@ use std::fmt;
 
 #[path = "fastline.rs"]
 mod fastline;
+#[path = "shapeline.rs"]
+mod shapeline;
+pub(crate) use shapeline::ShapePlan;
 
 /// A string borrowed from the line when it has no escapes (serde only
 /// borrows a `Cow` that is a field of its own, not one inside an `Option`).
@@ -427,6 +430,22 @@ pub fn parse_line(text: &str) -> Result<Record<'_>, String> {
         Some(l) => l,
         None => serde_json::from_str(text).map_err(|e| format!("not valid JSON for the event schema: {e}"))?,
     };
+    record(l)
+}
+
+/// A line of a known shape read by its plan from the values its cut found
+/// (rawseg.rs), as [`parse_line`] reads it; None where the fast path would
+/// give up on it (then [`parse_line`] decides).
+pub(crate) fn parse_by_shape<'l>(
+    plan: &ShapePlan,
+    text: &'l str,
+    vals: &[(u32, crate::rawseg::Val)],
+) -> Option<Result<Record<'l>, String>> {
+    plan.read(text, vals).map(record)
+}
+
+/// The record of a parsed line.
+fn record(l: Line<'_>) -> Result<Record<'_>, String> {
     let kind = l.kind.ok_or("no `type` field (expected \"event\", \"loss\", \"boot\" or \"stats\")")?.0;
     let owned = |s: Option<Str<'_>>| s.map(|s| s.0.into_owned());
     match &*kind {
