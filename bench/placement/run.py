@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+"""The GRU placement policy (seed 002) against the kernel's default scheduler
+and Custos's own placement, in one VM session with two vCPUs.
+
+    bench/placement/run.py --train   # record the default scheduler's placements, train, ship the model
+    bench/placement/run.py           # the comparison: results.json, ratios.svg/.png
+    bench/placement/run.py --quick   # small sizes, to check the pipeline
+
+See README.md beside this file for what runs and how to read it.
+"""
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "harness"))
+from custos_bench import plots, results, vm  # noqa: E402
+from custos_bench.paths import CUSTOS, ROOT  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+SHIPPED_MODEL = ROOT / "crates" / "custos-policy" / "models" / "placement-gru.onnx"
+CONFIGS = ["default", "custos", "gru"]
+REQUIRED = ["inference_us_median", "inference_us_p99", "prediction_used_pct", "fallback_pct",
+            "sysbench1_events_ratio", "sysbench8_events_ratio", "io_context_switch_ratio",
+            "loss_pct_superproducer_gru", "command"]
+
+
+def parse(lines):
+    """results.jsonl -> {config: {load: [result, ...]}}."""
+    data = {}
+    for raw in lines:
+        if raw.strip():
+            rec = json.loads(raw)
+            data.setdefault(rec["config"], {}).setdefault(rec["load"], []).append(rec["result"])
+    return data
+
+
+def pairs_mean_rtt_ns(result):
+    return results.median([p["round_trip"]["mean_ns"] for p in result["pairs_results"]])
+
+
+def summarize(data):
+    """Medians per configuration of every figure the comparison reports."""
+    out = {}
+    for config, loads in data.items():
+        med = lambda load, f: results.median([f(r) for r in loads.get(load, [])]) if loads.get(load) else None
+        out[config] = {
+            "sysbench1_events_per_s": med("cpu1", lambda r: r["events_per_s"]),
+            "sysbench1_latency_ms_median": med("cpu1", lambda r: r["latency_ms_median"]),
+            "sysbench1_latency_ms_p95": med("cpu1", lambda r: r["latency_ms_p95"]),
+            "sysbench8_events_per_s": med("cpu8", lambda r: r["events_per_s"]),
+            "sysbench8_latency_ms_median": med("cpu8", lambda r: r["latency_ms_median"]),
+            "sysbench8_latency_ms_p95": med("cpu8", lambda r: r["latency_ms_p95"]),
+            "sysbench8_latency_ms_max": med("cpu8", lambda r: r["latency_ms_max"]),
+            "mixed_events_per_s": med("mixed", lambda r: r["cpu"]["events_per_s"]),
+            "mixed_latency_ms_p95": med("mixed", lambda r: r["cpu"]["latency_ms_p95"]),
+            "mixed_rtt_ns": med("mixed", pairs_mean_rtt_ns),
+            "io_wall_ms": med("io", lambda r: r["wall_ms"]),
+            "io_context_switches": med("io", lambda r: r["context_switches"]),
+            "io_rtt_ns": med("io", pairs_mean_rtt_ns),
+        }
+    return out
+
+
+def placement_stats(stats_json: Path):
+    """The GRU run's placement counters (custos sched --stats-json)."""
+    s = json.loads(stats_json.read_text())
+    p = s.get("placement", s)
+    decided = p["placement_used"] + p["placement_fallbacks"] + p["placement_stale"] + \
+        p["placement_rejected_cpumask"] + p.get("placement_busy", 0)
+    if decided == 0:
+        raise ValueError(f"{stats_json}: the GRU run placed no task through the placement layer")
+    return {
+        "inference_us_median": p["inference_us_median"],
+        "inference_us_p99": p["inference_us_p99"],
+        "predictions": p["predictions"],
+        "prediction_used_pct": 100.0 * p["placement_used"] / decided,
+        "fallback_pct": 100.0 * (decided - p["placement_used"]) / decided,
+        "counters": p,
+    }
+
+
+def loss_pct(rec):
+    lost = rec["dropped"] + rec["unnumbered"]
+    return 100.0 * lost / (rec["produced"] + rec["unnumbered"]) if rec["produced"] + rec["unnumbered"] else 0.0
+
+
+def superproducer(path: Path):
+    recs = [json.loads(l) for l in path.read_text().splitlines() if l.strip()]
+    by = {}
+    for r in recs:
+        by.setdefault(r["scheduler"], []).append(r)
+    return {k: {"runs": len(v), "max_loss_pct": max(loss_pct(r) for r in v),
+                "marker_delivered": all(r["marker_delivered"] for r in v)} for k, v in by.items()}
+
+
+def train(args, out: Path):
+    env = dict(OUT=out, ROOT=ROOT, MODE="record", SECONDS_PER_LOAD=args.seconds, PINGPONG_N=args.pingpong_n,
+               REPS=args.reps)
+    script = "".join(f"export {k}={json.dumps(str(v))}\n" for k, v in env.items()) + (HERE / "guest.sh").read_text()
+    print(f"bench/placement: recording the default scheduler's placements in the VM (2 vCPUs) into {out}",
+          file=sys.stderr)
+    vm.run_script(script, out, timeout_s=3600)
+    model = out / "placement-gru.onnx"
+    subprocess.run([str(CUSTOS), "placement", "train", "--recording", str(out / "placements.jsonl"),
+                    "--out", str(model), "--cpus", "2"], check=True)
+    shutil.copyfile(model, SHIPPED_MODEL)
+    print(f"bench/placement: the shipped model is now {SHIPPED_MODEL.relative_to(ROOT)}", file=sys.stderr)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--train", action="store_true", help="record placements in the VM and train the shipped model")
+    ap.add_argument("--quick", action="store_true", help="small sizes, to check the pipeline")
+    ap.add_argument("--model", type=Path, help="model for the gru configuration (default: the shipped one)")
+    args = ap.parse_args()
+    args.seconds, args.pingpong_n, args.reps = (5, 2000, 1) if args.quick else (20, 20000, 3)
+    out = HERE / "out" / time.strftime("%Y%m%d-%H%M%S")
+    out.mkdir(parents=True)
+    if args.train:
+        train(args, out)
+        return
+
+    params = dict(SECONDS_PER_LOAD=args.seconds, PINGPONG_N=args.pingpong_n, REPS=args.reps,
+                  SP_WORKERS=16, SP_FILES=2000 if args.quick else 4000, SP_RING_KB=64,
+                  SP_RUNS=1 if args.quick else 3)
+    env = dict(params, OUT=out, ROOT=ROOT, MODE="bench", CONFIGS=" ".join(CONFIGS))
+    if args.model:
+        env["MODEL"] = args.model.resolve()
+    script = "".join(f"export {k}={json.dumps(str(v))}\n" for k, v in env.items()) + (HERE / "guest.sh").read_text()
+    t0 = time.time()
+    vm.run_script(script, out, timeout_s=3 * 3600)
+    s = summarize(parse((out / "results.jsonl").read_text().splitlines()))
+    d, c, g = s["default"], s["custos"], s["gru"]
+    stats = placement_stats(out / "stats-gru.json")
+    sp_base = superproducer(out / "sp-custos" / "results.jsonl")
+    sp_gru = superproducer(out / "sp-gru" / "results.jsonl")
+
+    def ratios(x):
+        return {
+            "sysbench1_events_ratio": results.ratio(x["sysbench1_events_per_s"], d["sysbench1_events_per_s"]),
+            "sysbench1_latency_p95_ratio": results.ratio(x["sysbench1_latency_ms_p95"], d["sysbench1_latency_ms_p95"]),
+            "sysbench8_events_ratio": results.ratio(x["sysbench8_events_per_s"], d["sysbench8_events_per_s"]),
+            "sysbench8_latency_p95_ratio": results.ratio(x["sysbench8_latency_ms_p95"], d["sysbench8_latency_ms_p95"]),
+            "mixed_events_ratio": results.ratio(x["mixed_events_per_s"], d["mixed_events_per_s"]),
+            "mixed_rtt_ratio": results.ratio(x["mixed_rtt_ns"], d["mixed_rtt_ns"]),
+            "io_context_switch_ratio": results.ratio(x["io_context_switches"], d["io_context_switches"]),
+            "io_runtime_ratio": results.ratio(x["io_wall_ms"], d["io_wall_ms"]),
+        }
+
+    res = dict(ratios(g))
+    res.update({k: stats[k] for k in ("inference_us_median", "inference_us_p99", "prediction_used_pct",
+                                      "fallback_pct", "predictions")})
+    res.update({
+        "custos_placement_vs_default": ratios(c),
+        "gru_vs_custos_placement": {k: results.ratio(v, ratios(c)[k]) for k, v in ratios(g).items()},
+        "loss_pct_superproducer_gru": sp_gru["custos"]["max_loss_pct"],
+        "loss_pct_superproducer_custos": sp_base["custos"]["max_loss_pct"],
+        "loss_pct_superproducer_default": sp_base["default"]["max_loss_pct"],
+        "superproducer": {"custos": sp_base["custos"], "gru": sp_gru["custos"], "default": sp_base["default"]},
+        "placement_counters": stats["counters"],
+        "per_config": s,
+        "parameters": params,
+        "model": str(args.model) if args.model else str(SHIPPED_MODEL.relative_to(ROOT)),
+        "vm": {"cpus": 2, "memory": "2G", "accelerator": "QEMU emulation, one thread"},
+        "wall_seconds": round(time.time() - t0, 1),
+        "raw": str(out.relative_to(ROOT)),
+        "command": "bench/placement/run.py" + (" --quick" if args.quick else ""),
+    })
+    results.write_results(HERE / "results.json", res, REQUIRED)
+    keys = list(ratios(g))
+    print(results.table([(k, res["custos_placement_vs_default"][k], res[k]) for k in keys],
+                        ["metric (vs default)", "custos placement", "gru placement"]))
+    print(results.table([(k, res[k]) for k in REQUIRED if k != "command"], ["figure", "value"]))
+    plots.grouped_bars({k.replace("_ratio", ""): {"custos placement": res["custos_placement_vs_default"][k],
+                                                  "gru placement": res[k]} for k in keys},
+                       "Placement vs the default scheduler (VM, 2 vCPUs)", "ratio to default", HERE / "ratios")
+
+
+if __name__ == "__main__":
+    main()
