@@ -32,6 +32,8 @@ wait_state() { # wanted-state seconds
   done
   return 1
 }
+# The files' JSON values as one compact array (the workload pretty-prints).
+json_array() { python3 -c 'import json, sys; print(json.dumps([json.load(open(f)) for f in sys.argv[1:]]))' "$@"; }
 ctxt() { awk '$1 == "ctxt" { print $2 }' /proc/stat; }
 now_ns() { date +%s%N; }
 
@@ -74,7 +76,7 @@ io_load() { # config rep
   c0=$(ctxt); t0=$(now_ns)
   pingpong_pairs 4 "io-$1-$2"
   t1=$(now_ns); c1=$(ctxt)
-  emit "$1" io "{\"pairs\": 4, \"round_trips\": $PINGPONG_N, \"wall_ms\": $(( (t1 - t0) / 1000000 )), \"context_switches\": $((c1 - c0)), \"pairs_results\": [$(paste -sd, "$OUT"/pp-io-"$1"-"$2"-*.json)]}"
+  emit "$1" io "{\"pairs\": 4, \"round_trips\": $PINGPONG_N, \"wall_ms\": $(( (t1 - t0) / 1000000 )), \"context_switches\": $((c1 - c0)), \"pairs_results\": $(json_array "$OUT"/pp-io-"$1"-"$2"-*.json)}"
 }
 
 mixed_load() { # config rep
@@ -84,7 +86,7 @@ mixed_load() { # config rep
   pingpong_pairs 2 "mixed-$1-$2"
   wait "$sb"
   c1=$(ctxt)
-  emit "$1" mixed "{\"cpu\": $(sysbench_json 4 "$log"), \"context_switches\": $((c1 - c0)), \"pairs_results\": [$(paste -sd, "$OUT"/pp-mixed-"$1"-"$2"-*.json)]}"
+  emit "$1" mixed "{\"cpu\": $(sysbench_json 4 "$log"), \"context_switches\": $((c1 - c0)), \"pairs_results\": $(json_array "$OUT"/pp-mixed-"$1"-"$2"-*.json)}"
 }
 
 all_loads() { # config

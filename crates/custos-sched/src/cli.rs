@@ -127,13 +127,19 @@ pub struct SchedArgs {
     pub placement: PlacementKind,
 
     /// ONNX model of --placement gru (`custos placement train` writes one;
-    /// default: the shipped model, of which there is none yet).
+    /// default: the shipped model, trained for the 2-vCPU VM).
     #[arg(long, value_name = "FILE")]
     pub placement_model: Option<PathBuf>,
 
     /// A GRU prediction older than this (ms) is not used.
     #[arg(long, default_value_t = 50, value_name = "MS")]
     pub placement_stale_ms: u64,
+
+    /// The GRU agent's inference may use this percentage of one CPU; windows
+    /// past the budget are not predicted (counted). The agent runs beside
+    /// the workload and the provenance consumer: its cost stays bounded.
+    #[arg(long, default_value_t = 5.0, value_name = "PCT")]
+    pub placement_cpu_pct: f64,
 
     /// Delta function (Eq. 12): reuse a task's last learned decision while its
     /// nvcsw, nr_event and the ring availability each moved by less than

@@ -35,9 +35,11 @@ use crate::bpf_intf::{custos_placement_prediction, custos_placement_snapshot};
 use crate::policy::as_bytes;
 use crate::placement_record_skel::{PlacementRecordSkel, PlacementRecordSkelBuilder};
 
-/// The model `--placement gru` uses without --placement-model. None ships
-/// yet: a model is for one CPU count, and none was trained for a machine.
-const SHIPPED_MODEL: Option<&[u8]> = None;
+/// The model `--placement gru` uses without --placement-model: trained on
+/// the default scheduler's placements in the 2-vCPU VM (`bench/placement/run.py
+/// --train`). A model is for one CPU count: elsewhere it is refused, and
+/// the machine's own recording trains one (docs/placement.md).
+const SHIPPED_MODEL: &[u8] = custos_policy::placement::SHIPPED_MODEL;
 
 /// One snapshot as the kernel sent it and a recording keeps it (JSON Lines).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -169,12 +171,51 @@ pub struct AgentStats {
     /// Predictions out of the machine's CPUs or that the model could not run.
     pub prediction_errors: u64,
     pub map_write_failures: u64,
+    /// Windows not predicted because their snapshot was already older than
+    /// the stale limit when read: the kernel would refuse the answer.
+    pub skipped_late: u64,
+    /// Windows not predicted because inference had used its CPU budget for
+    /// the current second.
+    pub skipped_budget: u64,
     pub latency: LatencySample,
 }
 
 impl Default for AgentStats {
     fn default() -> Self {
-        AgentStats { snapshots: 0, predictions: 0, prediction_errors: 0, map_write_failures: 0, latency: LatencySample::new(4096) }
+        AgentStats {
+            snapshots: 0,
+            predictions: 0,
+            prediction_errors: 0,
+            map_write_failures: 0,
+            skipped_late: 0,
+            skipped_budget: 0,
+            latency: LatencySample::new(4096),
+        }
+    }
+}
+
+/// How much work the agent may do. The agent is an ordinary task beside the
+/// workload (and beside the provenance consumer it must never crowd out),
+/// so its cost is bounded whatever the wakeup rate or the machine's speed:
+/// natively a prediction takes ~15 µs, but under emulation (the VM) ~5 ms,
+/// and there the agent unbounded took most of a CPU during a flood.
+#[derive(Clone, Copy, Debug)]
+pub struct AgentLimits {
+    /// A snapshot read later than this after it was taken is not predicted
+    /// (the kernel ignores predictions this old: --placement-stale-ms).
+    pub stale_ns: u64,
+    /// Inference time allowed per second of wall time (--placement-cpu-pct).
+    pub budget_ns_per_s: u64,
+}
+
+impl AgentLimits {
+    pub fn new(stale_ms: u64, cpu_pct: f64) -> Self {
+        AgentLimits { stale_ns: stale_ms * 1_000_000, budget_ns_per_s: (cpu_pct * 1e7) as u64 }
+    }
+
+    /// No shedding (tests of the window logic).
+    pub fn unlimited() -> Self {
+        AgentLimits { stale_ns: u64::MAX, budget_ns_per_s: u64::MAX }
     }
 }
 
@@ -184,19 +225,42 @@ pub struct Agent<P> {
     window: SlidingWindow,
     predict: P,
     cpus: usize,
+    limits: AgentLimits,
+    /// The current budget second: its start and the inference time spent in it.
+    second_start_ns: u64,
+    spent_ns: u64,
 }
 
 impl<P: FnMut(&Window) -> Result<u32>> Agent<P> {
-    pub fn new(predict: P, cpus: usize) -> Self {
-        Agent { window: SlidingWindow::default(), predict, cpus }
+    pub fn new(predict: P, cpus: usize, limits: AgentLimits) -> Self {
+        Agent { window: SlidingWindow::default(), predict, cpus, limits, second_start_ns: 0, spent_ns: 0 }
     }
 
-    pub fn step(&mut self, rec: &SnapshotRecord, stats: &mut AgentStats) -> Option<(u32, u32)> {
+    /// One snapshot, read at `now_ns` (bpf_ktime_get_ns's clock). Every
+    /// snapshot enters the window; a window is predicted only if the answer
+    /// can still be used and the budget allows.
+    pub fn step(&mut self, rec: &SnapshotRecord, now_ns: u64, stats: &mut AgentStats) -> Option<(u32, u32)> {
         stats.snapshots += 1;
         let (pid, w) = self.window.push(rec)?;
+        if now_ns.saturating_sub(rec.at_ns) > self.limits.stale_ns {
+            stats.skipped_late += 1;
+            return None;
+        }
+        if now_ns.saturating_sub(self.second_start_ns) >= 1_000_000_000 {
+            self.second_start_ns = now_ns;
+            self.spent_ns = 0;
+        }
+        if self.spent_ns >= self.limits.budget_ns_per_s {
+            stats.skipped_budget += 1;
+            return None;
+        }
         let start = Instant::now();
         let cpu = (self.predict)(&w);
-        stats.latency.add(start.elapsed().as_nanos() as u64);
+        let took = start.elapsed().as_nanos() as u64;
+        // Wall time, not the thread's CPU time: time the agent waited for a
+        // CPU mid-inference is time the machine was too busy for it anyway.
+        self.spent_ns += took;
+        stats.latency.add(took);
         match cpu {
             Ok(cpu) if (cpu as usize) < self.cpus => {
                 stats.predictions += 1;
@@ -248,20 +312,21 @@ impl PlacementChoice {
 }
 
 /// --placement gru with a model that cannot be used places as custos does
-/// and says why (a missing, corrupt or mismatched model, or none given and
-/// none shipped); the scheduler runs on. `cpus` is the machine's possible
+/// and says why (a missing, corrupt or mismatched model, the shipped one
+/// included); the scheduler runs on. `cpus` is the machine's possible
 /// CPUs, the model's output width.
 pub fn choose_placement(gru: bool, model: Option<&Path>, cpus: usize) -> PlacementChoice {
     if !gru {
         return PlacementChoice::Custos { reason: String::new() };
     }
-    let loaded = match (model, SHIPPED_MODEL) {
-        (Some(path), _) => PlacementModel::load(path, cpus).map(|m| (m, path.display().to_string())),
-        (None, Some(bytes)) => PlacementModel::from_bytes(bytes, cpus).map(|m| (m, "shipped model".to_string())),
-        (None, None) => Err(anyhow!(
-            "no --placement-model given and none ships with custos yet (record one: custos placement record, \
-             then custos placement train)"
-        )),
+    let loaded = match model {
+        Some(path) => PlacementModel::load(path, cpus).map(|m| (m, path.display().to_string())),
+        None => PlacementModel::from_bytes(SHIPPED_MODEL, cpus)
+            .map(|m| (m, "shipped model".to_string()))
+            .context(
+                "the shipped placement model (train one for this machine: custos placement record, then \
+                 custos placement train; use it with --placement-model)",
+            ),
     };
     match loaded {
         Ok((model, name)) => PlacementChoice::Gru { model: Arc::new(model), name },
@@ -281,6 +346,7 @@ pub fn run_agent(
     snapshots: &MapHandle,
     pid_to_cpu: &MapHandle,
     model: &PlacementModel,
+    limits: AgentLimits,
     stats: &Mutex<AgentStats>,
     stop: &AtomicBool,
 ) -> Result<()> {
@@ -296,14 +362,14 @@ pub fn run_agent(
         })?;
     }
     let ring = builder.build().context("cannot read the placement snapshots ring")?;
-    let mut agent = Agent::new(|w: &Window| model.predict(w), model.cpus());
+    let mut agent = Agent::new(|w: &Window| model.predict(w), model.cpus(), limits);
     while !stop.load(Ordering::Relaxed) {
         // The timeout only bounds how late a stop is seen.
         poll(&ring, Duration::from_millis(100)).context("polling the placement snapshots ring")?;
         let drained = std::mem::take(&mut *batch.borrow_mut());
         let mut st = stats.lock().unwrap();
         for rec in &drained {
-            let Some((pid, cpu)) = agent.step(rec, &mut st) else { continue };
+            let Some((pid, cpu)) = agent.step(rec, monotonic_ns(), &mut st) else { continue };
             let value = custos_placement_prediction { cpu: cpu as i32, pad: 0, at_ns: monotonic_ns() };
             if pid_to_cpu.update(&pid.to_ne_bytes(), as_bytes(&value), MapFlags::ANY).is_err() {
                 st.map_write_failures += 1;
@@ -330,14 +396,14 @@ pub struct AgentThread {
 }
 
 impl AgentThread {
-    pub fn start(snapshots: MapHandle, pid_to_cpu: MapHandle, model: Arc<PlacementModel>) -> Result<Self> {
+    pub fn start(snapshots: MapHandle, pid_to_cpu: MapHandle, model: Arc<PlacementModel>, limits: AgentLimits) -> Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(Mutex::new(AgentStats::default()));
         let handle = {
             let (stop, stats) = (stop.clone(), stats.clone());
             std::thread::Builder::new()
                 .name("custos-placement".into())
-                .spawn(move || run_agent(&snapshots, &pid_to_cpu, &model, &stats, &stop))?
+                .spawn(move || run_agent(&snapshots, &pid_to_cpu, &model, limits, &stats, &stop))?
         };
         Ok(AgentThread { handle: Some(handle), stop, stats })
     }
@@ -468,6 +534,11 @@ pub struct TrainPlacementArgs {
     /// Most training epochs (training stops earlier once held-out loss stops improving).
     #[arg(long, default_value_t = 60)]
     pub max_epochs: usize,
+    /// Train on at most this many windows, every k-th in recording order
+    /// (a minute's recording holds hundreds of thousands; an epoch's time
+    /// grows with them). 0: all.
+    #[arg(long, default_value_t = 100_000)]
+    pub max_windows: usize,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
 }
@@ -609,8 +680,20 @@ pub fn train(args: &TrainPlacementArgs) -> Result<TrainPlacementReport> {
             "no usable windows in the recordings ({snapshots} snapshots, {bad_lines} bad lines; a window needs {WINDOW} snapshots)"
         );
     }
+    let windows = samples.len();
+    if args.max_windows > 0 && windows > args.max_windows {
+        let stride = windows.div_ceil(args.max_windows);
+        samples = samples.into_iter().step_by(stride).collect();
+        eprintln!("training on every {stride}th of {windows} windows: {} (--max-windows)", samples.len());
+    }
     let cfg = placement::TrainConfig { hidden: args.hidden, max_epochs: args.max_epochs, seed: args.seed, ..placement::TrainConfig::for_cpus(cpus) };
-    let (net, report) = placement::train(&samples, &cfg).with_context(|| {
+    let progress = |e: placement::EpochReport| {
+        eprintln!(
+            "epoch {}/{}: held-out loss {:.4} (best: epoch {})",
+            e.epoch, e.max_epochs, e.validation_loss, e.best_epoch
+        )
+    };
+    let (net, report) = placement::train_with_progress(&samples, &cfg, progress).with_context(|| {
         format!("training a model for {cpus} CPUs (--cpus: the CPUs of the machine that will run it)")
     })?;
     let bytes = placement::to_onnx(&net.weights()?);
@@ -662,11 +745,12 @@ mod tests {
                 Ok((w[WINDOW - 1][3] * 20.0).round() as u32 % 4)
             },
             4,
+            AgentLimits::unlimited(),
         );
         let mut stats = AgentStats::default();
         let mut writes = Vec::new();
         for i in 0..25u32 {
-            if let Some(w) = agent.step(&rec(1000 + i, 0, 1000u64 << i), &mut stats) {
+            if let Some(w) = agent.step(&rec(1000 + i, 0, 1000u64 << i), 0, &mut stats) {
                 writes.push(w);
             }
         }
@@ -697,11 +781,63 @@ mod tests {
                 }
             },
             4,
+            AgentLimits::unlimited(),
         );
         let mut stats = AgentStats::default();
-        let out: Vec<_> = (0..20).filter_map(|i| agent.step(&rec(i, 0, 1), &mut stats)).collect();
+        let out: Vec<_> = (0..20).filter_map(|i| agent.step(&rec(i, 0, 1), 0, &mut stats)).collect();
         assert!(out.is_empty());
         assert_eq!(stats.prediction_errors, 11);
+    }
+
+    /// A snapshot read after the stale limit still slides the window but is
+    /// not predicted: the kernel would refuse the answer.
+    #[test]
+    fn late_snapshots_are_not_predicted() {
+        let mut calls = 0;
+        let mut agent = Agent::new(
+            |_: &Window| {
+                calls += 1;
+                Ok(1)
+            },
+            2,
+            AgentLimits::new(50, 100.0),
+        );
+        let mut stats = AgentStats::default();
+        let taken = |i: u32| SnapshotRecord { at_ns: 1_000_000_000 + i as u64 * 1_000_000, ..rec(i, 0, 1) };
+        // Read 60 ms after each was taken: all late.
+        for i in 0..20 {
+            assert_eq!(agent.step(&taken(i), taken(i).at_ns + 60_000_000, &mut stats), None);
+        }
+        assert_eq!((stats.skipped_late, stats.predictions), (20 - WINDOW as u64 + 1, 0));
+        // Read 10 ms after: predicted, from a window that kept sliding.
+        assert_eq!(agent.step(&taken(20), taken(20).at_ns + 10_000_000, &mut stats), Some((20, 1)));
+        drop(agent);
+        assert_eq!(calls, 1);
+    }
+
+    /// Past its CPU budget in a second the agent skips windows until the
+    /// next second; every skip is counted.
+    #[test]
+    fn the_agent_keeps_to_its_cpu_budget() {
+        let mut agent = Agent::new(
+            |_: &Window| {
+                std::thread::sleep(Duration::from_millis(2));
+                Ok(0)
+            },
+            2,
+            // 0.5 % of a second: 5 ms, at most three inferences of 2 ms or
+            // more (a sleep is never shorter; on a busy machine longer).
+            AgentLimits::new(10_000, 0.5),
+        );
+        let mut stats = AgentStats::default();
+        let at = 5_000_000_000u64;
+        let first_second: usize =
+            (0..40).filter_map(|i| agent.step(&SnapshotRecord { at_ns: at, ..rec(i, 0, 1) }, at, &mut stats)).count();
+        assert!((1..=3).contains(&first_second), "{first_second} predictions in the first second");
+        assert_eq!(stats.skipped_budget as usize, 40 - (WINDOW - 1) - first_second);
+        // A second later the budget is back.
+        let next = at + 1_000_000_000;
+        assert!(agent.step(&SnapshotRecord { at_ns: next, ..rec(99, 0, 1) }, next, &mut stats).is_some());
     }
 
     #[test]

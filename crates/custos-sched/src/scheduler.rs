@@ -81,6 +81,8 @@ pub struct Config {
     /// Who places waking tasks (independent of the queue policy).
     pub placement: PlacementChoice,
     pub placement_stale_ns: u64,
+    /// The agent's limits (its share of one CPU, the stale limit it sheds by).
+    pub placement_limits: crate::placement::AgentLimits,
 }
 
 /// The policy a run uses, once --policy and --model were looked at.
@@ -227,6 +229,9 @@ impl Config {
         if !(1..=10_000).contains(&args.placement_stale_ms) {
             bail!("--placement-stale-ms must be 1 to 10000 (got {})", args.placement_stale_ms);
         }
+        if !(args.placement_cpu_pct > 0.0 && args.placement_cpu_pct <= 100.0) {
+            bail!("--placement-cpu-pct must be above 0 and at most 100 (got {})", args.placement_cpu_pct);
+        }
         let placement = match args.placement {
             PlacementKind::Custos => choose_placement(false, None, 0),
             PlacementKind::Gru => match possible_cpus() {
@@ -237,6 +242,7 @@ impl Config {
         Ok(Self {
             placement,
             placement_stale_ns: args.placement_stale_ms * 1_000_000,
+            placement_limits: crate::placement::AgentLimits::new(args.placement_stale_ms, args.placement_cpu_pct),
             policy,
             delta_shift: args.delta_shift,
             emit_transitions,
@@ -523,6 +529,7 @@ impl<'a> Scheduler<'a> {
                 libbpf_rs::MapHandle::try_from(&skel.maps.placement_snapshots)?,
                 libbpf_rs::MapHandle::try_from(&skel.maps.pid_to_cpu)?,
                 model.clone(),
+                config.placement_limits,
             )?),
             PlacementChoice::Custos { reason } => {
                 if !reason.is_empty() {
@@ -798,6 +805,8 @@ impl<'a> Scheduler<'a> {
             m.placement_predictions = a.predictions;
             m.placement_prediction_errors = a.prediction_errors;
             m.placement_map_write_failures = a.map_write_failures;
+            m.placement_skipped_late = a.skipped_late;
+            m.placement_skipped_budget = a.skipped_budget;
             (m.placement_inference_p50_us, m.placement_inference_p99_us) = a.latency.p50_p99_us();
         }
         m.derive_feature_cost();
@@ -921,7 +930,9 @@ mod tests {
             assert!(c.placement.description().contains(&format!("this machine has {cpus}")), "{:?}", c.placement);
         }
         let c = config(&["--placement", "gru", "--placement-stale-ms", "5"]).unwrap();
-        assert!(c.placement.description().contains("none ships"), "{:?}", c.placement);
+        // The shipped model is for two CPUs.
+        let cpus = possible_cpus().unwrap();
+        assert_eq!(c.placement.is_gru(), cpus == 2, "{:?}", c.placement);
         assert_eq!(c.placement_stale_ns, 5_000_000);
         assert!(config(&["--placement-model", good.to_str().unwrap()]).is_err());
         assert!(config(&["--placement", "gru", "--placement-stale-ms", "0"]).is_err());

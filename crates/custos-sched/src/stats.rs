@@ -154,6 +154,10 @@ pub struct Metrics {
     pub placement_prediction_errors: u64,
     #[stat(desc = "GRU placement: predictions the pid_to_cpu map refused")]
     pub placement_map_write_failures: u64,
+    #[stat(desc = "GRU placement: windows not predicted, their snapshot read past --placement-stale-ms")]
+    pub placement_skipped_late: u64,
+    #[stat(desc = "GRU placement: windows not predicted, the agent's CPU budget (--placement-cpu-pct) spent")]
+    pub placement_skipped_budget: u64,
     #[stat(desc = "GRU placement: median inference time in us (a bounded sample of the whole run)")]
     pub placement_inference_p50_us: f64,
     #[stat(desc = "GRU placement: 99th-percentile inference time in us (same sample)")]
@@ -210,7 +214,7 @@ impl Metrics {
         if self.placement.starts_with("gru") || self.placement_snapshots > 0 {
             writeln!(
                 w,
-                "  placement {} | snapshots {} dropped {} | used {} stale {} cpumask {} busy {} none {} | predictions {} errors {} map failures {} | inference p50 {:.1}us p99 {:.1}us",
+                "  placement {} | snapshots {} dropped {} | used {} stale {} cpumask {} busy {} none {} | predictions {} errors {} map failures {} skipped late {} budget {} | inference p50 {:.1}us p99 {:.1}us",
                 self.placement,
                 self.placement_snapshots,
                 self.placement_snapshots_dropped,
@@ -222,6 +226,8 @@ impl Metrics {
                 self.placement_predictions,
                 self.placement_prediction_errors,
                 self.placement_map_write_failures,
+                self.placement_skipped_late,
+                self.placement_skipped_budget,
                 self.placement_inference_p50_us,
                 self.placement_inference_p99_us,
             )?;
@@ -343,6 +349,8 @@ impl Metrics {
             placement_map_write_failures: self
                 .placement_map_write_failures
                 .saturating_sub(prev.placement_map_write_failures),
+            placement_skipped_late: self.placement_skipped_late.saturating_sub(prev.placement_skipped_late),
+            placement_skipped_budget: self.placement_skipped_budget.saturating_sub(prev.placement_skipped_budget),
             ..self.clone()
         };
         d.derive_feature_cost();

@@ -126,7 +126,14 @@ fn an_unusable_model_leaves_the_own_placement_and_says_why() {
     assert!(reason(choose_placement(true, Some(&corrupt), 4)).contains("not an ONNX model"));
     let other = model_file(dir.path(), 2);
     assert!(reason(choose_placement(true, Some(&other), 4)).contains("places tasks on 2 CPUs; this machine has 4"));
-    assert!(reason(choose_placement(true, None, 4)).contains("none ships"));
+    // The shipped model is for the 2-vCPU VM: refused elsewhere, with the way out.
+    let shipped = reason(choose_placement(true, None, 4));
+    assert!(shipped.contains("shipped placement model") && shipped.contains("this machine has 4"), "{shipped}");
+    assert!(shipped.contains("custos placement record"), "{shipped}");
+    match choose_placement(true, None, 2) {
+        PlacementChoice::Gru { model, name } => assert_eq!((model.cpus(), name.as_str()), (2, "shipped model")),
+        other => panic!("{other:?}"),
+    }
 
     let good = model_file(dir.path(), 4);
     match choose_placement(true, Some(&good), 4) {
@@ -177,11 +184,14 @@ fn a_recording_trains_a_model_the_scheduler_accepts() {
         cpus: Some(2),
         hidden: 8,
         max_epochs: 8,
+        // 391 windows, every 4th kept.
+        max_windows: 100,
         seed: 1,
     };
     let report = train(&args).unwrap();
     assert_eq!(report.bad_lines, 1);
     assert_eq!(report.snapshots, 400);
+    assert_eq!(report.report.train_samples + report.report.validation_samples, 98);
     assert!(report.to_string().contains("against"), "{report}");
     let model = PlacementModel::load(&out, 2).unwrap();
     assert_eq!(model.cpus(), 2);
@@ -212,7 +222,7 @@ fn record_then_train_end_to_end() {
     assert!(bad.is_empty(), "{bad:?}");
     assert!(records.len() >= 50, "{} snapshots in a second", records.len());
     let out = dir.path().join("host.onnx");
-    let args = TrainPlacementArgs { recordings: vec![rec], out: out.clone(), cpus: None, hidden: 8, max_epochs: 3, seed: 1 };
+    let args = TrainPlacementArgs { recordings: vec![rec], out: out.clone(), cpus: None, hidden: 8, max_epochs: 3, max_windows: 0, seed: 1 };
     assert_eq!(run(PlacementCommand::Train(args)).unwrap(), 0);
     assert!(choose_placement(true, Some(&out), possible_cpus().unwrap()).is_gru());
 }

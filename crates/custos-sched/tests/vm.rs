@@ -103,6 +103,7 @@ fn boot() -> Result<Guest, String> {
         "ejection",
         "policy",
         "stress",
+        "placement",
         "worst_case",
     ]
     .iter()
@@ -363,4 +364,35 @@ fn vm_worst_case_lowest_queue_finishes_within_the_eq4_bound() {
     });
     let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("worst_case.json");
     std::fs::write(&path, serde_json::to_string_pretty(&record).unwrap() + "\n").unwrap();
+}
+
+#[test]
+fn vm_gru_placement_places_waking_tasks_and_a_bad_model_falls_back() {
+    let g = guest();
+    let log = g.log("placement.log");
+    assert_eq!(g.get("placement.attached"), "enabled", "log: {log}");
+    assert_eq!(g.get("placement.state"), "enabled", "log: {log}");
+    assert_eq!(g.get("placement.rc"), "0", "log: {log}");
+    let m = g.json("placement.json");
+    assert_eq!(m["placement"], "gru (shipped model)", "{m}");
+    let n = |k: &str| m[k].as_u64().unwrap_or_else(|| panic!("{k}: {m}"));
+    // Snapshots reach the agent, it predicts, and predictions place tasks.
+    assert!(n("placement_snapshots") > 100, "{m}");
+    assert!(n("placement_agent_snapshots") > 0, "{m}");
+    assert!(n("placement_predictions") > 0, "{m}");
+    assert!(n("placement_used") > 0, "predictions never placed a task: {m}");
+    assert_eq!(n("placement_prediction_errors"), 0, "{m}");
+    assert_eq!(n("placement_map_write_failures"), 0, "{m}");
+    // A prediction the agent shed is counted, never silently lost.
+    assert!(n("placement_agent_snapshots") <= n("placement_snapshots"), "{m}");
+    assert!(m["placement_inference_p50_us"].as_f64().unwrap() > 0.0, "{m}");
+
+    // A model file that is not ONNX: said, own placement, still scheduling.
+    let bad = g.log("placement_bad.log");
+    assert_eq!(g.get("placement_bad.state"), "enabled", "log: {bad}");
+    assert_eq!(g.get("placement_bad.rc"), "0", "log: {bad}");
+    assert!(bad.contains("not an ONNX model"), "log: {bad}");
+    let b = g.json("placement_bad.json");
+    assert!(b["placement"].as_str().unwrap().starts_with("custos (gru unavailable"), "{b}");
+    assert_eq!(b["placement_snapshots"], 0, "{b}");
 }

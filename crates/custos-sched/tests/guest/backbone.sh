@@ -197,8 +197,37 @@ policy() {
 	rm -rf $dir
 }
 
+# GRU placement (seed 002) with the shipped model (trained for 2 vCPUs):
+# tasks that sleep and wake every few ms, so predictions are fresh when their
+# task wakes next and CPUs are often idle. The agent gets half a CPU: under
+# this emulation one inference takes ~5 ms (~15 us natively). Then a model
+# file that cannot be used: the own placement, said, and the scheduler runs.
+placement() {
+	$BIN --placement gru --placement-cpu-pct 50 --stats-json "$OUT/placement.json" >"$OUT/placement.log" 2>&1 &
+	pid=$!
+	wait_state enabled 60 || { echo "placement.attached no"; kill -INT $pid; return; }
+	echo "placement.attached $(state)"
+	sleepers=""
+	for i in 1 2 3 4; do
+		sh -c 'i=0; while [ $i -lt 400 ]; do sleep 0.005; i=$((i + 1)); done' &
+		sleepers="$sleepers $!"
+	done
+	wait $sleepers
+	echo "placement.state $(state)"
+	stop_sched $pid placement
+	echo "not an onnx model" >"$OUT/bad.onnx"
+	$BIN --placement gru --placement-model "$OUT/bad.onnx" --stats-json "$OUT/placement_bad.json" \
+		>"$OUT/placement_bad.log" 2>&1 &
+	pid=$!
+	wait_state enabled 60 || { echo "placement_bad.attached no"; kill -INT $pid; return; }
+	sleep 2
+	echo "placement_bad.state $(state)"
+	stop_sched $pid placement_bad
+}
+
 for section in "$@"; do
 	case $section in
+	placement) placement ;;
 	lifecycle) lifecycle ;;
 	ejection) ejection ;;
 	stress) stress ;;
