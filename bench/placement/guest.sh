@@ -20,6 +20,8 @@ CUSTOS=$ROOT/target/release/custos
 WORKLOAD=$ROOT/target/release/custos-workload
 STATE=/sys/kernel/sched_ext/state
 MODEL=${MODEL:-}
+# Extra `custos sched` options of the gru configuration (run.py --gru-args).
+GRU_ARGS=${GRU_ARGS:-}
 
 note() { echo "bench/placement: $*" >&2; }
 emit() { # config load json
@@ -123,7 +125,7 @@ bench)
     case $config in
     default) all_loads default ;;
     custos) start_custos custos; all_loads custos; stop_custos custos ;;
-    gru) start_custos gru --placement gru ${MODEL:+--placement-model "$MODEL"}; all_loads gru; stop_custos gru ;;
+    gru) start_custos gru --placement gru ${MODEL:+--placement-model "$MODEL"} $GRU_ARGS; all_loads gru; stop_custos gru ;;
     esac
   done
   # The super producer on these two vCPUs: Custos with its own placement,
@@ -133,7 +135,7 @@ bench)
     SP_OUT=$OUT/sp-custos SP_SCHEDULERS="default custos" bash "$ROOT/scripts/superproducer-guest.sh" >&2
     note "super producer: custos --placement gru"
     SP_OUT=$OUT/sp-gru SP_SCHEDULERS=custos bash "$ROOT/scripts/superproducer-guest.sh" \
-      --placement gru ${MODEL:+--placement-model "$MODEL"} >&2
+      --placement gru ${MODEL:+--placement-model "$MODEL"} $GRU_ARGS >&2
   fi
   ;;
 esac

@@ -116,6 +116,8 @@ def main():
     ap.add_argument("--train", action="store_true", help="record placements in the VM and train the shipped model")
     ap.add_argument("--quick", action="store_true", help="small sizes, to check the pipeline")
     ap.add_argument("--model", type=Path, help="model for the gru configuration (default: the shipped one)")
+    ap.add_argument("--gru-args", default="", help="more `custos sched` options for the gru configuration "
+                    "(e.g. --placement-cpu-pct 50: under emulation one inference takes ~5 ms)")
     args = ap.parse_args()
     args.seconds, args.pingpong_n, args.reps = (5, 2000, 1) if args.quick else (20, 20000, 3)
     out = HERE / "out" / time.strftime("%Y%m%d-%H%M%S")
@@ -127,7 +129,7 @@ def main():
     params = dict(SECONDS_PER_LOAD=args.seconds, PINGPONG_N=args.pingpong_n, REPS=args.reps,
                   SP_WORKERS=16, SP_FILES=2000 if args.quick else 4000, SP_RING_KB=64,
                   SP_RUNS=1 if args.quick else 3)
-    env = dict(params, OUT=out, ROOT=ROOT, MODE="bench", CONFIGS=" ".join(CONFIGS))
+    env = dict(params, OUT=out, ROOT=ROOT, MODE="bench", CONFIGS=" ".join(CONFIGS), GRU_ARGS=args.gru_args)
     if args.model:
         env["MODEL"] = args.model.resolve()
     script = "".join(f"export {k}={json.dumps(str(v))}\n" for k, v in env.items()) + (HERE / "guest.sh").read_text()
@@ -168,7 +170,9 @@ def main():
         "vm": {"cpus": 2, "memory": "2G", "accelerator": "QEMU emulation, one thread"},
         "wall_seconds": round(time.time() - t0, 1),
         "raw": str(out.relative_to(ROOT)),
-        "command": "bench/placement/run.py" + (" --quick" if args.quick else ""),
+        "gru_args": args.gru_args,
+        "command": "bench/placement/run.py" + (" --quick" if args.quick else "")
+        + (f" --gru-args '{args.gru_args}'" if args.gru_args else ""),
     })
     results.write_results(HERE / "results.json", res, REQUIRED)
     keys = list(ratios(g))
