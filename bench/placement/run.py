@@ -68,15 +68,15 @@ def summarize(data):
 def placement_stats(stats_json: Path):
     """The GRU run's placement counters (custos sched --stats-json)."""
     s = json.loads(stats_json.read_text())
-    p = s.get("placement", s)
+    p = {k: v for k, v in s.items() if k.startswith("placement_")}
     decided = p["placement_used"] + p["placement_fallbacks"] + p["placement_stale"] + \
         p["placement_rejected_cpumask"] + p.get("placement_busy", 0)
     if decided == 0:
         raise ValueError(f"{stats_json}: the GRU run placed no task through the placement layer")
     return {
-        "inference_us_median": p["inference_us_median"],
-        "inference_us_p99": p["inference_us_p99"],
-        "predictions": p["predictions"],
+        "inference_us_median": p["placement_inference_p50_us"],
+        "inference_us_p99": p["placement_inference_p99_us"],
+        "predictions": p["placement_predictions"],
         "prediction_used_pct": 100.0 * p["placement_used"] / decided,
         "fallback_pct": 100.0 * (decided - p["placement_used"]) / decided,
         "counters": p,
@@ -116,12 +116,13 @@ def main():
     ap.add_argument("--train", action="store_true", help="record placements in the VM and train the shipped model")
     ap.add_argument("--quick", action="store_true", help="small sizes, to check the pipeline")
     ap.add_argument("--model", type=Path, help="model for the gru configuration (default: the shipped one)")
+    ap.add_argument("--from", dest="from_dir", type=Path, help="summarize an existing out/<time> run again")
     ap.add_argument("--gru-args", default="", help="more `custos sched` options for the gru configuration "
                     "(e.g. --placement-cpu-pct 50: under emulation one inference takes ~5 ms)")
     args = ap.parse_args()
     args.seconds, args.pingpong_n, args.reps = (5, 2000, 1) if args.quick else (20, 20000, 3)
-    out = HERE / "out" / time.strftime("%Y%m%d-%H%M%S")
-    out.mkdir(parents=True)
+    out = args.from_dir.resolve() if args.from_dir else HERE / "out" / time.strftime("%Y%m%d-%H%M%S")
+    out.mkdir(parents=True, exist_ok=True)
     if args.train:
         train(args, out)
         return
@@ -134,7 +135,8 @@ def main():
         env["MODEL"] = args.model.resolve()
     script = "".join(f"export {k}={json.dumps(str(v))}\n" for k, v in env.items()) + (HERE / "guest.sh").read_text()
     t0 = time.time()
-    vm.run_script(script, out, timeout_s=3 * 3600)
+    if not args.from_dir:
+        vm.run_script(script, out, timeout_s=3 * 3600)
     s = summarize(parse((out / "results.jsonl").read_text().splitlines()))
     d, c, g = s["default"], s["custos"], s["gru"]
     stats = placement_stats(out / "stats-gru.json")

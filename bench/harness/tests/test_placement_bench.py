@@ -40,9 +40,10 @@ def test_medians_per_configuration():
 
 
 def test_placement_shares_count_every_way_a_task_was_placed(tmp_path):
-    stats = {"placement": {"placement_used": 60, "placement_fallbacks": 20, "placement_stale": 10,
-                           "placement_rejected_cpumask": 5, "placement_busy": 5, "predictions": 90,
-                           "inference_us_median": 30.0, "inference_us_p99": 80.0}}
+    # custos sched --stats-json: flat keys, "placement" names the placement in use.
+    stats = {"placement": "gru (shipped model)", "placement_used": 60, "placement_fallbacks": 20,
+             "placement_stale": 10, "placement_rejected_cpumask": 5, "placement_busy": 5,
+             "placement_predictions": 90, "placement_inference_p50_us": 30.0, "placement_inference_p99_us": 80.0}
     p = tmp_path / "stats.json"
     p.write_text(json.dumps(stats))
     got = placement_run.placement_stats(p)
@@ -52,9 +53,9 @@ def test_placement_shares_count_every_way_a_task_was_placed(tmp_path):
 
 def test_a_run_that_never_consulted_the_placement_layer_is_an_error(tmp_path):
     p = tmp_path / "stats.json"
-    p.write_text(json.dumps({"placement": {"placement_used": 0, "placement_fallbacks": 0, "placement_stale": 0,
-                                           "placement_rejected_cpumask": 0, "predictions": 0,
-                                           "inference_us_median": 0, "inference_us_p99": 0}}))
+    p.write_text(json.dumps({"placement": "gru (shipped model)", "placement_used": 0, "placement_fallbacks": 0,
+                             "placement_stale": 0, "placement_rejected_cpumask": 0, "placement_predictions": 0,
+                             "placement_inference_p50_us": 0, "placement_inference_p99_us": 0}))
     with pytest.raises(ValueError, match="no task"):
         placement_run.placement_stats(p)
 
