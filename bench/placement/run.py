@@ -155,12 +155,13 @@ def main():
             "io_runtime_ratio": results.ratio(x["io_wall_ms"], d["io_wall_ms"]),
         }
 
-    res = dict(ratios(g))
+    custos_r, gru_r = ratios(c), ratios(g)
+    res = dict(gru_r)
     res.update({k: stats[k] for k in ("inference_us_median", "inference_us_p99", "prediction_used_pct",
                                       "fallback_pct", "predictions")})
     res.update({
-        "custos_placement_vs_default": ratios(c),
-        "gru_vs_custos_placement": {k: results.ratio(v, ratios(c)[k]) for k, v in ratios(g).items()},
+        "custos_placement_vs_default": custos_r,
+        "gru_vs_custos_placement": {k: results.ratio(v, custos_r[k]) for k, v in gru_r.items()},
         "loss_pct_superproducer_gru": sp_gru["custos"]["max_loss_pct"],
         "loss_pct_superproducer_custos": sp_base["custos"]["max_loss_pct"],
         "loss_pct_superproducer_default": sp_base["default"]["max_loss_pct"],
@@ -177,7 +178,7 @@ def main():
         + (f" --gru-args '{args.gru_args}'" if args.gru_args else ""),
     })
     results.write_results(HERE / "results.json", res, REQUIRED)
-    keys = list(ratios(g))
+    keys = list(gru_r)
     print(results.table([(k, res["custos_placement_vs_default"][k], res[k]) for k in keys],
                         ["metric (vs default)", "custos placement", "gru placement"]))
     print(results.table([(k, res[k]) for k in REQUIRED if k != "command"], ["figure", "value"]))

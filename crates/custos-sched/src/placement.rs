@@ -126,7 +126,7 @@ impl SlidingWindow {
 
 /// A bounded sample of inference times (reservoir sampling, algorithm R):
 /// its median and 99th percentile describe the whole run in fixed memory.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct LatencySample {
     seen: u64,
     ns: Vec<u64>,
@@ -164,7 +164,7 @@ impl LatencySample {
 }
 
 /// What the agent did, shared with the scheduler's statistics.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct AgentStats {
     pub snapshots: u64,
     pub predictions: u64,
@@ -342,6 +342,9 @@ pub fn possible_cpus() -> Result<usize> {
 
 /// Runs the agent until `stop`: reads the snapshots ring, predicts on every
 /// full window and writes the CPU for its last pid into pid_to_cpu.
+/// How often a long batch publishes the agent's statistics.
+const STATS_PUBLISH_PERIOD: Duration = Duration::from_millis(100);
+
 pub fn run_agent(
     snapshots: &MapHandle,
     pid_to_cpu: &MapHandle,
@@ -363,18 +366,28 @@ pub fn run_agent(
     }
     let ring = builder.build().context("cannot read the placement snapshots ring")?;
     let mut agent = Agent::new(|w: &Window| model.predict(w), model.cpus(), limits);
+    // The agent counts into its own copy and publishes it: the scheduler's
+    // main loop reads the shared one to answer a stats request, and must
+    // not wait while a batch is inferred (seconds under emulation).
+    let mut st = AgentStats::default();
+    let mut published = Instant::now();
     while !stop.load(Ordering::Relaxed) {
         // The timeout only bounds how late a stop is seen.
         poll(&ring, Duration::from_millis(100)).context("polling the placement snapshots ring")?;
         let drained = std::mem::take(&mut *batch.borrow_mut());
-        let mut st = stats.lock().unwrap();
         for rec in &drained {
+            if published.elapsed() >= STATS_PUBLISH_PERIOD {
+                *stats.lock().unwrap() = st.clone();
+                published = Instant::now();
+            }
             let Some((pid, cpu)) = agent.step(rec, monotonic_ns(), &mut st) else { continue };
             let value = custos_placement_prediction { cpu: cpu as i32, pad: 0, at_ns: monotonic_ns() };
             if pid_to_cpu.update(&pid.to_ne_bytes(), as_bytes(&value), MapFlags::ANY).is_err() {
                 st.map_write_failures += 1;
             }
         }
+        *stats.lock().unwrap() = st.clone();
+        published = Instant::now();
     }
     Ok(())
 }

@@ -80,8 +80,8 @@ pub struct Config {
     pub explore_pct: u32,
     /// Who places waking tasks (independent of the queue policy).
     pub placement: PlacementChoice,
-    pub placement_stale_ns: u64,
-    /// The agent's limits (its share of one CPU, the stale limit it sheds by).
+    /// The agent's limits: its share of one CPU, and the stale limit it
+    /// sheds by, which is also the kernel's (placement_stale_ns).
     pub placement_limits: crate::placement::AgentLimits,
 }
 
@@ -241,7 +241,6 @@ impl Config {
         };
         Ok(Self {
             placement,
-            placement_stale_ns: args.placement_stale_ms * 1_000_000,
             placement_limits: crate::placement::AgentLimits::new(args.placement_stale_ms, args.placement_cpu_pct),
             policy,
             delta_shift: args.delta_shift,
@@ -453,7 +452,7 @@ impl<'a> Scheduler<'a> {
         rodata.delta_shift = config.delta_shift;
         rodata.emit_transitions = config.emit_transitions;
         rodata.placement_gru = config.placement.is_gru();
-        rodata.placement_stale_ns = config.placement_stale_ns;
+        rodata.placement_stale_ns = config.placement_limits.stale_ns;
         rodata.placement_agent_tgid = std::process::id();
         skel.maps
             .transitions
@@ -923,7 +922,7 @@ mod tests {
             let c = config(&["--policy", policy, "--placement", "gru", "--placement-model", good.to_str().unwrap()]).unwrap();
             assert_eq!(c.policy.kind, kind);
             assert!(c.placement.is_gru(), "{:?}", c.placement);
-            assert_eq!(c.placement_stale_ns, 50_000_000);
+            assert_eq!(c.placement_limits.stale_ns, 50_000_000);
             let c = config(&["--policy", policy, "--placement", "gru", "--placement-model", wrong.to_str().unwrap()]).unwrap();
             assert_eq!(c.policy.kind, kind);
             assert!(!c.placement.is_gru());
@@ -931,9 +930,8 @@ mod tests {
         }
         let c = config(&["--placement", "gru", "--placement-stale-ms", "5"]).unwrap();
         // The shipped model is for two CPUs.
-        let cpus = possible_cpus().unwrap();
         assert_eq!(c.placement.is_gru(), cpus == 2, "{:?}", c.placement);
-        assert_eq!(c.placement_stale_ns, 5_000_000);
+        assert_eq!(c.placement_limits.stale_ns, 5_000_000);
         assert!(config(&["--placement-model", good.to_str().unwrap()]).is_err());
         assert!(config(&["--placement", "gru", "--placement-stale-ms", "0"]).is_err());
     }
