@@ -383,8 +383,6 @@ fn vm_gru_placement_places_waking_tasks_and_a_bad_model_falls_back() {
     assert!(n("placement_used") > 0, "predictions never placed a task: {m}");
     assert_eq!(n("placement_prediction_errors"), 0, "{m}");
     assert_eq!(n("placement_map_write_failures"), 0, "{m}");
-    // A prediction the agent shed is counted, never silently lost.
-    assert!(n("placement_agent_snapshots") <= n("placement_snapshots"), "{m}");
     assert!(m["placement_inference_p50_us"].as_f64().unwrap() > 0.0, "{m}");
 
     // A model file that is not ONNX: said, own placement, still scheduling.
