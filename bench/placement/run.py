@@ -73,9 +73,11 @@ def placement_stats(stats_json: Path):
         p["placement_rejected_cpumask"] + p.get("placement_busy", 0)
     if decided == 0:
         raise ValueError(f"{stats_json}: the GRU run placed no task through the placement layer")
+    run = p.get("placement_predictions", 0) + p.get("placement_prediction_errors", 0)
     return {
         "inference_us_median": p["placement_inference_p50_us"],
         "inference_us_p99": p["placement_inference_p99_us"],
+        "inference_us_per_window": p.get("placement_inference_ns", 0) / 1000.0 / run if run else None,
         "predictions": p["placement_predictions"],
         "prediction_used_pct": 100.0 * p["placement_used"] / decided,
         "fallback_pct": 100.0 * (decided - p["placement_used"]) / decided,
@@ -118,7 +120,10 @@ def main():
     ap.add_argument("--model", type=Path, help="model for the gru configuration (default: the shipped one)")
     ap.add_argument("--from", dest="from_dir", type=Path, help="summarize an existing out/<time> run again")
     ap.add_argument("--gru-args", default="", help="more `custos sched` options for the gru configuration "
-                    "(e.g. --placement-cpu-pct 50: under emulation one inference takes ~5 ms)")
+                    "(e.g. --placement-cpu-pct 50)")
+    ap.add_argument("--cpu-model", default="qemu64",
+                    help="the guest's QEMU CPU model (default qemu64: without AVX2/FMA, which QEMU emulates "
+                    "slowly and tract would pick; 'max' is the VM's usual)")
     args = ap.parse_args()
     args.seconds, args.pingpong_n, args.reps = (5, 2000, 1) if args.quick else (20, 20000, 3)
     out = args.from_dir.resolve() if args.from_dir else HERE / "out" / time.strftime("%Y%m%d-%H%M%S")
@@ -136,7 +141,11 @@ def main():
     script = "".join(f"export {k}={json.dumps(str(v))}\n" for k, v in env.items()) + (HERE / "guest.sh").read_text()
     t0 = time.time()
     if not args.from_dir:
-        vm.run_script(script, out, timeout_s=3 * 3600)
+        (out / "cpu-model").write_text(args.cpu_model + "\n")
+        vm.run_script(script, out, timeout_s=3 * 3600, cpu_model=args.cpu_model)
+    else:
+        # Runs before --cpu-model existed booted QEMU's default under emulation.
+        args.cpu_model = (out / "cpu-model").read_text().strip() if (out / "cpu-model").exists() else "max"
     s = summarize(parse((out / "results.jsonl").read_text().splitlines()))
     d, c, g = s["default"], s["custos"], s["gru"]
     stats = placement_stats(out / "stats-gru.json")
@@ -157,8 +166,8 @@ def main():
 
     custos_r, gru_r = ratios(c), ratios(g)
     res = dict(gru_r)
-    res.update({k: stats[k] for k in ("inference_us_median", "inference_us_p99", "prediction_used_pct",
-                                      "fallback_pct", "predictions")})
+    res.update({k: stats[k] for k in ("inference_us_median", "inference_us_p99", "inference_us_per_window",
+                                      "prediction_used_pct", "fallback_pct", "predictions")})
     res.update({
         "custos_placement_vs_default": custos_r,
         "gru_vs_custos_placement": {k: results.ratio(v, custos_r[k]) for k, v in gru_r.items()},
@@ -170,12 +179,13 @@ def main():
         "per_config": s,
         "parameters": params,
         "model": str(args.model) if args.model else str(SHIPPED_MODEL.relative_to(ROOT)),
-        "vm": {"cpus": 2, "memory": "2G", "accelerator": "QEMU emulation, one thread"},
+        "vm": {"cpus": 2, "memory": "2G", "accelerator": "QEMU emulation, one thread", "cpu_model": args.cpu_model},
         "wall_seconds": round(time.time() - t0, 1),
         "raw": str(out.relative_to(ROOT)),
         "gru_args": args.gru_args,
         "command": "bench/placement/run.py" + (" --quick" if args.quick else "")
-        + (f" --gru-args '{args.gru_args}'" if args.gru_args else ""),
+        + (f" --gru-args '{args.gru_args}'" if args.gru_args else "")
+        + (f" --cpu-model {args.cpu_model}" if args.cpu_model != "qemu64" else ""),
     })
     results.write_results(HERE / "results.json", res, REQUIRED)
     keys = list(gru_r)

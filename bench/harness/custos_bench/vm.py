@@ -10,7 +10,8 @@ class VmFailed(RuntimeError):
     pass
 
 
-def run_script(script: str, share: Path, timeout_s: int = 3600, cpus: int = 2, mem: str = "2G") -> str:
+def run_script(script: str, share: Path, timeout_s: int = 3600, cpus: int = 2, mem: str = "2G",
+               cpu_model: str | None = None) -> str:
     """Runs `script` with bash as root in the VM; `share` is writable there.
 
     Progress lines of the runner and the script's stderr go to our stderr as
@@ -20,7 +21,10 @@ def run_script(script: str, share: Path, timeout_s: int = 3600, cpus: int = 2, m
     path = share / "guest-script.sh"
     path.write_text(script)
     cmd = [str(CUSTOS), "vm", "run", "--cpus", str(cpus), "--mem", mem, "--timeout", str(timeout_s),
-           "--share", str(share.resolve()), "--", "bash", str(path.resolve())]
+           "--share", str(share.resolve())]
+    if cpu_model:
+        cmd += ["--cpu-model", cpu_model]
+    cmd += ["--", "bash", str(path.resolve())]
     proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=sys.stderr, text=True)
     if proc.returncode != 0:
         raise VmFailed(f"guest script failed with exit code {proc.returncode} (see stderr above)")

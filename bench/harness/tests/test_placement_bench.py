@@ -43,12 +43,15 @@ def test_placement_shares_count_every_way_a_task_was_placed(tmp_path):
     # custos sched --stats-json: flat keys, "placement" names the placement in use.
     stats = {"placement": "gru (shipped model)", "placement_used": 60, "placement_fallbacks": 20,
              "placement_stale": 10, "placement_rejected_cpumask": 5, "placement_busy": 5,
-             "placement_predictions": 90, "placement_inference_p50_us": 30.0, "placement_inference_p99_us": 80.0}
+             "placement_predictions": 90, "placement_prediction_errors": 10, "placement_inference_ns": 500_000,
+             "placement_inference_p50_us": 30.0, "placement_inference_p99_us": 80.0}
     p = tmp_path / "stats.json"
     p.write_text(json.dumps(stats))
     got = placement_run.placement_stats(p)
     assert got["prediction_used_pct"] == 60.0
     assert got["fallback_pct"] == 40.0
+    # Calls run batches: the cost of one window is the total over the windows run.
+    assert got["inference_us_per_window"] == 5.0
 
 
 def test_a_run_that_never_consulted_the_placement_layer_is_an_error(tmp_path):

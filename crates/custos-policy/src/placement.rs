@@ -361,7 +361,8 @@ fn norm_penalty(net: &GruNet, cfg: &TrainConfig) -> Result<Tensor> {
 
 /// Writes the network as an ONNX model: Transpose → GRU (linear before
 /// reset, as PyTorch and candle compute it) → Reshape → Gemm; input
-/// `window` (1, WINDOW, FEATURES), output `logits` (1, cpus).
+/// `window` (batch, WINDOW, FEATURES), output `logits` (batch, cpus). The
+/// batch is left open so the agent can run many windows in one call.
 pub fn to_onnx(w: &GruWeights) -> Vec<u8> {
     use prost::Message;
     let h = w.hidden;
@@ -392,18 +393,16 @@ pub fn to_onnx(w: &GruWeights) -> Vec<u8> {
         attribute,
         ..Default::default()
     };
+    // A (batch, dims...) tensor whose batch is named, not fixed.
     let value = |name: &str, dims: &[usize]| pb::ValueInfoProto {
         name: name.into(),
         r#type: Some(pb::TypeProto {
             value: Some(pb::type_proto::Value::TensorType(pb::type_proto::Tensor {
                 elem_type: pb::tensor_proto::DataType::Float as i32,
                 shape: Some(pb::TensorShapeProto {
-                    dim: dims
-                        .iter()
-                        .map(|&d| pb::tensor_shape_proto::Dimension {
-                            value: Some(pb::tensor_shape_proto::dimension::Value::DimValue(d as i64)),
-                            ..Default::default()
-                        })
+                    dim: std::iter::once(pb::tensor_shape_proto::dimension::Value::DimParam("batch".into()))
+                        .chain(dims.iter().map(|&d| pb::tensor_shape_proto::dimension::Value::DimValue(d as i64)))
+                        .map(|v| pb::tensor_shape_proto::Dimension { value: Some(v), ..Default::default() })
                         .collect(),
                 }),
             })),
@@ -433,14 +432,14 @@ pub fn to_onnx(w: &GruWeights) -> Vec<u8> {
                 name: "h_shape".into(),
                 dims: vec![2],
                 data_type: pb::tensor_proto::DataType::Int64 as i32,
-                int64_data: vec![1, h as i64],
+                int64_data: vec![-1, h as i64],
                 ..Default::default()
             },
             floats("head_w", &[w.cpus, h], w.head_w.clone()),
             floats("head_b", &[w.cpus], w.head_b.clone()),
         ],
-        input: vec![value("window", &[1, WINDOW, FEATURES])],
-        output: vec![value("logits", &[1, w.cpus])],
+        input: vec![value("window", &[WINDOW, FEATURES])],
+        output: vec![value("logits", &[w.cpus])],
         ..Default::default()
     };
     let meta = |k: &str, v: String| pb::StringStringEntryProto { key: k.into(), value: v };
@@ -460,13 +459,27 @@ pub fn to_onnx(w: &GruWeights) -> Vec<u8> {
     model.encode_to_vec()
 }
 
+/// The most windows one inference call takes; a larger batch is split.
+pub const MAX_BATCH: usize = 64;
+
 /// A placement model ready to run: any ONNX model that takes `window`
 /// (1, WINDOW, FEATURES) and gives logits (1, cpus), and says in its
-/// metadata that its features are ours.
+/// metadata that its features are ours. If its batch is open (as
+/// [`to_onnx`] writes it) windows are run many at a time: under emulation
+/// inference costs ~1000 times what it does natively (QEMU emulates the
+/// floating point), and one call of 64 windows costs what ~13 single calls
+/// do; natively a call is mostly fixed overhead (16 µs for one window,
+/// 5 µs a window in 64).
 pub struct PlacementModel {
-    plan: std::sync::Arc<TypedSimplePlan>,
+    proto: pb::ModelProto,
+    /// Plans by batch size, built on first use: tract's GRU needs a
+    /// concrete batch. Index k holds batch 2^k; None if the model's
+    /// graph does not take that batch (a fixed batch of one).
+    plans: std::sync::Mutex<Vec<Option<Option<Plan>>>>,
     cpus: usize,
 }
+
+type Plan = std::sync::Arc<TypedSimplePlan>;
 
 impl PlacementModel {
     /// Loads `path` for a machine with `cpus` CPUs; every way a file can be
@@ -489,40 +502,87 @@ impl PlacementModel {
         if let Some(w) = meta(META_WINDOW) {
             ensure!(w == WINDOW.to_string(), "it takes windows of {w} tasks; this scheduler keeps {WINDOW}");
         }
-        let model = tract_onnx::onnx()
-            .model_for_proto_model(&proto)
-            .context("tract cannot read it")?
-            .with_input_fact(0, f32::fact([1, WINDOW, FEATURES]).into())?
-            .into_optimized()
-            .context("its graph does not take a (1, 10, 7) window")?;
-        let out = model.output_fact(0)?.shape.as_concrete().map(|s| s.to_vec());
+        let one = Self::plan(&proto, 1).context("its graph does not take a (1, 10, 7) window")?;
+        let out = one.model().output_fact(0)?.shape.as_concrete().map(|s| s.to_vec());
         match out.as_deref() {
             Some([1, c]) if *c == cpus => {}
             Some([1, c]) => bail!("it places tasks on {c} CPUs; this machine has {cpus}"),
             other => bail!("its output has shape {other:?}, not (1, {cpus}) logits"),
         }
-        let plan = model.into_runnable()?;
-        Ok(PlacementModel { plan, cpus })
+        let mut plans = vec![None; MAX_BATCH.ilog2() as usize + 1];
+        plans[0] = Some(Some(one));
+        Ok(PlacementModel { proto, plans: std::sync::Mutex::new(plans), cpus })
+    }
+
+    /// The optimized plan for `batch` windows a call.
+    fn plan(proto: &pb::ModelProto, batch: usize) -> Result<Plan> {
+        let model = tract_onnx::onnx()
+            .model_for_proto_model(proto)
+            .context("tract cannot read it")?
+            .with_input_fact(0, f32::fact([batch, WINDOW, FEATURES]).into())?;
+        // tract panics on some graphs it cannot type; that is a model
+        // that does not take this batch, not a reason to stop scheduling.
+        let optimized = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| model.into_optimized()))
+            .map_err(|_| anyhow::anyhow!("tract failed on its graph"))??;
+        let out = optimized.output_fact(0)?.shape.as_concrete().map(|s| s.to_vec());
+        ensure!(matches!(out.as_deref(), Some([b, _]) if *b == batch), "its output has shape {out:?} for a batch of {batch}");
+        optimized.into_runnable()
+    }
+
+    /// The plan for 2^k windows, if the model takes that batch.
+    fn plan_for(&self, k: usize) -> Option<Plan> {
+        let mut plans = self.plans.lock().unwrap();
+        plans[k].get_or_insert_with(|| Self::plan(&self.proto, 1 << k).ok()).clone()
     }
 
     pub fn cpus(&self) -> usize {
         self.cpus
     }
 
+    /// The logits for each window, in calls of up to MAX_BATCH windows
+    /// (powers of two; one at a time for a model of a fixed batch).
+    pub fn logits_batch(&self, windows: &[Window]) -> Result<Vec<Vec<f32>>> {
+        let mut out = Vec::with_capacity(windows.len());
+        let mut rest = windows;
+        while !rest.is_empty() {
+            let mut k = rest.len().min(MAX_BATCH).ilog2() as usize;
+            let plan = loop {
+                match self.plan_for(k) {
+                    Some(p) => break p,
+                    None if k > 0 => k -= 1,
+                    None => bail!("the model no longer runs one window"),
+                }
+            };
+            let (now, later) = rest.split_at(1 << k);
+            let flat: Vec<f32> = now.iter().flat_map(|w| w.iter().flatten().copied()).collect();
+            let input = tract_ndarray::Array3::from_shape_vec((now.len(), WINDOW, FEATURES), flat)?.into_tensor();
+            let result = plan.run(tvec!(input.into()))?;
+            let view = result[0].to_plain_array_view::<f32>()?;
+            let view = view.into_dimensionality::<tract_ndarray::Ix2>()?;
+            out.extend(view.outer_iter().map(|row| row.to_vec()));
+            rest = later;
+        }
+        Ok(out)
+    }
+
     /// The logits for one window.
     pub fn logits(&self, window: &Window) -> Result<Vec<f32>> {
-        let flat: Vec<f32> = window.iter().flatten().copied().collect();
-        let input = tract_ndarray::Array3::from_shape_vec((1, WINDOW, FEATURES), flat)?.into_tensor();
-        let out = self.plan.run(tvec!(input.into()))?;
-        Ok(out[0].to_plain_array_view::<f32>()?.iter().copied().collect())
+        Ok(self.logits_batch(std::slice::from_ref(window))?.remove(0))
+    }
+
+    /// The CPU for each window's last task.
+    pub fn predict_batch(&self, windows: &[Window]) -> Result<Vec<u32>> {
+        Ok(self.logits_batch(windows)?.iter().map(|l| argmax(l)).collect())
     }
 
     /// The CPU for the window's last task.
     pub fn predict(&self, window: &Window) -> Result<u32> {
-        let l = self.logits(window)?;
-        let best = l.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map(|(i, _)| i).unwrap_or(0);
-        Ok(best as u32)
+        Ok(argmax(&self.logits(window)?))
     }
+}
+
+fn argmax(l: &[f32]) -> u32 {
+    l.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map(|(i, _)| i as u32).unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -548,6 +608,35 @@ mod tests {
             assert!(diff < 1e-4, "tract {got:?} against candle {want:?}");
         }
         assert_eq!(windows.iter().map(|w| model.predict(w).unwrap()).collect::<Vec<_>>(), net.predict(&windows).unwrap());
+    }
+
+    /// Many windows in one call give each window's own answer, in order,
+    /// whatever the split into calls; a model of a fixed batch of one (as
+    /// frameworks often export) runs them one at a time.
+    #[test]
+    fn batches_agree_with_single_windows() {
+        let net = GruNet::new(16, 2, 9).unwrap();
+        let bytes = to_onnx(&net.weights().unwrap());
+        let model = PlacementModel::from_bytes(&bytes, 2).unwrap();
+        let windows = random_windows(2 * MAX_BATCH + 13, 4);
+        let one: Vec<Vec<f32>> = windows.iter().map(|w| model.logits(w).unwrap()).collect();
+        let many = model.logits_batch(&windows).unwrap();
+        assert_eq!(many.len(), windows.len());
+        for (a, b) in one.iter().zip(&many) {
+            assert!(a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-5), "{a:?} against {b:?}");
+        }
+        assert_eq!(model.predict_batch(&windows).unwrap(), net.predict(&windows).unwrap());
+        assert!(model.plans.lock().unwrap().iter().filter(|p| matches!(p, Some(Some(_)))).count() > 1, "batched plans were built");
+
+        let mut fixed = {
+            use prost::Message;
+            pb::ModelProto::decode(bytes.as_slice()).unwrap()
+        };
+        let shape = fixed.graph.as_mut().unwrap().initializer.iter_mut().find(|t| t.name == "h_shape").unwrap();
+        shape.int64_data[0] = 1;
+        let fixed = PlacementModel::from_bytes(&prost::Message::encode_to_vec(&fixed), 2).unwrap();
+        assert_eq!(fixed.predict_batch(&windows).unwrap(), net.predict(&windows).unwrap());
+        assert!(fixed.plans.lock().unwrap().iter().skip(1).all(|p| matches!(p, None | Some(None))), "no batch plan for a fixed batch");
     }
 
     /// Training learns a placement that depends on the window's history,

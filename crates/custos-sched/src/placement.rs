@@ -18,7 +18,7 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::mem::MaybeUninit;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -60,6 +60,10 @@ pub struct SnapshotRecord {
     /// CLOCK_MONOTONIC ns.
     #[serde(default)]
     pub at_ns: u64,
+    /// The scheduler would use a prediction for the task (a primary
+    /// non-consumer allowed on more than one CPU); not a model feature.
+    #[serde(default)]
+    pub placeable: bool,
 }
 
 impl SnapshotRecord {
@@ -82,6 +86,7 @@ impl SnapshotRecord {
             nivcsw: s.nivcsw,
             switch_count: s.switch_count,
             at_ns: s.at_ns,
+            placeable: s.placeable != 0,
         })
     }
 
@@ -177,7 +182,21 @@ pub struct AgentStats {
     /// Windows not predicted because inference had used its CPU budget for
     /// the current second.
     pub skipped_budget: u64,
+    /// Windows whose last task would not use a prediction (budgeted, a
+    /// consumer, or pinned to one CPU).
+    pub skipped_unplaceable: u64,
+    /// Windows of a pid that had a newer window in the same batch: only
+    /// the newest prediction would be read.
+    pub skipped_superseded: u64,
+    /// Windows not predicted while the provenance rings were under
+    /// pressure: the agent's CPU time is then the consumer's.
+    pub skipped_pressure: u64,
+    /// Inference calls, each over a batch of windows.
+    pub calls: u64,
+    /// The duration of each call.
     pub latency: LatencySample,
+    /// Total inference time, for the cost of one window.
+    pub inference_ns: u64,
 }
 
 impl Default for AgentStats {
@@ -189,7 +208,12 @@ impl Default for AgentStats {
             map_write_failures: 0,
             skipped_late: 0,
             skipped_budget: 0,
+            skipped_unplaceable: 0,
+            skipped_superseded: 0,
+            skipped_pressure: 0,
+            calls: 0,
             latency: LatencySample::new(4096),
+            inference_ns: 0,
         }
     }
 }
@@ -197,7 +221,7 @@ impl Default for AgentStats {
 /// How much work the agent may do. The agent is an ordinary task beside the
 /// workload (and beside the provenance consumer it must never crowd out),
 /// so its cost is bounded whatever the wakeup rate or the machine's speed:
-/// natively a prediction takes ~15 µs, but under emulation (the VM) ~5 ms,
+/// natively a window takes 5-16 µs, but under emulation (the VM) ~1-5 ms,
 /// and there the agent unbounded took most of a CPU during a flood.
 #[derive(Clone, Copy, Debug)]
 pub struct AgentLimits {
@@ -219,8 +243,18 @@ impl AgentLimits {
     }
 }
 
-/// The agent's logic without BPF: a snapshot in, at most one prediction
-/// (pid, CPU) out, timed and counted.
+/// A window worth predicting: its last task and when that was seen.
+#[derive(Clone, Debug)]
+pub struct Pending {
+    pub pid: u32,
+    pub window: Window,
+    pub at_ns: u64,
+}
+
+/// The agent's logic without BPF: snapshots in, predictions out, batched.
+/// Every snapshot slides the window; a window is predicted only if its
+/// answer could be used (the task is placeable, the answer would not be
+/// stale, no newer window of the pid waits) and the CPU budget allows.
 pub struct Agent<P> {
     window: SlidingWindow,
     predict: P,
@@ -229,46 +263,93 @@ pub struct Agent<P> {
     /// The current budget second: its start and the inference time spent in it.
     second_start_ns: u64,
     spent_ns: u64,
+    /// What one window has cost lately (ns), to size the next call.
+    ns_per_window: u64,
 }
 
-impl<P: FnMut(&Window) -> Result<u32>> Agent<P> {
+impl<P: FnMut(&[Window]) -> Result<Vec<u32>>> Agent<P> {
     pub fn new(predict: P, cpus: usize, limits: AgentLimits) -> Self {
-        Agent { window: SlidingWindow::default(), predict, cpus, limits, second_start_ns: 0, spent_ns: 0 }
+        Agent { window: SlidingWindow::default(), predict, cpus, limits, second_start_ns: 0, spent_ns: 0, ns_per_window: 0 }
     }
 
-    /// One snapshot, read at `now_ns` (bpf_ktime_get_ns's clock). Every
-    /// snapshot enters the window; a window is predicted only if the answer
-    /// can still be used and the budget allows.
-    pub fn step(&mut self, rec: &SnapshotRecord, now_ns: u64, stats: &mut AgentStats) -> Option<(u32, u32)> {
-        stats.snapshots += 1;
-        let (pid, w) = self.window.push(rec)?;
-        if now_ns.saturating_sub(rec.at_ns) > self.limits.stale_ns {
-            stats.skipped_late += 1;
-            return None;
+    /// Slides the window over a drained batch of snapshots (oldest first)
+    /// and returns the windows worth predicting, oldest first.
+    pub fn admit(&mut self, recs: &[SnapshotRecord], stats: &mut AgentStats) -> Vec<Pending> {
+        let mut pending = Vec::new();
+        for rec in recs {
+            stats.snapshots += 1;
+            let Some((pid, window)) = self.window.push(rec) else { continue };
+            if !rec.placeable {
+                stats.skipped_unplaceable += 1;
+                continue;
+            }
+            pending.push(Pending { pid, window, at_ns: rec.at_ns });
         }
+        // Only a pid's newest window: an older prediction would be overwritten.
+        let mut newest = std::collections::HashSet::new();
+        let before = pending.len();
+        let mut kept: Vec<Pending> = pending.into_iter().rev().filter(|p| newest.insert(p.pid)).collect();
+        kept.reverse();
+        stats.skipped_superseded += (before - kept.len()) as u64;
+        kept
+    }
+
+    /// One inference call over the newest windows of `pending` that the
+    /// budget allows, taken off it; the (pid, cpu) to write. Windows that
+    /// turned stale are dropped first; past the budget all are.
+    pub fn infer(&mut self, pending: &mut Vec<Pending>, now_ns: u64, stats: &mut AgentStats) -> Vec<(u32, u32)> {
+        let stale_ns = self.limits.stale_ns;
+        let before = pending.len();
+        pending.retain(|p| now_ns.saturating_sub(p.at_ns) <= stale_ns);
+        stats.skipped_late += (before - pending.len()) as u64;
         if now_ns.saturating_sub(self.second_start_ns) >= 1_000_000_000 {
             self.second_start_ns = now_ns;
             self.spent_ns = 0;
         }
         if self.spent_ns >= self.limits.budget_ns_per_s {
-            stats.skipped_budget += 1;
-            return None;
+            stats.skipped_budget += pending.len() as u64;
+            pending.clear();
         }
+        if pending.is_empty() {
+            return Vec::new();
+        }
+        // As many as the budget left and half the stale limit allow (an
+        // answer that takes longer than that arrives mostly stale), by what
+        // windows cost lately; one while that is unknown, at least one.
+        let allowed = match self.ns_per_window {
+            0 => 1,
+            per => ((self.limits.budget_ns_per_s - self.spent_ns) / per).min(stale_ns / 2 / per).max(1),
+        };
+        let n = pending.len().min(placement::MAX_BATCH).min(allowed.try_into().unwrap_or(usize::MAX));
+        // The newest: the likeliest to be fresh when their tasks wake.
+        let batch = pending.split_off(pending.len() - n);
+        let windows: Vec<Window> = batch.iter().map(|p| p.window).collect();
         let start = Instant::now();
-        let cpu = (self.predict)(&w);
-        let took = start.elapsed().as_nanos() as u64;
+        let cpus = (self.predict)(&windows);
         // Wall time, not the thread's CPU time: time the agent waited for a
         // CPU mid-inference is time the machine was too busy for it anyway.
+        let took = start.elapsed().as_nanos() as u64;
         self.spent_ns += took;
+        self.ns_per_window = if self.ns_per_window == 0 { took / n as u64 } else { (3 * self.ns_per_window + took / n as u64) / 4 };
+        stats.calls += 1;
+        stats.inference_ns += took;
         stats.latency.add(took);
-        match cpu {
-            Ok(cpu) if (cpu as usize) < self.cpus => {
-                stats.predictions += 1;
-                Some((pid, cpu))
+        match cpus {
+            Ok(cpus) if cpus.len() == n => {
+                let mut out = Vec::with_capacity(n);
+                for (p, cpu) in batch.iter().zip(cpus) {
+                    if (cpu as usize) < self.cpus {
+                        stats.predictions += 1;
+                        out.push((p.pid, cpu));
+                    } else {
+                        stats.prediction_errors += 1;
+                    }
+                }
+                out
             }
             _ => {
-                stats.prediction_errors += 1;
-                None
+                stats.prediction_errors += n as u64;
+                Vec::new()
             }
         }
     }
@@ -340,16 +421,37 @@ pub fn possible_cpus() -> Result<usize> {
     libbpf_rs::num_possible_cpus().context("cannot count the possible CPUs")
 }
 
-/// Runs the agent until `stop`: reads the snapshots ring, predicts on every
-/// full window and writes the CPU for its last pid into pid_to_cpu.
 /// How often a long batch publishes the agent's statistics.
 const STATS_PUBLISH_PERIOD: Duration = Duration::from_millis(100);
 
+/// Provenance pressure as the agent sees it before each inference call.
+pub struct PressureGauge {
+    /// The collector's pinned global features (its rings' free bytes).
+    pub global_features: MapHandle,
+    /// Availability from other provenance systems (audit), [0, 128].
+    pub external_availability: Arc<AtomicU8>,
+    /// Below this availability the agent does not infer (the scheduler's
+    /// --availability-high, normalised): the rings are filling, and the
+    /// consumer needs every CPU cycle the agent would take.
+    pub availability_high: u8,
+}
+
+impl PressureGauge {
+    pub fn under_pressure(&self) -> bool {
+        let g = crate::pressure::read_global_features(&self.global_features);
+        let avail = crate::pressure::ring_availability(g.as_ref()).min(self.external_availability.load(Ordering::Relaxed));
+        avail < self.availability_high
+    }
+}
+
+/// Runs the agent until `stop`: reads the snapshots ring, predicts the
+/// windows worth predicting in batches and writes each CPU into pid_to_cpu.
 pub fn run_agent(
     snapshots: &MapHandle,
     pid_to_cpu: &MapHandle,
     model: &PlacementModel,
     limits: AgentLimits,
+    pressure: &PressureGauge,
     stats: &Mutex<AgentStats>,
     stop: &AtomicBool,
 ) -> Result<()> {
@@ -365,29 +467,36 @@ pub fn run_agent(
         })?;
     }
     let ring = builder.build().context("cannot read the placement snapshots ring")?;
-    let mut agent = Agent::new(|w: &Window| model.predict(w), model.cpus(), limits);
+    let mut agent = Agent::new(|w: &[Window]| model.predict_batch(w), model.cpus(), limits);
     // The agent counts into its own copy and publishes it: the scheduler's
     // main loop reads the shared one to answer a stats request, and must
     // not wait while a batch is inferred (seconds under emulation).
     let mut st = AgentStats::default();
-    let mut published = Instant::now();
     while !stop.load(Ordering::Relaxed) {
         // The timeout only bounds how late a stop is seen.
         poll(&ring, Duration::from_millis(100)).context("polling the placement snapshots ring")?;
         let drained = std::mem::take(&mut *batch.borrow_mut());
-        for rec in &drained {
+        let mut pending = agent.admit(&drained, &mut st);
+        let mut published = Instant::now();
+        // Not cut short by a stop: the budget bounds this loop, and every
+        // admitted window is accounted for.
+        while !pending.is_empty() {
+            if pressure.under_pressure() {
+                st.skipped_pressure += pending.len() as u64;
+                break;
+            }
+            for (pid, cpu) in agent.infer(&mut pending, monotonic_ns(), &mut st) {
+                let value = custos_placement_prediction { cpu: cpu as i32, pad: 0, at_ns: monotonic_ns() };
+                if pid_to_cpu.update(&pid.to_ne_bytes(), as_bytes(&value), MapFlags::ANY).is_err() {
+                    st.map_write_failures += 1;
+                }
+            }
             if published.elapsed() >= STATS_PUBLISH_PERIOD {
                 *stats.lock().unwrap() = st.clone();
                 published = Instant::now();
             }
-            let Some((pid, cpu)) = agent.step(rec, monotonic_ns(), &mut st) else { continue };
-            let value = custos_placement_prediction { cpu: cpu as i32, pad: 0, at_ns: monotonic_ns() };
-            if pid_to_cpu.update(&pid.to_ne_bytes(), as_bytes(&value), MapFlags::ANY).is_err() {
-                st.map_write_failures += 1;
-            }
         }
         *stats.lock().unwrap() = st.clone();
-        published = Instant::now();
     }
     Ok(())
 }
@@ -409,14 +518,20 @@ pub struct AgentThread {
 }
 
 impl AgentThread {
-    pub fn start(snapshots: MapHandle, pid_to_cpu: MapHandle, model: Arc<PlacementModel>, limits: AgentLimits) -> Result<Self> {
+    pub fn start(
+        snapshots: MapHandle,
+        pid_to_cpu: MapHandle,
+        model: Arc<PlacementModel>,
+        limits: AgentLimits,
+        pressure: PressureGauge,
+    ) -> Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(Mutex::new(AgentStats::default()));
         let handle = {
             let (stop, stats) = (stop.clone(), stats.clone());
             std::thread::Builder::new()
                 .name("custos-placement".into())
-                .spawn(move || run_agent(&snapshots, &pid_to_cpu, &model, limits, &stats, &stop))?
+                .spawn(move || run_agent(&snapshots, &pid_to_cpu, &model, limits, &pressure, &stats, &stop))?
         };
         Ok(AgentThread { handle: Some(handle), stop, stats })
     }
@@ -719,7 +834,23 @@ mod tests {
     use super::*;
 
     fn rec(pid: u32, cpu: u32, runtime_ns: u64) -> SnapshotRecord {
-        SnapshotRecord { pid, cpu, prio: 120, nr_cpus_allowed: 2, runtime_ns, nvcsw: pid as u64, ..Default::default() }
+        SnapshotRecord { pid, cpu, prio: 120, nr_cpus_allowed: 2, runtime_ns, nvcsw: pid as u64, placeable: true, ..Default::default() }
+    }
+
+    /// Admits and infers until nothing is pending, as run_agent does
+    /// without pressure.
+    fn run<P: FnMut(&[Window]) -> Result<Vec<u32>>>(
+        agent: &mut Agent<P>,
+        recs: &[SnapshotRecord],
+        now_ns: u64,
+        stats: &mut AgentStats,
+    ) -> Vec<(u32, u32)> {
+        let mut pending = agent.admit(recs, stats);
+        let mut out = Vec::new();
+        while !pending.is_empty() {
+            out.extend(agent.infer(&mut pending, now_ns, stats));
+        }
+        out
     }
 
     #[test]
@@ -732,6 +863,7 @@ mod tests {
         s.cpu = 3;
         s.kthread = 1;
         s.created = 1;
+        s.placeable = 1;
         s.runtime_ns = 5;
         s.nvcsw = 6;
         s.nivcsw = 7;
@@ -740,55 +872,119 @@ mod tests {
         let r = SnapshotRecord::from_kernel(as_bytes(&s)).unwrap();
         assert_eq!(
             r,
-            SnapshotRecord { pid: 42, cpu: 3, prio: 110, nr_cpus_allowed: 4, kthread: true, created: true, runtime_ns: 5, nvcsw: 6, nivcsw: 7, switch_count: 8, at_ns: 9 }
+            SnapshotRecord {
+                pid: 42,
+                cpu: 3,
+                prio: 110,
+                nr_cpus_allowed: 4,
+                kthread: true,
+                created: true,
+                runtime_ns: 5,
+                nvcsw: 6,
+                nivcsw: 7,
+                switch_count: 8,
+                at_ns: 9,
+                placeable: true
+            }
         );
         assert!(SnapshotRecord::from_kernel(&as_bytes(&s)[..10]).is_none());
         assert_eq!(std::mem::size_of::<custos_placement_snapshot>(), 64);
     }
 
     /// The agent predicts once per snapshot from the tenth on, for the last
-    /// snapshot's pid, from a window of the last ten in order.
+    /// snapshot's pid, from a window of the last ten in order, whether the
+    /// snapshots arrive one at a time or in one batch.
     #[test]
     fn the_agent_predicts_for_the_last_pid_of_each_full_window() {
+        for batched in [false, true] {
+            let mut seen: Vec<Window> = Vec::new();
+            let mut agent = Agent::new(
+                |ws: &[Window]| {
+                    seen.extend_from_slice(ws);
+                    // "CPU" = which runtime the last task had, as a marker.
+                    Ok(ws.iter().map(|w| (w[WINDOW - 1][3] * 20.0).round() as u32 % 4).collect())
+                },
+                4,
+                AgentLimits::unlimited(),
+            );
+            let mut stats = AgentStats::default();
+            let recs: Vec<_> = (0..25u32).map(|i| rec(1000 + i, 0, 1000u64 << i)).collect();
+            let mut writes = Vec::new();
+            if batched {
+                writes = run(&mut agent, &recs, 0, &mut stats);
+            } else {
+                for r in &recs {
+                    writes.extend(run(&mut agent, std::slice::from_ref(r), 0, &mut stats));
+                }
+            }
+            drop(agent);
+            let mut pids: Vec<u32> = writes.iter().map(|w| w.0).collect();
+            pids.sort();
+            assert_eq!(pids, (1000 + WINDOW as u32 - 1..1025).collect::<Vec<_>>(), "batched {batched}");
+            assert_eq!(stats.snapshots, 25);
+            assert_eq!(stats.predictions, writes.len() as u64);
+            // Each window is the ten last snapshots before its pid's, oldest first.
+            let mut seen_sorted = seen.clone();
+            seen_sorted.sort_by(|a, b| a[WINDOW - 1][3].total_cmp(&b[WINDOW - 1][3]));
+            for (k, w) in seen_sorted.iter().enumerate() {
+                for (j, row) in w.iter().enumerate() {
+                    assert_eq!(*row, features(&rec(1000 + (k + j) as u32, 0, 1000u64 << (k + j)).snapshot()), "window {k} row {j}");
+                }
+            }
+            for (pid, cpu) in &writes {
+                let k = (pid - 1000) as usize;
+                assert_eq!(*cpu, (features(&rec(*pid, 0, 1000u64 << k).snapshot())[3] * 20.0).round() as u32 % 4);
+            }
+            // Batched: one window while its cost is unknown, then all the
+            // rest in one call. One call per snapshot otherwise.
+            assert_eq!(stats.calls, if batched { 2 } else { writes.len() as u64 }, "batched {batched}");
+            assert_eq!(stats.latency.ns.len() as u64, stats.calls);
+        }
+    }
+
+    /// Only windows whose answer would be read are run: a task that would
+    /// not take a prediction is skipped, and of a pid's windows in one batch
+    /// only the newest is run. Every snapshot still slides the window.
+    #[test]
+    fn the_agent_skips_windows_no_one_would_read() {
         let mut seen: Vec<Window> = Vec::new();
         let mut agent = Agent::new(
-            |w: &Window| {
-                seen.push(*w);
-                // "CPU" = which runtime the last task had, as a marker.
-                Ok((w[WINDOW - 1][3] * 20.0).round() as u32 % 4)
+            |ws: &[Window]| {
+                seen.extend_from_slice(ws);
+                Ok(vec![1; ws.len()])
             },
-            4,
+            2,
             AgentLimits::unlimited(),
         );
         let mut stats = AgentStats::default();
-        let mut writes = Vec::new();
-        for i in 0..25u32 {
-            if let Some(w) = agent.step(&rec(1000 + i, 0, 1000u64 << i), 0, &mut stats) {
-                writes.push(w);
-            }
-        }
+        // 30 snapshots: pids 0..10 three times over; odd pids not placeable.
+        let recs: Vec<_> = (0..30u32)
+            .map(|i| SnapshotRecord { placeable: i % 2 == 0, ..rec(i % 10, 0, 1 + i as u64) })
+            .collect();
+        let writes = run(&mut agent, &recs, 0, &mut stats);
         drop(agent);
-        assert_eq!(writes.len(), 25 - WINDOW + 1);
-        assert_eq!(writes.iter().map(|w| w.0).collect::<Vec<_>>(), (1000 + WINDOW as u32 - 1..1025).collect::<Vec<_>>());
-        assert_eq!(stats.snapshots, 25);
-        assert_eq!(stats.predictions, writes.len() as u64);
-        // Each window is the ten last snapshots, oldest first.
-        for (k, w) in seen.iter().enumerate() {
-            for (j, row) in w.iter().enumerate() {
-                assert_eq!(*row, features(&rec(1000 + (k + j) as u32, 0, 1000u64 << (k + j)).snapshot()), "window {k} row {j}");
-            }
-        }
-        assert_eq!(stats.latency.ns.len(), writes.len());
+        let mut pids: Vec<u32> = writes.iter().map(|w| w.0).collect();
+        pids.sort();
+        assert_eq!(pids, vec![0, 2, 4, 6, 8]);
+        // 21 full windows (snapshots 9 to 29): 11 of odd pids, 10 of the
+        // five even ones, of which the five newest are run.
+        assert_eq!(stats.snapshots, 30);
+        assert_eq!(stats.skipped_unplaceable, 11);
+        assert_eq!(stats.skipped_superseded, 5);
+        assert_eq!(stats.calls, 2);
+        // ... and the window run for pid 8 is its newest (runtime 29).
+        let last = seen.iter().find(|w| w[WINDOW - 1] == features(&rec(8, 0, 29).snapshot())).expect("pid 8's newest window");
+        assert_eq!(last[0], features(&rec(9, 0, 20).snapshot()), "snapshots 19 to 28");
     }
 
     #[test]
     fn predictions_outside_the_machine_or_failing_are_not_written() {
         let mut calls = 0;
         let mut agent = Agent::new(
-            |_: &Window| {
+            |ws: &[Window]| {
                 calls += 1;
                 if calls % 2 == 0 {
-                    Ok(9)
+                    Ok(vec![9; ws.len()])
                 } else {
                     Err(anyhow!("no"))
                 }
@@ -797,9 +993,10 @@ mod tests {
             AgentLimits::unlimited(),
         );
         let mut stats = AgentStats::default();
-        let out: Vec<_> = (0..20).filter_map(|i| agent.step(&rec(i, 0, 1), 0, &mut stats)).collect();
+        let out: Vec<_> = (0..20).flat_map(|i| run(&mut agent, &[rec(i, 0, 1)], 0, &mut stats)).collect();
         assert!(out.is_empty());
         assert_eq!(stats.prediction_errors, 11);
+        assert_eq!(stats.predictions, 0);
     }
 
     /// A snapshot read after the stale limit still slides the window but is
@@ -808,9 +1005,9 @@ mod tests {
     fn late_snapshots_are_not_predicted() {
         let mut calls = 0;
         let mut agent = Agent::new(
-            |_: &Window| {
+            |ws: &[Window]| {
                 calls += 1;
-                Ok(1)
+                Ok(vec![1; ws.len()])
             },
             2,
             AgentLimits::new(50, 100.0),
@@ -819,38 +1016,45 @@ mod tests {
         let taken = |i: u32| SnapshotRecord { at_ns: 1_000_000_000 + i as u64 * 1_000_000, ..rec(i, 0, 1) };
         // Read 60 ms after each was taken: all late.
         for i in 0..20 {
-            assert_eq!(agent.step(&taken(i), taken(i).at_ns + 60_000_000, &mut stats), None);
+            assert_eq!(run(&mut agent, &[taken(i)], taken(i).at_ns + 60_000_000, &mut stats), vec![]);
         }
         assert_eq!((stats.skipped_late, stats.predictions), (20 - WINDOW as u64 + 1, 0));
         // Read 10 ms after: predicted, from a window that kept sliding.
-        assert_eq!(agent.step(&taken(20), taken(20).at_ns + 10_000_000, &mut stats), Some((20, 1)));
+        assert_eq!(run(&mut agent, &[taken(20)], taken(20).at_ns + 10_000_000, &mut stats), vec![(20, 1)]);
         drop(agent);
         assert_eq!(calls, 1);
     }
 
     /// Past its CPU budget in a second the agent skips windows until the
-    /// next second; every skip is counted.
+    /// next second; every skip is counted. Calls are sized by what windows
+    /// cost lately, so a batch does not overrun the budget by much.
     #[test]
     fn the_agent_keeps_to_its_cpu_budget() {
+        let mut windows_run = 0;
         let mut agent = Agent::new(
-            |_: &Window| {
-                std::thread::sleep(Duration::from_millis(2));
-                Ok(0)
+            |ws: &[Window]| {
+                windows_run += ws.len();
+                // 2 ms a window (a sleep is never shorter; on a busy machine longer).
+                std::thread::sleep(Duration::from_millis(2) * ws.len() as u32);
+                Ok(vec![0; ws.len()])
             },
             2,
-            // 0.5 % of a second: 5 ms, at most three inferences of 2 ms or
-            // more (a sleep is never shorter; on a busy machine longer).
-            AgentLimits::new(10_000, 0.5),
+            // 1 % of a second: 10 ms, about five windows of 2 ms.
+            AgentLimits::new(10_000, 1.0),
         );
         let mut stats = AgentStats::default();
         let at = 5_000_000_000u64;
-        let first_second: usize =
-            (0..40).filter_map(|i| agent.step(&SnapshotRecord { at_ns: at, ..rec(i, 0, 1) }, at, &mut stats)).count();
-        assert!((1..=3).contains(&first_second), "{first_second} predictions in the first second");
-        assert_eq!(stats.skipped_budget as usize, 40 - (WINDOW - 1) - first_second);
+        let recs: Vec<_> = (0..60).map(|i| SnapshotRecord { at_ns: at, ..rec(i, 0, 1) }).collect();
+        let first_second = run(&mut agent, &recs, at, &mut stats).len();
+        // The first call is one window (no cost known yet), the next ones
+        // what the budget left pays for.
+        assert!((2..=6).contains(&first_second), "{first_second} predictions in the first second");
+        assert_eq!(stats.skipped_budget as usize, 60 - (WINDOW - 1) - first_second);
         // A second later the budget is back.
         let next = at + 1_000_000_000;
-        assert!(agent.step(&SnapshotRecord { at_ns: next, ..rec(99, 0, 1) }, next, &mut stats).is_some());
+        assert_eq!(run(&mut agent, &[SnapshotRecord { at_ns: next, ..rec(99, 0, 1) }], next, &mut stats).len(), 1);
+        drop(agent);
+        assert_eq!(windows_run, first_second + 1);
     }
 
     #[test]

@@ -8,6 +8,9 @@
 //! backlog, consumer lag is the backlog itself.
 
 use anyhow::{bail, Context, Result};
+use libbpf_rs::{MapCore, MapFlags};
+
+use crate::bpf_intf::custos_global_features;
 use std::collections::BTreeSet;
 use std::fs;
 
@@ -56,6 +59,29 @@ impl AuditStatus {
         let free = self.backlog_limit.saturating_sub(self.backlog) as u64;
         (free * 128 / self.backlog_limit as u64) as u8
     }
+}
+
+/// The collector's published features (its pinned `global_features`), if
+/// the map holds them.
+pub fn read_global_features<M: MapCore>(map: &M) -> Option<custos_global_features> {
+    let raw = map.lookup(&0u32.to_ne_bytes(), MapFlags::ANY).ok()??;
+    (raw.len() >= std::mem::size_of::<custos_global_features>())
+        // SAFETY: the map's value is this plain-old-data struct.
+        .then(|| unsafe { std::ptr::read_unaligned(raw.as_ptr().cast()) })
+}
+
+/// Ring availability in [0, 128] as main.bpf.c's ring_availability
+/// computes it: the free share of the fullest ring; 128 while no
+/// collector runs.
+pub fn ring_availability(g: Option<&custos_global_features>) -> u8 {
+    g.filter(|g| g.collector_running != 0)
+        .and_then(|g| {
+            (0..g.ring_size.len())
+                .filter(|&r| g.ring_size[r] > 0)
+                .map(|r| g.ring_free_bytes[r] * 128 / g.ring_size[r])
+                .min()
+        })
+        .map_or(128, |a| a.min(128) as u8)
 }
 
 const NETLINK_AUDIT: libc::c_int = 9;
@@ -152,6 +178,24 @@ fn parse_audit_reply(msg: &[u8]) -> Result<AuditStatus> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The fullest ring decides; no collector, or no sized ring, is no pressure.
+    #[test]
+    fn ring_availability_is_the_fullest_rings_free_share() {
+        // SAFETY: plain integers.
+        let mut g: custos_global_features = unsafe { std::mem::zeroed() };
+        assert_eq!(ring_availability(None), 128);
+        g.ring_size[0] = 1 << 20;
+        g.ring_free_bytes[0] = 1 << 19;
+        assert_eq!(ring_availability(Some(&g)), 128, "collector not running");
+        g.collector_running = 1;
+        assert_eq!(ring_availability(Some(&g)), 64);
+        g.ring_size[1] = 4096;
+        g.ring_free_bytes[1] = 1024;
+        assert_eq!(ring_availability(Some(&g)), 32);
+        g.ring_size = Default::default();
+        assert_eq!(ring_availability(Some(&g)), 128, "no ring sized");
+    }
 
     #[test]
     fn finds_this_test_process_by_name() {

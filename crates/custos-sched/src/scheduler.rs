@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::mem::MaybeUninit;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,7 +19,7 @@ use scx_utils::{scx_ops_attach, scx_ops_load, scx_ops_open, uei_exited, uei_repo
 use crate::bpf_intf;
 use crate::bpf_skel::*;
 use crate::cli::{parse_forcing, PlacementKind, PolicyKind, SchedArgs};
-use crate::placement::{choose_placement, possible_cpus, AgentThread, PlacementChoice};
+use crate::placement::{choose_placement, possible_cpus, AgentThread, PlacementChoice, PressureGauge};
 use crate::learning::{self, LearnerConfig, LearnerReport, PolicyMaps, TrainConfig};
 use crate::pressure;
 use crate::stats::{Metrics, QueueMetrics};
@@ -288,6 +288,8 @@ struct Scheduler<'a> {
     policy_pins: Option<PathBuf>,
     /// The GRU placement agent, with --placement gru and a usable model.
     placement_agent: Option<AgentThread>,
+    /// The audit availability, also for the agent (which reads the rings' own).
+    external_availability: Arc<AtomicU8>,
 }
 
 /// Makes the consumers map equal to --consumer-pid plus the live --consumer
@@ -523,12 +525,18 @@ impl<'a> Scheduler<'a> {
         };
         let learner = start_learner(args, config, maps)?;
         // The agent runs before the first wakeup's snapshot.
+        let external_availability = Arc::new(AtomicU8::new(128));
         let placement_agent = match &config.placement {
             PlacementChoice::Gru { model, .. } => Some(AgentThread::start(
                 libbpf_rs::MapHandle::try_from(&skel.maps.placement_snapshots)?,
                 libbpf_rs::MapHandle::try_from(&skel.maps.pid_to_cpu)?,
                 model.clone(),
                 config.placement_limits,
+                PressureGauge {
+                    global_features: libbpf_rs::MapHandle::try_from(&skel.maps.global_features)?,
+                    external_availability: external_availability.clone(),
+                    availability_high: config.availability_high,
+                },
             )?),
             PlacementChoice::Custos { reason } => {
                 if !reason.is_empty() {
@@ -583,6 +591,7 @@ impl<'a> Scheduler<'a> {
             learner,
             policy_pins,
             placement_agent,
+            external_availability,
         })
     }
 
@@ -616,6 +625,7 @@ impl<'a> Scheduler<'a> {
                     .as_mut()
                     .unwrap()
                     .external_availability = s.availability();
+                self.external_availability.store(s.availability(), Ordering::Relaxed);
                 self.skel.maps.bss_data.as_mut().unwrap().external_lag = s.backlog as u64;
                 self.last_audit_error = None;
             }
@@ -630,18 +640,14 @@ impl<'a> Scheduler<'a> {
     }
 
     fn global_features(&self) -> Option<bpf_intf::custos_global_features> {
-        let raw = self
-            .skel
-            .maps
-            .global_features
-            .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)
-            .ok()??;
-        (raw.len() >= std::mem::size_of::<bpf_intf::custos_global_features>())
-            // SAFETY: the map's value is this plain-old-data struct.
-            .then(|| unsafe { std::ptr::read_unaligned(raw.as_ptr().cast()) })
+        pressure::read_global_features(&self.skel.maps.global_features)
     }
 
     fn metrics(&self) -> Metrics {
+        // The agent's statistics before the kernel's: the kernel counts a
+        // snapshot before the agent can read it, so read in this order the
+        // agent's count never leads.
+        let agent = self.placement_agent.as_ref().map(|a| a.stats.lock().unwrap().clone());
         // SAFETY: plain-old-data counters; all zeroes is the empty sum.
         let mut sum: bpf_intf::custos_sched_stats = unsafe { std::mem::zeroed() };
         let mut nr_cpus = 0u64;
@@ -736,17 +742,7 @@ impl<'a> Scheduler<'a> {
             .map(|g| g.consumer_pids.iter().filter(|p| **p != 0).count() as u64)
             .unwrap_or(0);
         let data = self.skel.maps.data_data.as_ref().unwrap();
-        let availability = global
-            .filter(|g| g.collector_running != 0)
-            .map(|g| {
-                (0..g.ring_size.len())
-                    .filter(|r| g.ring_size[*r] > 0)
-                    .map(|r| g.ring_free_bytes[r] * 128 / g.ring_size[r])
-                    .min()
-                    .unwrap_or(128)
-            })
-            .unwrap_or(128)
-            .min(data.external_availability as u64);
+        let availability = (pressure::ring_availability(global.as_ref()) as u64).min(data.external_availability as u64);
         let mut m = Metrics {
             interval_s: self.attached_at.elapsed().as_secs_f64(),
             queues,
@@ -798,14 +794,18 @@ impl<'a> Scheduler<'a> {
             placement_fallbacks: sum.placement_fallbacks,
             ..Default::default()
         };
-        if let Some(agent) = &self.placement_agent {
-            let a = agent.stats.lock().unwrap();
+        if let Some(a) = agent {
             m.placement_agent_snapshots = a.snapshots;
             m.placement_predictions = a.predictions;
             m.placement_prediction_errors = a.prediction_errors;
             m.placement_map_write_failures = a.map_write_failures;
             m.placement_skipped_late = a.skipped_late;
             m.placement_skipped_budget = a.skipped_budget;
+            m.placement_skipped_unplaceable = a.skipped_unplaceable;
+            m.placement_skipped_superseded = a.skipped_superseded;
+            m.placement_skipped_pressure = a.skipped_pressure;
+            m.placement_inference_calls = a.calls;
+            m.placement_inference_ns = a.inference_ns;
             (m.placement_inference_p50_us, m.placement_inference_p99_us) = a.latency.p50_p99_us();
         }
         m.derive_feature_cost();
@@ -842,14 +842,16 @@ impl<'a> Scheduler<'a> {
                 None => std::thread::sleep(Duration::from_millis(100)),
             }
         }
-        let mut final_metrics = self.metrics();
         let _ = self.struct_ops.take();
         let learner = self.stop_learner();
-        if let Some(mut agent) = self.placement_agent.take() {
+        // Detached first, then the agent stopped: the final statistics
+        // hold every snapshot the kernel sent and all the agent did.
+        if let Some(agent) = self.placement_agent.as_mut() {
             if let Err(e) = agent.stop() {
                 warn!("placement agent: {e:#}");
             }
         }
+        let mut final_metrics = self.metrics();
         // The learner's last epoch pushes weights as it stops: the final
         // statistics name the generation the run ended with.
         if let Ok(state) = learning::read_policy_state(&self.skel.maps.policy_state) {

@@ -158,9 +158,19 @@ pub struct Metrics {
     pub placement_skipped_late: u64,
     #[stat(desc = "GRU placement: windows not predicted, the agent's CPU budget (--placement-cpu-pct) spent")]
     pub placement_skipped_budget: u64,
-    #[stat(desc = "GRU placement: median inference time in us (a bounded sample of the whole run)")]
+    #[stat(desc = "GRU placement: windows not predicted, their task would not use a prediction (budgeted, a consumer, or pinned)")]
+    pub placement_skipped_unplaceable: u64,
+    #[stat(desc = "GRU placement: windows not predicted, a newer window of the same pid was in the batch")]
+    pub placement_skipped_superseded: u64,
+    #[stat(desc = "GRU placement: windows not predicted, the provenance rings under pressure (below --availability-high)")]
+    pub placement_skipped_pressure: u64,
+    #[stat(desc = "GRU placement: inference calls (each over a batch of up to 64 windows)")]
+    pub placement_inference_calls: u64,
+    #[stat(desc = "GRU placement: total inference time in ns")]
+    pub placement_inference_ns: u64,
+    #[stat(desc = "GRU placement: median inference call time in us (a bounded sample of the whole run)")]
     pub placement_inference_p50_us: f64,
-    #[stat(desc = "GRU placement: 99th-percentile inference time in us (same sample)")]
+    #[stat(desc = "GRU placement: 99th-percentile inference call time in us (same sample)")]
     pub placement_inference_p99_us: f64,
 }
 
@@ -214,7 +224,7 @@ impl Metrics {
         if self.placement.starts_with("gru") || self.placement_snapshots > 0 {
             writeln!(
                 w,
-                "  placement {} | snapshots {} dropped {} | used {} stale {} cpumask {} busy {} none {} | predictions {} errors {} map failures {} skipped late {} budget {} | inference p50 {:.1}us p99 {:.1}us",
+                "  placement {} | snapshots {} dropped {} | used {} stale {} cpumask {} busy {} none {} | predictions {} errors {} map failures {} skipped late {} budget {} unplaceable {} superseded {} pressure {} | {} calls p50 {:.1}us p99 {:.1}us {:.1}us/window",
                 self.placement,
                 self.placement_snapshots,
                 self.placement_snapshots_dropped,
@@ -228,8 +238,13 @@ impl Metrics {
                 self.placement_map_write_failures,
                 self.placement_skipped_late,
                 self.placement_skipped_budget,
+                self.placement_skipped_unplaceable,
+                self.placement_skipped_superseded,
+                self.placement_skipped_pressure,
+                self.placement_inference_calls,
                 self.placement_inference_p50_us,
                 self.placement_inference_p99_us,
+                self.placement_inference_ns as f64 / 1000.0 / (self.placement_predictions + self.placement_prediction_errors).max(1) as f64,
             )?;
         }
         for (q, m) in self.queues.iter().enumerate() {
@@ -351,6 +366,15 @@ impl Metrics {
                 .saturating_sub(prev.placement_map_write_failures),
             placement_skipped_late: self.placement_skipped_late.saturating_sub(prev.placement_skipped_late),
             placement_skipped_budget: self.placement_skipped_budget.saturating_sub(prev.placement_skipped_budget),
+            placement_skipped_unplaceable: self
+                .placement_skipped_unplaceable
+                .saturating_sub(prev.placement_skipped_unplaceable),
+            placement_skipped_superseded: self
+                .placement_skipped_superseded
+                .saturating_sub(prev.placement_skipped_superseded),
+            placement_skipped_pressure: self.placement_skipped_pressure.saturating_sub(prev.placement_skipped_pressure),
+            placement_inference_calls: self.placement_inference_calls.saturating_sub(prev.placement_inference_calls),
+            placement_inference_ns: self.placement_inference_ns.saturating_sub(prev.placement_inference_ns),
             ..self.clone()
         };
         d.derive_feature_cost();

@@ -51,6 +51,10 @@ pub struct RunArgs {
     /// tap`): a virtio NIC the guest configures itself, no NAT between.
     #[arg(long, value_name = "NAME")]
     pub tap: Option<String>,
+    /// QEMU CPU model (-cpu), e.g. `qemu64`. Default: virtme-ng's (`max`
+    /// under emulation, `host` under KVM).
+    #[arg(long, value_name = "MODEL", value_parser = parse_cpu_model)]
+    pub cpu_model: Option<String>,
     /// No progress lines: stderr carries only COMMAND's stderr.
     #[arg(short, long)]
     pub quiet: bool,
@@ -83,6 +87,15 @@ fn parse_env(s: &str) -> Result<(String, String), String> {
     Ok((k.to_string(), v.to_string()))
 }
 
+/// A QEMU CPU model with its feature flags (`max,-avx2`): one word, since it
+/// goes to QEMU inside a longer option string.
+fn parse_cpu_model(s: &str) -> Result<String, String> {
+    if s.is_empty() || !s.chars().all(|c| c.is_ascii_alphanumeric() || ",.+-_=".contains(c)) {
+        return Err(format!("not a QEMU CPU model: {s:?} (e.g. qemu64, max,-avx2,-fma)"));
+    }
+    Ok(s.to_string())
+}
+
 pub fn run(cmd: VmCommand) -> Result<i32> {
     match cmd {
         VmCommand::Run(args) => run_command(args),
@@ -112,6 +125,7 @@ fn run_command(args: RunArgs) -> Result<i32> {
         cwd: None,
         append: args.append,
         tap: args.tap,
+        cpu_model: args.cpu_model,
     };
     runner::handle_interrupts();
     match runner::run(&spec, &args.command, Streams::Forward) {

@@ -58,6 +58,12 @@ pub struct VmSpec {
     /// gives it an address itself): a network between host and guest without
     /// NAT, so two machines' provenance meets at real connections.
     pub tap: Option<String>,
+    /// QEMU's CPU model (`-cpu`); None: virtme-ng's choice (`max` under
+    /// emulation, `host` under KVM). Under emulation a model without AVX2
+    /// and FMA (`qemu64`) makes floating-point code that picks its kernels
+    /// by CPUID several times faster: QEMU emulates those instructions
+    /// slowly (bench/placement/README.md).
+    pub cpu_model: Option<String>,
 }
 
 impl VmSpec {
@@ -74,6 +80,7 @@ impl VmSpec {
             cwd: None,
             append: Vec::new(),
             tap: None,
+            cpu_model: None,
         }
     }
 }
@@ -413,6 +420,10 @@ fn boot(spec: &VmSpec, tools: &tools::Tools, ctl: &Path, streams: Streams, kvm: 
         // and the guest oopses ("Oops: int3" in try_to_wake_up). Slower, but
         // the kernel under test stays sound.
         cmd.arg("--disable-kvm").arg("--qemu-opts=-accel tcg,thread=single");
+    }
+    if let Some(model) = &spec.cpu_model {
+        // After virtme-ng's own -cpu: QEMU takes the last one.
+        cmd.arg(format!("--qemu-opts=-cpu {model}"));
     }
     if let Some(tap) = &spec.tap {
         cmd.arg(format!("--qemu-opts=-netdev tap,id=custosnet,ifname={tap},script=no,downscript=no -device virtio-net-pci,netdev=custosnet"));

@@ -26,6 +26,24 @@ fn guest_runs_the_provisioned_sched_ext_kernel() {
     assert_eq!(text(&out.stdout), format!("disabled\n{release}\nok\n"));
 }
 
+/// --cpu-model reaches QEMU: the guest's CPUID is the model's, so software
+/// that picks its kernels by CPUID (tract, glibc) sees no AVX2 or FMA.
+/// A malformed model is refused before any boot.
+#[test]
+fn the_guest_cpu_model_is_the_one_asked_for() {
+    let flags = "grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\\n' | grep -cx 'avx2\\|fma'";
+    let default = custos(&["vm", "run", "-q", "--cpus", "1", "--", "sh", "-c", flags]);
+    let qemu64 = custos(&["vm", "run", "-q", "--cpus", "1", "--cpu-model", "qemu64", "--", "sh", "-c", flags]);
+    assert_eq!(default.status.code(), Some(0), "stderr: {}", text(&default.stderr));
+    // grep -c exits 1 when it counts none.
+    assert_eq!(qemu64.status.code(), Some(1), "stderr: {}", text(&qemu64.stderr));
+    assert_eq!(text(&default.stdout).trim(), "2", "the default (max) has AVX2 and FMA");
+    assert_eq!(text(&qemu64.stdout).trim(), "0");
+    let bad = custos(&["vm", "run", "--cpu-model", "max -smp 64", "--", "true"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(text(&bad.stderr).contains("not a QEMU CPU model"), "{}", text(&bad.stderr));
+}
+
 #[test]
 fn exit_codes_stdout_stderr_and_shared_files_come_back_exactly() {
     let share = tempfile::tempdir().unwrap();

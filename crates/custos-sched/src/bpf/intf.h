@@ -150,7 +150,13 @@ struct custos_placement_snapshot {
 	s32 cpu;			/* where the task was placed */
 	u8  kthread;			/* PF_KTHREAD */
 	u8  created;			/* a new task (fork), not a wakeup */
-	u8  pad[6];
+	/*
+	 * The scheduler would use a prediction for this task at its next
+	 * wakeup (a primary non-consumer free to run on more than one CPU):
+	 * the agent runs the model only for those. Not a model feature.
+	 */
+	u8  placeable;
+	u8  pad[5];
 	u64 runtime_ns;			/* se.sum_exec_runtime */
 	u64 nvcsw;
 	u64 nivcsw;

@@ -85,9 +85,16 @@ static __always_inline void placement_snapshot(const struct task_struct *p,
 		return;
 	}
 	placement_fill(s, p, scx_bpf_task_cpu(p), tctx->switch_count, created);
-	bpf_ringbuf_submit(s, 0);
+	/*
+	 * select_cpu just ran decide_queue for this wakeup (a new task's
+	 * first queue is decided at enqueue, after this: it counts as
+	 * primary). A budgeted task or a consumer never takes a prediction.
+	 */
+	s->placeable = s->placeable && !tctx->budgeted && !tctx->consumer;
+	/* Counted before the agent can read it, so its count never leads. */
 	if (st)
 		st->placement_snapshots++;
+	bpf_ringbuf_submit(s, 0);
 }
 
 static __always_inline bool placement_is_consumer(const struct task_struct *p)

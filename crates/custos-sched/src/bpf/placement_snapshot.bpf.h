@@ -22,6 +22,7 @@ static __always_inline void placement_fill(struct custos_placement_snapshot *s,
 	s->cpu = cpu;
 	s->kthread = !!(p->flags & PF_KTHREAD);
 	s->created = created;
+	s->placeable = p->nr_cpus_allowed > 1;
 	__builtin_memset(s->pad, 0, sizeof(s->pad));
 	/*
 	 * Maintained under sched_ext too: update_curr_scx() adds each slice's
