@@ -256,7 +256,9 @@ pub struct Pending {
 /// answer could be used (the task is placeable, the answer would not be
 /// stale, no newer window of the pid waits) and the CPU budget allows.
 pub struct Agent<P> {
-    window: SlidingWindow,
+    /// The last WINDOW - 1 snapshots of earlier batches: the start of the
+    /// windows that end in the next batch.
+    tail: Vec<Snapshot>,
     predict: P,
     cpus: usize,
     limits: AgentLimits,
@@ -269,29 +271,49 @@ pub struct Agent<P> {
 
 impl<P: FnMut(&[Window]) -> Result<Vec<u32>>> Agent<P> {
     pub fn new(predict: P, cpus: usize, limits: AgentLimits) -> Self {
-        Agent { window: SlidingWindow::default(), predict, cpus, limits, second_start_ns: 0, spent_ns: 0, ns_per_window: 0 }
+        Agent { tail: Vec::new(), predict, cpus, limits, second_start_ns: 0, spent_ns: 0, ns_per_window: 0 }
     }
 
     /// Slides the window over a drained batch of snapshots (oldest first)
-    /// and returns the windows worth predicting, oldest first.
+    /// and returns the windows worth predicting, oldest first. Features are
+    /// computed only for those: most windows are skipped, and under
+    /// emulation the logarithms of every snapshot's features would cost the
+    /// agent more than reading the ring does (SlidingWindow, which training
+    /// uses, computes them as it goes).
     pub fn admit(&mut self, recs: &[SnapshotRecord], stats: &mut AgentStats) -> Vec<Pending> {
-        let mut pending = Vec::new();
-        for rec in recs {
-            stats.snapshots += 1;
-            let Some((pid, window)) = self.window.push(rec) else { continue };
+        stats.snapshots += recs.len() as u64;
+        let held = self.tail.len();
+        let all: Vec<Snapshot> = self.tail.iter().copied().chain(recs.iter().map(SnapshotRecord::snapshot)).collect();
+        // Newest first, so a pid's newest window is the one kept: an older
+        // prediction would be overwritten before its task could read it.
+        let mut newest = std::collections::HashSet::new();
+        let mut picked = Vec::new();
+        for (i, rec) in recs.iter().enumerate().rev() {
+            if held + i + 1 < WINDOW {
+                continue; // not a full window yet
+            }
             if !rec.placeable {
                 stats.skipped_unplaceable += 1;
-                continue;
+            } else if !newest.insert(rec.pid) {
+                stats.skipped_superseded += 1;
+            } else {
+                picked.push(i);
             }
-            pending.push(Pending { pid, window, at_ns: rec.at_ns });
         }
-        // Only a pid's newest window: an older prediction would be overwritten.
-        let mut newest = std::collections::HashSet::new();
-        let before = pending.len();
-        let mut kept: Vec<Pending> = pending.into_iter().rev().filter(|p| newest.insert(p.pid)).collect();
-        kept.reverse();
-        stats.skipped_superseded += (before - kept.len()) as u64;
-        kept
+        let pending = picked
+            .iter()
+            .rev()
+            .map(|&i| {
+                let end = held + i + 1;
+                let mut window: Window = [[0.0; FEATURES]; WINDOW];
+                for (row, snap) in window.iter_mut().zip(&all[end - WINDOW..end]) {
+                    *row = features(snap);
+                }
+                Pending { pid: recs[i].pid, window, at_ns: recs[i].at_ns }
+            })
+            .collect();
+        self.tail = all[all.len().saturating_sub(WINDOW - 1)..].to_vec();
+        pending
     }
 
     /// One inference call over the newest windows of `pending` that the
@@ -627,6 +649,26 @@ impl Recorder {
 pub enum PlacementCommand {
     Record(RecordArgs),
     Train(TrainPlacementArgs),
+    Speed(SpeedArgs),
+}
+
+/// Time a placement model's inference on this machine: what one window
+/// costs alone and in batches (the agent batches; its CPU budget buys
+/// windows at this price). No BPF, no scheduler.
+#[derive(Args, Debug, Clone)]
+pub struct SpeedArgs {
+    /// The model (default: the shipped one).
+    #[arg(long, value_name = "FILE")]
+    pub model: Option<PathBuf>,
+    /// CPUs the model places on (default: this machine's possible CPUs).
+    #[arg(long)]
+    pub cpus: Option<usize>,
+    /// Windows to time at each batch size.
+    #[arg(long, default_value_t = 2000)]
+    pub windows: usize,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Record the kernel's default scheduler placing tasks (no sched_ext: run it
@@ -680,7 +722,71 @@ pub fn run(cmd: PlacementCommand) -> Result<i32> {
             println!("{report}");
             Ok(0)
         }
+        PlacementCommand::Speed(args) => speed(&args),
     }
+}
+
+/// One batch size's timing.
+#[derive(Debug, Serialize)]
+pub struct SpeedRow {
+    pub batch: usize,
+    pub calls: usize,
+    pub us_per_call_median: f64,
+    pub us_per_window: f64,
+}
+
+/// Times `model` on `windows` windows at each batch size (after one
+/// untimed call each, which builds that batch's plan).
+pub fn time_model(model: &PlacementModel, windows: usize) -> Result<Vec<SpeedRow>> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+    // Features are scaled to about one (custos_policy::placement::features).
+    let all: Vec<Window> = (0..windows.max(placement::MAX_BATCH))
+        .map(|_| std::array::from_fn(|_| std::array::from_fn(|_| rng.gen_range(-1.0..1.5))))
+        .collect();
+    let mut rows = Vec::new();
+    for batch in [1, 8, placement::MAX_BATCH] {
+        model.predict_batch(&all[..batch])?;
+        let mut calls_ns = Vec::new();
+        for chunk in all.chunks_exact(batch).take(windows.div_ceil(batch).max(1)) {
+            let start = Instant::now();
+            model.predict_batch(chunk)?;
+            calls_ns.push(start.elapsed().as_nanos() as f64);
+        }
+        let total: f64 = calls_ns.iter().sum();
+        let n = calls_ns.len();
+        calls_ns.sort_by(f64::total_cmp);
+        rows.push(SpeedRow {
+            batch,
+            calls: n,
+            us_per_call_median: calls_ns[n / 2] / 1000.0,
+            us_per_window: total / 1000.0 / (n * batch) as f64,
+        });
+    }
+    Ok(rows)
+}
+
+fn speed(args: &SpeedArgs) -> Result<i32> {
+    let cpus = match args.cpus {
+        Some(n) => n,
+        None => possible_cpus()?,
+    };
+    let model = match &args.model {
+        Some(path) => PlacementModel::load(path, cpus)?,
+        None => PlacementModel::from_bytes(SHIPPED_MODEL, cpus).context("the shipped placement model (--cpus 2 times it anywhere)")?,
+    };
+    if args.windows == 0 {
+        bail!("--windows must be at least 1");
+    }
+    let rows = time_model(&model, args.windows)?;
+    if args.json {
+        println!("{}", serde_json::to_string(&rows)?);
+    } else {
+        println!("batch  calls  us/call (median)  us/window");
+        for r in &rows {
+            println!("{:>5}  {:>5}  {:>16.1}  {:>9.1}", r.batch, r.calls, r.us_per_call_median, r.us_per_window);
+        }
+    }
+    Ok(0)
 }
 
 fn record(args: &RecordArgs) -> Result<i32> {
@@ -724,10 +830,10 @@ fn record(args: &RecordArgs) -> Result<i32> {
 /// A recording's unreadable lines: (line number, error).
 pub type BadLines = Vec<(usize, String)>;
 
-/// A recording's snapshots, and its unreadable lines.
-pub fn read_recording(path: &Path) -> Result<(Vec<SnapshotRecord>, BadLines)> {
+/// Hands each snapshot of a recording to `each`, in order; returns the
+/// unreadable lines (skipped). Streams: a recording can be larger than memory.
+pub fn for_each_record(path: &Path, mut each: impl FnMut(&SnapshotRecord)) -> Result<BadLines> {
     let file = File::open(path).with_context(|| format!("cannot open the recording {}", path.display()))?;
-    let mut records = Vec::new();
     let mut bad = Vec::new();
     for (i, line) in BufReader::new(file).lines().enumerate() {
         let line = line.with_context(|| format!("reading {}", path.display()))?;
@@ -735,10 +841,17 @@ pub fn read_recording(path: &Path) -> Result<(Vec<SnapshotRecord>, BadLines)> {
             continue;
         }
         match serde_json::from_str::<SnapshotRecord>(&line) {
-            Ok(r) => records.push(r),
+            Ok(r) => each(&r),
             Err(e) => bad.push((i + 1, e.to_string())),
         }
     }
+    Ok(bad)
+}
+
+/// A recording's snapshots, and its unreadable lines.
+pub fn read_recording(path: &Path) -> Result<(Vec<SnapshotRecord>, BadLines)> {
+    let mut records = Vec::new();
+    let bad = for_each_record(path, |r| records.push(*r))?;
     Ok((records, bad))
 }
 
@@ -789,9 +902,14 @@ pub fn train(args: &TrainPlacementArgs) -> Result<TrainPlacementReport> {
         Some(n) => n,
         None => possible_cpus()?,
     };
-    let (mut samples, mut snapshots, mut bad_lines) = (Vec::new(), 0, 0);
+    // Two passes over the recordings, so that memory holds only the windows
+    // trained on (--max-windows of them), not the recordings: the first
+    // counts windows and reports bad lines, the second keeps every
+    // stride-th window.
+    let (mut windows, mut snapshots, mut bad_lines) = (0usize, 0usize, 0usize);
     for path in &args.recordings {
-        let (records, bad) = read_recording(path)?;
+        let mut records = 0usize;
+        let bad = for_each_record(path, |_| records += 1)?;
         for (line, e) in bad.iter().take(10) {
             eprintln!("{}:{line}: skipped: {e}", path.display());
         }
@@ -799,19 +917,30 @@ pub fn train(args: &TrainPlacementArgs) -> Result<TrainPlacementReport> {
             eprintln!("{}: {} more bad lines skipped", path.display(), bad.len() - 10);
         }
         bad_lines += bad.len();
-        snapshots += records.len();
-        // Windows never span two recordings: their tasks never ran together.
-        samples.extend(samples_of(&records));
+        snapshots += records;
+        windows += records.saturating_sub(WINDOW - 1);
     }
-    if samples.is_empty() {
+    if windows == 0 {
         bail!(
             "no usable windows in the recordings ({snapshots} snapshots, {bad_lines} bad lines; a window needs {WINDOW} snapshots)"
         );
     }
-    let windows = samples.len();
-    if args.max_windows > 0 && windows > args.max_windows {
-        let stride = windows.div_ceil(args.max_windows);
-        samples = samples.into_iter().step_by(stride).collect();
+    let stride = if args.max_windows > 0 && windows > args.max_windows { windows.div_ceil(args.max_windows) } else { 1 };
+    let mut samples = Vec::with_capacity(windows.div_ceil(stride));
+    let mut index = 0usize;
+    for path in &args.recordings {
+        // Windows never span two recordings: their tasks never ran together.
+        let mut window = SlidingWindow::default();
+        for_each_record(path, |r| {
+            if let Some((_, w)) = window.push(r) {
+                if index.is_multiple_of(stride) {
+                    samples.push(Sample { window: w, cpu: r.cpu });
+                }
+                index += 1;
+            }
+        })?;
+    }
+    if stride > 1 {
         eprintln!("training on every {stride}th of {windows} windows: {} (--max-windows)", samples.len());
     }
     let cfg = placement::TrainConfig { hidden: args.hidden, max_epochs: args.max_epochs, seed: args.seed, ..placement::TrainConfig::for_cpus(cpus) };

@@ -196,6 +196,13 @@ fn a_recording_trains_a_model_the_scheduler_accepts() {
     let model = PlacementModel::load(&out, 2).unwrap();
     assert_eq!(model.cpus(), 2);
 
+    // Two recordings: windows within each, never across (391 each, not 791),
+    // every 8th kept across both.
+    let both = TrainPlacementArgs { recordings: vec![rec_path.clone(), rec_path.clone()], max_windows: 100, max_epochs: 2, ..args.clone() };
+    let report = train(&both).unwrap();
+    assert_eq!((report.snapshots, report.bad_lines), (800, 2));
+    assert_eq!(report.report.train_samples + report.report.validation_samples, 782usize.div_ceil(8));
+
     // Nothing usable is an error that says so.
     let short = dir.path().join("short.jsonl");
     std::fs::write(&short, "not json\n").unwrap();
@@ -225,4 +232,20 @@ fn record_then_train_end_to_end() {
     let args = TrainPlacementArgs { recordings: vec![rec], out: out.clone(), cpus: None, hidden: 8, max_epochs: 3, max_windows: 0, seed: 1 };
     assert_eq!(run(PlacementCommand::Train(args)).unwrap(), 0);
     assert!(choose_placement(true, Some(&out), possible_cpus().unwrap()).is_gru());
+}
+
+/// `custos placement speed`: the shipped model timed alone and in batches
+/// (what is faster is for bench/placement to say, not a test on a busy
+/// machine), and a model for other CPUs is refused.
+#[test]
+fn the_speed_of_a_model_is_measured_per_window_and_batch() {
+    use custos_sched::placement::time_model;
+    let model = PlacementModel::from_bytes(custos_policy::placement::SHIPPED_MODEL, 2).unwrap();
+    let rows = time_model(&model, 640).unwrap();
+    assert_eq!(rows.iter().map(|r| r.batch).collect::<Vec<_>>(), vec![1, 8, 64]);
+    assert_eq!(rows.iter().map(|r| r.calls).collect::<Vec<_>>(), vec![640, 80, 10]);
+    assert!(rows.iter().all(|r| r.us_per_window > 0.0 && r.us_per_call_median > 0.0), "{rows:?}");
+    use custos_sched::placement::{run, PlacementCommand, SpeedArgs};
+    let err = run(PlacementCommand::Speed(SpeedArgs { model: None, cpus: Some(3), windows: 10, json: true })).unwrap_err();
+    assert!(format!("{err:#}").contains("this machine has 3"), "{err:#}");
 }
