@@ -100,10 +100,15 @@ def superproducer(path: Path):
                 "marker_delivered": all(r["marker_delivered"] for r in v)} for k, v in by.items()}
 
 
+def guest_script(env):
+    """guest.sh with its parameters exported before it."""
+    return "".join(f"export {k}={json.dumps(str(v))}\n" for k, v in env.items()) + (HERE / "guest.sh").read_text()
+
+
 def train(args, out: Path):
     env = dict(OUT=out, ROOT=ROOT, MODE="record", SECONDS_PER_LOAD=args.seconds, PINGPONG_N=args.pingpong_n,
                REPS=args.reps)
-    script = "".join(f"export {k}={json.dumps(str(v))}\n" for k, v in env.items()) + (HERE / "guest.sh").read_text()
+    script = guest_script(env)
     print(f"bench/placement: recording the default scheduler's placements in the VM (2 vCPUs) into {out}",
           file=sys.stderr)
     vm.run_script(script, out, timeout_s=3600)
@@ -166,7 +171,7 @@ def main():
     env = dict(params, OUT=out, ROOT=ROOT, MODE="bench", CONFIGS=" ".join(CONFIGS), GRU_ARGS=args.gru_args)
     if args.model:
         env["MODEL"] = args.model.resolve()
-    script = "".join(f"export {k}={json.dumps(str(v))}\n" for k, v in env.items()) + (HERE / "guest.sh").read_text()
+    script = guest_script(env)
     t0 = time.time()
     if not args.from_dir:
         (out / "cpu-model").write_text(args.cpu_model + "\n")
@@ -181,9 +186,7 @@ def main():
         second = out / f"guest-{args.sp_cpu_model}"
         if not (second / "sp-gru" / "results.jsonl").exists():
             env2 = dict(env, OUT=second, CONFIGS="")
-            script2 = "".join(f"export {k}={json.dumps(str(v))}\n" for k, v in env2.items()) + \
-                (HERE / "guest.sh").read_text()
-            vm.run_script(script2, second, timeout_s=3600, cpu_model=args.sp_cpu_model)
+            vm.run_script(guest_script(env2), second, timeout_s=3600, cpu_model=args.sp_cpu_model)
         guests[args.sp_cpu_model] = second
     s = summarize(parse((out / "results.jsonl").read_text().splitlines()))
     d, c, g = s["default"], s["custos"], s["gru"]

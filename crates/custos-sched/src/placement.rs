@@ -104,28 +104,38 @@ impl SnapshotRecord {
     }
 }
 
+/// The model's input for the WINDOW snapshots given, oldest first: the
+/// one place a window's features are computed (the agent and training).
+pub fn window_of<'a>(snapshots: impl IntoIterator<Item = &'a Snapshot>) -> Window {
+    let mut w: Window = [[0.0; FEATURES]; WINDOW];
+    for (row, snap) in w.iter_mut().zip(snapshots) {
+        *row = features(snap);
+    }
+    w
+}
+
 /// The sliding window of the last [`WINDOW`] snapshots of all tasks, as
-/// the seed keeps it: each snapshot that fills or slides it gives the
-/// window whose prediction is for that snapshot's pid.
+/// the seed keeps it: each snapshot that fills or slides it ends the
+/// window whose prediction is for that snapshot's pid. It holds the
+/// snapshots; features are computed only for a window asked for.
 #[derive(Debug, Default)]
 pub struct SlidingWindow {
-    last: VecDeque<[f32; FEATURES]>,
+    last: VecDeque<Snapshot>,
 }
 
 impl SlidingWindow {
-    /// Adds a snapshot; the (pid, window) to predict once WINDOW are held.
-    pub fn push(&mut self, rec: &SnapshotRecord) -> Option<(u32, Window)> {
+    /// Adds a snapshot; true once WINDOW are held (a window ends with it).
+    pub fn push(&mut self, rec: &SnapshotRecord) -> bool {
         if self.last.len() == WINDOW {
             self.last.pop_front();
         }
-        self.last.push_back(features(&rec.snapshot()));
-        (self.last.len() == WINDOW).then(|| {
-            let mut w: Window = [[0.0; FEATURES]; WINDOW];
-            for (dst, src) in w.iter_mut().zip(&self.last) {
-                *dst = *src;
-            }
-            (rec.pid, w)
-        })
+        self.last.push_back(rec.snapshot());
+        self.last.len() == WINDOW
+    }
+
+    /// The window as it stands (WINDOW snapshots once `push` said so).
+    pub fn window(&self) -> Window {
+        window_of(&self.last)
     }
 }
 
@@ -278,8 +288,7 @@ impl<P: FnMut(&[Window]) -> Result<Vec<u32>>> Agent<P> {
     /// and returns the windows worth predicting, oldest first. Features are
     /// computed only for those: most windows are skipped, and under
     /// emulation the logarithms of every snapshot's features would cost the
-    /// agent more than reading the ring does (SlidingWindow, which training
-    /// uses, computes them as it goes).
+    /// agent more than reading the ring does.
     pub fn admit(&mut self, recs: &[SnapshotRecord], stats: &mut AgentStats) -> Vec<Pending> {
         stats.snapshots += recs.len() as u64;
         let held = self.tail.len();
@@ -305,11 +314,7 @@ impl<P: FnMut(&[Window]) -> Result<Vec<u32>>> Agent<P> {
             .rev()
             .map(|&i| {
                 let end = held + i + 1;
-                let mut window: Window = [[0.0; FEATURES]; WINDOW];
-                for (row, snap) in window.iter_mut().zip(&all[end - WINDOW..end]) {
-                    *row = features(snap);
-                }
-                Pending { pid: recs[i].pid, window, at_ns: recs[i].at_ns }
+                Pending { pid: recs[i].pid, window: window_of(&all[end - WINDOW..end]), at_ns: recs[i].at_ns }
             })
             .collect();
         self.tail = all[all.len().saturating_sub(WINDOW - 1)..].to_vec();
@@ -443,7 +448,7 @@ pub fn possible_cpus() -> Result<usize> {
     libbpf_rs::num_possible_cpus().context("cannot count the possible CPUs")
 }
 
-/// How often a long batch publishes the agent's statistics.
+/// How often the agent publishes its statistics (and once as it stops).
 const STATS_PUBLISH_PERIOD: Duration = Duration::from_millis(100);
 
 /// Provenance pressure as the agent sees it before each inference call.
@@ -494,12 +499,16 @@ pub fn run_agent(
     // main loop reads the shared one to answer a stats request, and must
     // not wait while a batch is inferred (seconds under emulation).
     let mut st = AgentStats::default();
+    let mut published = Instant::now();
+    let publish = |st: &AgentStats, published: &mut Instant| {
+        *stats.lock().unwrap() = st.clone();
+        *published = Instant::now();
+    };
     while !stop.load(Ordering::Relaxed) {
         // The timeout only bounds how late a stop is seen.
         poll(&ring, Duration::from_millis(100)).context("polling the placement snapshots ring")?;
         let drained = std::mem::take(&mut *batch.borrow_mut());
         let mut pending = agent.admit(&drained, &mut st);
-        let mut published = Instant::now();
         // Not cut short by a stop: the budget bounds this loop, and every
         // admitted window is accounted for.
         while !pending.is_empty() {
@@ -514,12 +523,15 @@ pub fn run_agent(
                 }
             }
             if published.elapsed() >= STATS_PUBLISH_PERIOD {
-                *stats.lock().unwrap() = st.clone();
-                published = Instant::now();
+                publish(&st, &mut published);
             }
         }
-        *stats.lock().unwrap() = st.clone();
+        if published.elapsed() >= STATS_PUBLISH_PERIOD {
+            publish(&st, &mut published);
+        }
     }
+    // The final statistics hold everything the agent did.
+    publish(&st, &mut published);
     Ok(())
 }
 
@@ -770,13 +782,13 @@ fn speed(args: &SpeedArgs) -> Result<i32> {
         Some(n) => n,
         None => possible_cpus()?,
     };
+    if args.windows == 0 {
+        bail!("--windows must be at least 1");
+    }
     let model = match &args.model {
         Some(path) => PlacementModel::load(path, cpus)?,
         None => PlacementModel::from_bytes(SHIPPED_MODEL, cpus).context("the shipped placement model (--cpus 2 times it anywhere)")?,
     };
-    if args.windows == 0 {
-        bail!("--windows must be at least 1");
-    }
     let rows = time_model(&model, args.windows)?;
     if args.json {
         println!("{}", serde_json::to_string(&rows)?);
@@ -859,10 +871,13 @@ pub fn read_recording(path: &Path) -> Result<(Vec<SnapshotRecord>, BadLines)> {
 /// labelled with the CPU of the last (the default scheduler's choice).
 pub fn samples_of(records: &[SnapshotRecord]) -> Vec<Sample> {
     let mut window = SlidingWindow::default();
-    records
-        .iter()
-        .filter_map(|r| window.push(r).map(|(_, w)| Sample { window: w, cpu: r.cpu }))
-        .collect()
+    let mut samples = Vec::new();
+    for r in records {
+        if window.push(r) {
+            samples.push(Sample { window: window.window(), cpu: r.cpu });
+        }
+    }
+    samples
 }
 
 /// What `custos placement train` did.
@@ -932,9 +947,10 @@ pub fn train(args: &TrainPlacementArgs) -> Result<TrainPlacementReport> {
         // Windows never span two recordings: their tasks never ran together.
         let mut window = SlidingWindow::default();
         for_each_record(path, |r| {
-            if let Some((_, w)) = window.push(r) {
+            if window.push(r) {
+                // Features only for the windows kept.
                 if index.is_multiple_of(stride) {
-                    samples.push(Sample { window: w, cpu: r.cpu });
+                    samples.push(Sample { window: window.window(), cpu: r.cpu });
                 }
                 index += 1;
             }
