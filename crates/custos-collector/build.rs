@@ -2,7 +2,11 @@
 //! vmlinux.h comes from the build machine's kernel BTF (`bpftool btf dump`);
 //! CO-RE relocations make the object load on other kernels too.
 //! CUSTOS_VMLINUX_H=path uses a given vmlinux.h instead; BPF_CLANG picks clang.
-use std::{env, fs, path::{Path, PathBuf}, process::Command};
+use std::{
+    env, fs,
+    path::{Path, PathBuf},
+    process::Command,
+};
 
 use libbpf_cargo::SkeletonBuilder;
 

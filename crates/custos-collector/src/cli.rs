@@ -103,8 +103,12 @@ impl CollectArgs {
         if !self.features_only {
             return Ok(());
         }
-        let given: Vec<&str> =
-            [("-o/--output", self.output.is_some())].iter().chain(outputs).filter(|(_, given)| *given).map(|(name, _)| *name).collect();
+        let given: Vec<&str> = [("-o/--output", self.output.is_some())]
+            .iter()
+            .chain(outputs)
+            .filter(|(_, given)| *given)
+            .map(|(name, _)| *name)
+            .collect();
         if !given.is_empty() {
             anyhow::bail!(
                 "--features-only records no events, so there is nothing to write to {}: drop it, or drop --features-only to record",
@@ -143,10 +147,18 @@ impl Write for Tee {
 
 /// Like [`run`], with the stream also (or, without `-o`, only) written to
 /// `sink` — the provenance store or an archive, set up by the caller.
-pub fn run_with_sink(args: CollectArgs, sink: Option<(Box<dyn Write + Send>, LinesDone)>) -> Result<i32> {
+pub fn run_with_sink(
+    args: CollectArgs,
+    sink: Option<(Box<dyn Write + Send>, LinesDone)>,
+) -> Result<i32> {
     if args.list_syscalls {
         for s in SYSCALLS {
-            println!("{:<18} {:<11} {}", s.name, s.category.as_str(), if s.critical { "critical" } else { "" });
+            println!(
+                "{:<18} {:<11} {}",
+                s.name,
+                s.category.as_str(),
+                if s.critical { "critical" } else { "" }
+            );
         }
         return Ok(0);
     }
@@ -175,7 +187,9 @@ pub fn run_with_sink(args: CollectArgs, sink: Option<(Box<dyn Write + Send>, Lin
     // No buffering here: the OffloadWriter below hands these whole chunks.
     let output: Option<Box<dyn Write + Send>> = match &args.output {
         Some(p) if p.as_os_str() != "-" => {
-            Some(Box::new(File::create(p).with_context(|| format!("creating output file {}", p.display()))?))
+            Some(Box::new(File::create(p).with_context(|| {
+                format!("creating output file {}", p.display())
+            })?))
         }
         Some(_) => Some(Box::new(std::io::stdout())),
         None if sink.is_some() || args.features_only => None,
@@ -224,12 +238,16 @@ pub fn run_with_sink(args: CollectArgs, sink: Option<(Box<dyn Write + Send>, Lin
     let command = args.command.clone();
     let (status, err_slot) = (child_status.clone(), spawn_error.clone());
     let on_ready = move || {
-        let Some((prog, rest)) = command.split_first() else { return };
+        let Some((prog, rest)) = command.split_first() else {
+            return;
+        };
         match crate::collector::child_command(prog).args(rest).spawn() {
             Ok(mut child) => {
                 std::thread::spawn(move || {
                     let code = match child.wait() {
-                        Ok(s) => s.code().unwrap_or(128 + std::os::unix::process::ExitStatusExt::signal(&s).unwrap_or(0)),
+                        Ok(s) => s.code().unwrap_or(
+                            128 + std::os::unix::process::ExitStatusExt::signal(&s).unwrap_or(0),
+                        ),
                         Err(_) => 1,
                     };
                     status.store(code, Ordering::SeqCst);
@@ -237,7 +255,8 @@ pub fn run_with_sink(args: CollectArgs, sink: Option<(Box<dyn Write + Send>, Lin
                 });
             }
             Err(e) => {
-                *err_slot.lock().unwrap() = Some(anyhow::Error::new(e).context(format!("running `{prog}`")));
+                *err_slot.lock().unwrap() =
+                    Some(anyhow::Error::new(e).context(format!("running `{prog}`")));
                 STOP.store(true, Ordering::SeqCst);
             }
         }
@@ -247,9 +266,14 @@ pub fn run_with_sink(args: CollectArgs, sink: Option<(Box<dyn Write + Send>, Lin
         None
     } else {
         let key = SealKey::open(args.seal_key.as_deref(), "custos collect")?;
-        Some(Sealer::new(key, args.seal_every, crate::seal::DEFAULT_MAX_AGE)?)
+        Some(Sealer::new(
+            key,
+            args.seal_every,
+            crate::seal::DEFAULT_MAX_AGE,
+        )?)
     };
-    let mut out = OffloadWriter::spawn(out, args.output_buffer_mb << 20, writer_counts, sealer).context("starting the output writer")?;
+    let mut out = OffloadWriter::spawn(out, args.output_buffer_mb << 20, writer_counts, sealer)
+        .context("starting the output writer")?;
     let summary = collect(&opts, &mut out, &STOP, on_ready)?;
     out.finish().context("writing the event stream")?;
     if summary.features_only {

@@ -108,12 +108,21 @@ fn bpf_lsm_enabled() -> std::result::Result<(), String> {
         let c = |s: &str| std::ffi::CString::new(s).unwrap();
         // SAFETY: mount(2) with constant C strings; failure is handled below.
         unsafe {
-            libc::mount(c("securityfs").as_ptr(), c("/sys/kernel/security").as_ptr(), c("securityfs").as_ptr(), 0, std::ptr::null())
+            libc::mount(
+                c("securityfs").as_ptr(),
+                c("/sys/kernel/security").as_ptr(),
+                c("securityfs").as_ptr(),
+                0,
+                std::ptr::null(),
+            )
         };
     }
     match std::fs::read_to_string(lsm) {
         Ok(list) if list.split(',').any(|l| l.trim() == "bpf") => Ok(()),
-        Ok(list) => Err(format!("the active LSMs are `{}`, without bpf", list.trim())),
+        Ok(list) => Err(format!(
+            "the active LSMs are `{}`, without bpf",
+            list.trim()
+        )),
         Err(e) => Err(format!("cannot read {} ({e})", lsm.display())),
     }
 }
@@ -123,7 +132,9 @@ fn bpf_lsm_enabled() -> std::result::Result<(), String> {
 /// own (with the host's pid namespace) still tells the host's files apart.
 fn host_root() -> Result<(u32, u64)> {
     use std::os::unix::fs::MetadataExt;
-    let m = std::fs::metadata("/proc/1/root/").or_else(|_| std::fs::metadata("/")).context("reading the host's root directory")?;
+    let m = std::fs::metadata("/proc/1/root/")
+        .or_else(|_| std::fs::metadata("/"))
+        .context("reading the host's root directory")?;
     let (major, minor) = (libc::major(m.dev()), libc::minor(m.dev()));
     Ok((major << 20 | minor, m.ino()))
 }
@@ -151,7 +162,10 @@ struct Hooks {
 }
 
 impl Hooks {
-    const NONE: Hooks = Hooks { bprm_check: false, file_open: false };
+    const NONE: Hooks = Hooks {
+        bprm_check: false,
+        file_open: false,
+    };
 
     fn any(self) -> bool {
         self.bprm_check || self.file_open
@@ -165,11 +179,19 @@ fn open_and_load<'obj>(
     fork: bool,
     reuse_pins: bool,
 ) -> Result<MainSkel<'obj>> {
-    let mut open = MainSkelBuilder::default().open(storage).context("opening the BPF object")?;
+    let mut open = MainSkelBuilder::default()
+        .open(storage)
+        .context("opening the BPF object")?;
     if reuse_pins {
         let again = format!("they do not match this collector's (left by another version?): remove {PIN_DIR} once no scheduler runs");
-        open.maps.task_features.reuse_pinned_map(features::task_features_path()).with_context(|| format!("reusing the pinned provenance features: {again}"))?;
-        open.maps.global_features.reuse_pinned_map(features::global_features_path()).with_context(|| format!("reusing the pinned provenance features: {again}"))?;
+        open.maps
+            .task_features
+            .reuse_pinned_map(features::task_features_path())
+            .with_context(|| format!("reusing the pinned provenance features: {again}"))?;
+        open.maps
+            .global_features
+            .reuse_pinned_map(features::global_features_path())
+            .with_context(|| format!("reusing the pinned provenance features: {again}"))?;
     }
     // Features-only: the programs never touch the rings, which still exist
     // (the object names them): the smallest a ring can be.
@@ -180,7 +202,11 @@ fn open_and_load<'obj>(
     open.maps.ring_critical.set_max_entries(critical)?;
     open.maps.ring_events.set_max_entries(events)?;
     open.maps.ring_attrs.set_max_entries(attrs)?;
-    let rodata = open.maps.rodata_data.as_deref_mut().context("BPF object has no .rodata")?;
+    let rodata = open
+        .maps
+        .rodata_data
+        .as_deref_mut()
+        .context("BPF object has no .rodata")?;
     // A record wakes the consumer when it takes its ring across another
     // sixteenth (wakeup_policy); ring sizes are powers of two.
     rodata.wake_shift_critical = wake_shift(critical);
@@ -191,16 +217,29 @@ fn open_and_load<'obj>(
     rodata.features_only = opts.features_only;
     (rodata.host_root_dev, rodata.host_root_ino) = host_root()?;
     let p = &mut open.progs;
-    for prog in [&mut p.custos_fork_0, &mut p.custos_fork_1, &mut p.custos_fork_2] {
+    for prog in [
+        &mut p.custos_fork_0,
+        &mut p.custos_fork_1,
+        &mut p.custos_fork_2,
+    ] {
         prog.set_autoload(fork);
     }
-    for prog in [&mut p.custos_bprm_check_0, &mut p.custos_bprm_check_1, &mut p.custos_bprm_check_2] {
+    for prog in [
+        &mut p.custos_bprm_check_0,
+        &mut p.custos_bprm_check_1,
+        &mut p.custos_bprm_check_2,
+    ] {
         prog.set_autoload(hooks.bprm_check);
     }
-    for prog in [&mut p.custos_file_open_0, &mut p.custos_file_open_1, &mut p.custos_file_open_2] {
+    for prog in [
+        &mut p.custos_file_open_0,
+        &mut p.custos_file_open_1,
+        &mut p.custos_file_open_2,
+    ] {
         prog.set_autoload(hooks.file_open);
     }
-    open.load().context("loading the BPF programs into the kernel")
+    open.load()
+        .context("loading the BPF programs into the kernel")
 }
 
 fn read_cpu_states(skel: &MainSkel) -> Result<Vec<custos_cpu_state>> {
@@ -250,15 +289,27 @@ pub fn child_command(prog: &str) -> std::process::Command {
 
 fn spec_bytes(spec: &custos_syscall_spec) -> &[u8] {
     // SAFETY: plain-old-data struct viewed as bytes.
-    unsafe { std::slice::from_raw_parts((spec as *const custos_syscall_spec).cast(), std::mem::size_of_val(spec)) }
+    unsafe {
+        std::slice::from_raw_parts(
+            (spec as *const custos_syscall_spec).cast(),
+            std::mem::size_of_val(spec),
+        )
+    }
 }
 
 /// Runs the collector until `stop` is set, writing JSON Lines to `out`.
 /// `on_ready` runs once every program is attached (tests start workloads there).
-pub fn collect<W: Write>(opts: &Options, out: W, stop: &AtomicBool, on_ready: impl FnOnce()) -> Result<Summary> {
+pub fn collect<W: Write>(
+    opts: &Options,
+    out: W,
+    stop: &AtomicBool,
+    on_ready: impl FnOnce(),
+) -> Result<Summary> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        bail!("custos collect must run as root (it loads BPF programs and pins maps under {PIN_DIR})");
+        bail!(
+            "custos collect must run as root (it loads BPF programs and pins maps under {PIN_DIR})"
+        );
     }
     let available: Vec<&Syscall> = syscalls::select(opts.syscalls.as_deref())?;
     check_ring_kb("critical", opts.critical_ring_kb)?;
@@ -278,7 +329,11 @@ pub fn collect<W: Write>(opts: &Options, out: W, stop: &AtomicBool, on_ready: im
     let mut storage = MaybeUninit::uninit();
     let mut fallback_storage = MaybeUninit::uninit();
     let lsm_wanted = opts.lsm != LsmMode::Off && hooks.any();
-    let lsm_ok = if lsm_wanted { bpf_lsm_enabled() } else { Err("disabled by --lsm off".into()) };
+    let lsm_ok = if lsm_wanted {
+        bpf_lsm_enabled()
+    } else {
+        Err("disabled by --lsm off".into())
+    };
     let (skel, hooks) = match lsm_ok {
         Ok(()) => {
             let quiet = libbpf_rs::set_print(None);
@@ -291,7 +346,10 @@ pub fn collect<W: Write>(opts: &Options, out: W, stop: &AtomicBool, on_ready: im
                         return Err(e.context("--lsm require: the BPF-LSM hooks did not load"));
                     }
                     eprintln!("custos collect: notice: BPF-LSM hooks refused by this kernel ({:#}); exec and open are traced by tracepoints only", e);
-                    (open_and_load(&mut fallback_storage, opts, Hooks::NONE, fork, reuse_pins)?, Hooks::NONE)
+                    (
+                        open_and_load(&mut fallback_storage, opts, Hooks::NONE, fork, reuse_pins)?,
+                        Hooks::NONE,
+                    )
                 }
             }
         }
@@ -305,7 +363,10 @@ pub fn collect<W: Write>(opts: &Options, out: W, stop: &AtomicBool, on_ready: im
             if lsm_wanted {
                 eprintln!("custos collect: notice: BPF-LSM hooks unavailable ({why}); exec and open are traced by tracepoints only");
             }
-            (open_and_load(&mut storage, opts, Hooks::NONE, fork, reuse_pins)?, Hooks::NONE)
+            (
+                open_and_load(&mut storage, opts, Hooks::NONE, fork, reuse_pins)?,
+                Hooks::NONE,
+            )
         }
     };
     let lsm_active = hooks.any();
@@ -319,18 +380,36 @@ pub fn collect<W: Write>(opts: &Options, out: W, stop: &AtomicBool, on_ready: im
 
     let mut links: Vec<Link> = Vec::with_capacity(2 * SYSCALL_COPIES + 1 + 3 * HOOK_COPIES);
     for [enter, exit] in syscall_copies(&skel) {
-        links.push(enter.attach().context("attaching to raw_syscalls:sys_enter (tp_btf)")?);
-        links.push(exit.attach().context("attaching to raw_syscalls:sys_exit (tp_btf)")?);
+        links.push(
+            enter
+                .attach()
+                .context("attaching to raw_syscalls:sys_enter (tp_btf)")?,
+        );
+        links.push(
+            exit.attach()
+                .context("attaching to raw_syscalls:sys_exit (tp_btf)")?,
+        );
     }
-    links.push(skel.progs.custos_task_exit.attach().context("attaching to sched:sched_process_exit (tp_btf)")?);
+    links.push(
+        skel.progs
+            .custos_task_exit
+            .attach()
+            .context("attaching to sched:sched_process_exit (tp_btf)")?,
+    );
     let [fork_copies, bprm_copies, open_copies] = hook_copies(&skel);
     for prog in fork_copies.into_iter().filter(|_| fork) {
-        links.push(prog.attach().context("attaching to sched:sched_process_fork (tp_btf)")?);
+        links.push(
+            prog.attach()
+                .context("attaching to sched:sched_process_fork (tp_btf)")?,
+        );
     }
     // A trampoline runs the program attached last first (a tracepoint, the
     // first): the first copy is attached last, to run first as everywhere.
     for prog in bprm_copies.into_iter().rev().filter(|_| hooks.bprm_check) {
-        links.push(prog.attach_lsm().context("attaching lsm/bprm_check_security")?);
+        links.push(
+            prog.attach_lsm()
+                .context("attaching lsm/bprm_check_security")?,
+        );
     }
     for prog in open_copies.into_iter().rev().filter(|_| hooks.file_open) {
         links.push(prog.attach_lsm().context("attaching lsm/file_open")?);
@@ -360,9 +439,28 @@ pub fn collect<W: Write>(opts: &Options, out: W, stop: &AtomicBool, on_ready: im
         pin(&skel)?;
     }
     let result = if opts.features_only {
-        watch(opts, &skel, stop, links, on_ready, lsm_active, available.len(), &skip_base)
+        watch(
+            opts,
+            &skel,
+            stop,
+            links,
+            on_ready,
+            lsm_active,
+            available.len(),
+            &skip_base,
+        )
     } else {
-        drain(opts, &skel, out, stop, links, on_ready, lsm_active, available.len(), &skip_base)
+        drain(
+            opts,
+            &skel,
+            out,
+            stop,
+            links,
+            on_ready,
+            lsm_active,
+            available.len(),
+            &skip_base,
+        )
     };
     let _ = features::publish(&skel.maps.global_features, 0, 0, false, monotonic_ns());
     result
@@ -378,14 +476,20 @@ fn pin(skel: &MainSkel) -> Result<()> {
         if rc != 0 {
             let err = std::io::Error::from_raw_os_error(-rc);
             if err.kind() == std::io::ErrorKind::AlreadyExists {
-                bail!("another custos collector pinned {} first; one collector per machine", path.display());
+                bail!(
+                    "another custos collector pinned {} first; one collector per machine",
+                    path.display()
+                );
             }
             return Err(err).with_context(|| format!("pinning {}", path.display()));
         }
         Ok(())
     };
     pin_one(&skel.maps.task_features, &features::task_features_path())?;
-    if let Err(e) = pin_one(&skel.maps.global_features, &features::global_features_path()) {
+    if let Err(e) = pin_one(
+        &skel.maps.global_features,
+        &features::global_features_path(),
+    ) {
         let _ = std::fs::remove_file(features::task_features_path());
         return Err(e);
     }
@@ -428,8 +532,12 @@ fn drain<W: Write>(
                 c.on_attrs(d)
             }
         })?
-        .add(&skel.maps.ring_events, move |d| c2.borrow_mut().on_metadata(d))?;
-    let rings = builder.build().context("setting up the ring buffer consumer")?;
+        .add(&skel.maps.ring_events, move |d| {
+            c2.borrow_mut().on_metadata(d)
+        })?;
+    let rings = builder
+        .build()
+        .context("setting up the ring buffer consumer")?;
     on_ready();
 
     let started = Instant::now();
@@ -441,8 +549,9 @@ fn drain<W: Write>(
     // and loss records stay current while a flood keeps the rings busy.
     let rb = rings.as_libbpf_object().as_ptr();
     // SAFETY: indices 0..3 are the three rings added above.
-    let ring_ptrs: Vec<*mut libbpf_rs::libbpf_sys::ring> =
-        (0..3).map(|i| unsafe { libbpf_rs::libbpf_sys::ring_buffer__ring(rb, i) }).collect();
+    let ring_ptrs: Vec<*mut libbpf_rs::libbpf_sys::ring> = (0..3)
+        .map(|i| unsafe { libbpf_rs::libbpf_sys::ring_buffer__ring(rb, i) })
+        .collect();
     let epoll_fd = rings.epoll_fd();
     // A number is settled (its record delivered, or lost) once every ring was
     // consumed past where its producers stood a full poll interval after the
@@ -451,7 +560,10 @@ fn drain<W: Write>(
     // out in reservation order. This holds under a flood that never lets the
     // rings empty.
     let mut snapshots: VecDeque<Snapshot> = VecDeque::new();
-    let positions = |f: unsafe extern "C" fn(*const libbpf_rs::libbpf_sys::ring) -> std::os::raw::c_ulong| -> Vec<u64> {
+    let positions = |f: unsafe extern "C" fn(
+        *const libbpf_rs::libbpf_sys::ring,
+    ) -> std::os::raw::c_ulong|
+     -> Vec<u64> {
         // SAFETY: every pointer is a ring of the live ring buffer `rings`.
         ring_ptrs.iter().map(|&r| unsafe { f(r) }).collect()
     };
@@ -479,7 +591,10 @@ fn drain<W: Write>(
         if consumed == 0 {
             // Rings wake us only when filling up (see wakeup_policy in the
             // BPF program): a short sleep bounds the latency of a trickle.
-            let wait = opts.poll_interval.saturating_sub(last_tick.elapsed()).min(Duration::from_millis(10));
+            let wait = opts
+                .poll_interval
+                .saturating_sub(last_tick.elapsed())
+                .min(Duration::from_millis(10));
             if !stopping && !wait.is_zero() {
                 let mut ev = libc::epoll_event { events: 0, u64: 0 };
                 // SAFETY: epoll_wait on libbpf's epoll fd into one local event.
@@ -494,27 +609,43 @@ fn drain<W: Write>(
         // and a record's time after its number.
         let as_of = monotonic_ns();
         let states = read_cpu_states(skel)?;
-        let drops: Vec<[u64; 2]> = states.iter().map(|s| [s.drops[DROP_CRITICAL], s.drops[DROP_EVENTS]]).collect();
-        snapshots.push_back(Snapshot { taken: Instant::now(), as_of, seqs: states.iter().map(|s| s.seq).collect(), producers: None });
+        let drops: Vec<[u64; 2]> = states
+            .iter()
+            .map(|s| [s.drops[DROP_CRITICAL], s.drops[DROP_EVENTS]])
+            .collect();
+        snapshots.push_back(Snapshot {
+            taken: Instant::now(),
+            as_of,
+            seqs: states.iter().map(|s| s.seq).collect(),
+            producers: None,
+        });
         for snap in snapshots.iter_mut() {
             if snap.producers.is_none() && snap.taken.elapsed() >= opts.poll_interval {
                 snap.producers = Some(positions(libbpf_rs::libbpf_sys::ring__producer_pos));
             }
         }
         let consumed_to = positions(libbpf_rs::libbpf_sys::ring__consumer_pos);
-        while let Some(Snapshot { producers: Some(p), .. }) = snapshots.front() {
+        while let Some(Snapshot {
+            producers: Some(p), ..
+        }) = snapshots.front()
+        {
             if p.iter().zip(&consumed_to).any(|(p, c)| c < p) {
                 break;
             }
             let snap = snapshots.pop_front().unwrap();
-            consumer.borrow_mut().settle_gaps(&snap.seqs, &drops, Some(snap.as_of))?;
+            consumer
+                .borrow_mut()
+                .settle_gaps(&snap.seqs, &drops, Some(snap.as_of))?;
         }
         // While programs run, the counters move between the reads: the
         // running report never counts a skip a backup is about to cover.
         let skips = SkipCounters::read(skel, ReadOrder::KernelsFirst)?.since(&skip_base.lower);
         {
             let mut c = consumer.borrow_mut();
-            c.report_skips(&states.iter().map(|s| s.skipped).collect::<Vec<_>>(), skips.skipped_bound + skips.lsm)?;
+            c.report_skips(
+                &states.iter().map(|s| s.skipped).collect::<Vec<_>>(),
+                skips.skipped_bound + skips.lsm,
+            )?;
             c.release(false)?;
             // A quiet stream still reaches its readers, and its seal, within
             // about a second: the writer holds at most one partial chunk.
@@ -531,16 +662,30 @@ fn drain<W: Write>(
         let consumed = {
             let c = consumer.borrow();
             let (_, held) = c.reorder_backlog();
-            let done = opts.lines_done.as_ref().map_or(c.lines_written, |d| d.load(Ordering::Relaxed));
+            let done = opts
+                .lines_done
+                .as_ref()
+                .map_or(c.lines_written, |d| d.load(Ordering::Relaxed));
             let backlog = held as u64 + c.lines_written.saturating_sub(done);
             (c.counters.delivered + dropped).saturating_sub(backlog)
         };
-        features::publish(&skel.maps.global_features, produced, consumed, true, monotonic_ns())?;
+        features::publish(
+            &skel.maps.global_features,
+            produced,
+            consumed,
+            true,
+            monotonic_ns(),
+        )?;
         if let Some(every) = opts.stats_interval {
             if last_stats.elapsed() >= every {
                 last_stats = Instant::now();
                 let g = global_snapshot(skel);
-                metrics.update(&states, &consumer.borrow().counters, g.as_ref(), started.elapsed());
+                metrics.update(
+                    &states,
+                    &consumer.borrow().counters,
+                    g.as_ref(),
+                    started.elapsed(),
+                );
                 metrics.skips = skips;
                 eprintln!("custos collect: {}", metrics.line());
                 let mut c = consumer.borrow_mut();
@@ -568,14 +713,20 @@ fn drain<W: Write>(
     rings.consume().context("draining the rings")?;
     let states = read_cpu_states(skel)?;
     let cpu_seq: Vec<u64> = states.iter().map(|s| s.seq).collect();
-    let drops: Vec<[u64; 2]> = states.iter().map(|s| [s.drops[DROP_CRITICAL], s.drops[DROP_EVENTS]]).collect();
+    let drops: Vec<[u64; 2]> = states
+        .iter()
+        .map(|s| [s.drops[DROP_CRITICAL], s.drops[DROP_EVENTS]])
+        .collect();
     {
         let mut c = consumer.borrow_mut();
         c.settle_gaps(&cpu_seq, &drops, None)?;
         c.flush_waiting();
         c.release(true)?;
         let skips = skip_end.since(&skip_base.upper);
-        c.report_skips(&states.iter().map(|s| s.skipped).collect::<Vec<_>>(), skips.skipped_bound + skips.lsm)?;
+        c.report_skips(
+            &states.iter().map(|s| s.skipped).collect::<Vec<_>>(),
+            skips.skipped_bound + skips.lsm,
+        )?;
     }
     // The final account and the final stats record are one computation.
     let counters = consumer.borrow().counters.clone();
@@ -583,7 +734,9 @@ fn drain<W: Write>(
     metrics.update(&states, &counters, g.as_ref(), started.elapsed());
     metrics.skips = skip_end.since(&skip_base.upper);
     let m = &metrics;
-    let invariant_holds = m.produced == counters.delivered + m.dropped && counters.lost_in_gaps == m.dropped && counters.late == 0;
+    let invariant_holds = m.produced == counters.delivered + m.dropped
+        && counters.lost_in_gaps == m.dropped
+        && counters.late == 0;
     let summary = Summary {
         produced: m.produced,
         delivered: counters.delivered,
@@ -634,7 +787,10 @@ fn watch(
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(opts.poll_interval);
         features::publish(&skel.maps.global_features, 0, 0, true, monotonic_ns())?;
-        if opts.stats_interval.is_none_or(|every| last_stats.elapsed() < every) {
+        if opts
+            .stats_interval
+            .is_none_or(|every| last_stats.elapsed() < every)
+        {
             continue;
         }
         let states = read_cpu_states(skel)?;
@@ -689,8 +845,14 @@ const FLUSH_EVERY: Duration = Duration::from_secs(1);
 
 /// Sets `skip_epoch`, the only variable of the programs' .bss.
 fn set_skip_epoch(skel: &MainSkel, epoch: u32) -> Result<()> {
-    const _: () = assert!(std::mem::size_of::<crate::bpf_skel::types::bss>() == 4, "skip_epoch is not alone in .bss");
-    skel.maps.bss.update(&0u32.to_ne_bytes(), &epoch.to_ne_bytes(), MapFlags::ANY).context("setting skip_epoch")
+    const _: () = assert!(
+        std::mem::size_of::<crate::bpf_skel::types::bss>() == 4,
+        "skip_epoch is not alone in .bss"
+    );
+    skel.maps
+        .bss
+        .update(&0u32.to_ne_bytes(), &epoch.to_ne_bytes(), MapFlags::ANY)
+        .context("setting skip_epoch")
 }
 
 /// Per-CPU sequence numbers read at one poll tick, and where the rings'
@@ -708,16 +870,28 @@ struct Snapshot {
 const HOOK_COPIES: usize = 3;
 
 /// The copies of the fork, bprm_check and file_open programs, in that order.
-fn hook_copies<'a, 'b>(skel: &'a MainSkel<'b>) -> [[&'a libbpf_rs::ProgramMut<'b>; HOOK_COPIES]; 3] {
+fn hook_copies<'a, 'b>(
+    skel: &'a MainSkel<'b>,
+) -> [[&'a libbpf_rs::ProgramMut<'b>; HOOK_COPIES]; 3] {
     let p = &skel.progs;
     [
         [&p.custos_fork_0, &p.custos_fork_1, &p.custos_fork_2],
-        [&p.custos_bprm_check_0, &p.custos_bprm_check_1, &p.custos_bprm_check_2],
-        [&p.custos_file_open_0, &p.custos_file_open_1, &p.custos_file_open_2],
+        [
+            &p.custos_bprm_check_0,
+            &p.custos_bprm_check_1,
+            &p.custos_bprm_check_2,
+        ],
+        [
+            &p.custos_file_open_0,
+            &p.custos_file_open_1,
+            &p.custos_file_open_2,
+        ],
     ]
 }
 
-fn syscall_copies<'a, 'b>(skel: &'a MainSkel<'b>) -> [[&'a libbpf_rs::ProgramMut<'b>; 2]; SYSCALL_COPIES] {
+fn syscall_copies<'a, 'b>(
+    skel: &'a MainSkel<'b>,
+) -> [[&'a libbpf_rs::ProgramMut<'b>; 2]; SYSCALL_COPIES] {
     let p = &skel.progs;
     [
         [&p.custos_sys_enter_0, &p.custos_sys_exit_0],
@@ -768,7 +942,9 @@ impl SkipCounters {
             ReadOrder::KernelsFirst => None,
         };
         // SAFETY: bpf_program__fd only reads the program; -1 when not loaded.
-        let fd = |p: &libbpf_rs::ProgramMut| unsafe { libbpf_rs::libbpf_sys::bpf_program__fd(p.as_libbpf_object().as_ptr()) };
+        let fd = |p: &libbpf_rs::ProgramMut| unsafe {
+            libbpf_rs::libbpf_sys::bpf_program__fd(p.as_libbpf_object().as_ptr())
+        };
         let misses = |p: &libbpf_rs::ProgramMut| {
             let fd = fd(p);
             if fd < 0 {
@@ -777,13 +953,21 @@ impl SkipCounters {
             let mut info = libbpf_rs::libbpf_sys::bpf_prog_info::default();
             let mut len = std::mem::size_of_val(&info) as u32;
             // SAFETY: the kernel fills at most `len` bytes of `info`.
-            let rc = unsafe { libbpf_rs::libbpf_sys::bpf_prog_get_info_by_fd(fd, &mut info, &mut len) };
-            if rc == 0 { info.recursion_misses } else { 0 }
+            let rc =
+                unsafe { libbpf_rs::libbpf_sys::bpf_prog_get_info_by_fd(fd, &mut info, &mut len) };
+            if rc == 0 {
+                info.recursion_misses
+            } else {
+                0
+            }
         };
         let copies = syscall_copies(skel);
         let enter = copies.iter().map(|[enter, _]| misses(enter)).collect();
         let exit = copies.iter().map(|[_, exit]| misses(exit)).collect();
-        let hook_first_skips = hook_copies(skel).iter().map(|copies| misses(copies[0])).sum();
+        let hook_first_skips = hook_copies(skel)
+            .iter()
+            .map(|copies| misses(copies[0]))
+            .sum();
         let states = match ours_first {
             Some(states) => states,
             None => read_cpu_states(skel)?,
@@ -804,8 +988,11 @@ impl SkipCounters {
     /// now: what happens while programs attach or detach one by one is not
     /// part of the recording.
     fn since(&self, base: &SkipCounters) -> Skips {
-        let minus = |a: &[u64], b: &[u64]| -> Vec<u64> { a.iter().zip(b).map(|(a, b)| a.saturating_sub(*b)).collect() };
-        let pair = |a: [u64; 2], b: [u64; 2]| [a[0].saturating_sub(b[0]), a[1].saturating_sub(b[1])];
+        let minus = |a: &[u64], b: &[u64]| -> Vec<u64> {
+            a.iter().zip(b).map(|(a, b)| a.saturating_sub(*b)).collect()
+        };
+        let pair =
+            |a: [u64; 2], b: [u64; 2]| [a[0].saturating_sub(b[0]), a[1].saturating_sub(b[1])];
         Skips::new(
             &minus(&self.enter, &base.enter),
             &minus(&self.exit, &base.exit),
@@ -823,10 +1010,13 @@ impl SkipCounters {
 }
 
 fn global_snapshot(skel: &MainSkel) -> Option<crate::bpf_skel::types::custos_global_features> {
-    let raw = skel.maps.global_features.lookup(&0u32.to_ne_bytes(), MapFlags::ANY).ok()??;
+    let raw = skel
+        .maps
+        .global_features
+        .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)
+        .ok()??;
     features::read_global(&raw)
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -848,8 +1038,14 @@ mod tests {
     #[test]
     fn the_bpf_object_has_the_copies_user_space_attaches() {
         let mut storage = MaybeUninit::uninit();
-        let open = MainSkelBuilder::default().open(&mut storage).expect("opening the BPF object (no kernel needed)");
-        let names: Vec<String> = open.open_object().progs().map(|p| p.name().to_string_lossy().into_owned()).collect();
+        let open = MainSkelBuilder::default()
+            .open(&mut storage)
+            .expect("opening the BPF object (no kernel needed)");
+        let names: Vec<String> = open
+            .open_object()
+            .progs()
+            .map(|p| p.name().to_string_lossy().into_owned())
+            .collect();
         let count = |prefix: &str| names.iter().filter(|n| n.starts_with(prefix)).count();
         assert_eq!(count("custos_sys_enter_"), SYSCALL_COPIES, "{names:?}");
         assert_eq!(count("custos_sys_exit_"), SYSCALL_COPIES, "{names:?}");

@@ -56,7 +56,11 @@ struct CpuSequence {
 #[derive(Debug)]
 enum Slot {
     /// Rendered, waiting for an earlier number of its CPU.
-    Line { time_ns: u64, line: Vec<u8>, step: JobStep },
+    Line {
+        time_ns: u64,
+        line: Vec<u8>,
+        step: JobStep,
+    },
     /// Metadata waiting for its attribute record (joined by event id).
     Attrs(Box<custos_event>),
     /// Numbers from this one to `last`, written early by `relieve` while
@@ -66,7 +70,11 @@ enum Slot {
 
 impl CpuSequence {
     fn new() -> Self {
-        CpuSequence { next: 1, ahead: BTreeMap::new(), drops_attributed: [0; 2] }
+        CpuSequence {
+            next: 1,
+            ahead: BTreeMap::new(),
+            drops_attributed: [0; 2],
+        }
     }
 }
 
@@ -126,7 +134,10 @@ pub struct Consumer<W: Write> {
 
 fn realtime_offset_ns() -> u64 {
     let now = |clock| {
-        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
         // SAFETY: clock_gettime writes into the timespec we own.
         unsafe { libc::clock_gettime(clock, &mut ts) };
         ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -135,7 +146,10 @@ fn realtime_offset_ns() -> u64 {
 }
 
 pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: as above.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -213,7 +227,8 @@ impl<W: Write> Consumer<W> {
             self.line.truncate(len - 2); // the closing brace and newline
             self.line.extend_from_slice(b",\"late\":true}\n");
             let line = std::mem::take(&mut self.line);
-            self.merge.push(cpu, self.wall_ns(ev.ktime_ns), &line, Some(job_step(&ev)));
+            self.merge
+                .push(cpu, self.wall_ns(ev.ktime_ns), &line, Some(job_step(&ev)));
             self.line = line;
             return 0;
         }
@@ -265,7 +280,14 @@ impl<W: Write> Consumer<W> {
         } else {
             let line = self.line.clone();
             self.ahead_bytes += line.len();
-            self.cpus[cpu].ahead.insert(seq, Slot::Line { time_ns, line, step });
+            self.cpus[cpu].ahead.insert(
+                seq,
+                Slot::Line {
+                    time_ns,
+                    line,
+                    step,
+                },
+            );
         }
     }
 
@@ -277,7 +299,11 @@ impl<W: Write> Consumer<W> {
                 break;
             }
             match entry.remove() {
-                Slot::Line { time_ns, line, step } => {
+                Slot::Line {
+                    time_ns,
+                    line,
+                    step,
+                } => {
                     self.merge.push(cpu, time_ns, &line, Some(step));
                     self.ahead_bytes -= line.len();
                     st.next += 1;
@@ -293,7 +319,12 @@ impl<W: Write> Consumer<W> {
     /// `drops[cpu]` are the kernel's (critical, events) drop counters, used
     /// to say which ring refused the missing records. `as_of_ktime`: when
     /// `upto` was read; no number above it is older (it is taken first).
-    pub fn settle_gaps(&mut self, upto: &[u64], drops: &[[u64; 2]], as_of_ktime: Option<u64>) -> Result<()> {
+    pub fn settle_gaps(
+        &mut self,
+        upto: &[u64],
+        drops: &[[u64; 2]],
+        as_of_ktime: Option<u64>,
+    ) -> Result<()> {
         let mut losses = Vec::new();
         for (cpu, &limit) in upto.iter().enumerate() {
             self.cpu(cpu);
@@ -332,7 +363,11 @@ impl<W: Write> Consumer<W> {
                     last_seq: last,
                     category,
                     start_ns: self.merge.floor(cpu),
-                    end_ns: if end_ns == 0 { self_wall_now(self.boot_offset_ns) } else { end_ns },
+                    end_ns: if end_ns == 0 {
+                        self_wall_now(self.boot_offset_ns)
+                    } else {
+                        end_ns
+                    },
                 };
                 st.next = last + 1;
                 // The loss takes its place in the CPU's order.
@@ -400,7 +435,11 @@ impl<W: Write> Consumer<W> {
                         kept.insert(seq, Slot::Attrs(ev));
                         continue;
                     }
-                    Slot::Line { time_ns, line, step } => {
+                    Slot::Line {
+                        time_ns,
+                        line,
+                        step,
+                    } => {
                         early.push((time_ns, line, step));
                         (seq, time_ns)
                     }
@@ -420,7 +459,10 @@ impl<W: Write> Consumer<W> {
         self.ahead_bytes = 0;
         early.sort_by_key(|(time_ns, ..)| *time_ns);
         for (time_ns, line, step) in &early {
-            if let Err(e) = self.merge.write_early(&mut self.out, *time_ns, line, Some(*step)) {
+            if let Err(e) = self
+                .merge
+                .write_early(&mut self.out, *time_ns, line, Some(*step))
+            {
                 self.write_error.get_or_insert(e);
                 break;
             }
@@ -440,7 +482,11 @@ impl<W: Write> Consumer<W> {
     /// to now; they go out when found, not in the events' order.
     pub fn report_skips(&mut self, skipped: &[u64], bound: u64) -> Result<()> {
         let now = self_wall_now(self.boot_offset_ns);
-        let since = if self.skips_reported_ns == 0 { now } else { self.skips_reported_ns };
+        let since = if self.skips_reported_ns == 0 {
+            now
+        } else {
+            self.skips_reported_ns
+        };
         self.skips_reported_ns = now;
         if self.skipped_per_cpu.len() < skipped.len() {
             self.skipped_per_cpu.resize(skipped.len(), 0);
@@ -451,7 +497,15 @@ impl<W: Write> Consumer<W> {
                 self.skipped_per_cpu[cpu] = total;
                 self.counters.skipped_in_band += count;
                 self.counters.loss_records += 1;
-                let line = SkipOut { ty: "loss", cpu: Some(cpu as u32), count, category: "skipped", upper_bound: false, start_ns: since, end_ns: now };
+                let line = SkipOut {
+                    ty: "loss",
+                    cpu: Some(cpu as u32),
+                    count,
+                    category: "skipped",
+                    upper_bound: false,
+                    start_ns: since,
+                    end_ns: now,
+                };
                 self.write_line(&line)?;
             }
         }
@@ -459,7 +513,15 @@ impl<W: Write> Consumer<W> {
         if count > 0 {
             self.counters.skipped_bound_in_band = bound;
             self.counters.loss_records += 1;
-            let line = SkipOut { ty: "loss", cpu: None, count, category: "skipped", upper_bound: true, start_ns: since, end_ns: now };
+            let line = SkipOut {
+                ty: "loss",
+                cpu: None,
+                count,
+                category: "skipped",
+                upper_bound: true,
+                start_ns: since,
+                end_ns: now,
+            };
             self.write_line(&line)?;
         }
         Ok(())
@@ -473,7 +535,12 @@ impl<W: Write> Consumer<W> {
     /// Bytes and lines held back to restore order (runs of numbers written
     /// early hold no line).
     pub fn reorder_backlog(&self) -> (usize, usize) {
-        let ahead = self.cpus.iter().flat_map(|c| c.ahead.values()).filter(|s| !matches!(s, Slot::Written { .. })).count();
+        let ahead = self
+            .cpus
+            .iter()
+            .flat_map(|c| c.ahead.values())
+            .filter(|s| !matches!(s, Slot::Written { .. }))
+            .count();
         (self.held_bytes(), self.merge.buffered_lines() + ahead)
     }
 
@@ -490,7 +557,9 @@ impl<W: Write> Consumer<W> {
             return Err(e).context("writing the event stream");
         }
         serde_json::to_writer(&mut self.out, value).context("writing the event stream")?;
-        self.out.write_all(b"\n").context("writing the event stream")?;
+        self.out
+            .write_all(b"\n")
+            .context("writing the event stream")?;
         self.lines_written += 1;
         Ok(())
     }
@@ -532,7 +601,9 @@ impl<W: Write> Consumer<W> {
         // Shared, not copied: most events (a read or write after the first)
         // name their file only through this map.
         let file_path: Option<Rc<str>> = a.file_path.map(Rc::from);
-        let mut path = file_path.clone().or_else(|| join_base(a.path.as_deref(), a.path_base.as_deref()).map(Rc::from));
+        let mut path = file_path
+            .clone()
+            .or_else(|| join_base(a.path.as_deref(), a.path_base.as_deref()).map(Rc::from));
         let mut root = a.root;
         if let (Some(key), Some(p)) = (file, file_path) {
             if self.file_paths.len() > 1 << 20 {
@@ -555,7 +626,11 @@ impl<W: Write> Consumer<W> {
                 _ => None,
             };
         }
-        let comm_len = ev.comm.iter().position(|&c| c == 0).unwrap_or(ev.comm.len());
+        let comm_len = ev
+            .comm
+            .iter()
+            .position(|&c| c == 0)
+            .unwrap_or(ev.comm.len());
         // SAFETY: i8 and u8 have the same layout.
         let comm: &[u8] = unsafe { std::slice::from_raw_parts(ev.comm.as_ptr().cast(), comm_len) };
 
@@ -575,7 +650,14 @@ impl<W: Write> Consumer<W> {
         j.str("comm", comm);
         j.str("syscall", name.as_bytes());
         j.str("category", category.as_bytes());
-        j.raw("critical", if ev.flags & EV_CRITICAL != 0 { b"true" } else { b"false" });
+        j.raw(
+            "critical",
+            if ev.flags & EV_CRITICAL != 0 {
+                b"true"
+            } else {
+                b"false"
+            },
+        );
         if has_ret {
             j.i64("ret", ev.ret);
         }
@@ -613,7 +695,12 @@ impl<W: Write> Consumer<W> {
                         out.push(b']');
                     }
                     Arg::FdPair => {}
-                    Arg::Skip | Arg::Path | Arg::Path2 | Arg::Argv | Arg::Addr | Arg::AddrLenPtr => {}
+                    Arg::Skip
+                    | Arg::Path
+                    | Arg::Path2
+                    | Arg::Argv
+                    | Arg::Addr
+                    | Arg::AddrLenPtr => {}
                 }
             }
             if s.flags & SPEC_OPEN_HOW != 0 {
@@ -733,12 +820,14 @@ impl<'a> JsonObj<'a> {
 
     fn u64(&mut self, k: &str, v: u64) {
         self.key(k);
-        self.out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
+        self.out
+            .extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
     }
 
     fn i64(&mut self, k: &str, v: i64) {
         self.key(k);
-        self.out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
+        self.out
+            .extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
     }
 
     fn str(&mut self, k: &str, v: &[u8]) {
@@ -756,7 +845,9 @@ fn push_json_str(out: &mut Vec<u8>, v: &[u8]) {
     // Nearly every comm, path and name is printable ASCII without quotes or
     // backslashes: one test over the bytes and one copy (the byte-by-byte
     // path below was 8 % of the consumer's time).
-    if v.iter().all(|&b| (0x20..0x80).contains(&b) && b != b'"' && b != b'\\') {
+    if v.iter()
+        .all(|&b| (0x20..0x80).contains(&b) && b != b'"' && b != b'\\')
+    {
         out.reserve(v.len() + 2);
         out.push(b'"');
         out.extend_from_slice(v);
@@ -788,13 +879,21 @@ fn push_json_str(out: &mut Vec<u8>, v: &[u8]) {
 fn job_step(ev: &custos_event) -> JobStep {
     let ok = ev.flags & EV_NO_RET != 0 || ev.ret >= 0;
     let kind = match ev.nr {
-        HOOK_FORK => StepKind::Fork { child: ev.args[0] as u32 },
+        HOOK_FORK => StepKind::Fork {
+            child: ev.args[0] as u32,
+        },
         NR_EXIT_GROUP => StepKind::Exit,
         NR_SETSID if ok => StepKind::NewSession,
         NR_SETPGID if ok => StepKind::Regroup,
         _ => StepKind::Other,
     };
-    JobStep { id: ev.id, pid: ev.pid, ppid: ev.ppid, pgid: ev.pgid, kind }
+    JobStep {
+        id: ev.id,
+        pid: ev.pid,
+        ppid: ev.ppid,
+        pgid: ev.pgid,
+        kind,
+    }
 }
 
 // Syscall numbers the tracker follows (a test checks them against the table).
@@ -804,7 +903,10 @@ const NR_SETPGID: u16 = 109;
 
 /// (cpu, seq) of an event id.
 fn split_id(id: u64) -> (usize, u64) {
-    ((id >> ID_CPU_SHIFT) as usize, id & ((1u64 << ID_CPU_SHIFT) - 1))
+    (
+        (id >> ID_CPU_SHIFT) as usize,
+        id & ((1u64 << ID_CPU_SHIFT) - 1),
+    )
 }
 
 fn slot_time(slot: &Slot, boot_offset_ns: u64) -> u64 {
@@ -859,7 +961,11 @@ fn join_base(path: Option<&str>, base: Option<&str>) -> Option<String> {
     match base {
         Some(b) if !p.starts_with('/') => {
             let rel = p.trim_start_matches("./");
-            Some(if b == "/" { format!("/{rel}") } else { format!("{b}/{rel}") })
+            Some(if b == "/" {
+                format!("/{rel}")
+            } else {
+                format!("{b}/{rel}")
+            })
         }
         _ => Some(p.to_string()),
     }
@@ -1004,13 +1110,20 @@ mod tests {
         ev.nr = 39; // getpid: no arguments to decode
         ev.flags = EV_NO_RET;
         // SAFETY: viewing a POD struct as bytes.
-        unsafe { std::slice::from_raw_parts((&ev as *const custos_event).cast::<u8>(), std::mem::size_of::<custos_event>()) }
-            .to_vec()
+        unsafe {
+            std::slice::from_raw_parts(
+                (&ev as *const custos_event).cast::<u8>(),
+                std::mem::size_of::<custos_event>(),
+            )
+        }
+        .to_vec()
     }
 
     fn output(c: &Consumer<Vec<u8>>) -> Vec<serde_json::Value> {
         let text = String::from_utf8(c.out.clone()).unwrap();
-        text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+        text.lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
     }
 
     #[test]
@@ -1026,7 +1139,10 @@ mod tests {
         assert_eq!(c.counters.lost_in_gaps, 5);
         assert_eq!(c.counters.loss_records, 3);
         c.on_metadata(&record(0, 3, 30, 7));
-        assert_eq!(c.counters.late, 1, "a settled number is not delivered twice");
+        assert_eq!(
+            c.counters.late, 1,
+            "a settled number is not delivered twice"
+        );
         c.release(true).unwrap();
         let lines = output(&c);
         let kinds: Vec<String> = lines
@@ -1036,7 +1152,20 @@ mod tests {
                 _ => format!("{}", l["seq"]),
             })
             .collect();
-        assert_eq!(kinds, ["1", "2", "loss 3-3", "4", "5", "loss 6-8", "9", "loss 10-10", "3"]);
+        assert_eq!(
+            kinds,
+            [
+                "1",
+                "2",
+                "loss 3-3",
+                "4",
+                "5",
+                "loss 6-8",
+                "9",
+                "loss 10-10",
+                "3"
+            ]
+        );
         assert_eq!(lines[2]["category"], "events");
         assert_eq!(lines[5]["start_ns"], 50);
         assert_eq!(lines[5]["end_ns"], 90);
@@ -1058,12 +1187,18 @@ mod tests {
         c.on_metadata(&record(0, 3, 50, 1));
         c.release(false).unwrap();
         // CPU 1 may still produce something after 40, before CPU 0's 50.
-        let times: Vec<u64> = output(&c).iter().map(|l| l["time_ns"].as_u64().unwrap()).collect();
+        let times: Vec<u64> = output(&c)
+            .iter()
+            .map(|l| l["time_ns"].as_u64().unwrap())
+            .collect();
         assert_eq!(times, [10, 20, 30, 40]);
         // Its numbers up to 2 were read at time 60: everything older can go.
         c.settle_gaps(&[3, 2], &[[0, 0], [0, 0]], Some(60)).unwrap();
         c.release(false).unwrap();
-        let times: Vec<u64> = output(&c).iter().map(|l| l["time_ns"].as_u64().unwrap()).collect();
+        let times: Vec<u64> = output(&c)
+            .iter()
+            .map(|l| l["time_ns"].as_u64().unwrap())
+            .collect();
         assert_eq!(times, [10, 20, 30, 40, 50]);
         assert_eq!(c.counters.lost_in_gaps, 0);
         assert_eq!(c.counters.out_of_order, 0);
@@ -1075,7 +1210,16 @@ mod tests {
     /// settled at random ticks, the reorder bound checked after every round.
     /// Returns each round's output, what was numbered and taken, the drops
     /// and the consumer's counters.
-    fn drive_random(rng: &mut u64, reorder_bytes: usize) -> (Vec<serde_json::Value>, Vec<u64>, usize, u64, ConsumerCounters) {
+    fn drive_random(
+        rng: &mut u64,
+        reorder_bytes: usize,
+    ) -> (
+        Vec<serde_json::Value>,
+        Vec<u64>,
+        usize,
+        u64,
+        ConsumerCounters,
+    ) {
         let mut next = move |n: u64| {
             *rng ^= *rng << 13;
             *rng ^= *rng >> 7;
@@ -1091,7 +1235,13 @@ mod tests {
             time += 1 + next(50);
             let cpu = next(cpus as u64) as usize;
             seqs[cpu] += 1;
-            produced.push((time, cpu, seqs[cpu], (next(10) == 0) as usize, next(20) == 0));
+            produced.push((
+                time,
+                cpu,
+                seqs[cpu],
+                (next(10) == 0) as usize,
+                next(20) == 0,
+            ));
         }
         let mut c = Consumer::with_reorder_buffer(Vec::new(), cpus, reorder_bytes);
         c.boot_offset_ns = 0;
@@ -1099,7 +1249,8 @@ mod tests {
         let mut drops = vec![[0u64; 2]; cpus];
         let mut numbered = vec![0u64; cpus];
         // Snapshots: (numbers read, time read, each ring's producer position then).
-        let mut pending: std::collections::VecDeque<(Vec<u64>, u64, [usize; 2])> = Default::default();
+        let mut pending: std::collections::VecDeque<(Vec<u64>, u64, [usize; 2])> =
+            Default::default();
         let (mut made, mut taken) = (0usize, 0usize);
         let (mut pushed, mut consumed) = ([0usize; 2], [0usize; 2]);
         while made < produced.len() || rings.iter().any(|r| !r.is_empty()) {
@@ -1120,7 +1271,9 @@ mod tests {
             // One round: the reserved ring first, each a random share.
             for ring in 0..2 {
                 for _ in 0..next(150) {
-                    let Some((t, cpu, seq)) = rings[ring].pop_front() else { break };
+                    let Some((t, cpu, seq)) = rings[ring].pop_front() else {
+                        break;
+                    };
                     taken += 1;
                     consumed[ring] += 1;
                     c.on_metadata(&record(cpu as u64, seq, t, cpu as u32 + 1));
@@ -1133,7 +1286,10 @@ mod tests {
                 pending.push_back((numbered.clone(), as_of, pushed));
             }
             // Settled once each ring was consumed past where it stood then.
-            while pending.front().is_some_and(|p| p.2[0] <= consumed[0] && p.2[1] <= consumed[1]) {
+            while pending
+                .front()
+                .is_some_and(|p| p.2[0] <= consumed[0] && p.2[1] <= consumed[1])
+            {
                 let (upto, as_of, _) = pending.pop_front().unwrap();
                 c.settle_gaps(&upto, &drops, Some(as_of)).unwrap();
                 c.release(false).unwrap();
@@ -1158,19 +1314,39 @@ mod tests {
             for l in lines {
                 let cpu = l["cpu"].as_u64().unwrap() as usize;
                 let (t, first, last) = match l["type"].as_str().unwrap() {
-                    "event" => (l["time_ns"].as_u64().unwrap(), l["seq"].as_u64().unwrap(), l["seq"].as_u64().unwrap()),
-                    _ => (l["start_ns"].as_u64().unwrap(), l["first_seq"].as_u64().unwrap(), l["last_seq"].as_u64().unwrap()),
+                    "event" => (
+                        l["time_ns"].as_u64().unwrap(),
+                        l["seq"].as_u64().unwrap(),
+                        l["seq"].as_u64().unwrap(),
+                    ),
+                    _ => (
+                        l["start_ns"].as_u64().unwrap(),
+                        l["first_seq"].as_u64().unwrap(),
+                        l["last_seq"].as_u64().unwrap(),
+                    ),
                 };
                 delivered += (l["type"] == "event") as usize;
                 assert!(t >= last_time, "{l} after time {last_time}");
-                assert_eq!(first, last_seq[cpu] + 1, "cpu {cpu}: {l} after number {}", last_seq[cpu]);
+                assert_eq!(
+                    first,
+                    last_seq[cpu] + 1,
+                    "cpu {cpu}: {l} after number {}",
+                    last_seq[cpu]
+                );
                 last_time = t;
                 last_seq[cpu] = last;
             }
             assert_eq!(last_seq, numbered, "every number accounted for");
             assert_eq!(delivered, taken);
             assert_eq!(counters.lost_in_gaps, dropped);
-            assert_eq!((counters.out_of_order, counters.late, counters.reorder_forced), (0, 0, 0));
+            assert_eq!(
+                (
+                    counters.out_of_order,
+                    counters.late,
+                    counters.reorder_forced
+                ),
+                (0, 0, 0)
+            );
         }
     }
 
@@ -1185,21 +1361,32 @@ mod tests {
         let mut forced = 0;
         for _round in 0..20 {
             let (lines, numbered, taken, dropped, counters) = drive_random(&mut rng, 4 << 10);
-            let mut seen: Vec<std::collections::BTreeSet<u64>> = vec![Default::default(); numbered.len()];
+            let mut seen: Vec<std::collections::BTreeSet<u64>> =
+                vec![Default::default(); numbered.len()];
             let mut delivered = 0;
             for l in lines {
                 let cpu = l["cpu"].as_u64().unwrap() as usize;
                 let (first, last) = match l["type"].as_str().unwrap() {
                     "event" => (l["seq"].as_u64().unwrap(), l["seq"].as_u64().unwrap()),
-                    _ => (l["first_seq"].as_u64().unwrap(), l["last_seq"].as_u64().unwrap()),
+                    _ => (
+                        l["first_seq"].as_u64().unwrap(),
+                        l["last_seq"].as_u64().unwrap(),
+                    ),
                 };
                 delivered += (l["type"] == "event") as usize;
                 for n in first..=last {
-                    assert!(seen[cpu].insert(n), "cpu {cpu}: number {n} accounted twice ({l})");
+                    assert!(
+                        seen[cpu].insert(n),
+                        "cpu {cpu}: number {n} accounted twice ({l})"
+                    );
                 }
             }
             for (cpu, s) in seen.iter().enumerate() {
-                assert_eq!(s.len() as u64, numbered[cpu], "cpu {cpu}: every number accounted for");
+                assert_eq!(
+                    s.len() as u64,
+                    numbered[cpu],
+                    "cpu {cpu}: every number accounted for"
+                );
             }
             assert_eq!(delivered, taken);
             assert_eq!(counters.late, 0, "nothing settled while still on its way");
@@ -1220,7 +1407,10 @@ mod tests {
         c.release(false).unwrap();
         assert!(output(&c).is_empty());
         assert!(c.reorder_backlog().0 > 2000);
-        assert!(c.relieve().unwrap(), "over its bound, the buffer is relieved");
+        assert!(
+            c.relieve().unwrap(),
+            "over its bound, the buffer is relieved"
+        );
         assert_eq!(c.counters.reorder_forced, 1);
         assert_eq!(output(&c).len(), 39, "the 39 events, written early");
         assert_eq!(c.counters.lost_in_gaps, 0, "number 1 may still come");
@@ -1234,16 +1424,33 @@ mod tests {
         assert_eq!(c.counters.lost_in_gaps, 1);
         let lines = output(&c);
         assert_eq!(lines.len(), 41);
-        assert_eq!((lines[39]["type"].as_str(), lines[39]["first_seq"].as_u64(), lines[39]["last_seq"].as_u64()), (Some("loss"), Some(1), Some(1)));
-        assert_eq!(lines[39]["end_ns"], 20, "the loss ends where the run written early starts");
+        assert_eq!(
+            (
+                lines[39]["type"].as_str(),
+                lines[39]["first_seq"].as_u64(),
+                lines[39]["last_seq"].as_u64()
+            ),
+            (Some("loss"), Some(1), Some(1))
+        );
+        assert_eq!(
+            lines[39]["end_ns"], 20,
+            "the loss ends where the run written early starts"
+        );
         assert_eq!(lines[40]["seq"], 41);
         assert_eq!(c.counters.late, 0);
-        assert_eq!(c.counters.out_of_order, 1, "the loss record came out after the lines written early");
+        assert_eq!(
+            c.counters.out_of_order, 1,
+            "the loss record came out after the lines written early"
+        );
     }
 
     #[test]
     fn the_workflow_trackers_syscall_numbers_are_the_tables() {
-        for (nr, name) in [(NR_EXIT_GROUP, "exit_group"), (NR_SETSID, "setsid"), (NR_SETPGID, "setpgid")] {
+        for (nr, name) in [
+            (NR_EXIT_GROUP, "exit_group"),
+            (NR_SETSID, "setsid"),
+            (NR_SETPGID, "setpgid"),
+        ] {
             assert_eq!(syscalls::by_nr(nr as u32).map(|s| s.name), Some(name));
         }
     }
@@ -1252,7 +1459,10 @@ mod tests {
     fn components_reverse_into_absolute_paths() {
         assert_eq!(components_to_path(b"c\0b\0a\0"), "/a/b/c");
         assert_eq!(components_to_path(b""), "/");
-        assert_eq!(join_base(Some("x/y"), Some("/tmp")), Some("/tmp/x/y".into()));
+        assert_eq!(
+            join_base(Some("x/y"), Some("/tmp")),
+            Some("/tmp/x/y".into())
+        );
         assert_eq!(join_base(Some("/abs"), Some("/tmp")), Some("/abs".into()));
     }
 
@@ -1286,7 +1496,8 @@ mod tests {
                 .collect();
             let mut b = Vec::new();
             push_json_str(&mut b, &v);
-            let back: String = serde_json::from_slice(&b).unwrap_or_else(|e| panic!("{e}: {:?}", String::from_utf8_lossy(&b)));
+            let back: String = serde_json::from_slice(&b)
+                .unwrap_or_else(|e| panic!("{e}: {:?}", String::from_utf8_lossy(&b)));
             assert_eq!(back, String::from_utf8_lossy(&v), "{v:?}");
         }
     }

@@ -67,7 +67,11 @@ pub fn container_of_cgroup(path: &str) -> Option<(Runtime, String)> {
             (!id.starts_with("conmon-")).then_some((Runtime::CriO, id))
         } else if is_container_id(part) {
             // cgroupfs layouts: /docker/<id>, /kubepods/.../pod<uid>/<id>.
-            let parent = path.rsplit('/').skip_while(|p| *p != part).nth(1).unwrap_or("");
+            let parent = path
+                .rsplit('/')
+                .skip_while(|p| *p != part)
+                .nth(1)
+                .unwrap_or("");
             if parent == "docker" {
                 Some((Runtime::Docker, part))
             } else if parent.starts_with("pod") {
@@ -150,8 +154,15 @@ pub fn parse_inspect(rt: Runtime, json: &str) -> Option<Meta> {
 pub fn parse_storage_containers(json: &str, id: &str) -> Option<Meta> {
     let all: serde_json::Value = serde_json::from_str(json).ok()?;
     let c = all.as_array()?.iter().find(|c| c["id"] == id)?;
-    let meta: serde_json::Value = c["metadata"].as_str().and_then(|m| serde_json::from_str(m).ok()).unwrap_or_default();
-    Some(Meta { name: text(&c["names"][0]).or_else(|| text(&meta["name"])), image: text(&meta["image-name"]), ..Meta::default() })
+    let meta: serde_json::Value = c["metadata"]
+        .as_str()
+        .and_then(|m| serde_json::from_str(m).ok())
+        .unwrap_or_default();
+    Some(Meta {
+        name: text(&c["names"][0]).or_else(|| text(&meta["name"])),
+        image: text(&meta["image-name"]),
+        ..Meta::default()
+    })
 }
 
 /// A container's metadata from its runtime's own files, without running the
@@ -165,17 +176,29 @@ fn read_metadata(rt: Runtime, id: &str) -> Option<Meta> {
         Runtime::Podman | Runtime::CriO => {
             let root = Path::new("/var/lib/containers/storage");
             // One directory per storage driver: overlay-containers, vfs-containers, ...
-            let dir = std::fs::read_dir(root).ok()?.flatten().map(|e| e.path()).find(|p| {
-                p.file_name().is_some_and(|n| n.to_string_lossy().ends_with("-containers")) && p.join(id).is_dir()
-            })?;
-            let meta = parse_storage_containers(&std::fs::read_to_string(dir.join("containers.json")).ok()?, id)?;
+            let dir = std::fs::read_dir(root)
+                .ok()?
+                .flatten()
+                .map(|e| e.path())
+                .find(|p| {
+                    p.file_name()
+                        .is_some_and(|n| n.to_string_lossy().ends_with("-containers"))
+                        && p.join(id).is_dir()
+                })?;
+            let meta = parse_storage_containers(
+                &std::fs::read_to_string(dir.join("containers.json")).ok()?,
+                id,
+            )?;
             // A CRI-O container's Kubernetes labels are among its OCI config's annotations.
-            let config = std::fs::read_to_string(dir.join(id).join("userdata/config.json")).unwrap_or_default();
+            let config = std::fs::read_to_string(dir.join(id).join("userdata/config.json"))
+                .unwrap_or_default();
             let config: serde_json::Value = serde_json::from_str(&config).unwrap_or_default();
             Some(meta.with_k8s_labels(&config["annotations"]))
         }
         Runtime::Docker => {
-            let text = std::fs::read_to_string(format!("/var/lib/docker/containers/{id}/config.v2.json")).ok()?;
+            let text =
+                std::fs::read_to_string(format!("/var/lib/docker/containers/{id}/config.v2.json"))
+                    .ok()?;
             parse_inspect(Runtime::Docker, &text)
         }
         Runtime::Containerd => None,
@@ -184,14 +207,22 @@ fn read_metadata(rt: Runtime, id: &str) -> Option<Meta> {
 
 /// What the runtime says of a container: its files first, then its CLI.
 fn lookup(rt: Runtime, id: &str) -> Option<Meta> {
-    read_metadata(rt, id).filter(|m| m.name.is_some()).or_else(|| inspect(rt, id))
+    read_metadata(rt, id)
+        .filter(|m| m.name.is_some())
+        .or_else(|| inspect(rt, id))
 }
 
 fn inspect(rt: Runtime, id: &str) -> Option<Meta> {
     let out = match rt {
-        Runtime::Podman => Command::new("podman").args(["inspect", "--type", "container", id]).output(),
-        Runtime::Docker => Command::new("docker").args(["inspect", "--type", "container", id]).output(),
-        Runtime::Containerd | Runtime::CriO => Command::new("crictl").args(["inspect", id]).output(),
+        Runtime::Podman => Command::new("podman")
+            .args(["inspect", "--type", "container", id])
+            .output(),
+        Runtime::Docker => Command::new("docker")
+            .args(["inspect", "--type", "container", id])
+            .output(),
+        Runtime::Containerd | Runtime::CriO => {
+            Command::new("crictl").args(["inspect", id]).output()
+        }
     }
     .ok()?;
     if !out.status.success() {
@@ -281,8 +312,16 @@ impl Containers {
             .ok()?;
         let watch_asks = asks.clone();
         // Without the watch, containers are still found at their first event.
-        let _ = std::thread::Builder::new().name("custos-cgroups".into()).spawn(move || watch_cgroups(&root, &watch_asks));
-        Some(Containers { mount, by_cgroup: HashMap::new(), answers, asks, unresolved_cgroups: 0 })
+        let _ = std::thread::Builder::new()
+            .name("custos-cgroups".into())
+            .spawn(move || watch_cgroups(&root, &watch_asks));
+        Some(Containers {
+            mount,
+            by_cgroup: HashMap::new(),
+            answers,
+            asks,
+            unresolved_cgroups: 0,
+        })
     }
 
     /// Whether the runtime's answer about container `id` is held (tests).
@@ -311,7 +350,13 @@ impl Containers {
                 e.insert(found.map(|(runtime, id)| {
                     // Full: asked again at a later event (see below).
                     let _ = self.asks.try_send(Ask::Inspect(runtime, id.clone()));
-                    Attribution { json: field_json(runtime, &id, None), runtime, id, answered: false, checked: u64::MAX }
+                    Attribution {
+                        json: field_json(runtime, &id, None),
+                        runtime,
+                        id,
+                        answered: false,
+                        checked: u64::MAX,
+                    }
                 }))
             }
         }
@@ -323,7 +368,9 @@ impl Containers {
                 entry.answered = true;
             } else {
                 // Asked before the thread had room: ask again.
-                let _ = self.asks.try_send(Ask::Inspect(entry.runtime, entry.id.clone()));
+                let _ = self
+                    .asks
+                    .try_send(Ask::Inspect(entry.runtime, entry.id.clone()));
             }
         }
         Some(&entry.json)
@@ -361,23 +408,33 @@ const MAX_WATCHES: usize = 8192;
 /// and removed, and tells the resolver thread. Returns if inotify fails.
 fn watch_cgroups(root: &Path, asks: &SyncSender<Ask>) {
     use inotify::{EventMask, Inotify, WatchMask};
-    let Ok(mut inotify) = Inotify::init() else { return };
+    let Ok(mut inotify) = Inotify::init() else {
+        return;
+    };
     let mask = WatchMask::CREATE | WatchMask::DELETE | WatchMask::ONLYDIR;
     let mut dirs = HashMap::new();
     // Watches `queue`'s directories and those below them; with `look`, asks
     // about the containers among them (what was made in a new directory
     // before its watch was added made no event: a runtime's parent cgroup
     // and the container's at once).
-    let watch = |inotify: &mut Inotify, dirs: &mut HashMap<inotify::WatchDescriptor, PathBuf>, start: Vec<PathBuf>, look: bool| {
+    let watch = |inotify: &mut Inotify,
+                 dirs: &mut HashMap<inotify::WatchDescriptor, PathBuf>,
+                 start: Vec<PathBuf>,
+                 look: bool| {
         let mut queue = std::collections::VecDeque::from(start);
         while let Some(dir) = queue.pop_front() {
             if dirs.len() >= MAX_WATCHES {
                 break;
             }
-            let Ok(wd) = inotify.watches().add(&dir, mask) else { continue };
+            let Ok(wd) = inotify.watches().add(&dir, mask) else {
+                continue;
+            };
             for child in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
                 if child.file_type().is_ok_and(|t| t.is_dir()) {
-                    if let Some((rt, id)) = look.then(|| container_of_cgroup(&child.path().to_string_lossy())).flatten() {
+                    if let Some((rt, id)) = look
+                        .then(|| container_of_cgroup(&child.path().to_string_lossy()))
+                        .flatten()
+                    {
                         let _ = asks.try_send(Ask::Inspect(rt, id));
                     }
                     queue.push_back(child.path());
@@ -390,14 +447,18 @@ fn watch_cgroups(root: &Path, asks: &SyncSender<Ask>) {
     watch(&mut inotify, &mut dirs, vec![root.to_path_buf()], false);
     let mut buf = [0u8; 8192];
     loop {
-        let Ok(events) = inotify.read_events_blocking(&mut buf) else { return };
+        let Ok(events) = inotify.read_events_blocking(&mut buf) else {
+            return;
+        };
         let mut added = Vec::new();
         for ev in events {
             if ev.mask.contains(EventMask::IGNORED) {
                 dirs.remove(&ev.wd);
                 continue;
             }
-            let (Some(dir), Some(name)) = (dirs.get(&ev.wd), ev.name) else { continue };
+            let (Some(dir), Some(name)) = (dirs.get(&ev.wd), ev.name) else {
+                continue;
+            };
             if !ev.mask.contains(EventMask::ISDIR) {
                 continue;
             }
@@ -411,7 +472,9 @@ fn watch_cgroups(root: &Path, asks: &SyncSender<Ask>) {
                 added.push(path);
             } else if ev.mask.contains(EventMask::DELETE) {
                 // podman's nested `container` cgroup names it too: forget it with its own.
-                if let Some((_, id)) = container.filter(|_| path.file_name().is_some_and(|n| n != "container")) {
+                if let Some((_, id)) =
+                    container.filter(|_| path.file_name().is_some_and(|n| n != "container"))
+                {
                     let _ = asks.try_send(Ask::Forget(id));
                 }
             }
@@ -443,10 +506,18 @@ fn cgroup_path(mount: &File, id: u64) -> Option<PathBuf> {
         id: u64,
     }
     const FILEID_KERNFS: i32 = 0xfe;
-    let mut h = KernfsHandle { handle_bytes: 8, handle_type: FILEID_KERNFS, id };
+    let mut h = KernfsHandle {
+        handle_bytes: 8,
+        handle_type: FILEID_KERNFS,
+        id,
+    };
     // SAFETY: a file_handle header followed by its 8 handle bytes.
     let fd = unsafe {
-        libc::open_by_handle_at(mount.as_raw_fd(), (&mut h as *mut KernfsHandle).cast(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC)
+        libc::open_by_handle_at(
+            mount.as_raw_fd(),
+            (&mut h as *mut KernfsHandle).cast(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
     };
     if fd < 0 {
         return None;
@@ -476,7 +547,10 @@ mod tests {
             "b".repeat(64)
         );
         let m = parse_storage_containers(&json, ID).unwrap();
-        assert_eq!((m.name.as_deref(), m.image.as_deref()), (Some("web"), Some("localhost/web:1")));
+        assert_eq!(
+            (m.name.as_deref(), m.image.as_deref()),
+            (Some("web"), Some("localhost/web:1"))
+        );
         assert!(parse_storage_containers(&json, &"c".repeat(64)).is_none());
         assert!(parse_storage_containers("not json", ID).is_none());
     }
@@ -490,13 +564,20 @@ mod tests {
         let c = Containers::start().expect("the attribution starts");
         std::thread::sleep(std::time::Duration::from_millis(200));
         let parent = root.join(format!("custos-test-{}", std::process::id()));
-        let id = format!("{:064x}", std::process::id() as u128 * 0x9e37_79b9_7f4a_7c15);
+        let id = format!(
+            "{:064x}",
+            std::process::id() as u128 * 0x9e37_79b9_7f4a_7c15
+        );
         let cgroup = parent.join(format!("libpod-{id}"));
         std::fs::create_dir_all(&cgroup).expect("making a cgroup (root)");
         let wait = |want: bool| {
             let t = std::time::Instant::now();
             while c.knows(&id) != want {
-                assert!(t.elapsed().as_secs() < 20, "the watch did not {} container {id}", if want { "find" } else { "forget" });
+                assert!(
+                    t.elapsed().as_secs() < 20,
+                    "the watch did not {} container {id}",
+                    if want { "find" } else { "forget" }
+                );
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
         };
@@ -537,26 +618,49 @@ mod tests {
     fn inspect_answers_of_each_runtime_give_name_image_and_pod() {
         let podman = r#"[{"Id":"x","Name":"web","ImageName":"localhost/custos-busybox:1","Config":{"Image":"ignored","Labels":null}}]"#;
         let m = parse_inspect(Runtime::Podman, podman).unwrap();
-        assert_eq!((m.name.as_deref(), m.image.as_deref(), m.pod.as_deref()), (Some("web"), Some("localhost/custos-busybox:1"), None));
+        assert_eq!(
+            (m.name.as_deref(), m.image.as_deref(), m.pod.as_deref()),
+            (Some("web"), Some("localhost/custos-busybox:1"), None)
+        );
         let docker = r#"[{"Id":"x","Name":"/db","Config":{"Image":"postgres:16","Labels":{"io.kubernetes.pod.name":"p1","io.kubernetes.pod.namespace":"prod","io.kubernetes.container.name":"db"}}}]"#;
         let m = parse_inspect(Runtime::Docker, docker).unwrap();
         assert_eq!(m.name.as_deref(), Some("db"));
         assert_eq!(m.image.as_deref(), Some("postgres:16"));
-        assert_eq!((m.pod.as_deref(), m.namespace.as_deref(), m.container_name.as_deref()), (Some("p1"), Some("prod"), Some("db")));
+        assert_eq!(
+            (
+                m.pod.as_deref(),
+                m.namespace.as_deref(),
+                m.container_name.as_deref()
+            ),
+            (Some("p1"), Some("prod"), Some("db"))
+        );
         let cri = r#"{"status":{"metadata":{"name":"app"},"image":{"image":"docker.io/library/nginx:1"},"labels":{"io.kubernetes.pod.name":"web-7d","io.kubernetes.pod.namespace":"default","io.kubernetes.container.name":"app"}}}"#;
         let m = parse_inspect(Runtime::Containerd, cri).unwrap();
-        assert_eq!((m.name.as_deref(), m.image.as_deref(), m.pod.as_deref()), (Some("app"), Some("docker.io/library/nginx:1"), Some("web-7d")));
+        assert_eq!(
+            (m.name.as_deref(), m.image.as_deref(), m.pod.as_deref()),
+            (
+                Some("app"),
+                Some("docker.io/library/nginx:1"),
+                Some("web-7d")
+            )
+        );
         assert!(parse_inspect(Runtime::Podman, "not json").is_none());
     }
 
     #[test]
     fn the_field_is_valid_json_with_what_is_known() {
         let only_id = field_json(Runtime::Podman, ID, None);
-        let v: serde_json::Value = serde_json::from_slice(&only_id[b",\"container\":".len()..]).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_slice(&only_id[b",\"container\":".len()..]).unwrap();
         assert_eq!(v, serde_json::json!({"id": ID, "runtime": "podman"}));
-        let meta = Meta { name: Some("we\"b".into()), image: Some("img".into()), ..Default::default() };
+        let meta = Meta {
+            name: Some("we\"b".into()),
+            image: Some("img".into()),
+            ..Default::default()
+        };
         let full = field_json(Runtime::Podman, ID, Some(&meta));
-        let v: serde_json::Value = serde_json::from_slice(&full[b",\"container\":".len()..]).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_slice(&full[b",\"container\":".len()..]).unwrap();
         assert_eq!(v["name"], "we\"b");
         assert_eq!(v["image"], "img");
     }

@@ -14,7 +14,9 @@ use crate::bpf_skel::types::custos_global_features;
 
 /// `struct custos_global_features` / `struct custos_task_features` of
 /// include/custos/provenance_features.h, as the skeleton's BTF lays them out.
-pub use crate::bpf_skel::types::{custos_global_features as GlobalFeatures, custos_task_features as TaskFeatures};
+pub use crate::bpf_skel::types::{
+    custos_global_features as GlobalFeatures, custos_task_features as TaskFeatures,
+};
 use crate::intf::*;
 
 const BPF_FS_MAGIC: i64 = 0xcafe4a11;
@@ -46,14 +48,26 @@ pub fn prepare_pin_dir() -> Result<bool> {
         let src = CString::new("bpf").unwrap();
         let dst = CString::new(root).unwrap();
         // SAFETY: plain mount(2) with constant C strings.
-        let rc = unsafe { libc::mount(src.as_ptr(), dst.as_ptr(), src.as_ptr(), 0, std::ptr::null()) };
+        let rc = unsafe {
+            libc::mount(
+                src.as_ptr(),
+                dst.as_ptr(),
+                src.as_ptr(),
+                0,
+                std::ptr::null(),
+            )
+        };
         if rc != 0 {
             let err = std::io::Error::last_os_error();
             bail!("{root} is not a BPF file system and mounting one failed ({err}); mount it with `mount -t bpf bpf {root}`");
         }
     }
     let (task, global) = (task_features_path(), global_features_path());
-    if let Some(pid) = global.exists().then(|| running_collector(&global)).flatten() {
+    if let Some(pid) = global
+        .exists()
+        .then(|| running_collector(&global))
+        .flatten()
+    {
         bail!(
             "another custos collector (pid {pid}) is running: its provenance features are pinned at {PIN_DIR}; stop it first (one collector per machine)"
         );
@@ -75,7 +89,16 @@ pub fn prepare_pin_dir() -> Result<bool> {
 }
 
 fn pinned_value_sizes(task: &Path, global: &Path) -> Option<(usize, usize)> {
-    let size = |p: &Path| Some(MapHandle::from_pinned_path(p).ok()?.info().ok()?.info.value_size as usize);
+    let size = |p: &Path| {
+        Some(
+            MapHandle::from_pinned_path(p)
+                .ok()?
+                .info()
+                .ok()?
+                .info
+                .value_size as usize,
+        )
+    };
     Some((size(task)?, size(global)?))
 }
 
@@ -86,7 +109,9 @@ pub fn forget_dead_tasks(map: &dyn MapCore) {
     let stale: Vec<Vec<u8>> = map
         .keys()
         .filter(|k| {
-            let Ok(tid) = <[u8; 4]>::try_from(k.as_slice()).map(u32::from_ne_bytes) else { return false };
+            let Ok(tid) = <[u8; 4]>::try_from(k.as_slice()).map(u32::from_ne_bytes) else {
+                return false;
+            };
             let own = Path::new(&format!("/proc/self/task/{tid}")).exists();
             own || !Path::new(&format!("/proc/{tid}")).exists()
         })
@@ -116,7 +141,8 @@ fn running_collector(global: &Path) -> Option<u32> {
 fn read_pod<T: Copy>(raw: &[u8]) -> Option<T> {
     // SAFETY: T is one of the feature structs (plain old data, any bit
     // pattern valid), and the length is checked.
-    (raw.len() >= std::mem::size_of::<T>()).then(|| unsafe { std::ptr::read_unaligned(raw.as_ptr().cast()) })
+    (raw.len() >= std::mem::size_of::<T>())
+        .then(|| unsafe { std::ptr::read_unaligned(raw.as_ptr().cast()) })
 }
 
 fn pod_bytes<T: Copy>(v: &T) -> &[u8] {
@@ -152,18 +178,29 @@ pub fn remove_pins() {
 /// write them in that mode, and [`publish`] keeps them.
 pub fn forget_rings(map: &dyn MapCore) -> Result<()> {
     let key = 0u32.to_ne_bytes();
-    let raw = map.lookup(&key, MapFlags::ANY).context("reading global_features")?;
+    let raw = map
+        .lookup(&key, MapFlags::ANY)
+        .context("reading global_features")?;
     let mut g = raw.as_deref().and_then(read_global).unwrap_or_default();
     g.ring_size = Default::default();
     g.ring_free_bytes = Default::default();
-    map.update(&key, global_bytes(&g), MapFlags::ANY).context("updating global_features")
+    map.update(&key, global_bytes(&g), MapFlags::ANY)
+        .context("updating global_features")
 }
 
 /// Publishes the consumer side of the global features (produced, consumed,
 /// consumer lag, consumer pids); the BPF side writes ring availability.
-pub fn publish(map: &dyn MapCore, produced: u64, consumed: u64, running: bool, now_ns: u64) -> Result<()> {
+pub fn publish(
+    map: &dyn MapCore,
+    produced: u64,
+    consumed: u64,
+    running: bool,
+    now_ns: u64,
+) -> Result<()> {
     let key = 0u32.to_ne_bytes();
-    let raw = map.lookup(&key, MapFlags::ANY).context("reading global_features")?;
+    let raw = map
+        .lookup(&key, MapFlags::ANY)
+        .context("reading global_features")?;
     let mut g = raw.as_deref().and_then(read_global).unwrap_or_default();
     g.produced = produced;
     g.consumed = consumed;
@@ -173,5 +210,6 @@ pub fn publish(map: &dyn MapCore, produced: u64, consumed: u64, running: bool, n
     g.consumer_pids[0] = std::process::id();
     g.nr_consumers = 1;
     g.collector_running = running as u32;
-    map.update(&key, global_bytes(&g), MapFlags::ANY).context("updating global_features")
+    map.update(&key, global_bytes(&g), MapFlags::ANY)
+        .context("updating global_features")
 }

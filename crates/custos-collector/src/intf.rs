@@ -61,7 +61,11 @@ mod tests {
     /// Every constant here has its twin `CUSTOS_<NAME>` in the C headers, with the same value.
     #[test]
     fn constants_agree_with_the_c_headers() {
-        let c = [include_str!("bpf/intf.h"), include_str!("../../../include/custos/provenance_features.h")].concat();
+        let c = [
+            include_str!("bpf/intf.h"),
+            include_str!("../../../include/custos/provenance_features.h"),
+        ]
+        .concat();
         let c_value = |name: &str| -> Option<String> {
             let want = format!("CUSTOS_{name}");
             c.lines().find_map(|l| {
@@ -78,13 +82,17 @@ mod tests {
         let eval = |v: &str| -> String {
             let v = v.trim().trim_matches(|ch| ch == '(' || ch == ')');
             match v.split_once("<<") {
-                Some((a, b)) => (a.trim().parse::<u64>().unwrap() << b.trim().parse::<u64>().unwrap()).to_string(),
+                Some((a, b)) => (a.trim().parse::<u64>().unwrap()
+                    << b.trim().parse::<u64>().unwrap())
+                .to_string(),
                 None => v.trim_matches('"').to_string(),
             }
         };
         let mut checked = 0;
         for line in include_str!("intf.rs").lines() {
-            let Some(rest) = line.strip_prefix("pub const ") else { continue };
+            let Some(rest) = line.strip_prefix("pub const ") else {
+                continue;
+            };
             let (name, rest) = rest.split_once(':').unwrap();
             let rust = eval(rest.split_once('=').unwrap().1.trim_end_matches(';'));
             let c = c_value(name).unwrap_or_else(|| panic!("no CUSTOS_{name} in the C headers"));

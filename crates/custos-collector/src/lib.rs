@@ -2,7 +2,13 @@
 //! writes the event stream. Not a store or a query engine (custos-store) and
 //! not a scheduler (custos-sched): it only produces events and features.
 mod bpf_skel {
-    #![allow(clippy::all, non_camel_case_types, non_snake_case, dead_code, unused_imports)]
+    #![allow(
+        clippy::all,
+        non_camel_case_types,
+        non_snake_case,
+        dead_code,
+        unused_imports
+    )]
     include!(concat!(env!("OUT_DIR"), "/collector.skel.rs"));
 }
 

@@ -77,7 +77,9 @@ impl Merge {
     /// workflow and puts the line's new end, its workflow fields and `}\n`,
     /// in `tail`. Returns whether the line's own `}\n` gives way to it.
     fn close_line(&mut self, step: Option<JobStep>) -> bool {
-        let (Some(wf), Some(step)) = (&mut self.workflows, step) else { return false };
+        let (Some(wf), Some(step)) = (&mut self.workflows, step) else {
+            return false;
+        };
         let (workflow, start) = wf.assign(&step);
         // Most lines name the workflow of the line before: its end is reused.
         if start.is_some() || self.tail_of != Some(workflow) {
@@ -130,7 +132,13 @@ impl Merge {
 
     /// Writes a line now, outside the merge (one the consumer holds back
     /// for an earlier number of its CPU, written early to keep the bound).
-    pub fn write_early<W: Write>(&mut self, out: &mut W, time_ns: u64, line: &[u8], step: Option<JobStep>) -> std::io::Result<()> {
+    pub fn write_early<W: Write>(
+        &mut self,
+        out: &mut W,
+        time_ns: u64,
+        line: &[u8],
+        step: Option<JobStep>,
+    ) -> std::io::Result<()> {
         if self.close_line(step) {
             out.write_all(&line[..line.len() - 2])?;
             out.write_all(&self.tail)?;

@@ -107,7 +107,12 @@ impl Metrics {
     }
 
     pub fn stats_record(&self, time_ns: u64, last: bool) -> StatsRecord<'_> {
-        StatsRecord { ty: "stats", time_ns, final_: last, metrics: self }
+        StatsRecord {
+            ty: "stats",
+            time_ns,
+            final_: last,
+            metrics: self,
+        }
     }
 }
 
@@ -157,7 +162,14 @@ impl Skips {
     /// entries and exits found unseen in the task; `skipped`: of those, the
     /// syscalls that would have been recorded; `hooks`: the hooks' first
     /// copies' skips, and the runs a backup copy handled instead.
-    pub fn new(enter: &[u64], exit: &[u64], covered: [u64; 2], unseen: [u64; 2], skipped: u64, hooks: [u64; 2]) -> Self {
+    pub fn new(
+        enter: &[u64],
+        exit: &[u64],
+        covered: [u64; 2],
+        unseen: [u64; 2],
+        skipped: u64,
+        hooks: [u64; 2],
+    ) -> Self {
         let first = |v: &[u64]| v.first().copied().unwrap_or(0);
         // Counters are read one after the other while programs run: a
         // covered count can be ahead of the skip count it belongs to.
@@ -165,7 +177,9 @@ impl Skips {
         let lost_exits = first(exit).saturating_sub(covered[1]);
         // Every entry (exit) no copy saw was either found unseen in its task,
         // or its syscall's exit (entry) went unseen too.
-        let both = lost_entries.saturating_sub(unseen[0]).min(lost_exits.saturating_sub(unseen[1]));
+        let both = lost_entries
+            .saturating_sub(unseen[0])
+            .min(lost_exits.saturating_sub(unseen[1]));
         let lsm = hooks[0].saturating_sub(hooks[1]);
         Skips {
             by_copy: enter.iter().zip(exit).map(|(a, b)| a + b).collect(),
@@ -204,8 +218,14 @@ mod skips_tests {
         assert_eq!(s.unnumbered, 2 + 1 + 2);
         assert_eq!(s.first_copy(), 1300);
         // A syscall counted twice before (entry and exit) counts once.
-        assert_eq!(Skips::new(&[1], &[1], [0, 0], [0, 0], 0, [0, 0]).unnumbered, 1);
+        assert_eq!(
+            Skips::new(&[1], &[1], [0, 0], [0, 0], 0, [0, 0]).unnumbered,
+            1
+        );
         // Read while running, covered may run ahead: never an underflow.
-        assert_eq!(Skips::new(&[3], &[0], [4, 0], [0, 0], 0, [1, 2]).unnumbered, 0);
+        assert_eq!(
+            Skips::new(&[3], &[0], [4, 0], [0, 0], 0, [1, 2]).unnumbered,
+            0
+        );
     }
 }

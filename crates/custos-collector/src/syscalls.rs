@@ -97,8 +97,18 @@ impl Syscall {
     pub fn returns_fd(&self) -> bool {
         matches!(
             self.name,
-            "open" | "openat" | "openat2" | "creat" | "open_by_handle_at" | "dup" | "dup2" | "dup3"
-                | "socket" | "accept" | "accept4" | "memfd_create"
+            "open"
+                | "openat"
+                | "openat2"
+                | "creat"
+                | "open_by_handle_at"
+                | "dup"
+                | "dup2"
+                | "dup3"
+                | "socket"
+                | "accept"
+                | "accept4"
+                | "memfd_create"
         )
     }
 
@@ -109,7 +119,11 @@ impl Syscall {
 
     pub fn spec(&self) -> crate::bpf_skel::types::custos_syscall_spec {
         let find = |want: fn(&Arg) -> bool| -> i8 {
-            self.args.iter().position(want).map(|i| i as i8).unwrap_or(-1)
+            self.args
+                .iter()
+                .position(want)
+                .map(|i| i as i8)
+                .unwrap_or(-1)
         };
         let addr_len = find(|a| matches!(a, Arg::AddrLen | Arg::AddrLenPtr));
         crate::bpf_skel::types::custos_syscall_spec {
@@ -128,7 +142,11 @@ impl Syscall {
             prot_arg: find(|a| matches!(a, Arg::Prot)),
             fdpair_arg: find(|a| matches!(a, Arg::FdPair)),
             flags: self.flags
-                | if self.args.iter().any(|a| matches!(a, Arg::AddrLenPtr)) { SPEC_ADDR_OUT } else { 0 },
+                | if self.args.iter().any(|a| matches!(a, Arg::AddrLenPtr)) {
+                    SPEC_ADDR_OUT
+                } else {
+                    0
+                },
         }
     }
 }
@@ -154,19 +172,75 @@ const LADDR: u16 = SPEC_LOCAL_ADDR;
 /// The provenance syscall set (x86_64 numbers).
 pub static SYSCALLS: &[Syscall] = &[
     // process life
-    sc!("clone", 56, Process, true, [Uint("flags"), Skip, Skip, Skip, Skip]),
+    sc!(
+        "clone",
+        56,
+        Process,
+        true,
+        [Uint("flags"), Skip, Skip, Skip, Skip]
+    ),
     sc!("clone3", 435, Process, true, [Skip, Uint("size")]),
     sc!("fork", 57, Process, true, []),
     sc!("vfork", 58, Process, true, []),
     sc!("execve", 59, Process, true, [Path, Argv, Skip], SPEC_EXEC),
-    sc!("execveat", 322, Process, true, [DirFd, Path, Argv, Skip, Int("flags")], SPEC_EXEC),
+    sc!(
+        "execveat",
+        322,
+        Process,
+        true,
+        [DirFd, Path, Argv, Skip, Int("flags")],
+        SPEC_EXEC
+    ),
     sc!("exit", 60, Process, true, [Int("status")], SPEC_NO_EXIT),
-    sc!("exit_group", 231, Process, true, [Int("status")], SPEC_NO_EXIT),
-    sc!("kill", 62, Process, false, [Int("target_pid"), Int("signal")]),
-    sc!("tkill", 200, Process, false, [Int("target_tid"), Int("signal")]),
-    sc!("tgkill", 234, Process, false, [Int("target_pid"), Int("target_tid"), Int("signal")]),
-    sc!("ptrace", 101, Process, true, [Long("request"), Int("target_pid"), Skip, Skip]),
-    sc!("prctl", 157, Process, false, [Int("option"), Uint("arg2"), Uint("arg3"), Uint("arg4"), Uint("arg5")]),
+    sc!(
+        "exit_group",
+        231,
+        Process,
+        true,
+        [Int("status")],
+        SPEC_NO_EXIT
+    ),
+    sc!(
+        "kill",
+        62,
+        Process,
+        false,
+        [Int("target_pid"), Int("signal")]
+    ),
+    sc!(
+        "tkill",
+        200,
+        Process,
+        false,
+        [Int("target_tid"), Int("signal")]
+    ),
+    sc!(
+        "tgkill",
+        234,
+        Process,
+        false,
+        [Int("target_pid"), Int("target_tid"), Int("signal")]
+    ),
+    sc!(
+        "ptrace",
+        101,
+        Process,
+        true,
+        [Long("request"), Int("target_pid"), Skip, Skip]
+    ),
+    sc!(
+        "prctl",
+        157,
+        Process,
+        false,
+        [
+            Int("option"),
+            Uint("arg2"),
+            Uint("arg3"),
+            Uint("arg4"),
+            Uint("arg5")
+        ]
+    ),
     sc!("setns", 308, Process, true, [Fd, Int("nstype")], FDP),
     sc!("unshare", 272, Process, true, [Uint("flags")]),
     // jobs: a new session or process group starts a workflow (docs/workflows.md)
@@ -178,95 +252,382 @@ pub static SYSCALLS: &[Syscall] = &[
     // credentials
     sc!("setuid", 105, Credential, true, [Int("uid")]),
     sc!("setgid", 106, Credential, true, [Int("gid")]),
-    sc!("setreuid", 113, Credential, true, [Int("ruid"), Int("euid")]),
-    sc!("setregid", 114, Credential, true, [Int("rgid"), Int("egid")]),
-    sc!("setresuid", 117, Credential, true, [Int("ruid"), Int("euid"), Int("suid")]),
-    sc!("setresgid", 119, Credential, true, [Int("rgid"), Int("egid"), Int("sgid")]),
+    sc!(
+        "setreuid",
+        113,
+        Credential,
+        true,
+        [Int("ruid"), Int("euid")]
+    ),
+    sc!(
+        "setregid",
+        114,
+        Credential,
+        true,
+        [Int("rgid"), Int("egid")]
+    ),
+    sc!(
+        "setresuid",
+        117,
+        Credential,
+        true,
+        [Int("ruid"), Int("euid"), Int("suid")]
+    ),
+    sc!(
+        "setresgid",
+        119,
+        Credential,
+        true,
+        [Int("rgid"), Int("egid"), Int("sgid")]
+    ),
     sc!("setfsuid", 122, Credential, true, [Int("fsuid")]),
     sc!("setfsgid", 123, Credential, true, [Int("fsgid")]),
     sc!("setgroups", 116, Credential, true, [Int("size"), Skip]),
     sc!("capset", 126, Credential, true, [Skip, Skip]),
     // files
     sc!("open", 2, File, false, [Path, OpenFlags, Uint("mode")], RFD),
-    sc!("openat", 257, File, false, [DirFd, Path, OpenFlags, Uint("mode")], RFD),
-    sc!("openat2", 437, File, false, [DirFd, Path, Skip, Uint("size")], RFD | SPEC_OPEN_HOW),
+    sc!(
+        "openat",
+        257,
+        File,
+        false,
+        [DirFd, Path, OpenFlags, Uint("mode")],
+        RFD
+    ),
+    sc!(
+        "openat2",
+        437,
+        File,
+        false,
+        [DirFd, Path, Skip, Uint("size")],
+        RFD | SPEC_OPEN_HOW
+    ),
     sc!("creat", 85, File, true, [Path, Uint("mode")], RFD),
-    sc!("open_by_handle_at", 304, File, false, [Int("mount_fd"), Skip, OpenFlags], RFD),
+    sc!(
+        "open_by_handle_at",
+        304,
+        File,
+        false,
+        [Int("mount_fd"), Skip, OpenFlags],
+        RFD
+    ),
     sc!("close", 3, File, false, [Fd]),
     sc!("read", 0, File, false, [Fd, Skip, Uint("count")], RW),
     sc!("write", 1, File, false, [Fd, Skip, Uint("count")], WR),
-    sc!("pread64", 17, File, false, [Fd, Skip, Uint("count"), Long("pos")], RW),
-    sc!("pwrite64", 18, File, false, [Fd, Skip, Uint("count"), Long("pos")], WR),
+    sc!(
+        "pread64",
+        17,
+        File,
+        false,
+        [Fd, Skip, Uint("count"), Long("pos")],
+        RW
+    ),
+    sc!(
+        "pwrite64",
+        18,
+        File,
+        false,
+        [Fd, Skip, Uint("count"), Long("pos")],
+        WR
+    ),
     sc!("readv", 19, File, false, [Fd, Skip, Uint("iovcnt")], RW),
     sc!("writev", 20, File, false, [Fd, Skip, Uint("iovcnt")], WR),
-    sc!("preadv", 295, File, false, [Fd, Skip, Uint("iovcnt"), Long("pos_l"), Long("pos_h")], RW),
-    sc!("pwritev", 296, File, false, [Fd, Skip, Uint("iovcnt"), Long("pos_l"), Long("pos_h")], WR),
-    sc!("preadv2", 327, File, false, [Fd, Skip, Uint("iovcnt"), Long("pos_l"), Long("pos_h"), Int("rwf")], RW),
-    sc!("pwritev2", 328, File, false, [Fd, Skip, Uint("iovcnt"), Long("pos_l"), Long("pos_h"), Int("rwf")], WR),
+    sc!(
+        "preadv",
+        295,
+        File,
+        false,
+        [Fd, Skip, Uint("iovcnt"), Long("pos_l"), Long("pos_h")],
+        RW
+    ),
+    sc!(
+        "pwritev",
+        296,
+        File,
+        false,
+        [Fd, Skip, Uint("iovcnt"), Long("pos_l"), Long("pos_h")],
+        WR
+    ),
+    sc!(
+        "preadv2",
+        327,
+        File,
+        false,
+        [
+            Fd,
+            Skip,
+            Uint("iovcnt"),
+            Long("pos_l"),
+            Long("pos_h"),
+            Int("rwf")
+        ],
+        RW
+    ),
+    sc!(
+        "pwritev2",
+        328,
+        File,
+        false,
+        [
+            Fd,
+            Skip,
+            Uint("iovcnt"),
+            Long("pos_l"),
+            Long("pos_h"),
+            Int("rwf")
+        ],
+        WR
+    ),
     sc!("rename", 82, File, true, [Path, Path2]),
     sc!("renameat", 264, File, true, [DirFd, Path, DirFd2, Path2]),
-    sc!("renameat2", 316, File, true, [DirFd, Path, DirFd2, Path2, Uint("flags")]),
+    sc!(
+        "renameat2",
+        316,
+        File,
+        true,
+        [DirFd, Path, DirFd2, Path2, Uint("flags")]
+    ),
     sc!("unlink", 87, File, true, [Path]),
     sc!("unlinkat", 263, File, true, [DirFd, Path, Uint("flags")]),
     sc!("rmdir", 84, File, true, [Path]),
     sc!("link", 86, File, false, [Path, Path2]),
-    sc!("linkat", 265, File, false, [DirFd, Path, DirFd2, Path2, Int("flags")]),
+    sc!(
+        "linkat",
+        265,
+        File,
+        false,
+        [DirFd, Path, DirFd2, Path2, Int("flags")]
+    ),
     sc!("symlink", 88, File, false, [Path, Path2], SPEC_PATH_RAW),
-    sc!("symlinkat", 266, File, false, [Path, DirFd2, Path2], SPEC_PATH_RAW),
+    sc!(
+        "symlinkat",
+        266,
+        File,
+        false,
+        [Path, DirFd2, Path2],
+        SPEC_PATH_RAW
+    ),
     sc!("mkdir", 83, File, false, [Path, Uint("mode")]),
     sc!("mkdirat", 258, File, false, [DirFd, Path, Uint("mode")]),
     sc!("mknod", 133, File, false, [Path, Uint("mode"), Uint("dev")]),
-    sc!("mknodat", 259, File, false, [DirFd, Path, Uint("mode"), Uint("dev")]),
+    sc!(
+        "mknodat",
+        259,
+        File,
+        false,
+        [DirFd, Path, Uint("mode"), Uint("dev")]
+    ),
     sc!("chmod", 90, File, false, [Path, Uint("mode")]),
     sc!("fchmod", 91, File, false, [Fd, Uint("mode")], FDP),
     sc!("fchmodat", 268, File, false, [DirFd, Path, Uint("mode")]),
-    sc!("fchmodat2", 452, File, false, [DirFd, Path, Uint("mode"), Int("flags")]),
+    sc!(
+        "fchmodat2",
+        452,
+        File,
+        false,
+        [DirFd, Path, Uint("mode"), Int("flags")]
+    ),
     sc!("chown", 92, File, false, [Path, Int("uid"), Int("gid")]),
     sc!("lchown", 94, File, false, [Path, Int("uid"), Int("gid")]),
     sc!("fchown", 93, File, false, [Fd, Int("uid"), Int("gid")], FDP),
-    sc!("fchownat", 260, File, false, [DirFd, Path, Int("uid"), Int("gid"), Int("flags")]),
+    sc!(
+        "fchownat",
+        260,
+        File,
+        false,
+        [DirFd, Path, Int("uid"), Int("gid"), Int("flags")]
+    ),
     sc!("truncate", 76, File, false, [Path, Long("length")]),
     sc!("ftruncate", 77, File, false, [Fd, Long("length")], FDP),
     sc!("dup", 32, File, false, [Fd]),
     sc!("dup2", 33, File, false, [Fd, Int("newfd")]),
     sc!("dup3", 292, File, false, [Fd, Int("newfd"), Int("flags")]),
     sc!("fcntl", 72, File, false, [Fd, Int("cmd"), Uint("arg")]),
-    sc!("sendfile", 40, File, false, [Int("out_fd"), Int("in_fd"), Skip, Uint("count")]),
-    sc!("splice", 275, File, false, [Int("fd_in"), Skip, Int("fd_out"), Skip, Uint("len"), Uint("flags")]),
-    sc!("copy_file_range", 326, File, false, [Int("fd_in"), Skip, Int("fd_out"), Skip, Uint("len"), Uint("flags")]),
-    sc!("setxattr", 188, File, false, [Path, Skip, Skip, Uint("size"), Int("flags")]),
-    sc!("lsetxattr", 189, File, false, [Path, Skip, Skip, Uint("size"), Int("flags")]),
-    sc!("fsetxattr", 190, File, false, [Fd, Skip, Skip, Uint("size"), Int("flags")], FDP),
+    sc!(
+        "sendfile",
+        40,
+        File,
+        false,
+        [Int("out_fd"), Int("in_fd"), Skip, Uint("count")]
+    ),
+    sc!(
+        "splice",
+        275,
+        File,
+        false,
+        [
+            Int("fd_in"),
+            Skip,
+            Int("fd_out"),
+            Skip,
+            Uint("len"),
+            Uint("flags")
+        ]
+    ),
+    sc!(
+        "copy_file_range",
+        326,
+        File,
+        false,
+        [
+            Int("fd_in"),
+            Skip,
+            Int("fd_out"),
+            Skip,
+            Uint("len"),
+            Uint("flags")
+        ]
+    ),
+    sc!(
+        "setxattr",
+        188,
+        File,
+        false,
+        [Path, Skip, Skip, Uint("size"), Int("flags")]
+    ),
+    sc!(
+        "lsetxattr",
+        189,
+        File,
+        false,
+        [Path, Skip, Skip, Uint("size"), Int("flags")]
+    ),
+    sc!(
+        "fsetxattr",
+        190,
+        File,
+        false,
+        [Fd, Skip, Skip, Uint("size"), Int("flags")],
+        FDP
+    ),
     sc!("removexattr", 197, File, false, [Path, Skip]),
     // ipc
     sc!("pipe", 22, Ipc, false, [FdPair]),
     sc!("pipe2", 293, Ipc, false, [FdPair, Int("flags")]),
-    sc!("memfd_create", 319, Ipc, false, [Path, Uint("flags")], SPEC_PATH_RAW),
+    sc!(
+        "memfd_create",
+        319,
+        Ipc,
+        false,
+        [Path, Uint("flags")],
+        SPEC_PATH_RAW
+    ),
     // memory (executable mappings only)
-    sc!("mmap", 9, Memory, false, [Uint("addr"), Uint("length"), Prot, Uint("flags"), Fd, Uint("offset")], SPEC_PROT_EXEC | FDP),
-    sc!("mprotect", 10, Memory, false, [Uint("addr"), Uint("length"), Prot], SPEC_PROT_EXEC),
+    sc!(
+        "mmap",
+        9,
+        Memory,
+        false,
+        [
+            Uint("addr"),
+            Uint("length"),
+            Prot,
+            Uint("flags"),
+            Fd,
+            Uint("offset")
+        ],
+        SPEC_PROT_EXEC | FDP
+    ),
+    sc!(
+        "mprotect",
+        10,
+        Memory,
+        false,
+        [Uint("addr"), Uint("length"), Prot],
+        SPEC_PROT_EXEC
+    ),
     // mounts
-    sc!("mount", 165, Mount, true, [Path, Path2, Skip, Uint("flags"), Skip], SPEC_PATH_RAW),
+    sc!(
+        "mount",
+        165,
+        Mount,
+        true,
+        [Path, Path2, Skip, Uint("flags"), Skip],
+        SPEC_PATH_RAW
+    ),
     sc!("umount2", 166, Mount, true, [Path, Int("flags")]),
     sc!("pivot_root", 155, Mount, true, [Path, Path2]),
     // kernel modules
-    sc!("init_module", 175, Module, true, [Skip, Uint("length"), Skip]),
-    sc!("finit_module", 313, Module, true, [Fd, Skip, Int("flags")], FDP),
-    sc!("delete_module", 176, Module, true, [Path, Uint("flags")], SPEC_PATH_RAW),
+    sc!(
+        "init_module",
+        175,
+        Module,
+        true,
+        [Skip, Uint("length"), Skip]
+    ),
+    sc!(
+        "finit_module",
+        313,
+        Module,
+        true,
+        [Fd, Skip, Int("flags")],
+        FDP
+    ),
+    sc!(
+        "delete_module",
+        176,
+        Module,
+        true,
+        [Path, Uint("flags")],
+        SPEC_PATH_RAW
+    ),
     // network
-    sc!("socket", 41, Network, false, [Int("family"), Int("type"), Int("protocol")]),
-    sc!("socketpair", 53, Network, false, [Int("family"), Int("type"), Int("protocol"), FdPair]),
+    sc!(
+        "socket",
+        41,
+        Network,
+        false,
+        [Int("family"), Int("type"), Int("protocol")]
+    ),
+    sc!(
+        "socketpair",
+        53,
+        Network,
+        false,
+        [Int("family"), Int("type"), Int("protocol"), FdPair]
+    ),
     sc!("connect", 42, Network, true, [Fd, Addr, AddrLen], LADDR),
     sc!("accept", 43, Network, true, [Fd, Addr, AddrLenPtr], LADDR),
-    sc!("accept4", 288, Network, true, [Fd, Addr, AddrLenPtr, Int("flags")], LADDR),
+    sc!(
+        "accept4",
+        288,
+        Network,
+        true,
+        [Fd, Addr, AddrLenPtr, Int("flags")],
+        LADDR
+    ),
     sc!("bind", 49, Network, false, [Fd, Addr, AddrLen]),
     sc!("listen", 50, Network, false, [Fd, Int("backlog")]),
-    sc!("sendto", 44, Network, false, [Fd, Skip, Uint("len"), Int("flags"), Addr, AddrLen]),
-    sc!("recvfrom", 45, Network, false, [Fd, Skip, Uint("size"), Int("flags"), Addr, AddrLenPtr]),
+    sc!(
+        "sendto",
+        44,
+        Network,
+        false,
+        [Fd, Skip, Uint("len"), Int("flags"), Addr, AddrLen]
+    ),
+    sc!(
+        "recvfrom",
+        45,
+        Network,
+        false,
+        [Fd, Skip, Uint("size"), Int("flags"), Addr, AddrLenPtr]
+    ),
     sc!("sendmsg", 46, Network, false, [Fd, Skip, Int("flags")]),
     sc!("recvmsg", 47, Network, false, [Fd, Skip, Int("flags")]),
-    sc!("sendmmsg", 307, Network, false, [Fd, Skip, Uint("vlen"), Int("flags")]),
-    sc!("recvmmsg", 299, Network, false, [Fd, Skip, Uint("vlen"), Int("flags"), Skip]),
+    sc!(
+        "sendmmsg",
+        307,
+        Network,
+        false,
+        [Fd, Skip, Uint("vlen"), Int("flags")]
+    ),
+    sc!(
+        "recvmmsg",
+        299,
+        Network,
+        false,
+        [Fd, Skip, Uint("vlen"), Int("flags"), Skip]
+    ),
     sc!("shutdown", 48, Network, false, [Fd, Int("how")]),
 ];
 
@@ -280,7 +641,11 @@ pub fn by_nr(nr: u32) -> Option<&'static Syscall> {
         }
         v
     });
-    index.get(nr as usize).copied().flatten().map(|i| &SYSCALLS[i])
+    index
+        .get(nr as usize)
+        .copied()
+        .flatten()
+        .map(|i| &SYSCALLS[i])
 }
 
 pub fn by_name(name: &str) -> Option<&'static Syscall> {
@@ -299,7 +664,11 @@ pub fn select(spec: Option<&str>) -> Result<Vec<&'static Syscall>> {
             if !out.iter().any(|o| o.nr == s.nr) {
                 out.push(s);
             }
-        } else if let Some(cat) = SYSCALLS.iter().map(|s| s.category).find(|c| c.as_str() == word) {
+        } else if let Some(cat) = SYSCALLS
+            .iter()
+            .map(|s| s.category)
+            .find(|c| c.as_str() == word)
+        {
             for s in SYSCALLS.iter().filter(|s| s.category == cat) {
                 if !out.iter().any(|o| o.nr == s.nr) {
                     out.push(s);
@@ -344,7 +713,9 @@ fn edit_distance(a: &str, b: &str) -> usize {
     for (i, ca) in a.chars().enumerate() {
         let mut cur = vec![i + 1; b.len() + 1];
         for (j, cb) in b.iter().enumerate() {
-            cur[j + 1] = (prev[j] + (ca != *cb) as usize).min(prev[j + 1] + 1).min(cur[j] + 1);
+            cur[j + 1] = (prev[j] + (ca != *cb) as usize)
+                .min(prev[j + 1] + 1)
+                .min(cur[j] + 1);
         }
         prev = cur;
     }
@@ -357,7 +728,11 @@ mod tests {
 
     #[test]
     fn table_is_consistent() {
-        assert!(SYSCALLS.len() >= 80, "the provenance set has {} syscalls", SYSCALLS.len());
+        assert!(
+            SYSCALLS.len() >= 80,
+            "the provenance set has {} syscalls",
+            SYSCALLS.len()
+        );
         let mut seen = std::collections::HashSet::new();
         for s in SYSCALLS {
             assert!(s.nr < MAX_SYSCALLS, "{} nr {}", s.name, s.nr);

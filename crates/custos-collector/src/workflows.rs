@@ -43,7 +43,9 @@ pub struct JobStep {
 pub enum StepKind {
     Other,
     /// The process created process `child` (the fork record).
-    Fork { child: u32 },
+    Fork {
+        child: u32,
+    },
     /// The process ends (`exit_group`).
     Exit,
     /// A successful `setpgid`: the process chose (or was put in) a group.
@@ -128,7 +130,9 @@ impl Workflows {
                 let leads = step.pgid == step.pid && (chose || known.is_some());
                 let running_group = match (latest, step.kind) {
                     (_, StepKind::NewSession) => None,
-                    (Some((_, began)), _) if leads && known.is_some_and(|m| began < m.since) => None,
+                    (Some((_, began)), _) if leads && known.is_some_and(|m| began < m.since) => {
+                        None
+                    }
                     (Some(_), _) if leads && known.is_none() => None,
                     (run, _) => run.map(|(w, _)| w),
                 };
@@ -136,16 +140,33 @@ impl Workflows {
                 let (workflow, start) = match running_group {
                     Some(w) => (w, None),
                     None => {
-                        let parent = known.map(|m| m.workflow).or_else(|| self.procs.get(&step.ppid).map(|m| m.workflow));
+                        let parent = known
+                            .map(|m| m.workflow)
+                            .or_else(|| self.procs.get(&step.ppid).map(|m| m.workflow));
                         let running = known.is_none() && parent.is_none() && !chose;
                         if step.pgid != 0 {
                             self.groups.insert(step.pgid, (step.id, tick));
                         }
                         self.started += 1;
-                        (step.id, Some(Start { parent, cause: born_by, running }))
+                        (
+                            step.id,
+                            Some(Start {
+                                parent,
+                                cause: born_by,
+                                running,
+                            }),
+                        )
                     }
                 };
-                self.procs.insert(step.pid, Member { pgid: step.pgid, workflow, since: tick, born_by });
+                self.procs.insert(
+                    step.pid,
+                    Member {
+                        pgid: step.pgid,
+                        workflow,
+                        since: tick,
+                        born_by,
+                    },
+                );
                 (workflow, start)
             }
         };
@@ -157,7 +178,15 @@ impl Workflows {
                 // pid `child` was free: whatever was known of a process (a
                 // killed one never exits) or a group with that number is over.
                 self.groups.remove(&child);
-                self.procs.insert(child, Member { pgid: step.pgid, workflow, since: tick, born_by: Some(step.id) });
+                self.procs.insert(
+                    child,
+                    Member {
+                        pgid: step.pgid,
+                        workflow,
+                        since: tick,
+                        born_by: Some(step.id),
+                    },
+                );
             }
             _ => {}
         }
@@ -202,11 +231,26 @@ mod tests {
 
     impl Run {
         fn new() -> Self {
-            Run { wf: Workflows::new(), next_id: 100 }
+            Run {
+                wf: Workflows::new(),
+                next_id: 100,
+            }
         }
-        fn ev(&mut self, pid: u32, ppid: u32, pgid: u32, kind: StepKind) -> (u64, u64, Option<Start>) {
+        fn ev(
+            &mut self,
+            pid: u32,
+            ppid: u32,
+            pgid: u32,
+            kind: StepKind,
+        ) -> (u64, u64, Option<Start>) {
             self.next_id += 1;
-            let (w, s) = self.wf.assign(&JobStep { id: self.next_id, pid, ppid, pgid, kind });
+            let (w, s) = self.wf.assign(&JobStep {
+                id: self.next_id,
+                pid,
+                ppid,
+                pgid,
+                kind,
+            });
             (self.next_id, w, s)
         }
     }
@@ -225,7 +269,14 @@ mod tests {
         // cat: setpgid(0, 0) makes group 11: a new workflow.
         let (setpgid_cat, job1, s) = r.ev(11, 10, 11, StepKind::Regroup);
         assert_eq!(job1, setpgid_cat);
-        assert_eq!(s, Some(Start { parent: Some(shell), cause: Some(fork_cat), running: false }));
+        assert_eq!(
+            s,
+            Some(Start {
+                parent: Some(shell),
+                cause: Some(fork_cat),
+                running: false
+            })
+        );
         // bash's own setpgid(11, 11) leaves bash where it is.
         assert_eq!(r.ev(10, 1, 10, StepKind::Regroup).1, shell);
         r.ev(10, 1, 10, StepKind::Fork { child: 12 });
@@ -256,8 +307,19 @@ mod tests {
         assert_eq!(r.ev(21, 20, 20, StepKind::Other).1, runtime);
         let (setsid, init, s) = r.ev(21, 20, 21, StepKind::NewSession);
         assert_eq!(init, setsid);
-        assert_eq!(s, Some(Start { parent: Some(runtime), cause: Some(fork), running: false }));
-        for kind in [StepKind::Other, StepKind::Other, StepKind::Fork { child: 22 }] {
+        assert_eq!(
+            s,
+            Some(Start {
+                parent: Some(runtime),
+                cause: Some(fork),
+                running: false
+            })
+        );
+        for kind in [
+            StepKind::Other,
+            StepKind::Other,
+            StepKind::Fork { child: 22 },
+        ] {
             assert_eq!(r.ev(21, 20, 21, kind).1, init);
         }
         // Its child inherits the workflow; a grandchild's own setsid nests another.
@@ -348,9 +410,24 @@ mod tests {
     #[test]
     fn the_suffix_closes_the_line() {
         let mut line = b"{\"type\":\"event\",\"id\":7".to_vec();
-        suffix(&mut line, 7, Some(Start { parent: Some(3), cause: Some(5), running: false }));
+        suffix(
+            &mut line,
+            7,
+            Some(Start {
+                parent: Some(3),
+                cause: Some(5),
+                running: false,
+            }),
+        );
         let v: serde_json::Value = serde_json::from_slice(&line).unwrap();
-        assert_eq!((v["workflow"].as_u64(), v["workflow_parent"].as_u64(), v["workflow_cause"].as_u64()), (Some(7), Some(3), Some(5)));
+        assert_eq!(
+            (
+                v["workflow"].as_u64(),
+                v["workflow_parent"].as_u64(),
+                v["workflow_cause"].as_u64()
+            ),
+            (Some(7), Some(3), Some(5))
+        );
         assert!(v.get("workflow_running").is_none());
     }
 }

@@ -45,7 +45,12 @@ impl OffloadWriter {
     /// (rounded up to whole chunks) not yet written. With `done`, counts
     /// there the lines written (when `out` is the last stage).
     /// `sealer`: seals the stream as it is written (tamper evidence, seal.rs).
-    pub fn spawn(out: Box<dyn Write + Send>, buffer_bytes: usize, done: Option<LinesDone>, sealer: Option<Sealer>) -> io::Result<Self> {
+    pub fn spawn(
+        out: Box<dyn Write + Send>,
+        buffer_bytes: usize,
+        done: Option<LinesDone>,
+        sealer: Option<Sealer>,
+    ) -> io::Result<Self> {
         let chunks = buffer_bytes.div_ceil(CHUNK).max(1);
         let (tx, rx) = sync_channel(chunks);
         // Room for every chunk that can be in flight, so returning one never blocks.
@@ -55,7 +60,13 @@ impl OffloadWriter {
         let thread = std::thread::Builder::new()
             .name("custos-writer".into())
             .spawn(move || write_all(out, rx, spent_tx, slot, done, sealer))?;
-        Ok(OffloadWriter { chunk: Vec::with_capacity(CHUNK), tx: Some(tx), spent, thread: Some(thread), error })
+        Ok(OffloadWriter {
+            chunk: Vec::with_capacity(CHUNK),
+            tx: Some(tx),
+            spent,
+            thread: Some(thread),
+            error,
+        })
     }
 
     fn check(&self) -> io::Result<()> {
@@ -67,7 +78,11 @@ impl OffloadWriter {
 
     fn send(&mut self, msg: Msg) -> io::Result<()> {
         let gone = || io::Error::new(io::ErrorKind::BrokenPipe, "the output writer stopped");
-        self.tx.as_ref().ok_or_else(gone)?.send(msg).map_err(|_| gone())
+        self.tx
+            .as_ref()
+            .ok_or_else(gone)?
+            .send(msg)
+            .map_err(|_| gone())
     }
 
     /// Sends the chunk (if any) to the thread; reports its error, if it had one.
@@ -122,7 +137,10 @@ fn write_all(
                 if let Some(d) = &done {
                     // memchr's vectorised search: a byte-by-byte count was a tenth
                     // of the consumer's CPU at 400 k events/s.
-                    d.fetch_add(memchr::memchr_iter(b'\n', &bytes).count() as u64, Ordering::Relaxed);
+                    d.fetch_add(
+                        memchr::memchr_iter(b'\n', &bytes).count() as u64,
+                        Ordering::Relaxed,
+                    );
                 }
                 // A full return queue (or a consumer gone) only means a new chunk next time.
                 let _ = spent.try_send(bytes);
@@ -208,7 +226,16 @@ mod tests {
     #[test]
     fn everything_written_arrives_in_order() {
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let mut w = OffloadWriter::spawn(Box::new(Probe { seen: Arc::clone(&seen), fail_after: usize::MAX }), 1 << 20, None, None).unwrap();
+        let mut w = OffloadWriter::spawn(
+            Box::new(Probe {
+                seen: Arc::clone(&seen),
+                fail_after: usize::MAX,
+            }),
+            1 << 20,
+            None,
+            None,
+        )
+        .unwrap();
         let mut expected = Vec::new();
         for i in 0..50_000u32 {
             let line = format!("{{\"n\":{i}}}\n");
@@ -225,7 +252,16 @@ mod tests {
     #[test]
     fn an_output_error_is_reported_not_swallowed() {
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let mut w = OffloadWriter::spawn(Box::new(Probe { seen, fail_after: 3 * CHUNK }), CHUNK, None, None).unwrap();
+        let mut w = OffloadWriter::spawn(
+            Box::new(Probe {
+                seen,
+                fail_after: 3 * CHUNK,
+            }),
+            CHUNK,
+            None,
+            None,
+        )
+        .unwrap();
         let line = [b'x'; 1000];
         let mut failed = false;
         for _ in 0..1000 {
@@ -235,6 +271,9 @@ mod tests {
             }
         }
         let finished = w.finish();
-        assert!(failed || finished.is_err(), "a failing output must surface as an error");
+        assert!(
+            failed || finished.is_err(),
+            "a failing output must surface as an error"
+        );
     }
 }

@@ -18,7 +18,11 @@ fn features_are_pinned_filled_and_kept_and_one_collector_runs_at_a_time() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("events.jsonl");
     let opts = quiet_options();
-    let (crit_kb, events_kb, attrs_kb) = (opts.critical_ring_kb, opts.events_ring_kb, opts.attrs_ring_kb);
+    let (crit_kb, events_kb, attrs_kb) = (
+        opts.critical_ring_kb,
+        opts.events_ring_kb,
+        opts.attrs_ring_kb,
+    );
     let me = std::process::id();
     let mut checked = false;
     let mut producer_drops = u64::MAX;
@@ -36,20 +40,41 @@ fn features_are_pinned_filled_and_kept_and_one_collector_runs_at_a_time() {
             .spawn()
             .unwrap();
         let tid = child.id();
-        let tasks = MapHandle::from_pinned_path(features::task_features_path()).expect("task_features pinned");
+        let tasks = MapHandle::from_pinned_path(features::task_features_path())
+            .expect("task_features pinned");
         // What a dead thread with this tid would have left: another start
         // time, a flood's counts. The live thread must not inherit them.
-        let mut left = read_task(&vec![0u8; std::mem::size_of::<features::TaskFeatures>()]).unwrap();
-        (left.start_time_ns, left.events_total, left.drops_total, left.event_rate) = (1, 1 << 40, 1 << 39, 1 << 30);
-        tasks.update(&tid.to_ne_bytes(), task_bytes(&left), MapFlags::ANY).unwrap();
-        let (mut stdin, mut stdout) = (child.stdin.take().unwrap(), std::io::BufReader::new(child.stdout.take().unwrap()));
+        let mut left =
+            read_task(&vec![0u8; std::mem::size_of::<features::TaskFeatures>()]).unwrap();
+        (
+            left.start_time_ns,
+            left.events_total,
+            left.drops_total,
+            left.event_rate,
+        ) = (1, 1 << 40, 1 << 39, 1 << 30);
+        tasks
+            .update(&tid.to_ne_bytes(), task_bytes(&left), MapFlags::ANY)
+            .unwrap();
+        let (mut stdin, mut stdout) = (
+            child.stdin.take().unwrap(),
+            std::io::BufReader::new(child.stdout.take().unwrap()),
+        );
         writeln!(stdin).unwrap();
         let mut line = String::new();
         stdout.read_line(&mut line).unwrap();
         assert_eq!(line.trim(), "done");
         // Wait (no deadline assertion) until the consumer has caught up.
-        let global = MapHandle::from_pinned_path(features::global_features_path()).expect("global_features pinned");
-        let read = || read_global(&global.lookup(&0u32.to_ne_bytes(), MapFlags::ANY).unwrap().unwrap()).unwrap();
+        let global = MapHandle::from_pinned_path(features::global_features_path())
+            .expect("global_features pinned");
+        let read = || {
+            read_global(
+                &global
+                    .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)
+                    .unwrap()
+                    .unwrap(),
+            )
+            .unwrap()
+        };
         let mut g = read();
         for _ in 0..600 {
             if g.produced >= 50_000 && g.consumer_lag < 1000 {
@@ -61,40 +86,102 @@ fn features_are_pinned_filled_and_kept_and_one_collector_runs_at_a_time() {
         assert_eq!(g.collector_running, 1);
         assert_eq!(g.nr_consumers, 1);
         assert_eq!(g.consumer_pids[0], me);
-        assert_eq!(g.ring_size, [crit_kb as u64 * 1024, events_kb as u64 * 1024, attrs_kb as u64 * 1024]);
+        assert_eq!(
+            g.ring_size,
+            [
+                crit_kb as u64 * 1024,
+                events_kb as u64 * 1024,
+                attrs_kb as u64 * 1024
+            ]
+        );
         for i in 0..3 {
-            assert!(g.ring_free_bytes[i] <= g.ring_size[i] && g.ring_free_bytes[i] > 0, "ring {i} availability");
+            assert!(
+                g.ring_free_bytes[i] <= g.ring_size[i] && g.ring_free_bytes[i] > 0,
+                "ring {i} availability"
+            );
         }
-        assert!(g.produced >= 50_000 && g.consumed > 0 && g.updated_ns > 0, "{g:?}");
+        assert!(
+            g.produced >= 50_000 && g.consumed > 0 && g.updated_ns > 0,
+            "{g:?}"
+        );
         assert_eq!(g.consumer_lag, g.produced.saturating_sub(g.consumed));
 
-        let t = read_task(&tasks.lookup(&tid.to_ne_bytes(), MapFlags::ANY).unwrap().expect("the producer has a feature entry")).unwrap();
-        assert!(t.events_total >= 50_000 && t.events_total < 1 << 40, "events_total {}", t.events_total);
+        let t = read_task(
+            &tasks
+                .lookup(&tid.to_ne_bytes(), MapFlags::ANY)
+                .unwrap()
+                .expect("the producer has a feature entry"),
+        )
+        .unwrap();
+        assert!(
+            t.events_total >= 50_000 && t.events_total < 1 << 40,
+            "events_total {}",
+            t.events_total
+        );
         assert!(t.start_time_ns > 1, "the entry is the live thread's: {t:?}");
         producer_drops = t.drops_total;
-        assert!(t.event_rate > 0 && t.event_rate < 1 << 30, "nr_event EWMA: {t:?}");
-        assert!(tasks.lookup(&me.to_ne_bytes(), MapFlags::ANY).unwrap().is_none(), "the collector is not traced");
+        assert!(
+            t.event_rate > 0 && t.event_rate < 1 << 30,
+            "nr_event EWMA: {t:?}"
+        );
+        assert!(
+            tasks
+                .lookup(&me.to_ne_bytes(), MapFlags::ANY)
+                .unwrap()
+                .is_none(),
+            "the collector is not traced"
+        );
         // Its entry ends with it.
         drop(stdin);
         assert!(child.wait().unwrap().success());
-        assert!(tasks.lookup(&tid.to_ne_bytes(), MapFlags::ANY).unwrap().is_none(), "an exited thread's entry is deleted");
+        assert!(
+            tasks
+                .lookup(&tid.to_ne_bytes(), MapFlags::ANY)
+                .unwrap()
+                .is_none(),
+            "an exited thread's entry is deleted"
+        );
 
         // A second collector is refused with a message saying why.
         let stop = std::sync::atomic::AtomicBool::new(true);
-        let err = custos_collector::collect(&quiet_options(), std::io::sink(), &stop, || {}).unwrap_err();
+        let err =
+            custos_collector::collect(&quiet_options(), std::io::sink(), &stop, || {}).unwrap_err();
         let msg = format!("{err:#}");
-        assert!(msg.contains("another custos collector") && msg.contains(&me.to_string()), "{msg}");
+        assert!(
+            msg.contains("another custos collector") && msg.contains(&me.to_string()),
+            "{msg}"
+        );
         checked = true;
     });
     assert!(checked);
-    assert!(producer_drops <= run.summary.dropped, "a task's drops are among the counted drops");
+    assert!(
+        producer_drops <= run.summary.dropped,
+        "a task's drops are among the counted drops"
+    );
     assert!(run.summary.invariant_holds);
     // The pins stay (a scheduler keeps reading them), marked as no collector running.
-    let map_id = |p: std::path::PathBuf| MapHandle::from_pinned_path(p).expect("still pinned").info().unwrap().info.id;
-    let global = MapHandle::from_pinned_path(features::global_features_path()).expect("pins kept at exit");
-    let g = read_global(&global.lookup(&0u32.to_ne_bytes(), MapFlags::ANY).unwrap().unwrap()).unwrap();
+    let map_id = |p: std::path::PathBuf| {
+        MapHandle::from_pinned_path(p)
+            .expect("still pinned")
+            .info()
+            .unwrap()
+            .info
+            .id
+    };
+    let global =
+        MapHandle::from_pinned_path(features::global_features_path()).expect("pins kept at exit");
+    let g = read_global(
+        &global
+            .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)
+            .unwrap()
+            .unwrap(),
+    )
+    .unwrap();
     assert_eq!(g.collector_running, 0);
-    let ids = (map_id(features::global_features_path()), map_id(features::task_features_path()));
+    let ids = (
+        map_id(features::global_features_path()),
+        map_id(features::task_features_path()),
+    );
 
     // Entries of threads that exited while no collector ran (a dead tid, and
     // this very process, which a collector never traces) are dropped by the
@@ -105,23 +192,51 @@ fn features_are_pinned_filled_and_kept_and_one_collector_runs_at_a_time() {
         c.wait().unwrap();
         c.id()
     };
-    let mut live = std::process::Command::new("sleep").arg("60").spawn().unwrap();
+    let mut live = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
     let entry = read_task(&vec![7u8; std::mem::size_of::<features::TaskFeatures>()]).unwrap();
     for tid in [dead, me, live.id()] {
-        tasks.update(&tid.to_ne_bytes(), task_bytes(&entry), MapFlags::ANY).unwrap();
+        tasks
+            .update(&tid.to_ne_bytes(), task_bytes(&entry), MapFlags::ANY)
+            .unwrap();
     }
     // The next collector fills the same maps: a scheduler holding them sees it.
     let mut running_again = 0;
     run_collector(quiet_options(), &out, || {
-        let g = read_global(&global.lookup(&0u32.to_ne_bytes(), MapFlags::ANY).unwrap().unwrap()).unwrap();
+        let g = read_global(
+            &global
+                .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)
+                .unwrap()
+                .unwrap(),
+        )
+        .unwrap();
         running_again = g.collector_running;
     });
-    assert_eq!(running_again, 1, "the restarted collector publishes through the kept map");
-    let has = |tid: u32| tasks.lookup(&tid.to_ne_bytes(), MapFlags::ANY).unwrap().is_some();
-    assert!(!has(dead) && !has(me), "entries of gone threads are dropped at start");
+    assert_eq!(
+        running_again, 1,
+        "the restarted collector publishes through the kept map"
+    );
+    let has = |tid: u32| {
+        tasks
+            .lookup(&tid.to_ne_bytes(), MapFlags::ANY)
+            .unwrap()
+            .is_some()
+    };
+    assert!(
+        !has(dead) && !has(me),
+        "entries of gone threads are dropped at start"
+    );
     assert!(has(live.id()), "a live thread's entry is kept");
     live.kill().unwrap();
     live.wait().unwrap();
-    assert_eq!((map_id(features::global_features_path()), map_id(features::task_features_path())), ids);
+    assert_eq!(
+        (
+            map_id(features::global_features_path()),
+            map_id(features::task_features_path())
+        ),
+        ids
+    );
     assert!(Path::new(PIN_DIR).exists());
 }

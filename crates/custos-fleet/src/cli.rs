@@ -34,7 +34,9 @@ pub struct KafkaArgs {
 impl KafkaArgs {
     /// The sink's options, if `--kafka` was given.
     pub fn options(&self) -> Result<Option<KafkaOptions>> {
-        let (Some(brokers), Some(topic)) = (&self.kafka, &self.topic) else { return Ok(None) };
+        let (Some(brokers), Some(topic)) = (&self.kafka, &self.topic) else {
+            return Ok(None);
+        };
         if self.kafka_buffer_lines == 0 || self.kafka_buffer_lines > 10_000_000 {
             anyhow::bail!("--kafka-buffer-lines must be between 1 and 10000000");
         }
@@ -104,7 +106,10 @@ pub fn run(cmd: FleetCommand) -> Result<i32> {
             opts.database = a.clickhouse_db;
             opts.batch_lines = a.batch_lines;
             opts.batch_wait = secs("--batch-secs", a.batch_secs)?;
-            opts.stop_when_idle = a.stop_when_idle.map(|s| secs("--stop-when-idle", s)).transpose()?;
+            opts.stop_when_idle = a
+                .stop_when_idle
+                .map(|s| secs("--stop-when-idle", s))
+                .transpose()?;
             opts.graph_dir = a.graph_dir;
             let stop = Arc::new(AtomicBool::new(false));
             let s = Arc::clone(&stop);

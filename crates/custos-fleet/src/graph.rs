@@ -67,15 +67,30 @@ pub struct HostGraphs {
 /// The file of a host's graph state: the host id when it is a plain file
 /// name (the sink's ids are), else its hex (ids from other producers).
 fn file_of(dir: &Path, host: &str) -> PathBuf {
-    let plain = !host.is_empty() && !host.starts_with('.') && host.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
-    let name = if plain { host.to_string() } else { format!("x-{}", host.bytes().map(|b| format!("{b:02x}")).collect::<String>()) };
+    let plain = !host.is_empty()
+        && !host.starts_with('.')
+        && host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
+    let name = if plain {
+        host.to_string()
+    } else {
+        format!(
+            "x-{}",
+            host.bytes().map(|b| format!("{b:02x}")).collect::<String>()
+        )
+    };
     dir.join(format!("{name}.db"))
 }
 
 impl HostGraphs {
     pub fn new(dir: &Path) -> Result<Self> {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating --graph-dir {}", dir.display()))?;
-        Ok(Self { dir: dir.to_path_buf(), hosts: HashMap::new() })
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("creating --graph-dir {}", dir.display()))?;
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            hosts: HashMap::new(),
+        })
     }
 
     pub fn is_open(&self, host: &str) -> bool {
@@ -86,10 +101,18 @@ impl HostGraphs {
     /// (`marks`): a run that stopped between the two.
     pub fn open(&mut self, host: &str, marks: Marks) -> Result<(Vec<NodeRowCh>, Vec<EdgeRowCh>)> {
         let path = file_of(&self.dir, host);
-        let opts = StoreOptions { source: format!("fleet:{host}"), report_malformed: 0, ..StoreOptions::default() };
-        let mut store = Ingestor::open(&path, opts).with_context(|| format!("opening host {host}'s graph at {}", path.display()))?;
+        let opts = StoreOptions {
+            source: format!("fleet:{host}"),
+            report_malformed: 0,
+            ..StoreOptions::default()
+        };
+        let mut store = Ingestor::open(&path, opts)
+            .with_context(|| format!("opening host {host}'s graph at {}", path.display()))?;
         store.keep_graph();
-        let mut g = HostGraph { store, boots: HashMap::new() };
+        let mut g = HostGraph {
+            store,
+            boots: HashMap::new(),
+        };
         g.load_boots()?;
         let conn = g.store.connection();
         let mut nodes = Vec::new();
@@ -98,7 +121,10 @@ impl HostGraphs {
                 nodes.push(r);
             }
         })?;
-        let edges: Vec<Edge> = custos_store::effects::all(conn)?.into_iter().filter(|e| e.time_ns >= marks.edge_time_ns).collect();
+        let edges: Vec<Edge> = custos_store::effects::all(conn)?
+            .into_iter()
+            .filter(|e| e.time_ns >= marks.edge_time_ns)
+            .collect();
         let rows = g.rows(host, nodes, edges)?;
         self.hosts.insert(host.to_string(), g);
         Ok(rows)
@@ -107,17 +133,26 @@ impl HostGraphs {
     /// Applies a batch's lines (host, line), in order, each host's as one
     /// store batch; returns the nodes and edges made. Lines the store
     /// already holds (a re-delivery) make nothing.
-    pub fn apply(&mut self, lines: &[(String, String)]) -> Result<(Vec<NodeRowCh>, Vec<EdgeRowCh>)> {
+    pub fn apply(
+        &mut self,
+        lines: &[(String, String)],
+    ) -> Result<(Vec<NodeRowCh>, Vec<EdgeRowCh>)> {
         for (host, line) in lines {
-            let Some(g) = self.hosts.get_mut(host) else { bail!("host {host}'s graph is not open") };
-            g.store.push_line(line).with_context(|| format!("host {host}'s graph"))?;
+            let Some(g) = self.hosts.get_mut(host) else {
+                bail!("host {host}'s graph is not open")
+            };
+            g.store
+                .push_line(line)
+                .with_context(|| format!("host {host}'s graph"))?;
         }
         let (mut nodes, mut edges) = (Vec::new(), Vec::new());
         for (host, g) in &mut self.hosts {
             // Every held event too: what Kafka is told is stored must be
             // (an event arriving in a later batch than newer ones of its
             // host is applied late, as the store counts it: out_of_window).
-            g.store.commit_all().with_context(|| format!("committing host {host}'s graph"))?;
+            g.store
+                .commit_all()
+                .with_context(|| format!("committing host {host}'s graph"))?;
             let made = g.store.take_graph();
             if made.nodes.is_empty() && made.edges.is_empty() {
                 continue;
@@ -144,10 +179,18 @@ impl HostGraph {
     }
 
     fn boot(&self, b: i64) -> String {
-        self.boots.get(&b).cloned().unwrap_or_else(|| custos_store::ingest::UNKNOWN_BOOT.into())
+        self.boots
+            .get(&b)
+            .cloned()
+            .unwrap_or_else(|| custos_store::ingest::UNKNOWN_BOOT.into())
     }
 
-    fn rows(&self, host: &str, nodes: Vec<NodeRow>, edges: Vec<Edge>) -> Result<(Vec<NodeRowCh>, Vec<EdgeRowCh>)> {
+    fn rows(
+        &self,
+        host: &str,
+        nodes: Vec<NodeRow>,
+        edges: Vec<Edge>,
+    ) -> Result<(Vec<NodeRowCh>, Vec<EdgeRowCh>)> {
         let nodes = nodes
             .into_iter()
             .map(|r| {
@@ -188,7 +231,10 @@ mod tests {
     fn host_ids_become_file_names_that_stay_in_the_directory() {
         let d = std::path::Path::new("/g");
         assert_eq!(super::file_of(d, "web-7").to_str(), Some("/g/web-7.db"));
-        assert_eq!(super::file_of(d, "../etc").to_str(), Some("/g/x-2e2e2f657463.db"));
+        assert_eq!(
+            super::file_of(d, "../etc").to_str(),
+            Some("/g/x-2e2e2f657463.db")
+        );
         assert_eq!(super::file_of(d, "").to_str(), Some("/g/x-.db"));
     }
 }

@@ -205,33 +205,73 @@ impl Ingester {
         if opts.topic.is_empty() || opts.group.is_empty() {
             bail!("--topic and --group must not be empty");
         }
-        if opts.database.is_empty() || !opts.database.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-            bail!("--clickhouse-db {:?}: only letters, digits and '_'", opts.database);
+        if opts.database.is_empty()
+            || !opts
+                .database
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_')
+        {
+            bail!(
+                "--clickhouse-db {:?}: only letters, digits and '_'",
+                opts.database
+            );
         }
         if opts.batch_lines == 0 || opts.batch_lines > 1_000_000 {
             bail!("--batch-lines must be between 1 and 1000000 (an insert must stay one block)");
         }
         if !(opts.clickhouse.starts_with("http://") || opts.clickhouse.starts_with("https://")) {
-            bail!("--clickhouse {:?}: give ClickHouse's HTTP URL, e.g. http://127.0.0.1:8123", opts.clickhouse);
+            bail!(
+                "--clickhouse {:?}: give ClickHouse's HTTP URL, e.g. http://127.0.0.1:8123",
+                opts.clickhouse
+            );
         }
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
         // RowBinary without the schema check: 18.16 has no RowBinaryWithNamesAndTypes.
-        let client = clickhouse::Client::default().with_url(&opts.clickhouse).with_validation(false);
+        let client = clickhouse::Client::default()
+            .with_url(&opts.clickhouse)
+            .with_validation(false);
         for sql in schema::create_statements(&opts.database) {
-            rt.block_on(client.query(&sql).execute()).with_context(|| format!("creating the schema in ClickHouse at {}", opts.clickhouse))?;
+            rt.block_on(client.query(&sql).execute()).with_context(|| {
+                format!("creating the schema in ClickHouse at {}", opts.clickhouse)
+            })?;
         }
         // A table made by someone else (or another version) under our name:
         // say so now, rather than fail every insert.
         for table in schema::TABLES.into_iter().chain(schema::GRAPH_TABLES) {
             let have: Vec<String> = rt
-                .block_on(client.query("SELECT name FROM system.columns WHERE database = ? AND table = ?").bind(&opts.database).bind(table).fetch_all())
+                .block_on(
+                    client
+                        .query("SELECT name FROM system.columns WHERE database = ? AND table = ?")
+                        .bind(&opts.database)
+                        .bind(table)
+                        .fetch_all(),
+                )
                 .context("reading the tables' columns from ClickHouse")?;
-            let mut lacks: Vec<String> = schema::columns(table).into_iter().filter(|c| !have.contains(c)).collect();
+            let mut lacks: Vec<String> = schema::columns(table)
+                .into_iter()
+                .filter(|c| !have.contains(c))
+                .collect();
             // Columns a later version added: add them to the earlier version's table.
-            if !lacks.is_empty() && lacks.iter().all(|c| schema::ADDED_COLUMNS.iter().any(|&(t, name, _)| t == table && name == c)) {
-                for &(_, name, ty) in schema::ADDED_COLUMNS.iter().filter(|(t, name, _)| *t == table && lacks.iter().any(|c| c == name)) {
-                    let sql = format!("ALTER TABLE {}.{table} ADD COLUMN {name} {ty}", opts.database);
-                    rt.block_on(client.query(&sql).execute()).with_context(|| format!("adding column {name} to {}.{table}", opts.database))?;
+            if !lacks.is_empty()
+                && lacks.iter().all(|c| {
+                    schema::ADDED_COLUMNS
+                        .iter()
+                        .any(|&(t, name, _)| t == table && name == c)
+                })
+            {
+                for &(_, name, ty) in schema::ADDED_COLUMNS
+                    .iter()
+                    .filter(|(t, name, _)| *t == table && lacks.iter().any(|c| c == name))
+                {
+                    let sql = format!(
+                        "ALTER TABLE {}.{table} ADD COLUMN {name} {ty}",
+                        opts.database
+                    );
+                    rt.block_on(client.query(&sql).execute()).with_context(|| {
+                        format!("adding column {name} to {}.{table}", opts.database)
+                    })?;
                 }
                 lacks.clear();
             }
@@ -259,9 +299,24 @@ impl Ingester {
             .set("reconnect.backoff.max.ms", "1000")
             .create_with_context(Rebalanced(AtomicBool::new(true)))
             .with_context(|| format!("connecting a Kafka consumer to {}", opts.brokers))?;
-        consumer.subscribe(&[&opts.topic]).with_context(|| format!("subscribing to topic {}", opts.topic))?;
-        let graphs = opts.graph_dir.as_deref().map(crate::graph::HostGraphs::new).transpose()?;
-        Ok(Ingester { opts, consumer, client, rt, marks: HashMap::new(), summary: IngestSummary::default(), last_notice: None, graphs })
+        consumer
+            .subscribe(&[&opts.topic])
+            .with_context(|| format!("subscribing to topic {}", opts.topic))?;
+        let graphs = opts
+            .graph_dir
+            .as_deref()
+            .map(crate::graph::HostGraphs::new)
+            .transpose()?;
+        Ok(Ingester {
+            opts,
+            consumer,
+            client,
+            rt,
+            marks: HashMap::new(),
+            summary: IngestSummary::default(),
+            last_notice: None,
+            graphs,
+        })
     }
 
     /// Ingests until `stop` is set (or the stream is idle for `stop_when_idle`).
@@ -340,7 +395,11 @@ impl Ingester {
             if self.graphs.is_some() {
                 batch.graph_lines.push((host.clone(), line.clone()));
             }
-            let place = Place { topic: self.opts.topic.clone(), partition, offset };
+            let place = Place {
+                topic: self.opts.topic.clone(),
+                partition,
+                offset,
+            };
             self.classify(&mut batch, host, boot, line, place, stop)?;
         }
         Ok(batch)
@@ -349,7 +408,11 @@ impl Ingester {
     /// Says `what` on stderr, unless it said the same in the last 10 s (a
     /// broker away repeats itself at every poll).
     fn notice(&mut self, what: String) {
-        if self.last_notice.as_ref().is_some_and(|(w, at)| *w == what && at.elapsed() < Duration::from_secs(10)) {
+        if self
+            .last_notice
+            .as_ref()
+            .is_some_and(|(w, at)| *w == what && at.elapsed() < Duration::from_secs(10))
+        {
             return;
         }
         eprintln!("custos fleet ingest: {what}");
@@ -362,7 +425,12 @@ impl Ingester {
         let (mut delay, mut attempt) = (Duration::from_millis(200), 0);
         while !self.marks.contains_key(table) {
             let sql = format!("SELECT kafka_partition, max(kafka_offset) FROM {table} WHERE kafka_topic = ? GROUP BY kafka_partition");
-            match self.rt.block_on(self.client.query(&sql).bind(&self.opts.topic).fetch_all::<(i32, i64)>()) {
+            match self.rt.block_on(
+                self.client
+                    .query(&sql)
+                    .bind(&self.opts.topic)
+                    .fetch_all::<(i32, i64)>(),
+            ) {
                 Ok(rows) => {
                     self.marks.insert(table, rows.into_iter().collect());
                 }
@@ -372,14 +440,26 @@ impl Ingester {
                     std::thread::sleep(delay);
                     delay = (delay * 2).min(Duration::from_secs(10));
                 }
-                Err(e) => return Err(e).with_context(|| format!("reading where table {table} stands in ClickHouse")),
+                Err(e) => {
+                    return Err(e).with_context(|| {
+                        format!("reading where table {table} stands in ClickHouse")
+                    })
+                }
             }
         }
         Ok(*self.marks[table].get(&partition).unwrap_or(&-1))
     }
 
     /// Parses a line into its table's row, unless that table already holds it.
-    fn classify(&mut self, batch: &mut Batch, host: String, boot: String, line: String, at: Place, stop: &AtomicBool) -> Result<()> {
+    fn classify(
+        &mut self,
+        batch: &mut Batch,
+        host: String,
+        boot: String,
+        line: String,
+        at: Place,
+        stop: &AtomicBool,
+    ) -> Result<()> {
         let parsed = parse_line(&line);
         let table = match &parsed {
             Ok(Record::Event(..)) => EVENTS,
@@ -390,7 +470,11 @@ impl Ingester {
             self.summary.redelivered += 1;
             return Ok(());
         }
-        let Place { topic: kafka_topic, partition: kafka_partition, offset: kafka_offset } = at;
+        let Place {
+            topic: kafka_topic,
+            partition: kafka_partition,
+            offset: kafka_offset,
+        } = at;
         match parsed {
             Ok(Record::Event(e, line_boot)) => {
                 let row = EventRow {
@@ -445,7 +529,9 @@ impl Ingester {
             other => {
                 let (kind, time_ns, error) = match other {
                     Ok(Record::Boot(_)) => ("boot".to_string(), 0, String::new()),
-                    Ok(Record::Stats { time_ns, .. }) => ("stats".to_string(), time_ns, String::new()),
+                    Ok(Record::Stats { time_ns, .. }) => {
+                        ("stats".to_string(), time_ns, String::new())
+                    }
                     Ok(Record::Other(kind)) => (kind, 0, String::new()),
                     Err(e) => ("malformed".to_string(), 0, e),
                     Ok(Record::Event(..) | Record::Loss(_)) => unreachable!("matched above"),
@@ -453,7 +539,17 @@ impl Ingester {
                 if kind == "malformed" {
                     self.summary.malformed += 1;
                 }
-                batch.records.push(RecordRow { host, boot, kind, time_ns, line, error, kafka_topic, kafka_partition, kafka_offset });
+                batch.records.push(RecordRow {
+                    host,
+                    boot,
+                    kind,
+                    time_ns,
+                    line,
+                    error,
+                    kafka_topic,
+                    kafka_partition,
+                    kafka_offset,
+                });
             }
         }
         Ok(())
@@ -462,7 +558,14 @@ impl Ingester {
     /// Inserts a batch, then commits its offsets. A failed insert is tried
     /// again (ClickHouse restarting) until it succeeds or `stop` is set.
     fn store(&mut self, batch: Batch, stop: &AtomicBool) -> Result<()> {
-        let Batch { events, losses, records, next, graph_lines, .. } = batch;
+        let Batch {
+            events,
+            losses,
+            records,
+            next,
+            graph_lines,
+            ..
+        } = batch;
         self.insert(EVENTS, events, stop)?;
         self.insert(LOSSES, losses, stop)?;
         self.insert(RECORDS, records, stop)?;
@@ -488,9 +591,15 @@ impl Ingester {
     /// (its nodes above ClickHouse's highest, its edges from ClickHouse's
     /// newest time on; the tables' keys fold the overlap).
     fn store_graph(&mut self, lines: &[(String, String)], stop: &AtomicBool) -> Result<()> {
-        let Some(mut graphs) = self.graphs.take() else { return Ok(()) };
+        let Some(mut graphs) = self.graphs.take() else {
+            return Ok(());
+        };
         let result = (|| {
-            let mut hosts: Vec<&str> = lines.iter().map(|(h, _)| h.as_str()).filter(|h| !graphs.is_open(h)).collect();
+            let mut hosts: Vec<&str> = lines
+                .iter()
+                .map(|(h, _)| h.as_str())
+                .filter(|h| !graphs.is_open(h))
+                .collect();
             hosts.sort_unstable();
             hosts.dedup();
             for host in hosts {
@@ -506,18 +615,34 @@ impl Ingester {
     }
 
     fn graph_marks(&mut self, host: &str, stop: &AtomicBool) -> Result<crate::graph::Marks> {
-        let (count, node, edge_time_ns) = self.retrying("reading where the graph stands in ClickHouse", stop, |c| {
-            c.query(crate::graph::MARKS_SQL).bind(host).bind(host).fetch_one::<(u64, i64, i64)>()
-        })?;
-        Ok(crate::graph::Marks { node: if count == 0 { -1 } else { node }, edge_time_ns })
+        let (count, node, edge_time_ns) =
+            self.retrying("reading where the graph stands in ClickHouse", stop, |c| {
+                c.query(crate::graph::MARKS_SQL)
+                    .bind(host)
+                    .bind(host)
+                    .fetch_one::<(u64, i64, i64)>()
+            })?;
+        Ok(crate::graph::Marks {
+            node: if count == 0 { -1 } else { node },
+            edge_time_ns,
+        })
     }
 
-    fn insert_graph(&mut self, nodes: Vec<crate::graph::NodeRowCh>, edges: Vec<crate::graph::EdgeRowCh>, stop: &AtomicBool) -> Result<()> {
+    fn insert_graph(
+        &mut self,
+        nodes: Vec<crate::graph::NodeRowCh>,
+        edges: Vec<crate::graph::EdgeRowCh>,
+        stop: &AtomicBool,
+    ) -> Result<()> {
         if !nodes.is_empty() {
-            self.retrying("inserting into nodes", stop, |c| insert_rows(c, schema::NODES, &nodes))?;
+            self.retrying("inserting into nodes", stop, |c| {
+                insert_rows(c, schema::NODES, &nodes)
+            })?;
         }
         if !edges.is_empty() {
-            self.retrying("inserting into edges", stop, |c| insert_rows(c, schema::EDGES, &edges))?;
+            self.retrying("inserting into edges", stop, |c| {
+                insert_rows(c, schema::EDGES, &edges)
+            })?;
         }
         self.summary.nodes += nodes.len() as u64;
         self.summary.edges += edges.len() as u64;
@@ -527,7 +652,12 @@ impl Ingester {
     /// Runs `request` until ClickHouse answers it (as for the inserts: a
     /// refusal a few times, silence until `stop`). For requests that may
     /// run twice: the graph's rows are folded by their tables' keys.
-    fn retrying<'a, T, F>(&'a mut self, what: &str, stop: &AtomicBool, request: impl Fn(&'a clickhouse::Client) -> F) -> Result<T>
+    fn retrying<'a, T, F>(
+        &'a mut self,
+        what: &str,
+        stop: &AtomicBool,
+        request: impl Fn(&'a clickhouse::Client) -> F,
+    ) -> Result<T>
     where
         F: std::future::Future<Output = clickhouse::error::Result<T>>,
     {
@@ -654,7 +784,11 @@ impl Offsets for LossRow {
     }
 }
 
-async fn insert_rows<R>(client: &clickhouse::Client, table: &str, rows: &[R]) -> clickhouse::error::Result<()>
+async fn insert_rows<R>(
+    client: &clickhouse::Client,
+    table: &str,
+    rows: &[R],
+) -> clickhouse::error::Result<()>
 where
     R: clickhouse::RowOwned + clickhouse::RowWrite,
 {

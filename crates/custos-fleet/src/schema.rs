@@ -90,9 +90,15 @@ pub const ADDED_COLUMNS: [(&str, &str, &str); 1] = [(EVENTS, "laddr", "String AF
 /// The columns of `table` as [`create_statements`] makes it, read from its
 /// statement (no type of ours has a comma inside).
 pub fn columns(table: &str) -> Vec<String> {
-    let create = create_statements("db").into_iter().find(|s| s.contains(&format!("db.{table} ("))).expect("a table of ours");
-    let body = &create[create.find('(').expect("a column list") + 1..create.find(") ENGINE").expect("an engine")];
-    body.split(", ").map(|c| c.split_whitespace().next().unwrap_or_default().to_string()).collect()
+    let create = create_statements("db")
+        .into_iter()
+        .find(|s| s.contains(&format!("db.{table} (")))
+        .expect("a table of ours");
+    let body = &create
+        [create.find('(').expect("a column list") + 1..create.find(") ENGINE").expect("an engine")];
+    body.split(", ")
+        .map(|c| c.split_whitespace().next().unwrap_or_default().to_string())
+        .collect()
 }
 
 #[cfg(test)]
@@ -101,7 +107,13 @@ mod tests {
     fn columns_are_read_from_the_create_statements() {
         let events = super::columns(super::EVENTS);
         assert_eq!(&events[..3], ["host", "boot", "id"]);
-        assert!(events.contains(&"argv".to_string()) && events.ends_with(&["kafka_offset".to_string(), "ingested_at".to_string()]));
-        assert_eq!(super::columns(super::RECORDS)[..4], ["host", "boot", "type", "time_ns"]);
+        assert!(
+            events.contains(&"argv".to_string())
+                && events.ends_with(&["kafka_offset".to_string(), "ingested_at".to_string()])
+        );
+        assert_eq!(
+            super::columns(super::RECORDS)[..4],
+            ["host", "boot", "type", "time_ns"]
+        );
     }
 }

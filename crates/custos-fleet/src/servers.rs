@@ -33,7 +33,9 @@ fn free_port() -> Result<u16> {
 /// past its `Drop` leaves no server behind.
 fn spawn(mut cmd: Command, log: &Path) -> Result<Child> {
     let out = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
-    cmd.stdin(Stdio::null()).stdout(out.try_clone()?).stderr(out);
+    cmd.stdin(Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out);
     // SAFETY: prctl is async-signal-safe and touches no memory of ours.
     unsafe {
         cmd.pre_exec(|| {
@@ -41,7 +43,8 @@ fn spawn(mut cmd: Command, log: &Path) -> Result<Child> {
             Ok(())
         });
     }
-    cmd.spawn().with_context(|| format!("starting {:?}", cmd.get_program()))
+    cmd.spawn()
+        .with_context(|| format!("starting {:?}", cmd.get_program()))
 }
 
 fn stop(child: &mut Option<Child>) {
@@ -64,9 +67,15 @@ fn kafka_libs() -> Result<PathBuf> {
         Some(d) => PathBuf::from(d),
         None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.tools/kafka/libs"),
     };
-    let has_broker = std::fs::read_dir(&dir).is_ok_and(|d| d.flatten().any(|e| e.file_name().to_string_lossy().starts_with("kafka_2.13-")));
+    let has_broker = std::fs::read_dir(&dir).is_ok_and(|d| {
+        d.flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with("kafka_2.13-"))
+    });
     if !has_broker {
-        bail!("no Kafka broker jars in {}: run scripts/deps.sh (or set CUSTOS_KAFKA_LIBS)", dir.display());
+        bail!(
+            "no Kafka broker jars in {}: run scripts/deps.sh (or set CUSTOS_KAFKA_LIBS)",
+            dir.display()
+        );
     }
     Ok(dir)
 }
@@ -119,13 +128,33 @@ impl KafkaBroker {
         )?;
         // A fixed cluster id: each broker has a directory of its own anyway.
         let mut format = Command::new("java");
-        format.arg("-cp").arg(libs.join("*")).args(["kafka.tools.StorageTool", "format", "-t", "MkU3OEVBNTcwNTJENDM2Qg", "-c"]).arg(&config);
+        format
+            .arg("-cp")
+            .arg(libs.join("*"))
+            .args([
+                "kafka.tools.StorageTool",
+                "format",
+                "-t",
+                "MkU3OEVBNTcwNTJENDM2Qg",
+                "-c",
+            ])
+            .arg(&config);
         let log = dir.path().join("format.log");
         let status = spawn(format, &log)?.wait()?;
         if !status.success() {
-            bail!("formatting the Kafka broker's storage failed ({status}):\n{}", log_tail(&log));
+            bail!(
+                "formatting the Kafka broker's storage failed ({status}):\n{}",
+                log_tail(&log)
+            );
         }
-        let mut broker = KafkaBroker { dir, ip: ip.to_string(), port, libs, child: None, runs: 0 };
+        let mut broker = KafkaBroker {
+            dir,
+            ip: ip.to_string(),
+            port,
+            libs,
+            child: None,
+            runs: 0,
+        };
         broker.restart()?;
         Ok(broker)
     }
@@ -152,21 +181,37 @@ impl KafkaBroker {
         self.runs += 1;
         let log = self.dir.path().join(format!("broker-{}.log", self.runs));
         let mut cmd = Command::new("java");
-        cmd.args(["-Xms128m", "-Xmx512m", "-cp"]).arg(self.libs.join("*")).arg("kafka.Kafka").arg(self.dir.path().join("server.properties"));
+        cmd.args(["-Xms128m", "-Xmx512m", "-cp"])
+            .arg(self.libs.join("*"))
+            .arg("kafka.Kafka")
+            .arg(self.dir.path().join("server.properties"));
         self.child = Some(spawn(cmd, &log)?);
-        let probe: BaseProducer = ClientConfig::new().set("bootstrap.servers", self.bootstrap()).set("log_level", "0").create()?;
+        let probe: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", self.bootstrap())
+            .set("log_level", "0")
+            .create()?;
         let start = Instant::now();
         loop {
-            if let Ok(md) = probe.client().fetch_metadata(None, Duration::from_millis(500)) {
+            if let Ok(md) = probe
+                .client()
+                .fetch_metadata(None, Duration::from_millis(500))
+            {
                 if !md.brokers().is_empty() {
                     return Ok(());
                 }
             }
-            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
                 bail!("the Kafka broker exited ({status}):\n{}", log_tail(&log));
             }
             if start.elapsed() > READY_TIMEOUT {
-                bail!("the Kafka broker did not answer within {READY_TIMEOUT:?}:\n{}", log_tail(&log));
+                bail!(
+                    "the Kafka broker did not answer within {READY_TIMEOUT:?}:\n{}",
+                    log_tail(&log)
+                );
             }
             std::thread::sleep(Duration::from_millis(200));
         }
@@ -174,8 +219,12 @@ impl KafkaBroker {
 
     /// Creates `topic` with `partitions` partitions (replication 1).
     pub fn create_topic(&self, topic: &str, partitions: i32) -> Result<()> {
-        let admin: AdminClient<DefaultClientContext> = ClientConfig::new().set("bootstrap.servers", self.bootstrap()).create()?;
-        let rt = tokio::runtime::Builder::new_current_thread().enable_time().build()?;
+        let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+            .set("bootstrap.servers", self.bootstrap())
+            .create()?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()?;
         let results = rt.block_on(admin.create_topics(
             &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
             &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
@@ -209,7 +258,9 @@ impl ClickHouseServer {
     /// Like [`start`](Self::start), with `extra` XML in the server's config
     /// (e.g. a `<compression>` section: 18.16 has no per-column codecs).
     pub fn start_with(extra: &str) -> Result<ClickHouseServer> {
-        let dir = tempfile::Builder::new().prefix("custos-clickhouse-").tempdir()?;
+        let dir = tempfile::Builder::new()
+            .prefix("custos-clickhouse-")
+            .tempdir()?;
         let (port, tcp_port) = (free_port()?, free_port()?);
         let d = dir.path().display();
         // Debian's users.xml: the `default` user, no password, loopback only here.
@@ -237,7 +288,11 @@ impl ClickHouseServer {
                  </yandex>\n"
             ),
         )?;
-        let mut server = ClickHouseServer { dir, port, child: None };
+        let mut server = ClickHouseServer {
+            dir,
+            port,
+            child: None,
+        };
         server.restart()?;
         Ok(server)
     }
@@ -253,17 +308,35 @@ impl ClickHouseServer {
         stop(&mut self.child);
         let log = self.dir.path().join("stdout.log");
         let mut cmd = Command::new("clickhouse-server");
-        cmd.arg(format!("--config-file={}/config.xml", self.dir.path().display()));
+        cmd.arg(format!(
+            "--config-file={}/config.xml",
+            self.dir.path().display()
+        ));
         self.child = Some(spawn(cmd, &log)?);
-        let client = clickhouse::Client::default().with_url(self.url()).with_validation(false);
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let client = clickhouse::Client::default()
+            .with_url(self.url())
+            .with_validation(false);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
         let start = Instant::now();
         while rt.block_on(client.query("SELECT 1").execute()).is_err() {
-            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
-                bail!("clickhouse-server exited ({status}):\n{}\n{}", log_tail(&log), log_tail(&self.dir.path().join("server.err.log")));
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                bail!(
+                    "clickhouse-server exited ({status}):\n{}\n{}",
+                    log_tail(&log),
+                    log_tail(&self.dir.path().join("server.err.log"))
+                );
             }
             if start.elapsed() > READY_TIMEOUT {
-                bail!("clickhouse-server did not answer within {READY_TIMEOUT:?}:\n{}", log_tail(&log));
+                bail!(
+                    "clickhouse-server did not answer within {READY_TIMEOUT:?}:\n{}",
+                    log_tail(&log)
+                );
             }
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -277,16 +350,26 @@ impl ClickHouseServer {
 
     /// Runs one statement that returns nothing (DDL, inserts by hand).
     pub fn execute(&self, sql: &str) -> Result<()> {
-        let client = clickhouse::Client::default().with_url(self.url()).with_validation(false);
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-        rt.block_on(client.query(sql).execute()).with_context(|| format!("ClickHouse: {sql}"))
+        let client = clickhouse::Client::default()
+            .with_url(self.url())
+            .with_validation(false);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        rt.block_on(client.query(sql).execute())
+            .with_context(|| format!("ClickHouse: {sql}"))
     }
 
     /// Runs a query whose rows are one unsigned number each (for checks).
     pub fn query_u64(&self, sql: &str) -> Result<Vec<u64>> {
-        let client = clickhouse::Client::default().with_url(self.url()).with_validation(false);
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-        rt.block_on(client.query(sql).fetch_all::<u64>()).with_context(|| format!("ClickHouse: {sql}"))
+        let client = clickhouse::Client::default()
+            .with_url(self.url())
+            .with_validation(false);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        rt.block_on(client.query(sql).fetch_all::<u64>())
+            .with_context(|| format!("ClickHouse: {sql}"))
     }
 
     /// The server's data directory (for measuring what the tables take on disk).
@@ -325,56 +408,269 @@ pub fn fleet_streams() -> [(&'static str, String); 3] {
     // (ms, pid, comm, syscall, ret, fields): numbered in time order, as a CPU numbers its events.
     let stream = |boot: &str, evs: &[(u64, u32, &str, &str, i64, &str)]| -> Vec<String> {
         let mut lines = vec![format!(r#"{{"type":"boot","boot_id":"{boot}"}}"#)];
-        lines.extend(evs.iter().enumerate().map(|(i, &(ms, pid, comm, sc, ret, extra))| ev(i as u64 + 1, ms, pid, comm, sc, ret, extra)));
+        lines.extend(
+            evs.iter()
+                .enumerate()
+                .map(|(i, &(ms, pid, comm, sc, ret, extra))| {
+                    ev(i as u64 + 1, ms, pid, comm, sc, ret, extra)
+                }),
+        );
         lines
     };
     let a = stream(
         "boot-a",
         &[
-            (1, 100, "sender", "execve", 0, r#","path":"/usr/bin/sender","argv":["sender"]"#),
-            (2, 100, "sender", "openat", 3, r#","path":"/etc/secret","fd":3"#),
-            (3, 100, "sender", "read", 100, r#","args":{"fd":3},"fd":3,"path":"/etc/secret""#),
-            (4, 100, "sender", "connect", -115, r#","args":{"fd":4},"addr":"10.0.0.2:7000","laddr":"10.0.0.1:45678""#),
-            (5, 100, "sender", "write", 100, r#","args":{"fd":4},"fd":4,"path":"socket:[77]""#),
-            (6, 100, "sender", "connect", 0, r#","args":{"fd":5},"addr":"93.184.216.34:443","laddr":"10.0.0.1:50000""#),
-            (7, 100, "sender", "write", 100, r#","args":{"fd":5},"fd":5,"path":"socket:[78]""#),
-            (9, 102, "legacy", "read", 10, r#","args":{"fd":3},"fd":3,"path":"/etc/legacy""#),
-            (10, 102, "legacy", "connect", 0, r#","args":{"fd":4},"addr":"10.0.0.2:7001""#),
-            (11, 102, "legacy", "write", 10, r#","args":{"fd":4},"fd":4,"path":"socket:[80]""#),
+            (
+                1,
+                100,
+                "sender",
+                "execve",
+                0,
+                r#","path":"/usr/bin/sender","argv":["sender"]"#,
+            ),
+            (
+                2,
+                100,
+                "sender",
+                "openat",
+                3,
+                r#","path":"/etc/secret","fd":3"#,
+            ),
+            (
+                3,
+                100,
+                "sender",
+                "read",
+                100,
+                r#","args":{"fd":3},"fd":3,"path":"/etc/secret""#,
+            ),
+            (
+                4,
+                100,
+                "sender",
+                "connect",
+                -115,
+                r#","args":{"fd":4},"addr":"10.0.0.2:7000","laddr":"10.0.0.1:45678""#,
+            ),
+            (
+                5,
+                100,
+                "sender",
+                "write",
+                100,
+                r#","args":{"fd":4},"fd":4,"path":"socket:[77]""#,
+            ),
+            (
+                6,
+                100,
+                "sender",
+                "connect",
+                0,
+                r#","args":{"fd":5},"addr":"93.184.216.34:443","laddr":"10.0.0.1:50000""#,
+            ),
+            (
+                7,
+                100,
+                "sender",
+                "write",
+                100,
+                r#","args":{"fd":5},"fd":5,"path":"socket:[78]""#,
+            ),
+            (
+                9,
+                102,
+                "legacy",
+                "read",
+                10,
+                r#","args":{"fd":3},"fd":3,"path":"/etc/legacy""#,
+            ),
+            (
+                10,
+                102,
+                "legacy",
+                "connect",
+                0,
+                r#","args":{"fd":4},"addr":"10.0.0.2:7001""#,
+            ),
+            (
+                11,
+                102,
+                "legacy",
+                "write",
+                10,
+                r#","args":{"fd":4},"fd":4,"path":"socket:[80]""#,
+            ),
         ],
     );
     let c = stream(
         "boot-c",
         &[
-            (2, 300, "other", "execve", 0, r#","path":"/usr/bin/other","argv":["other"]"#),
-            (3, 300, "other", "read", 50, r#","args":{"fd":3},"fd":3,"path":"/etc/other""#),
-            (6, 300, "other", "connect", 0, r#","args":{"fd":4},"addr":"10.0.0.2:7000","laddr":"10.0.0.3:45679""#),
-            (7, 300, "other", "write", 50, r#","args":{"fd":4},"fd":4,"path":"socket:[79]""#),
+            (
+                2,
+                300,
+                "other",
+                "execve",
+                0,
+                r#","path":"/usr/bin/other","argv":["other"]"#,
+            ),
+            (
+                3,
+                300,
+                "other",
+                "read",
+                50,
+                r#","args":{"fd":3},"fd":3,"path":"/etc/other""#,
+            ),
+            (
+                6,
+                300,
+                "other",
+                "connect",
+                0,
+                r#","args":{"fd":4},"addr":"10.0.0.2:7000","laddr":"10.0.0.3:45679""#,
+            ),
+            (
+                7,
+                300,
+                "other",
+                "write",
+                50,
+                r#","args":{"fd":4},"fd":4,"path":"socket:[79]""#,
+            ),
         ],
     );
     let mut b = stream(
         "boot-b",
         &[
-            (0, 200, "receiver", "execve", 0, r#","path":"/usr/bin/receiver","argv":["receiver"]"#),
-            (0, 200, "receiver", "bind", 0, r#","args":{"fd":3},"addr":"0.0.0.0:7000""#),
-            (1, 202, "old", "bind", 0, r#","args":{"fd":3},"addr":"0.0.0.0:7001""#),
+            (
+                0,
+                200,
+                "receiver",
+                "execve",
+                0,
+                r#","path":"/usr/bin/receiver","argv":["receiver"]"#,
+            ),
+            (
+                0,
+                200,
+                "receiver",
+                "bind",
+                0,
+                r#","args":{"fd":3},"addr":"0.0.0.0:7000""#,
+            ),
+            (
+                1,
+                202,
+                "old",
+                "bind",
+                0,
+                r#","args":{"fd":3},"addr":"0.0.0.0:7001""#,
+            ),
             // The second client's connection is accepted first.
-            (7, 200, "receiver", "accept4", 6, r#","args":{"fd":3},"fd":6,"addr":"10.0.0.3:45679","laddr":"10.0.0.2:7000""#),
-            (8, 200, "receiver", "read", 50, r#","args":{"fd":6},"fd":6,"path":"socket:[92]""#),
-            (8, 200, "receiver", "openat", 7, r#","path":"/srv/other","fd":7"#),
-            (9, 200, "receiver", "write", 50, r#","args":{"fd":7},"fd":7,"path":"/srv/other""#),
-            (9, 201, "receiver2", "accept4", 4, r#","args":{"fd":3},"fd":4,"addr":"10.0.0.1:45678","laddr":"10.0.0.2:7000""#),
-            (10, 201, "receiver2", "read", 100, r#","args":{"fd":4},"fd":4,"path":"socket:[91]""#),
-            (11, 201, "receiver2", "openat", 5, r#","path":"/srv/received","fd":5"#),
-            (12, 201, "receiver2", "write", 100, r#","args":{"fd":5},"fd":5,"path":"/srv/received""#),
+            (
+                7,
+                200,
+                "receiver",
+                "accept4",
+                6,
+                r#","args":{"fd":3},"fd":6,"addr":"10.0.0.3:45679","laddr":"10.0.0.2:7000""#,
+            ),
+            (
+                8,
+                200,
+                "receiver",
+                "read",
+                50,
+                r#","args":{"fd":6},"fd":6,"path":"socket:[92]""#,
+            ),
+            (
+                8,
+                200,
+                "receiver",
+                "openat",
+                7,
+                r#","path":"/srv/other","fd":7"#,
+            ),
+            (
+                9,
+                200,
+                "receiver",
+                "write",
+                50,
+                r#","args":{"fd":7},"fd":7,"path":"/srv/other""#,
+            ),
+            (
+                9,
+                201,
+                "receiver2",
+                "accept4",
+                4,
+                r#","args":{"fd":3},"fd":4,"addr":"10.0.0.1:45678","laddr":"10.0.0.2:7000""#,
+            ),
+            (
+                10,
+                201,
+                "receiver2",
+                "read",
+                100,
+                r#","args":{"fd":4},"fd":4,"path":"socket:[91]""#,
+            ),
+            (
+                11,
+                201,
+                "receiver2",
+                "openat",
+                5,
+                r#","path":"/srv/received","fd":5"#,
+            ),
+            (
+                12,
+                201,
+                "receiver2",
+                "write",
+                100,
+                r#","args":{"fd":5},"fd":5,"path":"/srv/received""#,
+            ),
             // A collector without `laddr` wrote this one.
-            (12, 202, "old", "accept", 4, r#","args":{"fd":3},"fd":4,"addr":"10.0.0.1:40000""#),
-            (13, 202, "old", "read", 10, r#","args":{"fd":4},"fd":4,"path":"socket:[93]""#),
-            (14, 202, "old", "openat", 5, r#","path":"/srv/legacy","fd":5"#),
-            (15, 202, "old", "write", 10, r#","args":{"fd":5},"fd":5,"path":"/srv/legacy""#),
+            (
+                12,
+                202,
+                "old",
+                "accept",
+                4,
+                r#","args":{"fd":3},"fd":4,"addr":"10.0.0.1:40000""#,
+            ),
+            (
+                13,
+                202,
+                "old",
+                "read",
+                10,
+                r#","args":{"fd":4},"fd":4,"path":"socket:[93]""#,
+            ),
+            (
+                14,
+                202,
+                "old",
+                "openat",
+                5,
+                r#","path":"/srv/legacy","fd":5"#,
+            ),
+            (
+                15,
+                202,
+                "old",
+                "write",
+                10,
+                r#","args":{"fd":5},"fd":5,"path":"/srv/legacy""#,
+            ),
         ],
     );
     b.push(format!(r#"{{"type":"loss","boot_id":"boot-b","category":"ring","cpu":1,"count":3,"start_ns":{},"end_ns":{}}}"#, T0 + 20 * MS, T0 + 21 * MS));
     let text = |lines: Vec<String>| lines.join("\n") + "\n";
-    [("host-a", text(a)), ("host-b", text(b)), ("host-c", text(c))]
+    [
+        ("host-a", text(a)),
+        ("host-b", text(b)),
+        ("host-c", text(c)),
+    ]
 }

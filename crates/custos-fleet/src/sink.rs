@@ -97,7 +97,12 @@ pub fn host_id(given: Option<&str>) -> Result<String> {
 
 /// Ids travel in message keys (`HOST/BOOT`) and ClickHouse keys: printable, no `/`.
 fn check_id(what: &str, id: &str) -> Result<()> {
-    if id.is_empty() || id.len() > 128 || id.chars().any(|c| c == '/' || c.is_control() || c.is_whitespace()) {
+    if id.is_empty()
+        || id.len() > 128
+        || id
+            .chars()
+            .any(|c| c == '/' || c.is_control() || c.is_whitespace())
+    {
         bail!("{what} {id:?} must be 1 to 128 printable characters without spaces or '/'");
     }
     Ok(())
@@ -155,7 +160,9 @@ impl Dropped {
 }
 
 fn now_ns() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// Whether a line is an event, and its time: read with the store's parser
@@ -185,7 +192,12 @@ fn own_loss(line: &[u8]) -> Option<Dropped> {
     // Cheap first: most lines are not ours.
     memchr::memmem::find(line, br#""category":"kafka""#)?;
     let o: Own = serde_json::from_slice(line).ok()?;
-    (o.kind == "loss" && o.category == LOSS_CATEGORY).then_some(Dropped { lines: o.lines, events: o.count, start_ns: o.start_ns, end_ns: o.end_ns })
+    (o.kind == "loss" && o.category == LOSS_CATEGORY).then_some(Dropped {
+        lines: o.lines,
+        events: o.count,
+        start_ns: o.start_ns,
+        end_ns: o.end_ns,
+    })
 }
 
 /// Counts the lines the broker never took (delivery failed for good: with
@@ -265,7 +277,12 @@ impl KafkaTarget {
         if opts.buffer_messages == 0 || opts.buffer_kib == 0 {
             bail!("the Kafka buffer bounds must be at least 1");
         }
-        let delivery = Delivery { failed: Mutex::default(), returned: Mutex::default(), delivered: AtomicU64::new(0), last_error: Mutex::default() };
+        let delivery = Delivery {
+            failed: Mutex::default(),
+            returned: Mutex::default(),
+            delivered: AtomicU64::new(0),
+            last_error: Mutex::default(),
+        };
         let producer: ThreadedProducer<Delivery> = ClientConfig::new()
             .set("bootstrap.servers", &opts.brokers)
             // Retries keep order and add no duplicates.
@@ -273,7 +290,10 @@ impl KafkaTarget {
             // Never give up on a buffered line: the buffer's bound decides
             // loss, counted here, not a timer inside librdkafka.
             .set("message.timeout.ms", "0")
-            .set("queue.buffering.max.messages", opts.buffer_messages.to_string())
+            .set(
+                "queue.buffering.max.messages",
+                opts.buffer_messages.to_string(),
+            )
             .set("queue.buffering.max.kbytes", opts.buffer_kib.to_string())
             .set("linger.ms", "20")
             // Back within a second of the broker's return (librdkafka's default is 10 s).
@@ -284,7 +304,15 @@ impl KafkaTarget {
             .create_with_context(delivery)
             .with_context(|| format!("connecting a Kafka producer to {}", opts.brokers))?;
         let key = format!("{}/unknown", opts.host_id);
-        Ok(KafkaTarget { opts, producer, boot: "unknown".into(), key, pending: Dropped::default(), outage: false, summary: KafkaSummary::default() })
+        Ok(KafkaTarget {
+            opts,
+            producer,
+            boot: "unknown".into(),
+            key,
+            pending: Dropped::default(),
+            outage: false,
+            summary: KafkaSummary::default(),
+        })
     }
 
     /// Sends one line: `Ok(true)` if the producer took it, `Ok(false)` if its
@@ -294,12 +322,25 @@ impl KafkaTarget {
         let (mut seen, mut progress_at) = (delivered(), Instant::now());
         // A new producer acknowledges nothing for a second or two (it looks
         // up the topic and gets its producer id): not an outage yet.
-        let wait = if seen == 0 && wait > Duration::ZERO { wait.max(STARTUP_WAIT) } else { wait };
+        let wait = if seen == 0 && wait > Duration::ZERO {
+            wait.max(STARTUP_WAIT)
+        } else {
+            wait
+        };
         loop {
             let headers = OwnedHeaders::new()
-                .insert(Header { key: HOST_HEADER, value: Some(self.opts.host_id.as_bytes()) })
-                .insert(Header { key: BOOT_HEADER, value: Some(self.boot.as_bytes()) });
-            let record = BaseRecord::to(&self.opts.topic).key(self.key.as_bytes()).payload(line).headers(headers);
+                .insert(Header {
+                    key: HOST_HEADER,
+                    value: Some(self.opts.host_id.as_bytes()),
+                })
+                .insert(Header {
+                    key: BOOT_HEADER,
+                    value: Some(self.boot.as_bytes()),
+                });
+            let record = BaseRecord::to(&self.opts.topic)
+                .key(self.key.as_bytes())
+                .payload(line)
+                .headers(headers);
             match self.producer.send(record) {
                 Ok(()) => {
                     self.summary.sent += 1;
@@ -315,7 +356,9 @@ impl KafkaTarget {
                     std::thread::sleep(Duration::from_millis(2));
                 }
                 // One line refused (too large, say): dropped and counted like the rest.
-                Err((KafkaError::MessageProduction(code), _)) if code != RDKafkaErrorCode::Fatal => {
+                Err((KafkaError::MessageProduction(code), _))
+                    if code != RDKafkaErrorCode::Fatal =>
+                {
                     eprintln!("custos collect: kafka: a line was refused ({code}): dropped, counted in-band");
                     return Ok(false);
                 }
@@ -326,7 +369,8 @@ impl KafkaTarget {
 
     /// Takes in the lines whose delivery failed since the last look.
     fn collect_failed(&mut self) {
-        let (returned, records) = std::mem::take(&mut *self.producer.context().returned.lock().unwrap());
+        let (returned, records) =
+            std::mem::take(&mut *self.producer.context().returned.lock().unwrap());
         self.pending.merge(&returned);
         self.summary.loss_records -= records;
         let failed = std::mem::take(&mut *self.producer.context().failed.lock().unwrap());
@@ -335,7 +379,10 @@ impl KafkaTarget {
             self.summary.dropped_events += failed.events;
             self.pending.merge(&failed);
             if let Some(e) = self.producer.context().last_error.lock().unwrap().take() {
-                eprintln!("custos collect: kafka: {} lines not delivered ({e}): counted", failed.lines);
+                eprintln!(
+                    "custos collect: kafka: {} lines not delivered ({e}): counted",
+                    failed.lines
+                );
             }
         }
     }
@@ -385,7 +432,11 @@ impl LineTarget for KafkaTarget {
                 self.boot = boot;
             }
         }
-        let wait = if self.outage { Duration::ZERO } else { self.opts.full_wait };
+        let wait = if self.outage {
+            Duration::ZERO
+        } else {
+            self.opts.full_wait
+        };
         // The loss record goes before the lines after the gap, or nothing does.
         if self.report_pending(wait)? && self.send(line, wait)? {
             self.outage = false;
@@ -407,11 +458,15 @@ impl LineTarget for KafkaTarget {
         self.report_pending(self.opts.flush_timeout)?;
         let timeout = deadline.saturating_duration_since(Instant::now());
         if let Err(e) = self.producer.flush(timeout) {
-            eprintln!("custos collect: kafka: the broker did not take everything within {:?}: {e}", self.opts.flush_timeout);
+            eprintln!(
+                "custos collect: kafka: the broker did not take everything within {:?}: {e}",
+                self.opts.flush_timeout
+            );
         }
         // What is still buffered will not reach the broker: purge it, so the
         // delivery reports count it.
-        self.producer.purge(rdkafka::producer::PurgeConfig::default().queue().inflight());
+        self.producer
+            .purge(rdkafka::producer::PurgeConfig::default().queue().inflight());
         let _ = self.producer.flush(Duration::from_secs(1));
         self.collect_failed();
         self.summary.unreported_lines = self.pending.lines;
@@ -436,14 +491,20 @@ mod tests {
         let line = d.record("b-1");
         match parse_line(&line).unwrap() {
             Record::Loss(l) => {
-                assert_eq!((l.count, l.start_ns, l.end_ns, l.category.as_str()), (2, 1000, 3000, LOSS_CATEGORY));
+                assert_eq!(
+                    (l.count, l.start_ns, l.end_ns, l.category.as_str()),
+                    (2, 1000, 3000, LOSS_CATEGORY)
+                );
                 assert_eq!(l.boot_id.as_deref(), Some("b-1"));
             }
             other => panic!("not a loss record: {other:?}"),
         }
         // A loss record of ours that failed is lost again, with what it counted.
         let back = own_loss(line.as_bytes()).unwrap();
-        assert_eq!((back.lines, back.events, back.start_ns, back.end_ns), (3, 2, 1000, 3000));
+        assert_eq!(
+            (back.lines, back.events, back.start_ns, back.end_ns),
+            (3, 2, 1000, 3000)
+        );
         assert!(own_loss(EVENT.as_bytes()).is_none());
     }
 

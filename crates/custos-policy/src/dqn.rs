@@ -49,7 +49,16 @@ pub struct DqnConfig {
 impl DqnConfig {
     /// The seed's defaults for a network with `actions` queues.
     pub fn for_actions(actions: usize) -> Self {
-        DqnConfig { hidden: 64, actions, gamma: 0.9, tau: 0.005, lr: 1e-4, batch: 64, steps_per_epoch: 200, seed: 0 }
+        DqnConfig {
+            hidden: 64,
+            actions,
+            gamma: 0.9,
+            tau: 0.005,
+            lr: 1e-4,
+            batch: 64,
+            steps_per_epoch: 200,
+            seed: 0,
+        }
     }
 
     pub fn validate(&self) -> Result<()> {
@@ -112,7 +121,11 @@ impl QLayers {
         let b2 = Var::from_slice(&f.b2, f.actions, dev)?;
         let l1 = Linear::new(w1.as_tensor().clone(), Some(b1.as_tensor().clone()));
         let l2 = Linear::new(w2.as_tensor().clone(), Some(b2.as_tensor().clone()));
-        Ok(QLayers { vars: [w1, b1, w2, b2], l1, l2 })
+        Ok(QLayers {
+            vars: [w1, b1, w2, b2],
+            l1,
+            l2,
+        })
     }
 
     /// Q-values for a (batch, NR_FEATURES) tensor of scaled features.
@@ -122,9 +135,18 @@ impl QLayers {
 
     /// Row-major like `QNet`: `Linear` keeps weights as (out, in).
     fn to_float(&self) -> Result<FloatNet> {
-        let v = |i: usize| -> Result<Vec<f32>> { Ok(self.vars[i].as_tensor().flatten_all()?.to_vec1::<f32>()?) };
+        let v = |i: usize| -> Result<Vec<f32>> {
+            Ok(self.vars[i].as_tensor().flatten_all()?.to_vec1::<f32>()?)
+        };
         let (hidden, actions) = (self.vars[1].dims()[0], self.vars[3].dims()[0]);
-        Ok(FloatNet { hidden, actions, w1: v(0)?, b1: v(1)?, w2: v(2)?, b2: v(3)? })
+        Ok(FloatNet {
+            hidden,
+            actions,
+            w1: v(0)?,
+            b1: v(1)?,
+            w2: v(2)?,
+            b2: v(3)?,
+        })
     }
 }
 
@@ -181,9 +203,20 @@ impl Dqn {
         let target = QLayers::from_float(float, &device)?;
         // Plain Adam: weight decay would pull every Q-value toward 0 and
         // bias the bootstrap targets.
-        let params = ParamsAdamW { lr: cfg.lr, weight_decay: 0.0, ..ParamsAdamW::default() };
+        let params = ParamsAdamW {
+            lr: cfg.lr,
+            weight_decay: 0.0,
+            ..ParamsAdamW::default()
+        };
         let optimizer = AdamW::new(online.vars.to_vec(), params)?;
-        Ok(Dqn { cfg, device, online, target, optimizer, steps: 0 })
+        Ok(Dqn {
+            cfg,
+            device,
+            online,
+            target,
+            optimizer,
+            steps: 0,
+        })
     }
 
     pub fn config(&self) -> &DqnConfig {
@@ -211,9 +244,14 @@ impl Dqn {
         Ok(self.online.forward(&x)?.squeeze(0)?.to_vec1::<f32>()?)
     }
 
-    fn states_tensor<'a>(&self, states: impl ExactSizeIterator<Item = &'a State>) -> Result<Tensor> {
+    fn states_tensor<'a>(
+        &self,
+        states: impl ExactSizeIterator<Item = &'a State>,
+    ) -> Result<Tensor> {
         let n = states.len();
-        let data: Vec<f32> = states.flat_map(|s| s.iter().map(|&x| x as f32 / INPUT_SCALE)).collect();
+        let data: Vec<f32> = states
+            .flat_map(|s| s.iter().map(|&x| x as f32 / INPUT_SCALE))
+            .collect();
         Ok(Tensor::from_vec(data, (n, NR_FEATURES), &self.device)?)
     }
 
@@ -224,13 +262,21 @@ impl Dqn {
             bail!("a training step needs at least one transition");
         }
         if let Some(t) = batch.iter().find(|t| t.action as usize >= self.cfg.actions) {
-            bail!("transition of pid {} chose queue {}, the network has {} actions", t.pid, t.action, self.cfg.actions);
+            bail!(
+                "transition of pid {} chose queue {}, the network has {} actions",
+                t.pid,
+                t.action,
+                self.cfg.actions
+            );
         }
         let n = batch.len();
         let s = self.states_tensor(batch.iter().map(|t| &t.state))?;
         let s_next = self.states_tensor(batch.iter().map(|t| &t.next_state))?;
-        let actions =
-            Tensor::from_vec(batch.iter().map(|t| t.action as u32).collect::<Vec<_>>(), (n, 1), &self.device)?;
+        let actions = Tensor::from_vec(
+            batch.iter().map(|t| t.action as u32).collect::<Vec<_>>(),
+            (n, 1),
+            &self.device,
+        )?;
         let rewards: Vec<f32> = batch.iter().map(|t| t.reward()).collect();
         let mean_reward = rewards.iter().map(|&r| r as f64).sum::<f64>() / n as f64;
         let rewards = Tensor::from_vec(rewards, n, &self.device)?;
@@ -240,7 +286,12 @@ impl Dqn {
         let y = (rewards + q_next.affine(self.cfg.gamma, 0.0)?)?.detach();
 
         let q = self.online.forward(&s)?;
-        let mean_max_q = q.detach().max(1)?.mean_all()?.to_dtype(DType::F64)?.to_scalar::<f64>()?;
+        let mean_max_q = q
+            .detach()
+            .max(1)?
+            .mean_all()?
+            .to_dtype(DType::F64)?
+            .to_scalar::<f64>()?;
         let q_sa = q.gather(&actions, 1)?.squeeze(1)?;
         let loss = candle_nn::loss::huber(&q_sa, &y, HUBER_DELTA)?;
         self.optimizer.backward_step(&loss)?;
@@ -248,9 +299,16 @@ impl Dqn {
         self.steps += 1;
         let loss = loss.to_dtype(DType::F64)?.to_scalar::<f64>()?;
         if !loss.is_finite() {
-            bail!("training diverged: loss {loss} after {} steps (lower the learning rate)", self.steps);
+            bail!(
+                "training diverged: loss {loss} after {} steps (lower the learning rate)",
+                self.steps
+            );
         }
-        Ok(StepStats { loss, mean_reward, mean_max_q })
+        Ok(StepStats {
+            loss,
+            mean_reward,
+            mean_max_q,
+        })
     }
 
     /// target = τ · online + (1 − τ) · target, for every weight. Slowly
@@ -258,7 +316,8 @@ impl Dqn {
     fn soft_update(&self) -> Result<()> {
         let tau = self.cfg.tau;
         for (t, o) in self.target.vars.iter().zip(&self.online.vars) {
-            let mixed = (o.as_tensor().detach().affine(tau, 0.0)? + t.as_tensor().detach().affine(1.0 - tau, 0.0)?)?;
+            let mixed = (o.as_tensor().detach().affine(tau, 0.0)?
+                + t.as_tensor().detach().affine(1.0 - tau, 0.0)?)?;
             t.set(&mixed)?;
         }
         Ok(())
@@ -266,7 +325,11 @@ impl Dqn {
 
     /// `steps_per_epoch` steps, each on a batch sampled uniformly from the
     /// replay memory. An empty memory is zero steps, not an error.
-    pub fn train_epoch<R: Rng + ?Sized>(&mut self, memory: &ReplayMemory, rng: &mut R) -> Result<EpochStats> {
+    pub fn train_epoch<R: Rng + ?Sized>(
+        &mut self,
+        memory: &ReplayMemory,
+        rng: &mut R,
+    ) -> Result<EpochStats> {
         let mut stats = EpochStats::default();
         if memory.is_empty() {
             return Ok(stats);
@@ -360,11 +423,25 @@ mod tests {
             // ... budgeting only wastes it (r_p = 0).
             (false, _) => (10, 0, 0, 4),
         };
-        Transition { action, state: x, next_state, events, drops, idle_before, idle_after, ..Default::default() }
+        Transition {
+            action,
+            state: x,
+            next_state,
+            events,
+            drops,
+            idle_before,
+            idle_after,
+            ..Default::default()
+        }
     }
 
     fn small_cfg() -> DqnConfig {
-        DqnConfig { hidden: 16, batch: 8, seed: 3, ..DqnConfig::for_actions(4) }
+        DqnConfig {
+            hidden: 16,
+            batch: 8,
+            seed: 3,
+            ..DqnConfig::for_actions(4)
+        }
     }
 
     fn memory_of(n: usize, seed: u64) -> (ReplayMemory, StdRng) {
@@ -383,7 +460,11 @@ mod tests {
     fn the_soft_update_moves_the_target_by_tau() {
         let mut dqn = Dqn::new(small_cfg()).unwrap();
         let (m, mut rng) = memory_of(64, 1);
-        assert_eq!(dqn.target_float().unwrap(), dqn.to_float().unwrap(), "the target starts as the online network");
+        assert_eq!(
+            dqn.target_float().unwrap(),
+            dqn.to_float().unwrap(),
+            "the target starts as the online network"
+        );
         let before = dqn.target_float().unwrap();
         dqn.train_step(&m.sample(8, &mut rng)).unwrap();
         let online = dqn.to_float().unwrap();
@@ -391,12 +472,17 @@ mod tests {
         let tau = dqn.config().tau as f32;
 
         let moved = |b: f32, o: f32, a: f32| {
-            assert!((a - (tau * o + (1.0 - tau) * b)).abs() <= 1e-6, "target {a}, expected τ·{o} + (1−τ)·{b}");
+            assert!(
+                (a - (tau * o + (1.0 - tau) * b)).abs() <= 1e-6,
+                "target {a}, expected τ·{o} + (1−τ)·{b}"
+            );
         };
         // One weight, spelled out: the first the gradient step changed (a
         // unit dead on the whole batch gets no gradient); the target moved
         // τ of the way toward it.
-        let i = (0..online.w1.len()).find(|&i| online.w1[i] != before.w1[i]).expect("the step changed some w1");
+        let i = (0..online.w1.len())
+            .find(|&i| online.w1[i] != before.w1[i])
+            .expect("the step changed some w1");
         moved(before.w1[i], online.w1[i], after.w1[i]);
         let gap = online.w1[i] - before.w1[i];
         assert!(
@@ -441,35 +527,80 @@ mod tests {
             Dqn::new(small_cfg()).unwrap().to_float().unwrap().w1
         );
         assert_ne!(
-            Dqn::new(DqnConfig { seed: 4, ..small_cfg() }).unwrap().to_float().unwrap().w1,
+            Dqn::new(DqnConfig {
+                seed: 4,
+                ..small_cfg()
+            })
+            .unwrap()
+            .to_float()
+            .unwrap()
+            .w1,
             Dqn::new(small_cfg()).unwrap().to_float().unwrap().w1
         );
     }
 
     #[test]
     fn bad_configurations_and_data_are_errors() {
-        let bad = |cfg: DqnConfig| Dqn::new(cfg).err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(bad(DqnConfig { hidden: 0, ..small_cfg() }).contains("hidden"));
+        let bad = |cfg: DqnConfig| {
+            Dqn::new(cfg)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default()
+        };
+        assert!(bad(DqnConfig {
+            hidden: 0,
+            ..small_cfg()
+        })
+        .contains("hidden"));
         assert!(bad(DqnConfig::for_actions(1)).contains("1 actions"));
         assert!(bad(DqnConfig::for_actions(9)).contains("9 actions"));
-        assert!(bad(DqnConfig { gamma: 1.0, ..small_cfg() }).contains("γ"));
-        assert!(bad(DqnConfig { tau: 0.0, ..small_cfg() }).contains("τ"));
-        assert!(bad(DqnConfig { lr: f64::NAN, ..small_cfg() }).contains("learning rate"));
-        assert!(bad(DqnConfig { batch: 0, ..small_cfg() }).contains("batch"));
+        assert!(bad(DqnConfig {
+            gamma: 1.0,
+            ..small_cfg()
+        })
+        .contains("γ"));
+        assert!(bad(DqnConfig {
+            tau: 0.0,
+            ..small_cfg()
+        })
+        .contains("τ"));
+        assert!(bad(DqnConfig {
+            lr: f64::NAN,
+            ..small_cfg()
+        })
+        .contains("learning rate"));
+        assert!(bad(DqnConfig {
+            batch: 0,
+            ..small_cfg()
+        })
+        .contains("batch"));
 
         let float = Dqn::new(small_cfg()).unwrap().to_float().unwrap();
-        let err = Dqn::from_float(&float, DqnConfig::for_actions(4)).err().unwrap().to_string();
+        let err = Dqn::from_float(&float, DqnConfig::for_actions(4))
+            .err()
+            .unwrap()
+            .to_string();
         assert!(err.contains("16 hidden units"), "{err}");
         let mut broken = float.clone();
         broken.b2.push(0.0);
         assert!(Dqn::from_float(&broken, small_cfg()).is_err());
 
         let mut dqn = Dqn::new(small_cfg()).unwrap();
-        let t = Transition { action: 4, pid: 9, ..Default::default() };
-        assert!(dqn.train_step(&[&t]).unwrap_err().to_string().contains("chose queue 4"));
+        let t = Transition {
+            action: 4,
+            pid: 9,
+            ..Default::default()
+        };
+        assert!(dqn
+            .train_step(&[&t])
+            .unwrap_err()
+            .to_string()
+            .contains("chose queue 4"));
         assert!(dqn.train_step(&[]).is_err());
         let empty = ReplayMemory::new(10).unwrap();
-        let stats = dqn.train_epoch(&empty, &mut StdRng::seed_from_u64(0)).unwrap();
+        let stats = dqn
+            .train_epoch(&empty, &mut StdRng::seed_from_u64(0))
+            .unwrap();
         assert_eq!(stats, EpochStats::default());
         assert_eq!(dqn.steps(), 0);
     }
@@ -478,7 +609,11 @@ mod tests {
     fn dqn_learns_to_budget_the_super_producer_and_survives_quantisation() {
         let start = Instant::now();
         let (memory, mut rng) = memory_of(8000, 11);
-        let cfg = DqnConfig { lr: 1e-3, seed: 5, ..DqnConfig::for_actions(4) };
+        let cfg = DqnConfig {
+            lr: 1e-3,
+            seed: 5,
+            ..DqnConfig::for_actions(4)
+        };
         let mut dqn = Dqn::new(cfg).unwrap();
         let mut last = EpochStats::default();
         for epoch in 0..100 {
@@ -500,8 +635,12 @@ mod tests {
             states.iter().filter(|x| ok(x)).count() as f64 / states.len() as f64
         };
         // (agreement with the float network, budgeted on floods, primary when calm)
-        let solves =
-            |act: &dyn Fn(&State) -> usize| (share(&floods, &|x| act(x) != 0), share(&calms, &|x| act(x) == 0));
+        let solves = |act: &dyn Fn(&State) -> usize| {
+            (
+                share(&floods, &|x| act(x) != 0),
+                share(&calms, &|x| act(x) == 0),
+            )
+        };
 
         let float = dqn.to_float().unwrap();
         let (budgets, primary) = solves(&|x| float_action(&float, x));
@@ -510,11 +649,20 @@ mod tests {
             100.0 * budgets,
             100.0 * primary
         );
-        assert!(budgets >= 0.9, "float network budgets only {budgets} of floods");
-        assert!(primary >= 0.9, "float network keeps only {primary} of calm states on the primary queue");
+        assert!(
+            budgets >= 0.9,
+            "float network budgets only {budgets} of floods"
+        );
+        assert!(
+            primary >= 0.9,
+            "float network keeps only {primary} of calm states on the primary queue"
+        );
         // q_float (candle) and the plain forward pass pick the same actions.
         for x in held_out.iter().step_by(10) {
-            assert_eq!(crate::quantize::argmax_f32(&dqn.q_float(x).unwrap()), float_action(&float, x));
+            assert_eq!(
+                crate::quantize::argmax_f32(&dqn.q_float(x).unwrap()),
+                float_action(&float, x)
+            );
         }
 
         let calibration: Vec<State> = memory.iter().map(|t| t.state).collect();
@@ -542,7 +690,10 @@ mod tests {
             }
             if bits == 8 {
                 assert!(a >= 0.95, "INT8 agreement {a}");
-                assert!(b >= 0.9 && p >= 0.9, "INT8 network: budgeted {b}, primary {p}");
+                assert!(
+                    b >= 0.9 && p >= 0.9,
+                    "INT8 network: budgeted {b}, primary {p}"
+                );
             } else {
                 // 7 levels per weight: a coarser copy, but it must still
                 // mostly agree (the plain scheme alone often does not).

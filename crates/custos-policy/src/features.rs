@@ -37,22 +37,63 @@ use Normalization::{Linear, Log2};
 /// The features in `enum custos_feature` order; a model file records this
 /// list, and a model trained on another list is refused.
 pub const FEATURES: [FeatureSpec; NR_FEATURES] = [
-    FeatureSpec { name: "runtime", normalization: Log2 },
-    FeatureSpec { name: "nvcsw", normalization: Log2 },
-    FeatureSpec { name: "wait_freq", normalization: Log2 },
-    FeatureSpec { name: "wake_freq", normalization: Log2 },
-    FeatureSpec { name: "nr_stop", normalization: Log2 },
-    FeatureSpec { name: "nr_idle", normalization: Log2 },
-    FeatureSpec { name: "prio", normalization: Linear },
-    FeatureSpec { name: "nr_event", normalization: Log2 },
-    FeatureSpec { name: "nr_drop", normalization: Log2 },
-    FeatureSpec { name: "latency", normalization: Log2 },
-    FeatureSpec { name: "availability", normalization: Linear },
+    FeatureSpec {
+        name: "runtime",
+        normalization: Log2,
+    },
+    FeatureSpec {
+        name: "nvcsw",
+        normalization: Log2,
+    },
+    FeatureSpec {
+        name: "wait_freq",
+        normalization: Log2,
+    },
+    FeatureSpec {
+        name: "wake_freq",
+        normalization: Log2,
+    },
+    FeatureSpec {
+        name: "nr_stop",
+        normalization: Log2,
+    },
+    FeatureSpec {
+        name: "nr_idle",
+        normalization: Log2,
+    },
+    FeatureSpec {
+        name: "prio",
+        normalization: Linear,
+    },
+    FeatureSpec {
+        name: "nr_event",
+        normalization: Log2,
+    },
+    FeatureSpec {
+        name: "nr_drop",
+        normalization: Log2,
+    },
+    FeatureSpec {
+        name: "latency",
+        normalization: Log2,
+    },
+    FeatureSpec {
+        name: "availability",
+        normalization: Linear,
+    },
 ];
 
 /// Seed 000's feature groups (its F1/F2 ablation): what the scheduler knows
 /// of a task by itself, and what the collector publishes about provenance.
-pub const TASK_FEATURES: [&str; 7] = ["runtime", "nvcsw", "wait_freq", "wake_freq", "nr_stop", "nr_idle", "prio"];
+pub const TASK_FEATURES: [&str; 7] = [
+    "runtime",
+    "nvcsw",
+    "wait_freq",
+    "wake_freq",
+    "nr_stop",
+    "nr_idle",
+    "prio",
+];
 pub const PROVENANCE_FEATURES: [&str; 4] = ["nr_event", "nr_drop", "latency", "availability"];
 
 /// A set of input features, parsed from `all`, `task`, `provenance` or a
@@ -62,14 +103,22 @@ pub fn parse_feature_set(spec: &str) -> Result<Vec<usize>, String> {
         "all" => FEATURES.iter().map(|f| f.name).collect(),
         "task" => TASK_FEATURES.to_vec(),
         "provenance" => PROVENANCE_FEATURES.to_vec(),
-        list => list.split(',').map(str::trim).filter(|n| !n.is_empty()).collect(),
+        list => list
+            .split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .collect(),
     };
     let mut keep = Vec::new();
     for name in names {
         let i = index_of(name).ok_or_else(|| {
             format!(
                 "unknown feature {name:?}: all, task, provenance, or names from {}",
-                FEATURES.iter().map(|f| f.name).collect::<Vec<_>>().join(", ")
+                FEATURES
+                    .iter()
+                    .map(|f| f.name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )
         })?;
         if !keep.contains(&i) {
@@ -141,9 +190,17 @@ mod tests {
         let prov = parse_feature_set("provenance").unwrap();
         assert_eq!(task.len() + prov.len(), NR_FEATURES);
         assert!(task.iter().all(|i| !prov.contains(i)));
-        assert_eq!(parse_feature_set("all").unwrap(), (0..NR_FEATURES).collect::<Vec<_>>());
-        assert_eq!(parse_feature_set("availability, nr_event").unwrap(), vec![FEAT_NR_EVENT, FEAT_AVAILABILITY]);
-        assert!(parse_feature_set("nr_events").unwrap_err().contains("unknown feature"));
+        assert_eq!(
+            parse_feature_set("all").unwrap(),
+            (0..NR_FEATURES).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            parse_feature_set("availability, nr_event").unwrap(),
+            vec![FEAT_NR_EVENT, FEAT_AVAILABILITY]
+        );
+        assert!(parse_feature_set("nr_events")
+            .unwrap_err()
+            .contains("unknown feature"));
         assert!(parse_feature_set(" , ").is_err());
         let mut s = [7u8; NR_FEATURES];
         mask_state(&mut s, &prov);

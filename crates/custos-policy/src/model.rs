@@ -34,7 +34,10 @@ pub struct FeatureEntry {
 
 impl From<&FeatureSpec> for FeatureEntry {
     fn from(f: &FeatureSpec) -> Self {
-        FeatureEntry { name: f.name.into(), normalization: f.normalization }
+        FeatureEntry {
+            name: f.name.into(),
+            normalization: f.normalization,
+        }
     }
 }
 
@@ -96,11 +99,20 @@ struct File<'a> {
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 impl Model {
-    pub fn new(nr_queues: u32, weight_bits: u32, qnet: QNet, float: Option<FloatNet>, trained: Provenance) -> Self {
+    pub fn new(
+        nr_queues: u32,
+        weight_bits: u32,
+        qnet: QNet,
+        float: Option<FloatNet>,
+        trained: Provenance,
+    ) -> Self {
         Model {
             format: MODEL_FORMAT.into(),
             version: MODEL_VERSION,
@@ -135,22 +147,29 @@ impl Model {
 
     /// Indices of the features the model reads.
     pub fn used_features(&self) -> Vec<usize> {
-        (0..NR_FEATURES).filter(|&i| !self.masked_features.iter().any(|m| m == FEATURES[i].name)).collect()
+        (0..NR_FEATURES)
+            .filter(|&i| !self.masked_features.iter().any(|m| m == FEATURES[i].name))
+            .collect()
     }
 
     /// The file's bytes.
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
         let body = serde_json::to_string(self)?;
         let raw = RawValue::from_string(body)?;
-        let file = File { checksum: format!("sha256:{}", sha256_hex(raw.get().as_bytes())), model: &raw };
+        let file = File {
+            checksum: format!("sha256:{}", sha256_hex(raw.get().as_bytes())),
+            model: &raw,
+        };
         Ok(serde_json::to_vec(&file)?)
     }
 
     pub fn save(&self, path: &Path) -> Result<()> {
         // Write then rename, so a reader never sees half a model.
         let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, self.to_bytes()?).with_context(|| format!("writing {}", tmp.display()))?;
-        std::fs::rename(&tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
+        std::fs::write(&tmp, self.to_bytes()?)
+            .with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, path)
+            .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
     }
 
     /// Parses and checks a model: checksum, format, version, features and
@@ -172,20 +191,34 @@ impl Model {
         if version != MODEL_VERSION as u64 {
             bail!("{name}: model version {version}, this build reads version {MODEL_VERSION}");
         }
-        let model: Model =
-            serde_json::from_str(file.model.get()).with_context(|| format!("{name}: malformed model"))?;
+        let model: Model = serde_json::from_str(file.model.get())
+            .with_context(|| format!("{name}: malformed model"))?;
         let ours: Vec<FeatureEntry> = FEATURES.iter().map(FeatureEntry::from).collect();
         if model.features != ours {
             bail!(
                 "{name}: trained on features [{}], this scheduler provides [{}]",
-                model.features.iter().map(|f| format!("{}:{:?}", f.name, f.normalization)).collect::<Vec<_>>().join(", "),
-                ours.iter().map(|f| format!("{}:{:?}", f.name, f.normalization)).collect::<Vec<_>>().join(", ")
+                model
+                    .features
+                    .iter()
+                    .map(|f| format!("{}:{:?}", f.name, f.normalization))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                ours.iter()
+                    .map(|f| format!("{}:{:?}", f.name, f.normalization))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             );
         }
         if !matches!(model.weight_bits, 4 | 8) {
-            bail!("{name}: {}-bit weights; 4 and 8 are supported", model.weight_bits);
+            bail!(
+                "{name}: {}-bit weights; 4 and 8 are supported",
+                model.weight_bits
+            );
         }
-        model.qnet.validate().with_context(|| format!("{name}: invalid network"))?;
+        model
+            .qnet
+            .validate()
+            .with_context(|| format!("{name}: invalid network"))?;
         for feature in &model.masked_features {
             let Some(i) = crate::features::index_of(feature) else {
                 bail!("{name}: masks an unknown feature {feature:?}");
@@ -195,13 +228,18 @@ impl Model {
             }
         }
         if model.qnet.actions != model.nr_queues as usize + 1 {
-            bail!("{name}: {} actions for {} budgeted queues (needs one per queue)", model.qnet.actions, model.nr_queues);
+            bail!(
+                "{name}: {} actions for {} budgeted queues (needs one per queue)",
+                model.qnet.actions,
+                model.nr_queues
+            );
         }
         Ok(model)
     }
 
     pub fn load(path: &Path) -> Result<Self> {
-        let bytes = std::fs::read(path).with_context(|| format!("reading model {}", path.display()))?;
+        let bytes =
+            std::fs::read(path).with_context(|| format!("reading model {}", path.display()))?;
         Self::from_bytes(&bytes, &path.display().to_string())
     }
 
@@ -227,13 +265,25 @@ mod tests {
             hidden,
             actions: 4,
             weight_max: 127,
-            w1: (0..hidden * NR_FEATURES).map(|i| (i % 11) as i8 - 5).collect(),
+            w1: (0..hidden * NR_FEATURES)
+                .map(|i| (i % 11) as i8 - 5)
+                .collect(),
             b1: vec![1, -2, 3, -4],
             requant: 40_000,
             w2: (0..4 * hidden).map(|i| (i % 7) as i8 - 3).collect(),
             b2: vec![10, 0, -10, 5],
         };
-        Model::new(3, 8, qnet, None, Provenance { transitions: 7, epochs: 1, note: "test".into() })
+        Model::new(
+            3,
+            8,
+            qnet,
+            None,
+            Provenance {
+                transitions: 7,
+                epochs: 1,
+                note: "test".into(),
+            },
+        )
     }
 
     #[test]
@@ -274,7 +324,9 @@ mod tests {
         assert_ne!(x, masked);
         assert_eq!(back.qnet.q_values(&x), back.qnet.q_values(&masked));
         // An unmasked model's file has no masked_features field (format unchanged).
-        assert!(!String::from_utf8(model().to_bytes().unwrap()).unwrap().contains("masked_features"));
+        assert!(!String::from_utf8(model().to_bytes().unwrap())
+            .unwrap()
+            .contains("masked_features"));
     }
 
     #[test]
@@ -313,11 +365,19 @@ mod tests {
 
         let mut other = m.clone();
         other.masked_features = vec!["latency".into()];
-        assert!(err(&other.to_bytes().unwrap()).contains("\"latency\" is masked but its first-layer weights are not zero"));
+        assert!(err(&other.to_bytes().unwrap())
+            .contains("\"latency\" is masked but its first-layer weights are not zero"));
         other.masked_features = vec!["lateness".into()];
         assert!(err(&other.to_bytes().unwrap()).contains("unknown feature \"lateness\""));
 
-        assert!(m.fits(2).unwrap_err().to_string().contains("trained for 3 budgeted queues"));
-        assert!(Model::load(Path::new("/nonexistent/m.json")).unwrap_err().to_string().contains("reading model"));
+        assert!(m
+            .fits(2)
+            .unwrap_err()
+            .to_string()
+            .contains("trained for 3 budgeted queues"));
+        assert!(Model::load(Path::new("/nonexistent/m.json"))
+            .unwrap_err()
+            .to_string()
+            .contains("reading model"));
     }
 }

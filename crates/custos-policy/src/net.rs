@@ -53,7 +53,10 @@ impl QNet {
     /// here never reaches the kernel.
     pub fn validate(&self) -> Result<()> {
         if self.hidden == 0 || self.hidden > MAX_HIDDEN {
-            bail!("hidden layer of {} units; 1 to {MAX_HIDDEN} supported", self.hidden);
+            bail!(
+                "hidden layer of {} units; 1 to {MAX_HIDDEN} supported",
+                self.hidden
+            );
         }
         if self.actions < 2 || self.actions > MAX_ACTIONS {
             bail!("{} actions; 2 to {MAX_ACTIONS} supported", self.actions);
@@ -72,14 +75,30 @@ impl QNet {
                 bail!("{name} has {got} values, the shape needs {want}");
             }
         }
-        if let Some(w) = self.w1.iter().chain(&self.w2).find(|w| w.unsigned_abs() > self.weight_max as u8) {
-            bail!("weight {w} exceeds the model's weight_max {}", self.weight_max);
+        if let Some(w) = self
+            .w1
+            .iter()
+            .chain(&self.w2)
+            .find(|w| w.unsigned_abs() > self.weight_max as u8)
+        {
+            bail!(
+                "weight {w} exceeds the model's weight_max {}",
+                self.weight_max
+            );
         }
-        if let Some(b) = self.b1.iter().chain(&self.b2).find(|b| b.unsigned_abs() > BIAS_LIMIT as u32) {
+        if let Some(b) = self
+            .b1
+            .iter()
+            .chain(&self.b2)
+            .find(|b| b.unsigned_abs() > BIAS_LIMIT as u32)
+        {
             bail!("bias {b} exceeds ±{BIAS_LIMIT}");
         }
         if self.requant == 0 || self.requant > REQUANT_LIMIT {
-            bail!("requantisation multiplier {} outside 1..={REQUANT_LIMIT}", self.requant);
+            bail!(
+                "requantisation multiplier {} outside 1..={REQUANT_LIMIT}",
+                self.requant
+            );
         }
         Ok(())
     }
@@ -89,11 +108,17 @@ impl QNet {
         let mut h = [0i32; MAX_HIDDEN];
         for (j, hj) in h.iter_mut().enumerate().take(self.hidden) {
             let row = &self.w1[j * NR_FEATURES..(j + 1) * NR_FEATURES];
-            let acc = self.b1[j] + row.iter().zip(x).map(|(&w, &x)| w as i32 * x as i32).sum::<i32>();
+            let acc = self.b1[j]
+                + row
+                    .iter()
+                    .zip(x)
+                    .map(|(&w, &x)| w as i32 * x as i32)
+                    .sum::<i32>();
             *hj = if acc <= 0 {
                 0
             } else {
-                (((acc as u64 * self.requant as u64) >> REQUANT_SHIFT).min(HIDDEN_MAX as u64)) as i32
+                (((acc as u64 * self.requant as u64) >> REQUANT_SHIFT).min(HIDDEN_MAX as u64))
+                    as i32
             };
         }
         let mut q = [0i32; MAX_ACTIONS];
@@ -173,7 +198,11 @@ mod tests {
     fn malformed_networks_are_refused() {
         let mut net = tiny();
         net.w1.pop();
-        assert!(net.validate().unwrap_err().to_string().contains("w1 has 21"));
+        assert!(net
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("w1 has 21"));
         let mut net = tiny();
         net.weight_max = 7;
         net.w2[0] = 8;

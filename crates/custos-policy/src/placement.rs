@@ -116,10 +116,14 @@ impl GruNet {
     /// A fresh network: uniform in ±1/√hidden as PyTorch's `nn.GRU` starts,
     /// drawn from `seed` (candle's own initialisers cannot be seeded).
     pub fn new(hidden: usize, cpus: usize, seed: u64) -> Result<Self> {
-        ensure!(hidden > 0 && cpus > 0, "a network needs hidden units and CPUs");
+        ensure!(
+            hidden > 0 && cpus > 0,
+            "a network needs hidden units and CPUs"
+        );
         let mut rng = StdRng::seed_from_u64(seed);
         let bound = 1.0 / (hidden as f32).sqrt();
-        let mut u = |n: usize| -> Vec<f32> { (0..n).map(|_| rng.gen_range(-bound..bound)).collect() };
+        let mut u =
+            |n: usize| -> Vec<f32> { (0..n).map(|_| rng.gen_range(-bound..bound)).collect() };
         let w = GruWeights {
             hidden,
             cpus,
@@ -135,8 +139,18 @@ impl GruNet {
 
     pub fn from_weights(w: &GruWeights) -> Result<Self> {
         let (h, c) = (w.hidden, w.cpus);
-        let lens = [(&w.w_ih, 3 * h * FEATURES), (&w.w_hh, 3 * h * h), (&w.b_ih, 3 * h), (&w.b_hh, 3 * h), (&w.head_w, c * h), (&w.head_b, c)];
-        ensure!(lens.iter().all(|(v, n)| v.len() == *n), "weights of the wrong sizes for {h} hidden units and {c} CPUs");
+        let lens = [
+            (&w.w_ih, 3 * h * FEATURES),
+            (&w.w_hh, 3 * h * h),
+            (&w.b_ih, 3 * h),
+            (&w.b_hh, 3 * h),
+            (&w.head_w, c * h),
+            (&w.head_b, c),
+        ];
+        ensure!(
+            lens.iter().all(|(v, n)| v.len() == *n),
+            "weights of the wrong sizes for {h} hidden units and {c} CPUs"
+        );
         let dev = Device::Cpu;
         let mut vars = VarMap::new();
         let vb = VarBuilder::from_varmap(&vars, DType::F32, &dev);
@@ -152,13 +166,24 @@ impl GruNet {
         ] {
             vars.set_one(name, Tensor::from_slice(data, shape, &dev)?)?;
         }
-        Ok(GruNet { vars, gru, head, hidden: h, cpus: c })
+        Ok(GruNet {
+            vars,
+            gru,
+            head,
+            hidden: h,
+            cpus: c,
+        })
     }
 
     pub fn weights(&self) -> Result<GruWeights> {
         let data = self.vars.data().lock().unwrap();
         let get = |name: &str| -> Result<Vec<f32>> {
-            Ok(data.get(name).with_context(|| format!("no {name}"))?.as_tensor().flatten_all()?.to_vec1::<f32>()?)
+            Ok(data
+                .get(name)
+                .with_context(|| format!("no {name}"))?
+                .as_tensor()
+                .flatten_all()?
+                .to_vec1::<f32>()?)
         };
         Ok(GruWeights {
             hidden: self.hidden,
@@ -189,7 +214,11 @@ impl GruNet {
     /// weights: how much the feature can move the gates.
     pub fn feature_norms(&self) -> Result<Vec<f32>> {
         let data = self.vars.data().lock().unwrap();
-        let w = data.get("gru.weight_ih_l0").context("no input weights")?.as_tensor().clone();
+        let w = data
+            .get("gru.weight_ih_l0")
+            .context("no input weights")?
+            .as_tensor()
+            .clone();
         Ok(w.sqr()?.sum(0)?.sqrt()?.to_vec1::<f32>()?)
     }
 
@@ -199,8 +228,15 @@ impl GruNet {
 }
 
 fn windows_tensor(windows: &[Window]) -> Result<Tensor> {
-    let flat: Vec<f32> = windows.iter().flat_map(|w| w.iter().flatten().copied()).collect();
-    Ok(Tensor::from_vec(flat, (windows.len(), WINDOW, FEATURES), &Device::Cpu)?)
+    let flat: Vec<f32> = windows
+        .iter()
+        .flat_map(|w| w.iter().flatten().copied())
+        .collect();
+    Ok(Tensor::from_vec(
+        flat,
+        (windows.len(), WINDOW, FEATURES),
+        &Device::Cpu,
+    )?)
 }
 
 /// How to train.
@@ -285,9 +321,17 @@ pub fn train_with_progress(
     cfg: &TrainConfig,
     mut progress: impl FnMut(EpochReport),
 ) -> Result<(GruNet, TrainReport)> {
-    ensure!(samples.len() >= 20, "{} samples are too few to train on (20 at least)", samples.len());
+    ensure!(
+        samples.len() >= 20,
+        "{} samples are too few to train on (20 at least)",
+        samples.len()
+    );
     if let Some(s) = samples.iter().find(|s| s.cpu as usize >= cfg.cpus) {
-        bail!("a sample placed on CPU {}, but the model is for {} CPUs", s.cpu, cfg.cpus);
+        bail!(
+            "a sample placed on CPU {}, but the model is for {} CPUs",
+            s.cpu,
+            cfg.cpus
+        );
     }
     let mut rng = StdRng::seed_from_u64(cfg.seed);
     // Blocks of HOLDOUT_BLOCK samples; every k-th block is held out.
@@ -295,16 +339,30 @@ pub fn train_with_progress(
     let block = (samples.len() / (every * 8)).clamp(1, HOLDOUT_BLOCK);
     let (val_idx, train_idx): (Vec<usize>, Vec<usize>) =
         (0..samples.len()).partition(|i| (i / block) % every == every - 1);
-    ensure!(!val_idx.is_empty() && !train_idx.is_empty(), "{} samples cannot be split for training", samples.len());
+    ensure!(
+        !val_idx.is_empty() && !train_idx.is_empty(),
+        "{} samples cannot be split for training",
+        samples.len()
+    );
     let set = |idx: &[usize]| -> Result<(Tensor, Tensor)> {
         let windows: Vec<Window> = idx.iter().map(|&i| samples[i].window).collect();
         let labels: Vec<u32> = idx.iter().map(|&i| samples[i].cpu).collect();
-        Ok((windows_tensor(&windows)?, Tensor::from_vec(labels, idx.len(), &Device::Cpu)?))
+        Ok((
+            windows_tensor(&windows)?,
+            Tensor::from_vec(labels, idx.len(), &Device::Cpu)?,
+        ))
     };
     let (val_x, val_y) = set(&val_idx)?;
 
     let net = GruNet::new(cfg.hidden, cfg.cpus, cfg.seed)?;
-    let mut opt = AdamW::new(net.all_vars(), ParamsAdamW { lr: cfg.lr, weight_decay: 0.0, ..Default::default() })?;
+    let mut opt = AdamW::new(
+        net.all_vars(),
+        ParamsAdamW {
+            lr: cfg.lr,
+            weight_decay: 0.0,
+            ..Default::default()
+        },
+    )?;
     let mut best = (f32::INFINITY, 0usize, net.weights()?);
     let mut train_idx = train_idx;
     let mut epochs = 0;
@@ -317,11 +375,17 @@ pub fn train_with_progress(
             let loss = (loss + norm_penalty(&net, cfg)?)?;
             opt.backward_step(&loss)?;
         }
-        let val_loss = candle_nn::loss::cross_entropy(&net.logits(&val_x)?, &val_y)?.to_scalar::<f32>()?;
+        let val_loss =
+            candle_nn::loss::cross_entropy(&net.logits(&val_x)?, &val_y)?.to_scalar::<f32>()?;
         if val_loss < best.0 {
             best = (val_loss, epoch + 1, net.weights()?);
         }
-        progress(EpochReport { epoch: epoch + 1, max_epochs: cfg.max_epochs, validation_loss: val_loss, best_epoch: best.1 });
+        progress(EpochReport {
+            epoch: epoch + 1,
+            max_epochs: cfg.max_epochs,
+            validation_loss: val_loss,
+            best_epoch: best.1,
+        });
         if epoch + 1 - best.1 >= cfg.patience {
             break;
         }
@@ -352,7 +416,11 @@ pub fn train_with_progress(
 /// back up when training would silence it.
 fn norm_penalty(net: &GruNet, cfg: &TrainConfig) -> Result<Tensor> {
     let data = net.vars.data().lock().unwrap();
-    let w = data.get("gru.weight_ih_l0").context("no input weights")?.as_tensor().clone();
+    let w = data
+        .get("gru.weight_ih_l0")
+        .context("no input weights")?
+        .as_tensor()
+        .clone();
     drop(data);
     let norms = w.sqr()?.sum(0)?.sqrt()?;
     let short = norms.affine(-1.0, cfg.norm_floor as f64)?.relu()?;
@@ -385,13 +453,15 @@ pub fn to_onnx(w: &GruWeights) -> Vec<u8> {
         i: v,
         ..Default::default()
     };
-    let node = |op: &str, inputs: &[&str], outputs: &[&str], attribute: Vec<pb::AttributeProto>| pb::NodeProto {
-        op_type: op.into(),
-        name: format!("{op}_{}", outputs[outputs.len() - 1]),
-        input: inputs.iter().map(|s| s.to_string()).collect(),
-        output: outputs.iter().map(|s| s.to_string()).collect(),
-        attribute,
-        ..Default::default()
+    let node = |op: &str, inputs: &[&str], outputs: &[&str], attribute: Vec<pb::AttributeProto>| {
+        pb::NodeProto {
+            op_type: op.into(),
+            name: format!("{op}_{}", outputs[outputs.len() - 1]),
+            input: inputs.iter().map(|s| s.to_string()).collect(),
+            output: outputs.iter().map(|s| s.to_string()).collect(),
+            attribute,
+            ..Default::default()
+        }
     };
     // A (batch, dims...) tensor whose batch is named, not fixed.
     let value = |name: &str, dims: &[usize]| pb::ValueInfoProto {
@@ -400,10 +470,18 @@ pub fn to_onnx(w: &GruWeights) -> Vec<u8> {
             value: Some(pb::type_proto::Value::TensorType(pb::type_proto::Tensor {
                 elem_type: pb::tensor_proto::DataType::Float as i32,
                 shape: Some(pb::TensorShapeProto {
-                    dim: std::iter::once(pb::tensor_shape_proto::dimension::Value::DimParam("batch".into()))
-                        .chain(dims.iter().map(|&d| pb::tensor_shape_proto::dimension::Value::DimValue(d as i64)))
-                        .map(|v| pb::tensor_shape_proto::Dimension { value: Some(v), ..Default::default() })
-                        .collect(),
+                    dim: std::iter::once(pb::tensor_shape_proto::dimension::Value::DimParam(
+                        "batch".into(),
+                    ))
+                    .chain(
+                        dims.iter()
+                            .map(|&d| pb::tensor_shape_proto::dimension::Value::DimValue(d as i64)),
+                    )
+                    .map(|v| pb::tensor_shape_proto::Dimension {
+                        value: Some(v),
+                        ..Default::default()
+                    })
+                    .collect(),
                 }),
             })),
             ..Default::default()
@@ -420,9 +498,22 @@ pub fn to_onnx(w: &GruWeights) -> Vec<u8> {
         name: "custos_gru_placement".into(),
         node: vec![
             node("Transpose", &["window"], &["steps"], vec![perm]),
-            node("GRU", &["steps", "W", "R", "B"], &["", "h_last"], vec![attr_int("hidden_size", h as i64), attr_int("linear_before_reset", 1)]),
+            node(
+                "GRU",
+                &["steps", "W", "R", "B"],
+                &["", "h_last"],
+                vec![
+                    attr_int("hidden_size", h as i64),
+                    attr_int("linear_before_reset", 1),
+                ],
+            ),
             node("Reshape", &["h_last", "h_shape"], &["h"], vec![]),
-            node("Gemm", &["h", "head_w", "head_b"], &["logits"], vec![attr_int("transB", 1)]),
+            node(
+                "Gemm",
+                &["h", "head_w", "head_b"],
+                &["logits"],
+                vec![attr_int("transB", 1)],
+            ),
         ],
         initializer: vec![
             floats("W", &[1, 3 * h, FEATURES], zrh(&w.w_ih, FEATURES)),
@@ -442,10 +533,16 @@ pub fn to_onnx(w: &GruWeights) -> Vec<u8> {
         output: vec![value("logits", &[w.cpus])],
         ..Default::default()
     };
-    let meta = |k: &str, v: String| pb::StringStringEntryProto { key: k.into(), value: v };
+    let meta = |k: &str, v: String| pb::StringStringEntryProto {
+        key: k.into(),
+        value: v,
+    };
     let model = pb::ModelProto {
         ir_version: 8,
-        opset_import: vec![pb::OperatorSetIdProto { domain: String::new(), version: 14 }],
+        opset_import: vec![pb::OperatorSetIdProto {
+            domain: String::new(),
+            version: 14,
+        }],
         producer_name: "custos".into(),
         producer_version: env!("CARGO_PKG_VERSION").into(),
         graph: Some(graph),
@@ -486,24 +583,40 @@ impl PlacementModel {
     /// wrong is a clear error (the scheduler then places as it would
     /// without a model, and says so).
     pub fn load(path: &Path, cpus: usize) -> Result<Self> {
-        let bytes = std::fs::read(path).with_context(|| format!("reading the placement model {}", path.display()))?;
-        Self::from_bytes(&bytes, cpus).with_context(|| format!("the placement model {}", path.display()))
+        let bytes = std::fs::read(path)
+            .with_context(|| format!("reading the placement model {}", path.display()))?;
+        Self::from_bytes(&bytes, cpus)
+            .with_context(|| format!("the placement model {}", path.display()))
     }
 
     pub fn from_bytes(bytes: &[u8], cpus: usize) -> Result<Self> {
         use prost::Message;
         let proto = pb::ModelProto::decode(bytes).context("not an ONNX model")?;
-        let meta = |k: &str| proto.metadata_props.iter().find(|p| p.key == k).map(|p| p.value.as_str());
+        let meta = |k: &str| {
+            proto
+                .metadata_props
+                .iter()
+                .find(|p| p.key == k)
+                .map(|p| p.value.as_str())
+        };
         match meta(META_FEATURES) {
             Some(FEATURE_SPEC) => {}
             Some(other) => bail!("it was trained on features {other:?}; this scheduler sends {FEATURE_SPEC:?}"),
             None => bail!("it does not say which features it takes (metadata {META_FEATURES}, {FEATURE_SPEC:?} here)"),
         }
         if let Some(w) = meta(META_WINDOW) {
-            ensure!(w == WINDOW.to_string(), "it takes windows of {w} tasks; this scheduler keeps {WINDOW}");
+            ensure!(
+                w == WINDOW.to_string(),
+                "it takes windows of {w} tasks; this scheduler keeps {WINDOW}"
+            );
         }
         let one = Self::plan(&proto, 1).context("its graph does not take a (1, 10, 7) window")?;
-        let out = one.model().output_fact(0)?.shape.as_concrete().map(|s| s.to_vec());
+        let out = one
+            .model()
+            .output_fact(0)?
+            .shape
+            .as_concrete()
+            .map(|s| s.to_vec());
         match out.as_deref() {
             Some([1, c]) if *c == cpus => {}
             Some([1, c]) => bail!("it places tasks on {c} CPUs; this machine has {cpus}"),
@@ -511,7 +624,11 @@ impl PlacementModel {
         }
         let mut plans = vec![None; MAX_BATCH.ilog2() as usize + 1];
         plans[0] = Some(Some(one));
-        Ok(PlacementModel { proto, plans: std::sync::Mutex::new(plans), cpus })
+        Ok(PlacementModel {
+            proto,
+            plans: std::sync::Mutex::new(plans),
+            cpus,
+        })
     }
 
     /// The optimized plan for `batch` windows a call.
@@ -522,17 +639,27 @@ impl PlacementModel {
             .with_input_fact(0, f32::fact([batch, WINDOW, FEATURES]).into())?;
         // tract panics on some graphs it cannot type; that is a model
         // that does not take this batch, not a reason to stop scheduling.
-        let optimized = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| model.into_optimized()))
-            .map_err(|_| anyhow::anyhow!("tract failed on its graph"))??;
-        let out = optimized.output_fact(0)?.shape.as_concrete().map(|s| s.to_vec());
-        ensure!(matches!(out.as_deref(), Some([b, _]) if *b == batch), "its output has shape {out:?} for a batch of {batch}");
+        let optimized =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| model.into_optimized()))
+                .map_err(|_| anyhow::anyhow!("tract failed on its graph"))??;
+        let out = optimized
+            .output_fact(0)?
+            .shape
+            .as_concrete()
+            .map(|s| s.to_vec());
+        ensure!(
+            matches!(out.as_deref(), Some([b, _]) if *b == batch),
+            "its output has shape {out:?} for a batch of {batch}"
+        );
         optimized.into_runnable()
     }
 
     /// The plan for 2^k windows, if the model takes that batch.
     fn plan_for(&self, k: usize) -> Option<Plan> {
         let mut plans = self.plans.lock().unwrap();
-        plans[k].get_or_insert_with(|| Self::plan(&self.proto, 1 << k).ok()).clone()
+        plans[k]
+            .get_or_insert_with(|| Self::plan(&self.proto, 1 << k).ok())
+            .clone()
     }
 
     pub fn cpus(&self) -> usize {
@@ -554,8 +681,12 @@ impl PlacementModel {
                 }
             };
             let (now, later) = rest.split_at(1 << k);
-            let flat: Vec<f32> = now.iter().flat_map(|w| w.iter().flatten().copied()).collect();
-            let input = tract_ndarray::Array3::from_shape_vec((now.len(), WINDOW, FEATURES), flat)?.into_tensor();
+            let flat: Vec<f32> = now
+                .iter()
+                .flat_map(|w| w.iter().flatten().copied())
+                .collect();
+            let input = tract_ndarray::Array3::from_shape_vec((now.len(), WINDOW, FEATURES), flat)?
+                .into_tensor();
             let result = plan.run(tvec!(input.into()))?;
             let view = result[0].to_plain_array_view::<f32>()?;
             let view = view.into_dimensionality::<tract_ndarray::Ix2>()?;
@@ -572,7 +703,11 @@ impl PlacementModel {
 
     /// The CPU for each window's last task.
     pub fn predict_batch(&self, windows: &[Window]) -> Result<Vec<u32>> {
-        Ok(self.logits_batch(windows)?.iter().map(|l| argmax(l)).collect())
+        Ok(self
+            .logits_batch(windows)?
+            .iter()
+            .map(|l| argmax(l))
+            .collect())
     }
 
     /// The CPU for the window's last task.
@@ -582,7 +717,11 @@ impl PlacementModel {
 }
 
 fn argmax(l: &[f32]) -> u32 {
-    l.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map(|(i, _)| i as u32).unwrap_or(0)
+    l.iter()
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .map(|(i, _)| i as u32)
+        .unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -591,7 +730,9 @@ mod tests {
 
     fn random_windows(n: usize, seed: u64) -> Vec<Window> {
         let mut rng = StdRng::seed_from_u64(seed);
-        (0..n).map(|_| std::array::from_fn(|_| std::array::from_fn(|_| rng.gen_range(-1.0..1.0)))).collect()
+        (0..n)
+            .map(|_| std::array::from_fn(|_| std::array::from_fn(|_| rng.gen_range(-1.0..1.0))))
+            .collect()
     }
 
     /// The ONNX file computes what the trained network computes: one
@@ -601,13 +742,27 @@ mod tests {
         let net = GruNet::new(16, 4, 7).unwrap();
         let model = PlacementModel::from_bytes(&to_onnx(&net.weights().unwrap()), 4).unwrap();
         let windows = random_windows(50, 3);
-        let candle = net.logits(&windows_tensor(&windows).unwrap()).unwrap().to_vec2::<f32>().unwrap();
+        let candle = net
+            .logits(&windows_tensor(&windows).unwrap())
+            .unwrap()
+            .to_vec2::<f32>()
+            .unwrap();
         for (w, want) in windows.iter().zip(&candle) {
             let got = model.logits(w).unwrap();
-            let diff = got.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+            let diff = got
+                .iter()
+                .zip(want)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0f32, f32::max);
             assert!(diff < 1e-4, "tract {got:?} against candle {want:?}");
         }
-        assert_eq!(windows.iter().map(|w| model.predict(w).unwrap()).collect::<Vec<_>>(), net.predict(&windows).unwrap());
+        assert_eq!(
+            windows
+                .iter()
+                .map(|w| model.predict(w).unwrap())
+                .collect::<Vec<_>>(),
+            net.predict(&windows).unwrap()
+        );
     }
 
     /// Many windows in one call give each window's own answer, in order,
@@ -623,20 +778,55 @@ mod tests {
         let many = model.logits_batch(&windows).unwrap();
         assert_eq!(many.len(), windows.len());
         for (a, b) in one.iter().zip(&many) {
-            assert!(a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-5), "{a:?} against {b:?}");
+            assert!(
+                a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-5),
+                "{a:?} against {b:?}"
+            );
         }
-        assert_eq!(model.predict_batch(&windows).unwrap(), net.predict(&windows).unwrap());
-        assert!(model.plans.lock().unwrap().iter().filter(|p| matches!(p, Some(Some(_)))).count() > 1, "batched plans were built");
+        assert_eq!(
+            model.predict_batch(&windows).unwrap(),
+            net.predict(&windows).unwrap()
+        );
+        assert!(
+            model
+                .plans
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|p| matches!(p, Some(Some(_))))
+                .count()
+                > 1,
+            "batched plans were built"
+        );
 
         let mut fixed = {
             use prost::Message;
             pb::ModelProto::decode(bytes.as_slice()).unwrap()
         };
-        let shape = fixed.graph.as_mut().unwrap().initializer.iter_mut().find(|t| t.name == "h_shape").unwrap();
+        let shape = fixed
+            .graph
+            .as_mut()
+            .unwrap()
+            .initializer
+            .iter_mut()
+            .find(|t| t.name == "h_shape")
+            .unwrap();
         shape.int64_data[0] = 1;
         let fixed = PlacementModel::from_bytes(&prost::Message::encode_to_vec(&fixed), 2).unwrap();
-        assert_eq!(fixed.predict_batch(&windows).unwrap(), net.predict(&windows).unwrap());
-        assert!(fixed.plans.lock().unwrap().iter().skip(1).all(|p| matches!(p, None | Some(None))), "no batch plan for a fixed batch");
+        assert_eq!(
+            fixed.predict_batch(&windows).unwrap(),
+            net.predict(&windows).unwrap()
+        );
+        assert!(
+            fixed
+                .plans
+                .lock()
+                .unwrap()
+                .iter()
+                .skip(1)
+                .all(|p| matches!(p, None | Some(None))),
+            "no batch plan for a fixed batch"
+        );
     }
 
     /// Training learns a placement that depends on the window's history,
@@ -657,21 +847,46 @@ mod tests {
                 Sample { window, cpu }
             })
             .collect();
-        let cfg = TrainConfig { max_epochs: 40, ..TrainConfig::for_cpus(2) };
+        let cfg = TrainConfig {
+            max_epochs: 40,
+            ..TrainConfig::for_cpus(2)
+        };
         let (net, report) = train(&samples, &cfg).unwrap();
         assert!(report.validation_accuracy > 0.9, "{report:?}");
-        assert!(report.validation_accuracy > report.majority_accuracy + 0.2, "{report:?}");
-        assert!(report.feature_norms.iter().all(|&n| n > 0.8 * cfg.norm_floor), "{report:?}");
+        assert!(
+            report.validation_accuracy > report.majority_accuracy + 0.2,
+            "{report:?}"
+        );
+        assert!(
+            report
+                .feature_norms
+                .iter()
+                .all(|&n| n > 0.8 * cfg.norm_floor),
+            "{report:?}"
+        );
         // The file runs the same network.
         let model = PlacementModel::from_bytes(&to_onnx(&net.weights().unwrap()), 2).unwrap();
         let windows: Vec<Window> = samples.iter().take(100).map(|s| s.window).collect();
-        assert_eq!(windows.iter().map(|w| model.predict(w).unwrap()).collect::<Vec<_>>(), net.predict(&windows).unwrap());
+        assert_eq!(
+            windows
+                .iter()
+                .map(|w| model.predict(w).unwrap())
+                .collect::<Vec<_>>(),
+            net.predict(&windows).unwrap()
+        );
     }
 
     #[test]
     fn wrong_model_files_are_clear_errors() {
         let good = to_onnx(&GruNet::new(8, 2, 1).unwrap().weights().unwrap());
-        let err = |bytes: &[u8], cpus: usize| format!("{:#}", PlacementModel::from_bytes(bytes, cpus).err().expect("refused"));
+        let err = |bytes: &[u8], cpus: usize| {
+            format!(
+                "{:#}",
+                PlacementModel::from_bytes(bytes, cpus)
+                    .err()
+                    .expect("refused")
+            )
+        };
         assert!(err(b"not a model at all", 2).contains("not an ONNX model"));
         assert!(err(&good[..good.len() / 2], 2).contains("not an ONNX model"));
         assert!(err(&good, 4).contains("places tasks on 2 CPUs; this machine has 4"));
@@ -682,16 +897,30 @@ mod tests {
         other.metadata_props.retain(|p| p.key != META_FEATURES);
         let bytes = prost::Message::encode_to_vec(&other);
         assert!(err(&bytes, 2).contains("does not say which features"));
-        other.metadata_props.push(pb::StringStringEntryProto { key: META_FEATURES.into(), value: "prio,runtime;v0".into() });
+        other.metadata_props.push(pb::StringStringEntryProto {
+            key: META_FEATURES.into(),
+            value: "prio,runtime;v0".into(),
+        });
         let bytes = prost::Message::encode_to_vec(&other);
         assert!(err(&bytes, 2).contains("trained on features"));
         let missing = std::env::temp_dir().join("custos-no-such-model.onnx");
-        assert!(format!("{:#}", PlacementModel::load(&missing, 2).err().unwrap()).contains("reading the placement model"));
+        assert!(
+            format!("{:#}", PlacementModel::load(&missing, 2).err().unwrap())
+                .contains("reading the placement model")
+        );
     }
 
     #[test]
     fn features_are_scaled_to_about_one() {
-        let s = Snapshot { prio: 120, nr_cpus_allowed: 2, kthread: true, runtime_ns: 5_000_000_000, nvcsw: 10_000, nivcsw: 300, switch_count: 10_300 };
+        let s = Snapshot {
+            prio: 120,
+            nr_cpus_allowed: 2,
+            kthread: true,
+            runtime_ns: 5_000_000_000,
+            nvcsw: 10_000,
+            nivcsw: 300,
+            switch_count: 10_300,
+        };
         let f = features(&s);
         assert_eq!(f[0], 0.0);
         assert_eq!(f[2], 1.0);

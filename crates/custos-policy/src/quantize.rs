@@ -26,7 +26,9 @@ use anyhow::{bail, Result};
 
 use crate::features::{State, FEATURE_MAX, NR_FEATURES};
 use crate::model::FloatNet;
-use crate::net::{QNet, BIAS_LIMIT, HIDDEN_MAX, MAX_ACTIONS, MAX_HIDDEN, REQUANT_LIMIT, REQUANT_SHIFT};
+use crate::net::{
+    QNet, BIAS_LIMIT, HIDDEN_MAX, MAX_ACTIONS, MAX_HIDDEN, REQUANT_LIMIT, REQUANT_SHIFT,
+};
 
 /// The trainer's input scaling: features 0..=128 become 0.0..=1.0.
 pub const INPUT_SCALE: f32 = FEATURE_MAX as f32;
@@ -44,10 +46,16 @@ pub fn weight_max(weight_bits: u32) -> Result<i8> {
 /// `Dqn::from_float` and a model file's resume path rely on.
 pub fn check_float(float: &FloatNet) -> Result<()> {
     if float.hidden == 0 || float.hidden > MAX_HIDDEN {
-        bail!("float network with {} hidden units; 1 to {MAX_HIDDEN} supported", float.hidden);
+        bail!(
+            "float network with {} hidden units; 1 to {MAX_HIDDEN} supported",
+            float.hidden
+        );
     }
     if float.actions < 2 || float.actions > MAX_ACTIONS {
-        bail!("float network with {} actions; 2 to {MAX_ACTIONS} supported", float.actions);
+        bail!(
+            "float network with {} actions; 2 to {MAX_ACTIONS} supported",
+            float.actions
+        );
     }
     let shapes = [
         ("w1", &float.w1, float.hidden * NR_FEATURES),
@@ -57,7 +65,10 @@ pub fn check_float(float: &FloatNet) -> Result<()> {
     ];
     for (name, v, want) in shapes {
         if v.len() != want {
-            bail!("float network: {name} has {} values, the shape needs {want}", v.len());
+            bail!(
+                "float network: {name} has {} values, the shape needs {want}",
+                v.len()
+            );
         }
         if let Some(x) = v.iter().find(|x| !x.is_finite()) {
             bail!("float network: {name} holds {x}, not a finite number");
@@ -72,7 +83,13 @@ fn float_hidden(float: &FloatNet, x: &State) -> Vec<f32> {
         .w1
         .chunks_exact(NR_FEATURES)
         .zip(&float.b1)
-        .map(|(row, &b)| b + row.iter().zip(x).map(|(&w, &x)| w * (x as f32 / INPUT_SCALE)).sum::<f32>())
+        .map(|(row, &b)| {
+            b + row
+                .iter()
+                .zip(x)
+                .map(|(&w, &x)| w * (x as f32 / INPUT_SCALE))
+                .sum::<f32>()
+        })
         .collect()
 }
 
@@ -80,7 +97,10 @@ fn float_hidden(float: &FloatNet, x: &State) -> Vec<f32> {
 /// what the quantiser aims at. A malformed network (see `check_float`)
 /// gives a short or empty vector rather than a panic.
 pub fn float_q_values(float: &FloatNet, x: &State) -> Vec<f32> {
-    let h: Vec<f32> = float_hidden(float, x).into_iter().map(|z| z.max(0.0)).collect();
+    let h: Vec<f32> = float_hidden(float, x)
+        .into_iter()
+        .map(|z| z.max(0.0))
+        .collect();
     if h.is_empty() {
         return Vec::new();
     }
@@ -114,7 +134,13 @@ fn layer_scale(w: &[f32], qmax: i8) -> f64 {
 }
 
 fn quantize_weights(w: &[f32], scale: f64, qmax: i8) -> Vec<i8> {
-    w.iter().map(|&w| (w as f64 / scale).round().clamp(-(qmax as f64), qmax as f64) as i8).collect()
+    w.iter()
+        .map(|&w| {
+            (w as f64 / scale)
+                .round()
+                .clamp(-(qmax as f64), qmax as f64) as i8
+        })
+        .collect()
 }
 
 fn quantize_bias(b: f64) -> i32 {
@@ -129,7 +155,10 @@ fn quantize_bias(b: f64) -> i32 {
 /// feature box [0, 128]^11 can reach (Σ positive weights + bias) stands in:
 /// it never saturates, at the cost of resolution.
 fn hidden_range(float: &FloatNet, calibration: &[State]) -> Option<f64> {
-    let observed = calibration.iter().flat_map(|x| float_hidden(float, x)).fold(0f32, |m, z| m.max(z)) as f64;
+    let observed = calibration
+        .iter()
+        .flat_map(|x| float_hidden(float, x))
+        .fold(0f32, |m, z| m.max(z)) as f64;
     if observed > 0.0 {
         return Some(observed);
     }
@@ -160,7 +189,11 @@ struct Choice {
     correct: bool,
 }
 
-const PLAIN: Choice = Choice { clip1: 1.0, clip2: 1.0, correct: false };
+const PLAIN: Choice = Choice {
+    clip1: 1.0,
+    clip2: 1.0,
+    correct: false,
+};
 
 /// The scheme in the module doc with one `Choice`. `range` is the hidden
 /// range (`hidden_range`); `mean_x` the calibration states' mean input and
@@ -192,7 +225,10 @@ fn quantize_as(
         .map(|(j, &b)| {
             let lost = match (choice.correct, mean_x) {
                 (true, Some(mean)) => (0..NR_FEATURES)
-                    .map(|i| (float.w1[j * NR_FEATURES + i] as f64 / s1 - w1[j * NR_FEATURES + i] as f64) * mean[i])
+                    .map(|i| {
+                        (float.w1[j * NR_FEATURES + i] as f64 / s1 - w1[j * NR_FEATURES + i] as f64)
+                            * mean[i]
+                    })
                     .sum(),
                 _ => 0.0,
             };
@@ -208,21 +244,53 @@ fn quantize_as(
         // their resolution well inside BIAS_LIMIT.
         let m = float.b2.iter().fold(0f32, |m, b| m.max(b.abs())) as f64;
         let scale = if m > 0.0 { m / (1 << 20) as f64 } else { 1.0 };
-        let b1 = float.b1.iter().map(|&b| quantize_bias(b as f64 * input_max / s1)).collect();
-        let b2 = float.b2.iter().map(|&b| quantize_bias(b as f64 / scale)).collect();
-        return QNet { hidden: float.hidden, actions: float.actions, weight_max: qmax, w1, b1, requant: 1, w2, b2 };
+        let b1 = float
+            .b1
+            .iter()
+            .map(|&b| quantize_bias(b as f64 * input_max / s1))
+            .collect();
+        let b2 = float
+            .b2
+            .iter()
+            .map(|&b| quantize_bias(b as f64 / scale))
+            .collect();
+        return QNet {
+            hidden: float.hidden,
+            actions: float.actions,
+            weight_max: qmax,
+            w1,
+            b1,
+            requant: 1,
+            w2,
+            b2,
+        };
     };
 
     let s_h = range / HIDDEN_MAX as f64;
-    let requant = (shift * s1 / (input_max * s_h)).round().clamp(1.0, REQUANT_LIMIT as f64) as u32;
+    let requant = (shift * s1 / (input_max * s_h))
+        .round()
+        .clamp(1.0, REQUANT_LIMIT as f64) as u32;
     // The hidden scale the integer network really has once requant is
     // rounded (and perhaps clamped); the output layer is scaled by it, not
     // by the ideal s_h, so the two layers stay consistent.
     let s_h = shift * s1 / (input_max * requant as f64);
     let b1 = acc_bias.iter().map(|&b| quantize_bias(b)).collect();
     let out_scale = s2 * s_h;
-    let b2 = float.b2.iter().map(|&b| quantize_bias(b as f64 / out_scale)).collect();
-    let mut q = QNet { hidden: float.hidden, actions: float.actions, weight_max: qmax, w1, b1, requant, w2, b2 };
+    let b2 = float
+        .b2
+        .iter()
+        .map(|&b| quantize_bias(b as f64 / out_scale))
+        .collect();
+    let mut q = QNet {
+        hidden: float.hidden,
+        actions: float.actions,
+        weight_max: qmax,
+        w1,
+        b1,
+        requant,
+        w2,
+        b2,
+    };
 
     if choice.correct && !calibration.is_empty() {
         // Output bias correction: the mean over the calibration states of
@@ -263,20 +331,32 @@ pub fn quantize(float: &FloatNet, weight_bits: u32, calibration: &[State]) -> Re
         let stride = calibration.len().div_ceil(SEARCH_STATES);
         let sample: Vec<State> = calibration.iter().step_by(stride).copied().collect();
         let want: Vec<usize> = sample.iter().map(|x| float_action(float, x)).collect();
-        let agree = |q: &QNet| sample.iter().zip(&want).filter(|(x, &a)| q.action(x) == a).count();
+        let agree = |q: &QNet| {
+            sample
+                .iter()
+                .zip(&want)
+                .filter(|(x, &a)| q.action(x) == a)
+                .count()
+        };
         let mut mean_x = [0f64; NR_FEATURES];
         for x in calibration {
             for (m, &v) in mean_x.iter_mut().zip(x) {
                 *m += v as f64;
             }
         }
-        mean_x.iter_mut().for_each(|m| *m /= calibration.len() as f64);
+        mean_x
+            .iter_mut()
+            .for_each(|m| *m /= calibration.len() as f64);
 
         let mut best_agree = agree(&best);
         for correct in [false, true] {
             for clip1 in CLIPS {
                 for clip2 in CLIPS {
-                    let choice = Choice { clip1, clip2, correct };
+                    let choice = Choice {
+                        clip1,
+                        clip2,
+                        correct,
+                    };
                     if choice == PLAIN {
                         continue;
                     }
@@ -296,10 +376,21 @@ pub fn quantize(float: &FloatNet, weight_bits: u32, calibration: &[State]) -> Re
 /// The plain scheme alone, calibrated: the baseline `quantize` improves on
 /// (tests report both).
 #[cfg(test)]
-pub(crate) fn quantize_plain(float: &FloatNet, weight_bits: u32, calibration: &[State]) -> Result<QNet> {
+pub(crate) fn quantize_plain(
+    float: &FloatNet,
+    weight_bits: u32,
+    calibration: &[State],
+) -> Result<QNet> {
     let qmax = weight_max(weight_bits)?;
     check_float(float)?;
-    let q = quantize_as(float, qmax, hidden_range(float, calibration), PLAIN, None, &[]);
+    let q = quantize_as(
+        float,
+        qmax,
+        hidden_range(float, calibration),
+        PLAIN,
+        None,
+        &[],
+    );
     q.validate()?;
     Ok(q)
 }
@@ -309,10 +400,17 @@ pub(crate) fn quantize_plain(float: &FloatNet, weight_bits: u32, calibration: &[
 /// there are no states or either network is malformed, so that no
 /// threshold test passes by accident.
 pub fn agreement(float: &FloatNet, q: &QNet, states: &[State]) -> f64 {
-    if states.is_empty() || check_float(float).is_err() || q.validate().is_err() || float.actions != q.actions {
+    if states.is_empty()
+        || check_float(float).is_err()
+        || q.validate().is_err()
+        || float.actions != q.actions
+    {
         return f64::NAN;
     }
-    let same = states.iter().filter(|x| float_action(float, x) == q.action(x)).count();
+    let same = states
+        .iter()
+        .filter(|x| float_action(float, x) == q.action(x))
+        .count();
     same as f64 / states.len() as f64
 }
 
@@ -357,7 +455,14 @@ mod tests {
         let q = quantize(&float, 8, &calibration).unwrap();
         assert_eq!(q.requant, 1 << 16);
         assert_eq!(q.weight_max, 127);
-        assert_eq!((q.w1[FEAT_NR_EVENT], q.w1[NR_FEATURES + FEAT_AVAILABILITY], q.w1[2 * NR_FEATURES]), (1, 1, 127));
+        assert_eq!(
+            (
+                q.w1[FEAT_NR_EVENT],
+                q.w1[NR_FEATURES + FEAT_AVAILABILITY],
+                q.w1[2 * NR_FEATURES]
+            ),
+            (1, 1, 127)
+        );
         // b1 · 128 / s1, exactly.
         assert_eq!(q.b1, vec![-32, 0, -16384]);
         assert_eq!(q.w2, vec![0, 127, 0, 127, 0, 0, 0, 0, 0]);
@@ -373,7 +478,11 @@ mod tests {
             let fq = float_q_values(&float, x);
             let iq = q.q_values(x);
             for k in 0..3 {
-                assert_eq!(iq[k] as f64, fq[k] as f64 * 127.0 * 16384.0, "state {x:?} action {k}");
+                assert_eq!(
+                    iq[k] as f64,
+                    fq[k] as f64 * 127.0 * 16384.0,
+                    "state {x:?} action {k}"
+                );
             }
         }
         assert_eq!(agreement(&float, &q, &states), 1.0);
@@ -387,14 +496,23 @@ mod tests {
     fn bad_requests_are_errors() {
         let float = exact_net();
         for bits in [0, 2, 7, 16] {
-            assert!(quantize(&float, bits, &[]).unwrap_err().to_string().contains("4 and 8"));
+            assert!(quantize(&float, bits, &[])
+                .unwrap_err()
+                .to_string()
+                .contains("4 and 8"));
         }
         let mut bad = float.clone();
         bad.w2.pop();
-        assert!(quantize(&bad, 8, &[]).unwrap_err().to_string().contains("w2 has 8"));
+        assert!(quantize(&bad, 8, &[])
+            .unwrap_err()
+            .to_string()
+            .contains("w2 has 8"));
         let mut bad = float.clone();
         bad.b1[0] = f32::NAN;
-        assert!(quantize(&bad, 8, &[]).unwrap_err().to_string().contains("not a finite"));
+        assert!(quantize(&bad, 8, &[])
+            .unwrap_err()
+            .to_string()
+            .contains("not a finite"));
         let mut bad = float.clone();
         bad.actions = 9;
         assert!(quantize(&bad, 4, &[]).is_err());
@@ -409,7 +527,10 @@ mod tests {
         // Largest z1 over [0,128]^11: unit 1 at availability 128 = 128 · 2^-14.
         let q = quantize(&float, 8, &[]).unwrap();
         let s_h = 128.0 * P14 as f64 / 127.0;
-        assert_eq!(q.requant, ((1u64 << 16) as f64 / 128.0 / 128.0 / s_h).round() as u32);
+        assert_eq!(
+            q.requant,
+            ((1u64 << 16) as f64 / 128.0 / 128.0 / s_h).round() as u32
+        );
         // Nothing saturates at the top of the range.
         let x = state(128, 128, 0);
         assert_eq!(q.action(&x), float_action(&float, &x));
@@ -433,7 +554,11 @@ mod tests {
         // part plus a small difference, and the argmax lives in the
         // difference, which per-row rounding of w2 disturbs.
         let shared = r(hidden, 0.5);
-        let w2 = r(actions * hidden, 0.05).iter().enumerate().map(|(i, d)| shared[i % hidden] + d).collect();
+        let w2 = r(actions * hidden, 0.05)
+            .iter()
+            .enumerate()
+            .map(|(i, d)| shared[i % hidden] + d)
+            .collect();
         let float = FloatNet {
             hidden,
             actions,
@@ -443,13 +568,21 @@ mod tests {
             b2: r(actions, 0.05).iter().map(|d| 3.0 + d).collect(),
         };
         let mut rng = StdRng::seed_from_u64(10);
-        let states: Vec<State> = (0..2000).map(|_| std::array::from_fn(|_| rng.gen_range(0..=FEATURE_MAX))).collect();
+        let states: Vec<State> = (0..2000)
+            .map(|_| std::array::from_fn(|_| rng.gen_range(0..=FEATURE_MAX)))
+            .collect();
         for bits in [8, 4] {
             let plain = quantize_plain(&float, bits, &states).unwrap();
             let q = quantize(&float, bits, &states).unwrap();
-            let (a_plain, a) = (agreement(&float, &plain, &states), agreement(&float, &q, &states));
+            let (a_plain, a) = (
+                agreement(&float, &plain, &states),
+                agreement(&float, &q, &states),
+            );
             println!("random network, INT{bits}: plain {a_plain:.3}, searched {a:.3}");
-            assert!(a >= a_plain, "INT{bits}: the search kept a worse network ({a} < {a_plain})");
+            assert!(
+                a >= a_plain,
+                "INT{bits}: the search kept a worse network ({a} < {a_plain})"
+            );
             if bits == 4 {
                 // Here 4-bit rounding of w2 swamps the differences (about
                 // 25 % agreement); clipping and bias correction recover most.

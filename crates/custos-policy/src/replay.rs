@@ -28,7 +28,11 @@ impl ReplayMemory {
         }
         // Do not reserve `capacity` up front: callers may pass a generous
         // bound and fill only part of it.
-        Ok(ReplayMemory { capacity, entries: VecDeque::new(), evictions: 0 })
+        Ok(ReplayMemory {
+            capacity,
+            entries: VecDeque::new(),
+            evictions: 0,
+        })
     }
 
     /// Adds a transition; when full, the oldest one is evicted (and counted).
@@ -70,7 +74,9 @@ impl ReplayMemory {
         if self.entries.is_empty() {
             return Vec::new();
         }
-        (0..batch).map(|_| &self.entries[rng.gen_range(0..self.entries.len())]).collect()
+        (0..batch)
+            .map(|_| &self.entries[rng.gen_range(0..self.entries.len())])
+            .collect()
     }
 }
 
@@ -90,7 +96,10 @@ mod tests {
 
     /// A transition told apart by its pid.
     fn t(pid: u32) -> Transition {
-        Transition { pid, ..Default::default() }
+        Transition {
+            pid,
+            ..Default::default()
+        }
     }
 
     #[test]
@@ -127,13 +136,21 @@ mod tests {
         }
         // 10 000 draws over 10 entries: each near 1 000 (σ ≈ 30).
         for (pid, &c) in counts.iter().enumerate() {
-            assert!((850..1150).contains(&c), "entry {pid} drawn {c} times of 10000");
+            assert!(
+                (850..1150).contains(&c),
+                "entry {pid} drawn {c} times of 10000"
+            );
         }
 
         // With replacement: a batch larger than the memory.
         assert_eq!(m.sample(25, &mut rng).len(), 25);
 
-        let pids = |seed| m.sample(20, &mut StdRng::seed_from_u64(seed)).iter().map(|t| t.pid).collect::<Vec<_>>();
+        let pids = |seed| {
+            m.sample(20, &mut StdRng::seed_from_u64(seed))
+                .iter()
+                .map(|t| t.pid)
+                .collect::<Vec<_>>()
+        };
         assert_eq!(pids(42), pids(42));
         assert_ne!(pids(42), pids(43));
     }

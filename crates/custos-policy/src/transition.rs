@@ -48,7 +48,8 @@ pub fn utilization_reward(idle_before: u32, idle_after: u32) -> f32 {
 impl Transition {
     /// r = r_c + r_p.
     pub fn reward(&self) -> f32 {
-        completeness_reward(self.events, self.drops) + utilization_reward(self.idle_before, self.idle_after)
+        completeness_reward(self.events, self.drops)
+            + utilization_reward(self.idle_before, self.idle_after)
     }
 
     /// Size of one record in a recording.
@@ -141,7 +142,9 @@ pub fn read_recording<R: Read>(mut input: R, name: &str) -> Result<Vec<Transitio
         bail!("{name}: recorded with {features} features, this build has {NR_FEATURES}");
     }
     let mut body = Vec::new();
-    input.read_to_end(&mut body).with_context(|| format!("reading {name}"))?;
+    input
+        .read_to_end(&mut body)
+        .with_context(|| format!("reading {name}"))?;
     if body.len() % Transition::RECORD_BYTES != 0 {
         bail!(
             "{name}: truncated: {} bytes after the last whole record (of {} bytes)",
@@ -187,7 +190,13 @@ mod tests {
         assert_eq!(completeness_reward(10, 30), -1.0);
         assert_eq!(utilization_reward(0, 5), 0.0);
         assert_eq!(utilization_reward(3, 0), 0.75);
-        let t = Transition { events: 4, drops: 1, idle_before: 1, idle_after: 0, ..Default::default() };
+        let t = Transition {
+            events: 4,
+            drops: 1,
+            idle_before: 1,
+            idle_after: 0,
+            ..Default::default()
+        };
         assert_eq!(t.reward(), -0.25 + 0.5);
     }
 
@@ -207,14 +216,25 @@ mod tests {
         let mut w = RecordingWriter::new(Vec::new()).unwrap();
         w.write(&sample(1)).unwrap();
         let bytes = w.out;
-        let cut = read_recording(&bytes[..bytes.len() - 3], "f").unwrap_err().to_string();
+        let cut = read_recording(&bytes[..bytes.len() - 3], "f")
+            .unwrap_err()
+            .to_string();
         assert!(cut.contains("truncated"), "{cut}");
         let mut other = bytes.clone();
         other[0] = b'X';
-        assert!(read_recording(&other[..], "f").unwrap_err().to_string().contains("not a Custos"));
+        assert!(read_recording(&other[..], "f")
+            .unwrap_err()
+            .to_string()
+            .contains("not a Custos"));
         let mut newer = bytes.clone();
         newer[8] = 9;
-        assert!(read_recording(&newer[..], "f").unwrap_err().to_string().contains("format 9"));
-        assert!(read_recording(&bytes[..5], "f").unwrap_err().to_string().contains("too short"));
+        assert!(read_recording(&newer[..], "f")
+            .unwrap_err()
+            .to_string()
+            .contains("format 9"));
+        assert!(read_recording(&bytes[..5], "f")
+            .unwrap_err()
+            .to_string()
+            .contains("too short"));
     }
 }

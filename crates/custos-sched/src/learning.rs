@@ -52,10 +52,18 @@ impl PolicyMaps {
         let open = |name: &str| {
             let path = dir.join(name);
             MapHandle::from_pinned_path(&path).with_context(|| {
-                format!("no {} pinned: is `custos sched --policy learned` running? ({})", name, path.display())
+                format!(
+                    "no {} pinned: is `custos sched --policy learned` running? ({})",
+                    name,
+                    path.display()
+                )
             })
         };
-        Ok(PolicyMaps { nets: open("policy_nets")?, state: open("policy_state")?, transitions: open("transitions")? })
+        Ok(PolicyMaps {
+            nets: open("policy_nets")?,
+            state: open("policy_state")?,
+            transitions: open("transitions")?,
+        })
     }
 
     /// The live weights' generation (0: none pushed; the static policy decides).
@@ -73,10 +81,16 @@ impl PolicyMaps {
     }
 
     /// Changes the policy state in place (read, change, write back).
-    fn update_state(&self, what: &str, change: impl FnOnce(&mut custos_policy_state)) -> Result<()> {
+    fn update_state(
+        &self,
+        what: &str,
+        change: impl FnOnce(&mut custos_policy_state),
+    ) -> Result<()> {
         let mut state = read_policy_state(&self.state)?;
         change(&mut state);
-        self.state.update(&0u32.to_ne_bytes(), as_bytes(&state), MapFlags::ANY).context(what.to_string())
+        self.state
+            .update(&0u32.to_ne_bytes(), as_bytes(&state), MapFlags::ANY)
+            .context(what.to_string())
     }
 
     /// Records the scheduler's queue count for trainers (at load).
@@ -86,7 +100,9 @@ impl PolicyMaps {
 
     /// Sets the share of decisions that explore (0 when not training).
     pub fn set_explore_pct(&self, pct: u32) -> Result<()> {
-        self.update_state("setting the exploration rate", |s| s.explore_pct = pct.min(100))
+        self.update_state("setting the exploration rate", |s| {
+            s.explore_pct = pct.min(100)
+        })
     }
 
     /// Makes `net` the live network: writes the copy not in use, then moves
@@ -100,14 +116,21 @@ impl PolicyMaps {
         let value = to_bpf_net(net)?;
         let state = read_policy_state(&self.state)?;
         if state.nr_actions != 0 && net.actions != state.nr_actions as usize {
-            bail!("a network with {} actions for a scheduler with {} queues", net.actions, state.nr_actions);
+            bail!(
+                "a network with {} actions for a scheduler with {} queues",
+                net.actions,
+                state.nr_actions
+            );
         }
         let next = state.generation + 1;
         let slot = (next % 2) as u32;
         self.nets
             .update(&slot.to_ne_bytes(), as_bytes(&value), MapFlags::ANY)
             .context("writing the network's weights")?;
-        let state = custos_policy_state { generation: next, ..state };
+        let state = custos_policy_state {
+            generation: next,
+            ..state
+        };
         self.state
             .update(&0u32.to_ne_bytes(), as_bytes(&state), MapFlags::ANY)
             .context("publishing the network's generation")?;
@@ -237,7 +260,10 @@ struct Trainer {
 impl Trainer {
     fn new(cfg: TrainConfig) -> Result<Self> {
         let dqn = start_dqn(cfg.start.as_ref(), cfg.dqn.clone())?;
-        let keep = cfg.start.as_ref().map_or_else(|| (0..NR_FEATURES).collect(), Model::used_features);
+        let keep = cfg
+            .start
+            .as_ref()
+            .map_or_else(|| (0..NR_FEATURES).collect(), Model::used_features);
         Ok(Trainer {
             keep,
             memory: ReplayMemory::new(cfg.replay_capacity)?,
@@ -254,8 +280,12 @@ impl Trainer {
     fn epoch(&mut self) -> Result<(Model, f64)> {
         let stats = self.dqn.train_epoch(&self.memory, &mut self.rng)?;
         self.epochs += 1;
-        let calibration: Vec<State> =
-            self.memory.sample(2048.min(self.memory.len()), &mut self.rng).into_iter().map(|t| t.state).collect();
+        let calibration: Vec<State> = self
+            .memory
+            .sample(2048.min(self.memory.len()), &mut self.rng)
+            .into_iter()
+            .map(|t| t.state)
+            .collect();
         let model = quantised_model(
             &self.dqn,
             self.cfg.nr_queues,
@@ -263,7 +293,8 @@ impl Trainer {
             &self.keep,
             &calibration,
             Provenance {
-                transitions: self.seen + self.cfg.start.as_ref().map_or(0, |m| m.trained.transitions),
+                transitions: self.seen
+                    + self.cfg.start.as_ref().map_or(0, |m| m.trained.transitions),
                 epochs: self.epochs + self.cfg.start.as_ref().map_or(0, |m| m.trained.epochs),
                 note: "trained online (custos sched --train / custos train --online)".into(),
             },
@@ -274,7 +305,11 @@ impl Trainer {
 
 /// Drains the transitions ring until `shutdown`, recording and training as
 /// configured. Runs on the calling thread.
-pub fn run_learner(maps: &PolicyMaps, cfg: LearnerConfig, shutdown: Arc<AtomicBool>) -> Result<LearnerReport> {
+pub fn run_learner(
+    maps: &PolicyMaps,
+    cfg: LearnerConfig,
+    shutdown: Arc<AtomicBool>,
+) -> Result<LearnerReport> {
     let mut report = LearnerReport::default();
     let mut recorder = match &cfg.record {
         Some(path) => Some(RecordingWriter::new(BufWriter::new(
@@ -298,7 +333,9 @@ pub fn run_learner(maps: &PolicyMaps, cfg: LearnerConfig, shutdown: Arc<AtomicBo
             0
         })?;
     }
-    let ring = builder.build().context("cannot read the transitions ring")?;
+    let ring = builder
+        .build()
+        .context("cannot read the transitions ring")?;
     let mut last_epoch = Instant::now();
     loop {
         let stopping = shutdown.load(Ordering::Relaxed);
@@ -319,7 +356,9 @@ pub fn run_learner(maps: &PolicyMaps, cfg: LearnerConfig, shutdown: Arc<AtomicBo
                 tr.memory.push(t);
             }
             let due = last_epoch.elapsed() >= tr.cfg.epoch_every
-                && tr.last_push.is_none_or(|p| p.elapsed() >= MIN_PUSH_INTERVAL);
+                && tr
+                    .last_push
+                    .is_none_or(|p| p.elapsed() >= MIN_PUSH_INTERVAL);
             if due && tr.memory.len() >= tr.cfg.min_transitions {
                 last_epoch = Instant::now();
                 let (model, mean_reward) = tr.epoch()?;
@@ -378,7 +417,10 @@ mod tests {
         assert_eq!((t.pid, t.action, t.inferred), (4242, 3, 1));
         assert_eq!(t.state[10], 10);
         assert_eq!(t.next_state[0], 100);
-        assert_eq!((t.events, t.drops, t.idle_before, t.idle_after, t.at_ns), (1000, 250, 2, 7, 1 << 50));
+        assert_eq!(
+            (t.events, t.drops, t.idle_before, t.idle_after, t.at_ns),
+            (1000, 250, 2, 7, 1 << 50)
+        );
         assert_eq!(t.reward(), -0.25 + 2.0 / 10.0);
         assert!(transition_from_kernel(&as_bytes(&k)[..10]).is_none());
     }

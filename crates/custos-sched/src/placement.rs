@@ -24,7 +24,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Subcommand};
-use custos_policy::placement::{self, features, PlacementModel, Sample, Snapshot, Window, FEATURES, WINDOW};
+use custos_policy::placement::{
+    self, features, PlacementModel, Sample, Snapshot, Window, FEATURES, WINDOW,
+};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, MapHandle, OpenObject, RingBufferBuilder};
 use log::{info, warn};
@@ -32,8 +34,8 @@ use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use crate::bpf_intf::{custos_placement_prediction, custos_placement_snapshot};
-use crate::policy::as_bytes;
 use crate::placement_record_skel::{PlacementRecordSkel, PlacementRecordSkelBuilder};
+use crate::policy::as_bytes;
 
 /// The model `--placement gru` uses without --placement-model: trained on
 /// the default scheduler's placements in the 2-vCPU VM (`bench/placement/run.py
@@ -151,7 +153,12 @@ pub struct LatencySample {
 
 impl LatencySample {
     pub fn new(cap: usize) -> Self {
-        LatencySample { seen: 0, ns: Vec::with_capacity(cap), cap: cap.max(1), rng: rand::rngs::StdRng::seed_from_u64(2) }
+        LatencySample {
+            seen: 0,
+            ns: Vec::with_capacity(cap),
+            cap: cap.max(1),
+            rng: rand::rngs::StdRng::seed_from_u64(2),
+        }
     }
 
     pub fn add(&mut self, ns: u64) {
@@ -244,12 +251,18 @@ pub struct AgentLimits {
 
 impl AgentLimits {
     pub fn new(stale_ms: u64, cpu_pct: f64) -> Self {
-        AgentLimits { stale_ns: stale_ms * 1_000_000, budget_ns_per_s: (cpu_pct * 1e7) as u64 }
+        AgentLimits {
+            stale_ns: stale_ms * 1_000_000,
+            budget_ns_per_s: (cpu_pct * 1e7) as u64,
+        }
     }
 
     /// No shedding (tests of the window logic).
     pub fn unlimited() -> Self {
-        AgentLimits { stale_ns: u64::MAX, budget_ns_per_s: u64::MAX }
+        AgentLimits {
+            stale_ns: u64::MAX,
+            budget_ns_per_s: u64::MAX,
+        }
     }
 }
 
@@ -281,7 +294,15 @@ pub struct Agent<P> {
 
 impl<P: FnMut(&[Window]) -> Result<Vec<u32>>> Agent<P> {
     pub fn new(predict: P, cpus: usize, limits: AgentLimits) -> Self {
-        Agent { tail: Vec::new(), predict, cpus, limits, second_start_ns: 0, spent_ns: 0, ns_per_window: 0 }
+        Agent {
+            tail: Vec::new(),
+            predict,
+            cpus,
+            limits,
+            second_start_ns: 0,
+            spent_ns: 0,
+            ns_per_window: 0,
+        }
     }
 
     /// Slides the window over a drained batch of snapshots (oldest first)
@@ -292,7 +313,12 @@ impl<P: FnMut(&[Window]) -> Result<Vec<u32>>> Agent<P> {
     pub fn admit(&mut self, recs: &[SnapshotRecord], stats: &mut AgentStats) -> Vec<Pending> {
         stats.snapshots += recs.len() as u64;
         let held = self.tail.len();
-        let all: Vec<Snapshot> = self.tail.iter().copied().chain(recs.iter().map(SnapshotRecord::snapshot)).collect();
+        let all: Vec<Snapshot> = self
+            .tail
+            .iter()
+            .copied()
+            .chain(recs.iter().map(SnapshotRecord::snapshot))
+            .collect();
         // Newest first, so a pid's newest window is the one kept: an older
         // prediction would be overwritten before its task could read it.
         let mut newest = std::collections::HashSet::new();
@@ -314,7 +340,11 @@ impl<P: FnMut(&[Window]) -> Result<Vec<u32>>> Agent<P> {
             .rev()
             .map(|&i| {
                 let end = held + i + 1;
-                Pending { pid: recs[i].pid, window: window_of(&all[end - WINDOW..end]), at_ns: recs[i].at_ns }
+                Pending {
+                    pid: recs[i].pid,
+                    window: window_of(&all[end - WINDOW..end]),
+                    at_ns: recs[i].at_ns,
+                }
             })
             .collect();
         self.tail = all[all.len().saturating_sub(WINDOW - 1)..].to_vec();
@@ -324,7 +354,12 @@ impl<P: FnMut(&[Window]) -> Result<Vec<u32>>> Agent<P> {
     /// One inference call over the newest windows of `pending` that the
     /// budget allows, taken off it; the (pid, cpu) to write. Windows that
     /// turned stale are dropped first; past the budget all are.
-    pub fn infer(&mut self, pending: &mut Vec<Pending>, now_ns: u64, stats: &mut AgentStats) -> Vec<(u32, u32)> {
+    pub fn infer(
+        &mut self,
+        pending: &mut Vec<Pending>,
+        now_ns: u64,
+        stats: &mut AgentStats,
+    ) -> Vec<(u32, u32)> {
         let stale_ns = self.limits.stale_ns;
         let before = pending.len();
         pending.retain(|p| now_ns.saturating_sub(p.at_ns) <= stale_ns);
@@ -345,9 +380,14 @@ impl<P: FnMut(&[Window]) -> Result<Vec<u32>>> Agent<P> {
         // windows cost lately; one while that is unknown, at least one.
         let allowed = match self.ns_per_window {
             0 => 1,
-            per => ((self.limits.budget_ns_per_s - self.spent_ns) / per).min(stale_ns / 2 / per).max(1),
+            per => ((self.limits.budget_ns_per_s - self.spent_ns) / per)
+                .min(stale_ns / 2 / per)
+                .max(1),
         };
-        let n = pending.len().min(placement::MAX_BATCH).min(allowed.try_into().unwrap_or(usize::MAX));
+        let n = pending
+            .len()
+            .min(placement::MAX_BATCH)
+            .min(allowed.try_into().unwrap_or(usize::MAX));
         // The newest: the likeliest to be fresh when their tasks wake.
         let batch = pending.split_off(pending.len() - n);
         let windows: Vec<Window> = batch.iter().map(|p| p.window).collect();
@@ -357,7 +397,11 @@ impl<P: FnMut(&[Window]) -> Result<Vec<u32>>> Agent<P> {
         // CPU mid-inference is time the machine was too busy for it anyway.
         let took = start.elapsed().as_nanos() as u64;
         self.spent_ns += took;
-        self.ns_per_window = if self.ns_per_window == 0 { took / n as u64 } else { (3 * self.ns_per_window + took / n as u64) / 4 };
+        self.ns_per_window = if self.ns_per_window == 0 {
+            took / n as u64
+        } else {
+            (3 * self.ns_per_window + took / n as u64) / 4
+        };
         stats.calls += 1;
         stats.inference_ns += took;
         stats.latency.add(took);
@@ -384,7 +428,10 @@ impl<P: FnMut(&[Window]) -> Result<Vec<u32>>> Agent<P> {
 
 /// bpf_ktime_get_ns()'s clock.
 pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: clock_gettime writes the timespec it is given.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -394,8 +441,13 @@ pub fn monotonic_ns() -> u64 {
 /// looked at.
 #[derive(Clone)]
 pub enum PlacementChoice {
-    Gru { model: Arc<PlacementModel>, name: String },
-    Custos { reason: String },
+    Gru {
+        model: Arc<PlacementModel>,
+        name: String,
+    },
+    Custos {
+        reason: String,
+    },
 }
 
 impl std::fmt::Debug for PlacementChoice {
@@ -425,7 +477,9 @@ impl PlacementChoice {
 /// CPUs, the model's output width.
 pub fn choose_placement(gru: bool, model: Option<&Path>, cpus: usize) -> PlacementChoice {
     if !gru {
-        return PlacementChoice::Custos { reason: String::new() };
+        return PlacementChoice::Custos {
+            reason: String::new(),
+        };
     }
     let loaded = match model {
         Some(path) => PlacementModel::load(path, cpus).map(|m| (m, path.display().to_string())),
@@ -437,9 +491,14 @@ pub fn choose_placement(gru: bool, model: Option<&Path>, cpus: usize) -> Placeme
             ),
     };
     match loaded {
-        Ok((model, name)) => PlacementChoice::Gru { model: Arc::new(model), name },
+        Ok((model, name)) => PlacementChoice::Gru {
+            model: Arc::new(model),
+            name,
+        },
         // The scheduler says so as it attaches (the reason is also a statistic).
-        Err(e) => PlacementChoice::Custos { reason: format!("gru unavailable: {e:#}") },
+        Err(e) => PlacementChoice::Custos {
+            reason: format!("gru unavailable: {e:#}"),
+        },
     }
 }
 
@@ -466,7 +525,8 @@ pub struct PressureGauge {
 impl PressureGauge {
     pub fn under_pressure(&self) -> bool {
         let g = crate::pressure::read_global_features(&self.global_features);
-        let avail = crate::pressure::ring_availability(g.as_ref()).min(self.external_availability.load(Ordering::Relaxed));
+        let avail = crate::pressure::ring_availability(g.as_ref())
+            .min(self.external_availability.load(Ordering::Relaxed));
         avail < self.availability_high
     }
 }
@@ -493,7 +553,9 @@ pub fn run_agent(
             0
         })?;
     }
-    let ring = builder.build().context("cannot read the placement snapshots ring")?;
+    let ring = builder
+        .build()
+        .context("cannot read the placement snapshots ring")?;
     let mut agent = Agent::new(|w: &[Window]| model.predict_batch(w), model.cpus(), limits);
     // The agent counts into its own copy and publishes it: the scheduler's
     // main loop reads the shared one to answer a stats request, and must
@@ -517,8 +579,15 @@ pub fn run_agent(
                 break;
             }
             for (pid, cpu) in agent.infer(&mut pending, monotonic_ns(), &mut st) {
-                let value = custos_placement_prediction { cpu: cpu as i32, pad: 0, at_ns: monotonic_ns() };
-                if pid_to_cpu.update(&pid.to_ne_bytes(), as_bytes(&value), MapFlags::ANY).is_err() {
+                let value = custos_placement_prediction {
+                    cpu: cpu as i32,
+                    pad: 0,
+                    at_ns: monotonic_ns(),
+                };
+                if pid_to_cpu
+                    .update(&pid.to_ne_bytes(), as_bytes(&value), MapFlags::ANY)
+                    .is_err()
+                {
                     st.map_write_failures += 1;
                 }
             }
@@ -565,15 +634,31 @@ impl AgentThread {
             let (stop, stats) = (stop.clone(), stats.clone());
             std::thread::Builder::new()
                 .name("custos-placement".into())
-                .spawn(move || run_agent(&snapshots, &pid_to_cpu, &model, limits, &pressure, &stats, &stop))?
+                .spawn(move || {
+                    run_agent(
+                        &snapshots,
+                        &pid_to_cpu,
+                        &model,
+                        limits,
+                        &pressure,
+                        &stats,
+                        &stop,
+                    )
+                })?
         };
-        Ok(AgentThread { handle: Some(handle), stop, stats })
+        Ok(AgentThread {
+            handle: Some(handle),
+            stop,
+            stats,
+        })
     }
 
     pub fn stop(&mut self) -> Result<()> {
         self.stop.store(true, Ordering::Relaxed);
         match self.handle.take() {
-            Some(h) => h.join().map_err(|_| anyhow!("the placement agent panicked"))?,
+            Some(h) => h
+                .join()
+                .map_err(|_| anyhow!("the placement agent panicked"))?,
             None => Ok(()),
         }
     }
@@ -598,16 +683,22 @@ impl Recorder {
             bail!("the snapshots ring must be a power of two of at least 4 KiB (got {ring_bytes} bytes)");
         }
         // One recorder per process run; its object storage lives as long.
-        let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
+        let storage: &'static mut MaybeUninit<OpenObject> =
+            Box::leak(Box::new(MaybeUninit::uninit()));
         let mut open = PlacementRecordSkelBuilder::default()
             .open(storage)
             .context("cannot open the placement recorder BPF program")?;
-        open.maps.rodata_data.as_mut().context("the recorder has no rodata")?.recorder_tgid = std::process::id();
+        open.maps
+            .rodata_data
+            .as_mut()
+            .context("the recorder has no rodata")?
+            .recorder_tgid = std::process::id();
         open.maps.placement_snapshots.set_max_entries(ring_bytes)?;
-        let mut skel = open
-            .load()
-            .context("cannot load the placement recorder (needs root, BTF and tp_btf tracepoints)")?;
-        skel.attach().context("cannot attach the placement recorder to sched_wakeup/sched_switch")?;
+        let mut skel = open.load().context(
+            "cannot load the placement recorder (needs root, BTF and tp_btf tracepoints)",
+        )?;
+        skel.attach()
+            .context("cannot attach the placement recorder to sched_wakeup/sched_switch")?;
         Ok(Recorder { skel })
     }
 
@@ -633,7 +724,8 @@ impl Recorder {
         loop {
             let last = stop.load(Ordering::Relaxed) || until.is_some_and(|t| Instant::now() >= t);
             let wait = until.map_or(Duration::from_millis(100), |t| {
-                t.saturating_duration_since(Instant::now()).min(Duration::from_millis(100))
+                t.saturating_duration_since(Instant::now())
+                    .min(Duration::from_millis(100))
             });
             if last {
                 ring.consume()?;
@@ -651,7 +743,12 @@ impl Recorder {
 
     /// Snapshots sent, and refused by a full ring, so far.
     pub fn counts(&self) -> (u64, u64) {
-        let bss = self.skel.maps.bss_data.as_ref().expect("the recorder's counters");
+        let bss = self
+            .skel
+            .maps
+            .bss_data
+            .as_ref()
+            .expect("the recorder's counters");
         (bss.recorded, bss.dropped)
     }
 }
@@ -787,7 +884,8 @@ fn speed(args: &SpeedArgs) -> Result<i32> {
     }
     let model = match &args.model {
         Some(path) => PlacementModel::load(path, cpus)?,
-        None => PlacementModel::from_bytes(SHIPPED_MODEL, cpus).context("the shipped placement model (--cpus 2 times it anywhere)")?,
+        None => PlacementModel::from_bytes(SHIPPED_MODEL, cpus)
+            .context("the shipped placement model (--cpus 2 times it anywhere)")?,
     };
     let rows = time_model(&model, args.windows)?;
     if args.json {
@@ -795,7 +893,10 @@ fn speed(args: &SpeedArgs) -> Result<i32> {
     } else {
         println!("batch  calls  us/call (median)  us/window");
         for r in &rows {
-            println!("{:>5}  {:>5}  {:>16.1}  {:>9.1}", r.batch, r.calls, r.us_per_call_median, r.us_per_window);
+            println!(
+                "{:>5}  {:>5}  {:>16.1}  {:>9.1}",
+                r.batch, r.calls, r.us_per_call_median, r.us_per_window
+            );
         }
     }
     Ok(0)
@@ -813,12 +914,21 @@ fn record(args: &RecordArgs) -> Result<i32> {
     let stop = Arc::new(AtomicBool::new(false));
     {
         let stop = stop.clone();
-        ctrlc::set_handler(move || stop.store(true, Ordering::Relaxed)).context("cannot install the Ctrl-C handler")?;
+        ctrlc::set_handler(move || stop.store(true, Ordering::Relaxed))
+            .context("cannot install the Ctrl-C handler")?;
     }
-    let ring = args.ring_kb.checked_mul(1024).context("--ring-kb is too large")?;
-    let mut out = BufWriter::new(File::create(&args.out).with_context(|| format!("cannot create {}", args.out.display()))?);
+    let ring = args
+        .ring_kb
+        .checked_mul(1024)
+        .context("--ring-kb is too large")?;
+    let mut out = BufWriter::new(
+        File::create(&args.out).with_context(|| format!("cannot create {}", args.out.display()))?,
+    );
     let recorder = Recorder::start(ring)?;
-    info!("recording the default scheduler's placements into {}", args.out.display());
+    info!(
+        "recording the default scheduler's placements into {}",
+        args.out.display()
+    );
     let mut written = 0u64;
     recorder.run(until, &stop, |rec| {
         serde_json::to_writer(&mut out, rec)?;
@@ -845,7 +955,8 @@ pub type BadLines = Vec<(usize, String)>;
 /// Hands each snapshot of a recording to `each`, in order; returns the
 /// unreadable lines (skipped). Streams: a recording can be larger than memory.
 pub fn for_each_record(path: &Path, mut each: impl FnMut(&SnapshotRecord)) -> Result<BadLines> {
-    let file = File::open(path).with_context(|| format!("cannot open the recording {}", path.display()))?;
+    let file = File::open(path)
+        .with_context(|| format!("cannot open the recording {}", path.display()))?;
     let mut bad = Vec::new();
     for (i, line) in BufReader::new(file).lines().enumerate() {
         let line = line.with_context(|| format!("reading {}", path.display()))?;
@@ -874,7 +985,10 @@ pub fn samples_of(records: &[SnapshotRecord]) -> Vec<Sample> {
     let mut samples = Vec::new();
     for r in records {
         if window.push(r) {
-            samples.push(Sample { window: window.window(), cpu: r.cpu });
+            samples.push(Sample {
+                window: window.window(),
+                cpu: r.cpu,
+            });
         }
     }
     samples
@@ -929,7 +1043,11 @@ pub fn train(args: &TrainPlacementArgs) -> Result<TrainPlacementReport> {
             eprintln!("{}:{line}: skipped: {e}", path.display());
         }
         if bad.len() > 10 {
-            eprintln!("{}: {} more bad lines skipped", path.display(), bad.len() - 10);
+            eprintln!(
+                "{}: {} more bad lines skipped",
+                path.display(),
+                bad.len() - 10
+            );
         }
         bad_lines += bad.len();
         snapshots += records;
@@ -940,7 +1058,11 @@ pub fn train(args: &TrainPlacementArgs) -> Result<TrainPlacementReport> {
             "no usable windows in the recordings ({snapshots} snapshots, {bad_lines} bad lines; a window needs {WINDOW} snapshots)"
         );
     }
-    let stride = if args.max_windows > 0 && windows > args.max_windows { windows.div_ceil(args.max_windows) } else { 1 };
+    let stride = if args.max_windows > 0 && windows > args.max_windows {
+        windows.div_ceil(args.max_windows)
+    } else {
+        1
+    };
     let mut samples = Vec::with_capacity(windows.div_ceil(stride));
     let mut index = 0usize;
     for path in &args.recordings {
@@ -950,16 +1072,27 @@ pub fn train(args: &TrainPlacementArgs) -> Result<TrainPlacementReport> {
             if window.push(r) {
                 // Features only for the windows kept.
                 if index.is_multiple_of(stride) {
-                    samples.push(Sample { window: window.window(), cpu: r.cpu });
+                    samples.push(Sample {
+                        window: window.window(),
+                        cpu: r.cpu,
+                    });
                 }
                 index += 1;
             }
         })?;
     }
     if stride > 1 {
-        eprintln!("training on every {stride}th of {windows} windows: {} (--max-windows)", samples.len());
+        eprintln!(
+            "training on every {stride}th of {windows} windows: {} (--max-windows)",
+            samples.len()
+        );
     }
-    let cfg = placement::TrainConfig { hidden: args.hidden, max_epochs: args.max_epochs, seed: args.seed, ..placement::TrainConfig::for_cpus(cpus) };
+    let cfg = placement::TrainConfig {
+        hidden: args.hidden,
+        max_epochs: args.max_epochs,
+        seed: args.seed,
+        ..placement::TrainConfig::for_cpus(cpus)
+    };
     let progress = |e: placement::EpochReport| {
         eprintln!(
             "epoch {}/{}: held-out loss {:.4} (best: epoch {})",
@@ -970,8 +1103,15 @@ pub fn train(args: &TrainPlacementArgs) -> Result<TrainPlacementReport> {
         format!("training a model for {cpus} CPUs (--cpus: the CPUs of the machine that will run it)")
     })?;
     let bytes = placement::to_onnx(&net.weights()?);
-    std::fs::write(&args.out, bytes).with_context(|| format!("cannot write {}", args.out.display()))?;
-    Ok(TrainPlacementReport { snapshots, bad_lines, report, out: args.out.clone(), cpus })
+    std::fs::write(&args.out, bytes)
+        .with_context(|| format!("cannot write {}", args.out.display()))?;
+    Ok(TrainPlacementReport {
+        snapshots,
+        bad_lines,
+        report,
+        out: args.out.clone(),
+        cpus,
+    })
 }
 
 #[cfg(test)]
@@ -979,7 +1119,16 @@ mod tests {
     use super::*;
 
     fn rec(pid: u32, cpu: u32, runtime_ns: u64) -> SnapshotRecord {
-        SnapshotRecord { pid, cpu, prio: 120, nr_cpus_allowed: 2, runtime_ns, nvcsw: pid as u64, placeable: true, ..Default::default() }
+        SnapshotRecord {
+            pid,
+            cpu,
+            prio: 120,
+            nr_cpus_allowed: 2,
+            runtime_ns,
+            nvcsw: pid as u64,
+            placeable: true,
+            ..Default::default()
+        }
     }
 
     /// Admits and infers until nothing is pending, as run_agent does
@@ -1047,7 +1196,10 @@ mod tests {
                 |ws: &[Window]| {
                     seen.extend_from_slice(ws);
                     // "CPU" = which runtime the last task had, as a marker.
-                    Ok(ws.iter().map(|w| (w[WINDOW - 1][3] * 20.0).round() as u32 % 4).collect())
+                    Ok(ws
+                        .iter()
+                        .map(|w| (w[WINDOW - 1][3] * 20.0).round() as u32 % 4)
+                        .collect())
                 },
                 4,
                 AgentLimits::unlimited(),
@@ -1065,7 +1217,11 @@ mod tests {
             drop(agent);
             let mut pids: Vec<u32> = writes.iter().map(|w| w.0).collect();
             pids.sort();
-            assert_eq!(pids, (1000 + WINDOW as u32 - 1..1025).collect::<Vec<_>>(), "batched {batched}");
+            assert_eq!(
+                pids,
+                (1000 + WINDOW as u32 - 1..1025).collect::<Vec<_>>(),
+                "batched {batched}"
+            );
             assert_eq!(stats.snapshots, 25);
             assert_eq!(stats.predictions, writes.len() as u64);
             // Each window is the ten last snapshots before its pid's, oldest first.
@@ -1073,16 +1229,27 @@ mod tests {
             seen_sorted.sort_by(|a, b| a[WINDOW - 1][3].total_cmp(&b[WINDOW - 1][3]));
             for (k, w) in seen_sorted.iter().enumerate() {
                 for (j, row) in w.iter().enumerate() {
-                    assert_eq!(*row, features(&rec(1000 + (k + j) as u32, 0, 1000u64 << (k + j)).snapshot()), "window {k} row {j}");
+                    assert_eq!(
+                        *row,
+                        features(&rec(1000 + (k + j) as u32, 0, 1000u64 << (k + j)).snapshot()),
+                        "window {k} row {j}"
+                    );
                 }
             }
             for (pid, cpu) in &writes {
                 let k = (pid - 1000) as usize;
-                assert_eq!(*cpu, (features(&rec(*pid, 0, 1000u64 << k).snapshot())[3] * 20.0).round() as u32 % 4);
+                assert_eq!(
+                    *cpu,
+                    (features(&rec(*pid, 0, 1000u64 << k).snapshot())[3] * 20.0).round() as u32 % 4
+                );
             }
             // Batched: one window while its cost is unknown, then all the
             // rest in one call. One call per snapshot otherwise.
-            assert_eq!(stats.calls, if batched { 2 } else { writes.len() as u64 }, "batched {batched}");
+            assert_eq!(
+                stats.calls,
+                if batched { 2 } else { writes.len() as u64 },
+                "batched {batched}"
+            );
             assert_eq!(stats.latency.ns.len() as u64, stats.calls);
         }
     }
@@ -1104,7 +1271,10 @@ mod tests {
         let mut stats = AgentStats::default();
         // 30 snapshots: pids 0..10 three times over; odd pids not placeable.
         let recs: Vec<_> = (0..30u32)
-            .map(|i| SnapshotRecord { placeable: i % 2 == 0, ..rec(i % 10, 0, 1 + i as u64) })
+            .map(|i| SnapshotRecord {
+                placeable: i % 2 == 0,
+                ..rec(i % 10, 0, 1 + i as u64)
+            })
             .collect();
         let writes = run(&mut agent, &recs, 0, &mut stats);
         drop(agent);
@@ -1118,8 +1288,15 @@ mod tests {
         assert_eq!(stats.skipped_superseded, 5);
         assert_eq!(stats.calls, 2);
         // ... and the window run for pid 8 is its newest (runtime 29).
-        let last = seen.iter().find(|w| w[WINDOW - 1] == features(&rec(8, 0, 29).snapshot())).expect("pid 8's newest window");
-        assert_eq!(last[0], features(&rec(9, 0, 20).snapshot()), "snapshots 19 to 28");
+        let last = seen
+            .iter()
+            .find(|w| w[WINDOW - 1] == features(&rec(8, 0, 29).snapshot()))
+            .expect("pid 8's newest window");
+        assert_eq!(
+            last[0],
+            features(&rec(9, 0, 20).snapshot()),
+            "snapshots 19 to 28"
+        );
     }
 
     #[test]
@@ -1138,7 +1315,9 @@ mod tests {
             AgentLimits::unlimited(),
         );
         let mut stats = AgentStats::default();
-        let out: Vec<_> = (0..20).flat_map(|i| run(&mut agent, &[rec(i, 0, 1)], 0, &mut stats)).collect();
+        let out: Vec<_> = (0..20)
+            .flat_map(|i| run(&mut agent, &[rec(i, 0, 1)], 0, &mut stats))
+            .collect();
         assert!(out.is_empty());
         assert_eq!(stats.prediction_errors, 11);
         assert_eq!(stats.predictions, 0);
@@ -1158,14 +1337,36 @@ mod tests {
             AgentLimits::new(50, 100.0),
         );
         let mut stats = AgentStats::default();
-        let taken = |i: u32| SnapshotRecord { at_ns: 1_000_000_000 + i as u64 * 1_000_000, ..rec(i, 0, 1) };
+        let taken = |i: u32| SnapshotRecord {
+            at_ns: 1_000_000_000 + i as u64 * 1_000_000,
+            ..rec(i, 0, 1)
+        };
         // Read 60 ms after each was taken: all late.
         for i in 0..20 {
-            assert_eq!(run(&mut agent, &[taken(i)], taken(i).at_ns + 60_000_000, &mut stats), vec![]);
+            assert_eq!(
+                run(
+                    &mut agent,
+                    &[taken(i)],
+                    taken(i).at_ns + 60_000_000,
+                    &mut stats
+                ),
+                vec![]
+            );
         }
-        assert_eq!((stats.skipped_late, stats.predictions), (20 - WINDOW as u64 + 1, 0));
+        assert_eq!(
+            (stats.skipped_late, stats.predictions),
+            (20 - WINDOW as u64 + 1, 0)
+        );
         // Read 10 ms after: predicted, from a window that kept sliding.
-        assert_eq!(run(&mut agent, &[taken(20)], taken(20).at_ns + 10_000_000, &mut stats), vec![(20, 1)]);
+        assert_eq!(
+            run(
+                &mut agent,
+                &[taken(20)],
+                taken(20).at_ns + 10_000_000,
+                &mut stats
+            ),
+            vec![(20, 1)]
+        );
         drop(agent);
         assert_eq!(calls, 1);
     }
@@ -1189,15 +1390,38 @@ mod tests {
         );
         let mut stats = AgentStats::default();
         let at = 5_000_000_000u64;
-        let recs: Vec<_> = (0..60).map(|i| SnapshotRecord { at_ns: at, ..rec(i, 0, 1) }).collect();
+        let recs: Vec<_> = (0..60)
+            .map(|i| SnapshotRecord {
+                at_ns: at,
+                ..rec(i, 0, 1)
+            })
+            .collect();
         let first_second = run(&mut agent, &recs, at, &mut stats).len();
         // The first call is one window (no cost known yet), the next ones
         // what the budget left pays for.
-        assert!((2..=6).contains(&first_second), "{first_second} predictions in the first second");
-        assert_eq!(stats.skipped_budget as usize, 60 - (WINDOW - 1) - first_second);
+        assert!(
+            (2..=6).contains(&first_second),
+            "{first_second} predictions in the first second"
+        );
+        assert_eq!(
+            stats.skipped_budget as usize,
+            60 - (WINDOW - 1) - first_second
+        );
         // A second later the budget is back.
         let next = at + 1_000_000_000;
-        assert_eq!(run(&mut agent, &[SnapshotRecord { at_ns: next, ..rec(99, 0, 1) }], next, &mut stats).len(), 1);
+        assert_eq!(
+            run(
+                &mut agent,
+                &[SnapshotRecord {
+                    at_ns: next,
+                    ..rec(99, 0, 1)
+                }],
+                next,
+                &mut stats
+            )
+            .len(),
+            1
+        );
         drop(agent);
         assert_eq!(windows_run, first_second + 1);
     }
@@ -1220,7 +1444,10 @@ mod tests {
         let records: Vec<_> = (0..15).map(|i| rec(i, i % 3, 1)).collect();
         let samples = samples_of(&records);
         assert_eq!(samples.len(), 6);
-        assert_eq!(samples.iter().map(|s| s.cpu).collect::<Vec<_>>(), vec![0, 1, 2, 0, 1, 2]);
+        assert_eq!(
+            samples.iter().map(|s| s.cpu).collect::<Vec<_>>(),
+            vec![0, 1, 2, 0, 1, 2]
+        );
         assert!(samples_of(&records[..WINDOW - 1]).is_empty());
     }
 }

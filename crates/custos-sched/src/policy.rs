@@ -21,7 +21,13 @@ pub fn to_bpf_net(net: &QNet) -> Result<custos_net> {
     // SAFETY: custos_net is plain integers; all-zero is a valid value.
     let mut out: custos_net = unsafe { std::mem::zeroed() };
     if net.hidden > out.b1.len() || net.actions > out.b2.len() {
-        bail!("network of {}x{} does not fit the kernel's {}x{}", net.hidden, net.actions, out.b1.len(), out.b2.len());
+        bail!(
+            "network of {}x{} does not fit the kernel's {}x{}",
+            net.hidden,
+            net.actions,
+            out.b1.len(),
+            out.b2.len()
+        );
     }
     out.hidden = net.hidden as u32;
     out.actions = net.actions as u32;
@@ -61,11 +67,14 @@ impl PolicyProbe {
     pub fn load() -> Result<Self> {
         // The skeleton borrows its object storage for its whole life; one
         // probe per process run is all anyone loads, so leaking it is fine.
-        let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
+        let storage: &'static mut MaybeUninit<OpenObject> =
+            Box::leak(Box::new(MaybeUninit::uninit()));
         let open = PolicyProbeSkelBuilder::default()
             .open(storage)
             .context("cannot open the policy probe BPF program")?;
-        let skel = open.load().context("cannot load the policy probe BPF program (needs root and BPF)")?;
+        let skel = open
+            .load()
+            .context("cannot load the policy probe BPF program (needs root and BPF)")?;
         Ok(PolicyProbe { skel })
     }
 
@@ -82,11 +91,22 @@ impl PolicyProbe {
     fn run(&self, ctx: &mut custos_policy_probe) -> Result<()> {
         // SAFETY: the context is plain integers, in and out.
         let bytes = unsafe {
-            std::slice::from_raw_parts_mut(ctx as *mut _ as *mut u8, std::mem::size_of::<custos_policy_probe>())
+            std::slice::from_raw_parts_mut(
+                ctx as *mut _ as *mut u8,
+                std::mem::size_of::<custos_policy_probe>(),
+            )
         };
         // A syscall program's context is copied back into ctx_in.
-        let input = ProgramInput { context_in: Some(bytes), ..Default::default() };
-        let res = self.skel.progs.policy_probe.test_run(input).context("BPF_PROG_TEST_RUN of the policy probe")?;
+        let input = ProgramInput {
+            context_in: Some(bytes),
+            ..Default::default()
+        };
+        let res = self
+            .skel
+            .progs
+            .policy_probe
+            .test_run(input)
+            .context("BPF_PROG_TEST_RUN of the policy probe")?;
         if res.return_value != 0 {
             bail!("the policy probe found no network");
         }
@@ -102,7 +122,11 @@ impl PolicyProbe {
         self.run(&mut ctx)?;
         let mut q = [0i32; MAX_ACTIONS];
         q.copy_from_slice(&ctx.q[..MAX_ACTIONS]);
-        Ok(ProbeRun { action: ctx.action as usize, q, elapsed_ns: ctx.elapsed_ns })
+        Ok(ProbeRun {
+            action: ctx.action as usize,
+            q,
+            elapsed_ns: ctx.elapsed_ns,
+        })
     }
 
     /// The kernel's `norm_log2` of each value.
@@ -111,7 +135,8 @@ impl PolicyProbe {
         // SAFETY: plain integers; all-zero is valid.
         let mut ctx: custos_policy_probe = unsafe { std::mem::zeroed() };
         for chunk in values.chunks(ctx.norm_in.len()) {
-            ctx.norm_in = [0; crate::bpf_intf::custos_probe_consts_CUSTOS_PROBE_NORM_VALUES as usize];
+            ctx.norm_in =
+                [0; crate::bpf_intf::custos_probe_consts_CUSTOS_PROBE_NORM_VALUES as usize];
             ctx.norm_in[..chunk.len()].copy_from_slice(chunk);
             ctx.reps = 1;
             self.run(&mut ctx)?;
@@ -132,7 +157,8 @@ pub fn inference_cost(net: &QNet, samples: usize, reps: u32) -> Result<(f64, f64
     let mut per_pass: Vec<f64> = Vec::with_capacity(samples);
     for _ in 0..samples.max(1) {
         let mut x = [0u8; NR_FEATURES];
-        x.iter_mut().for_each(|v| *v = rng.gen_range(0..=custos_policy::features::FEATURE_MAX));
+        x.iter_mut()
+            .for_each(|v| *v = rng.gen_range(0..=custos_policy::features::FEATURE_MAX));
         let run = probe.forward(&x, reps)?;
         per_pass.push(run.elapsed_ns as f64 / reps.max(1) as f64);
     }
@@ -150,16 +176,46 @@ mod tests {
 
     #[test]
     fn c_and_rust_share_the_networks_numbers() {
-        assert_eq!(c::custos_policy_consts_CUSTOS_NET_MAX_HIDDEN as usize, net::MAX_HIDDEN);
-        assert_eq!(c::custos_sched_consts_CUSTOS_MAX_QUEUES as usize, net::MAX_ACTIONS);
-        assert_eq!(c::custos_policy_consts_CUSTOS_NET_HIDDEN_MAX as i32, net::HIDDEN_MAX);
-        assert_eq!(c::custos_policy_consts_CUSTOS_NET_REQUANT_SHIFT, net::REQUANT_SHIFT);
-        assert_eq!(c::custos_policy_consts_CUSTOS_NET_BIAS_LIMIT as i32, net::BIAS_LIMIT);
-        assert_eq!(c::custos_policy_consts_CUSTOS_NET_REQUANT_LIMIT, net::REQUANT_LIMIT);
-        assert_eq!(c::custos_feature_CUSTOS_NR_FEATURES as usize, features::NR_FEATURES);
-        assert_eq!(c::custos_sched_consts_CUSTOS_FEATURE_MAX as u8, features::FEATURE_MAX);
-        assert_eq!(c::custos_feature_CUSTOS_FEAT_NR_EVENT as usize, features::FEAT_NR_EVENT);
-        assert_eq!(c::custos_feature_CUSTOS_FEAT_AVAILABILITY as usize, features::FEAT_AVAILABILITY);
+        assert_eq!(
+            c::custos_policy_consts_CUSTOS_NET_MAX_HIDDEN as usize,
+            net::MAX_HIDDEN
+        );
+        assert_eq!(
+            c::custos_sched_consts_CUSTOS_MAX_QUEUES as usize,
+            net::MAX_ACTIONS
+        );
+        assert_eq!(
+            c::custos_policy_consts_CUSTOS_NET_HIDDEN_MAX as i32,
+            net::HIDDEN_MAX
+        );
+        assert_eq!(
+            c::custos_policy_consts_CUSTOS_NET_REQUANT_SHIFT,
+            net::REQUANT_SHIFT
+        );
+        assert_eq!(
+            c::custos_policy_consts_CUSTOS_NET_BIAS_LIMIT as i32,
+            net::BIAS_LIMIT
+        );
+        assert_eq!(
+            c::custos_policy_consts_CUSTOS_NET_REQUANT_LIMIT,
+            net::REQUANT_LIMIT
+        );
+        assert_eq!(
+            c::custos_feature_CUSTOS_NR_FEATURES as usize,
+            features::NR_FEATURES
+        );
+        assert_eq!(
+            c::custos_sched_consts_CUSTOS_FEATURE_MAX as u8,
+            features::FEATURE_MAX
+        );
+        assert_eq!(
+            c::custos_feature_CUSTOS_FEAT_NR_EVENT as usize,
+            features::FEAT_NR_EVENT
+        );
+        assert_eq!(
+            c::custos_feature_CUSTOS_FEAT_AVAILABILITY as usize,
+            features::FEAT_AVAILABILITY
+        );
         assert!(c::custos_policy_consts_CUSTOS_NET_ROW as usize >= features::NR_FEATURES);
     }
 
@@ -173,10 +229,14 @@ mod tests {
             actions,
             weight_max,
             w1: (0..hidden * NR_FEATURES).map(|_| w(rng)).collect(),
-            b1: (0..hidden).map(|_| rng.gen_range(-60_000..=60_000)).collect(),
+            b1: (0..hidden)
+                .map(|_| rng.gen_range(-60_000..=60_000))
+                .collect(),
             requant: rng.gen_range(1..=4_000),
             w2: (0..actions * hidden).map(|_| w(rng)).collect(),
-            b2: (0..actions).map(|_| rng.gen_range(-200_000..=200_000)).collect(),
+            b2: (0..actions)
+                .map(|_| rng.gen_range(-200_000..=200_000))
+                .collect(),
         }
     }
 
@@ -202,7 +262,13 @@ mod tests {
         let mut probe = PolicyProbe::load().unwrap();
         let mut rng = rand::rngs::StdRng::seed_from_u64(0xC057_05);
         let mut tested = 0;
-        let shapes = [(1, 2, 127), (8, 4, 7), (64, 4, 127), (256, 8, 127), (37, 3, 7)];
+        let shapes = [
+            (1, 2, 127),
+            (8, 4, 7),
+            (64, 4, 127),
+            (256, 8, 127),
+            (37, 3, 7),
+        ];
         for &(hidden, actions, weight_max) in &shapes {
             for _ in 0..3 {
                 let net = random_net(&mut rng, hidden, actions, weight_max);
@@ -211,7 +277,11 @@ mod tests {
                     let x = random_state(&mut rng);
                     let kernel = probe.forward(&x, 1).unwrap();
                     let q = net.q_values(&x);
-                    assert_eq!(kernel.q[..actions], q[..actions], "net {hidden}x{actions}, input {x:?}");
+                    assert_eq!(
+                        kernel.q[..actions],
+                        q[..actions],
+                        "net {hidden}x{actions}, input {x:?}"
+                    );
                     assert_eq!(kernel.action, net.action(&x), "input {x:?}");
                     tested += 1;
                 }
@@ -222,7 +292,10 @@ mod tests {
         net.w1.iter_mut().for_each(|w| *w = 127);
         net.b1.iter_mut().for_each(|b| *b = net::BIAS_LIMIT);
         net.requant = net::REQUANT_LIMIT;
-        net.w2.iter_mut().enumerate().for_each(|(i, w)| *w = if i % 2 == 0 { 127 } else { -127 });
+        net.w2
+            .iter_mut()
+            .enumerate()
+            .for_each(|(i, w)| *w = if i % 2 == 0 { 127 } else { -127 });
         net.b2.iter_mut().for_each(|b| *b = -net::BIAS_LIMIT);
         probe.set_net(&net).unwrap();
         for x in [[128u8; NR_FEATURES], [0u8; NR_FEATURES]] {
@@ -236,7 +309,9 @@ mod tests {
     fn the_kernel_normalisation_matches_the_rust_one() {
         let probe = PolicyProbe::load().unwrap();
         let mut rng = rand::rngs::StdRng::seed_from_u64(7);
-        let mut values: Vec<u64> = (0..64).flat_map(|b| [1u64 << b, (1u64 << b) - 1, (1u64 << b) + 1]).collect();
+        let mut values: Vec<u64> = (0..64)
+            .flat_map(|b| [1u64 << b, (1u64 << b) - 1, (1u64 << b) + 1])
+            .collect();
         values.extend([0, u64::MAX, 1000, 12345]);
         values.extend((0..2000).map(|_| rng.gen::<u64>() >> rng.gen_range(0..64)));
         let kernel = probe.norm_log2(&values).unwrap();

@@ -19,8 +19,10 @@ use scx_utils::{scx_ops_attach, scx_ops_load, scx_ops_open, uei_exited, uei_repo
 use crate::bpf_intf;
 use crate::bpf_skel::*;
 use crate::cli::{parse_forcing, PlacementKind, PolicyKind, SchedArgs};
-use crate::placement::{choose_placement, possible_cpus, AgentThread, PlacementChoice, PressureGauge};
 use crate::learning::{self, LearnerConfig, LearnerReport, PolicyMaps, TrainConfig};
+use crate::placement::{
+    choose_placement, possible_cpus, AgentThread, PlacementChoice, PressureGauge,
+};
 use crate::pressure;
 use crate::stats::{Metrics, QueueMetrics};
 use crate::waiting_time;
@@ -105,14 +107,22 @@ fn choose_policy(args: &SchedArgs, nr_queues: u32) -> Result<PolicyChoice> {
             PolicyKind::Feedback => "feedback",
             _ => "static",
         };
-        return Ok(PolicyChoice { kind: args.policy, model: None, description: description.into() });
+        return Ok(PolicyChoice {
+            kind: args.policy,
+            model: None,
+            description: description.into(),
+        });
     }
     // Without --model: the shipped model, unless training starts afresh.
     let (loaded, name) = match &args.model {
         Some(path) => (Model::load(path).map(Some), path.display().to_string()),
         None if args.train => (Ok(None), String::new()),
         None => (
-            Model::from_bytes(custos_policy::model::DEFAULT_MODEL, custos_policy::model::DEFAULT_MODEL_NAME).map(Some),
+            Model::from_bytes(
+                custos_policy::model::DEFAULT_MODEL,
+                custos_policy::model::DEFAULT_MODEL_NAME,
+            )
+            .map(Some),
             "shipped model".to_string(),
         ),
     };
@@ -129,13 +139,18 @@ fn choose_policy(args: &SchedArgs, nr_queues: u32) -> Result<PolicyChoice> {
         (Ok(None), true) => Ok(PolicyChoice {
             kind: PolicyKind::Learned,
             model: None,
-            description: "learned (trained online from a fresh network; static until its first epoch)".into(),
+            description:
+                "learned (trained online from a fresh network; static until its first epoch)".into(),
         }),
         (Ok(None), false) => unreachable!("without --model the shipped model is loaded"),
         (Err(e), true) => Err(e.context("--train cannot start from this model")),
         (Err(e), false) => {
             warn!("learned policy unavailable, falling back to the static policy: {e:#}");
-            Ok(PolicyChoice { kind: PolicyKind::Static, model: None, description: format!("static (learned unavailable: {e:#})") })
+            Ok(PolicyChoice {
+                kind: PolicyKind::Static,
+                model: None,
+                description: format!("static (learned unavailable: {e:#})"),
+            })
         }
     }
 }
@@ -177,7 +192,10 @@ impl Config {
             }
         }
         if !(args.producer_share > 0.0 && args.producer_share <= 100.0) {
-            bail!("--producer-share is a percentage, above 0 and at most 100 (got {})", args.producer_share);
+            bail!(
+                "--producer-share is a percentage, above 0 and at most 100 (got {})",
+                args.producer_share
+            );
         }
         if args.availability_high < args.availability_low {
             bail!(
@@ -208,14 +226,21 @@ impl Config {
             forced_pid.push((pid, q));
         }
         if args.delta_shift > 16 {
-            bail!("--delta-shift must be 0 (off) to 16 (got {})", args.delta_shift);
+            bail!(
+                "--delta-shift must be 0 (off) to 16 (got {})",
+                args.delta_shift
+            );
         }
         let ring = args.transitions_ring_kb as u64 * 1024;
         if !ring.is_power_of_two() || !(16..=1 << 20).contains(&args.transitions_ring_kb) {
-            bail!("--transitions-ring-kb must be a power of two from 16 to 1048576 (got {})", args.transitions_ring_kb);
+            bail!(
+                "--transitions-ring-kb must be a power of two from 16 to 1048576 (got {})",
+                args.transitions_ring_kb
+            );
         }
         let policy = choose_policy(args, nr_queues)?;
-        let emit_transitions = args.record_transitions.is_some() || args.train || args.emit_transitions;
+        let emit_transitions =
+            args.record_transitions.is_some() || args.train || args.emit_transitions;
         let explore_pct = args.explore_pct.unwrap_or(if args.train { 5 } else { 0 });
         if explore_pct > 100 {
             bail!("--explore-pct is a percentage (got {explore_pct})");
@@ -227,21 +252,32 @@ impl Config {
             bail!("--placement-model is the model of --placement gru");
         }
         if !(1..=10_000).contains(&args.placement_stale_ms) {
-            bail!("--placement-stale-ms must be 1 to 10000 (got {})", args.placement_stale_ms);
+            bail!(
+                "--placement-stale-ms must be 1 to 10000 (got {})",
+                args.placement_stale_ms
+            );
         }
         if !(args.placement_cpu_pct > 0.0 && args.placement_cpu_pct <= 100.0) {
-            bail!("--placement-cpu-pct must be above 0 and at most 100 (got {})", args.placement_cpu_pct);
+            bail!(
+                "--placement-cpu-pct must be above 0 and at most 100 (got {})",
+                args.placement_cpu_pct
+            );
         }
         let placement = match args.placement {
             PlacementKind::Custos => choose_placement(false, None, 0),
             PlacementKind::Gru => match possible_cpus() {
                 Ok(cpus) => choose_placement(true, args.placement_model.as_deref(), cpus),
-                Err(e) => PlacementChoice::Custos { reason: format!("gru unavailable: {e:#}") },
+                Err(e) => PlacementChoice::Custos {
+                    reason: format!("gru unavailable: {e:#}"),
+                },
             },
         };
         Ok(Self {
             placement,
-            placement_limits: crate::placement::AgentLimits::new(args.placement_stale_ms, args.placement_cpu_pct),
+            placement_limits: crate::placement::AgentLimits::new(
+                args.placement_stale_ms,
+                args.placement_cpu_pct,
+            ),
             policy,
             delta_shift: args.delta_shift,
             emit_transitions,
@@ -283,7 +319,10 @@ struct Scheduler<'a> {
     consumers: BTreeSet<u32>,
     last_audit_error: Option<String>,
     /// The learner thread (recording, online training) and its stop flag.
-    learner: Option<(std::thread::JoinHandle<Result<LearnerReport>>, Arc<AtomicBool>)>,
+    learner: Option<(
+        std::thread::JoinHandle<Result<LearnerReport>>,
+        Arc<AtomicBool>,
+    )>,
     /// Where the policy maps are pinned for `custos train --online`.
     policy_pins: Option<PathBuf>,
     /// The GRU placement agent, with --placement gru and a usable model.
@@ -328,7 +367,10 @@ fn pin_features(skel: &mut BpfSkel, pin_dir: &Path) -> Result<()> {
     let task = pin_dir.join(custos_str(bpf_intf::CUSTOS_TASK_FEATURES_MAP));
     let global = pin_dir.join(custos_str(bpf_intf::CUSTOS_GLOBAL_FEATURES_MAP));
     let again = "a collector pinning at the same moment? start the scheduler again";
-    skel.maps.task_features.pin(&task).with_context(|| format!("pinning {} ({again})", task.display()))?;
+    skel.maps
+        .task_features
+        .pin(&task)
+        .with_context(|| format!("pinning {} ({again})", task.display()))?;
     if let Err(e) = skel.maps.global_features.pin(&global) {
         let _ = std::fs::remove_file(&task);
         return Err(e).with_context(|| format!("pinning {} ({again})", global.display()));
@@ -364,7 +406,12 @@ fn start_learner(
     args: &SchedArgs,
     config: &Config,
     maps: PolicyMaps,
-) -> Result<Option<(std::thread::JoinHandle<Result<LearnerReport>>, Arc<AtomicBool>)>> {
+) -> Result<
+    Option<(
+        std::thread::JoinHandle<Result<LearnerReport>>,
+        Arc<AtomicBool>,
+    )>,
+> {
     if args.record_transitions.is_none() && !args.train {
         return Ok(None);
     }
@@ -379,7 +426,10 @@ fn start_learner(
         save: args.save_model.clone(),
         explore_pct: config.explore_pct,
     });
-    let cfg = LearnerConfig { record: args.record_transitions.clone(), train };
+    let cfg = LearnerConfig {
+        record: args.record_transitions.clone(),
+        train,
+    };
     let stop = Arc::new(AtomicBool::new(false));
     let handle = {
         let stop = stop.clone();
@@ -470,10 +520,19 @@ impl<'a> Scheduler<'a> {
                 skel.maps.task_features.reuse_pinned_map(&task).with_context(|| {
                     format!("cannot reuse the provenance feature map {} (left by another version? remove {} once no collector runs)", task.display(), args.pin_dir.display())
                 })?;
-                skel.maps.global_features.reuse_pinned_map(&global).with_context(|| {
-                    format!("cannot reuse the provenance feature map {}", global.display())
-                })?;
-                info!("provenance features: reusing the maps pinned in {}", args.pin_dir.display());
+                skel.maps
+                    .global_features
+                    .reuse_pinned_map(&global)
+                    .with_context(|| {
+                        format!(
+                            "cannot reuse the provenance feature map {}",
+                            global.display()
+                        )
+                    })?;
+                info!(
+                    "provenance features: reusing the maps pinned in {}",
+                    args.pin_dir.display()
+                );
                 true
             }
             None => false,
@@ -597,9 +656,13 @@ impl<'a> Scheduler<'a> {
 
     /// Stops the learner and reports what it did.
     fn stop_learner(&mut self) -> Result<()> {
-        let Some((handle, stop)) = self.learner.take() else { return Ok(()) };
+        let Some((handle, stop)) = self.learner.take() else {
+            return Ok(());
+        };
         stop.store(true, Ordering::Relaxed);
-        let report = handle.join().map_err(|_| anyhow::anyhow!("the learner thread panicked"))??;
+        let report = handle
+            .join()
+            .map_err(|_| anyhow::anyhow!("the learner thread panicked"))??;
         info!(
             "learner: {} transitions drained, {} recorded, {} training epochs, weights generation {}",
             report.transitions, report.recorded, report.epochs, report.last_generation
@@ -625,7 +688,8 @@ impl<'a> Scheduler<'a> {
                     .as_mut()
                     .unwrap()
                     .external_availability = s.availability();
-                self.external_availability.store(s.availability(), Ordering::Relaxed);
+                self.external_availability
+                    .store(s.availability(), Ordering::Relaxed);
                 self.skel.maps.bss_data.as_mut().unwrap().external_lag = s.backlog as u64;
                 self.last_audit_error = None;
             }
@@ -647,7 +711,10 @@ impl<'a> Scheduler<'a> {
         // The agent's statistics before the kernel's: the kernel counts a
         // snapshot before the agent can read it, so read in this order the
         // agent's count never leads.
-        let agent = self.placement_agent.as_ref().map(|a| a.stats.lock().unwrap().clone());
+        let agent = self
+            .placement_agent
+            .as_ref()
+            .map(|a| a.stats.lock().unwrap().clone());
         // SAFETY: plain-old-data counters; all zeroes is the empty sum.
         let mut sum: bpf_intf::custos_sched_stats = unsafe { std::mem::zeroed() };
         let mut nr_cpus = 0u64;
@@ -742,7 +809,8 @@ impl<'a> Scheduler<'a> {
             .map(|g| g.consumer_pids.iter().filter(|p| **p != 0).count() as u64)
             .unwrap_or(0);
         let data = self.skel.maps.data_data.as_ref().unwrap();
-        let availability = (pressure::ring_availability(global.as_ref()) as u64).min(data.external_availability as u64);
+        let availability = (pressure::ring_availability(global.as_ref()) as u64)
+            .min(data.external_availability as u64);
         let mut m = Metrics {
             interval_s: self.attached_at.elapsed().as_secs_f64(),
             queues,
@@ -913,22 +981,56 @@ mod tests {
         let cpus = possible_cpus().unwrap();
         let good = dir.path().join("gru.onnx");
         let net = custos_policy::placement::GruNet::new(8, cpus, 1).unwrap();
-        std::fs::write(&good, custos_policy::placement::to_onnx(&net.weights().unwrap())).unwrap();
+        std::fs::write(
+            &good,
+            custos_policy::placement::to_onnx(&net.weights().unwrap()),
+        )
+        .unwrap();
         let wrong = dir.path().join("wrong.onnx");
         let net = custos_policy::placement::GruNet::new(8, cpus + 1, 1).unwrap();
-        std::fs::write(&wrong, custos_policy::placement::to_onnx(&net.weights().unwrap())).unwrap();
-        for (policy, kind) in [("static", PolicyKind::Static), ("feedback", PolicyKind::Feedback), ("learned", PolicyKind::Learned)] {
+        std::fs::write(
+            &wrong,
+            custos_policy::placement::to_onnx(&net.weights().unwrap()),
+        )
+        .unwrap();
+        for (policy, kind) in [
+            ("static", PolicyKind::Static),
+            ("feedback", PolicyKind::Feedback),
+            ("learned", PolicyKind::Learned),
+        ] {
             let c = config(&["--policy", policy]).unwrap();
             assert_eq!(c.policy.kind, kind);
             assert_eq!(c.placement.description(), "custos");
-            let c = config(&["--policy", policy, "--placement", "gru", "--placement-model", good.to_str().unwrap()]).unwrap();
+            let c = config(&[
+                "--policy",
+                policy,
+                "--placement",
+                "gru",
+                "--placement-model",
+                good.to_str().unwrap(),
+            ])
+            .unwrap();
             assert_eq!(c.policy.kind, kind);
             assert!(c.placement.is_gru(), "{:?}", c.placement);
             assert_eq!(c.placement_limits.stale_ns, 50_000_000);
-            let c = config(&["--policy", policy, "--placement", "gru", "--placement-model", wrong.to_str().unwrap()]).unwrap();
+            let c = config(&[
+                "--policy",
+                policy,
+                "--placement",
+                "gru",
+                "--placement-model",
+                wrong.to_str().unwrap(),
+            ])
+            .unwrap();
             assert_eq!(c.policy.kind, kind);
             assert!(!c.placement.is_gru());
-            assert!(c.placement.description().contains(&format!("this machine has {cpus}")), "{:?}", c.placement);
+            assert!(
+                c.placement
+                    .description()
+                    .contains(&format!("this machine has {cpus}")),
+                "{:?}",
+                c.placement
+            );
         }
         let c = config(&["--placement", "gru", "--placement-stale-ms", "5"]).unwrap();
         // The shipped model is for two CPUs.

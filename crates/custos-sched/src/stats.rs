@@ -68,17 +68,25 @@ pub struct Metrics {
     pub consumer_preemptions: u64,
     #[stat(desc = "Waking consumers that preempted an ordinary task (no budgeted one running)")]
     pub consumer_preemptions_primary: u64,
-    #[stat(desc = "Consumers that kept their CPU past a slice because events were waiting in the rings")]
+    #[stat(
+        desc = "Consumers that kept their CPU past a slice because events were waiting in the rings"
+    )]
     pub consumer_kept: u64,
-    #[stat(desc = "Tasks preempted with migration disabled (inside a collector program) run next on their CPU with a short slice")]
+    #[stat(
+        desc = "Tasks preempted with migration disabled (inside a collector program) run next on their CPU with a short slice"
+    )]
     pub migration_disabled_next: u64,
     #[stat(desc = "Waking consumers put first on their CPU, with nothing to preempt there")]
     pub consumer_next: u64,
     #[stat(desc = "Queued consumers dispatched before the budgeted queues")]
     pub consumer_first: u64,
-    #[stat(desc = "Consumer enqueues that found nothing to preempt and took the primary queue's head")]
+    #[stat(
+        desc = "Consumer enqueues that found nothing to preempt and took the primary queue's head"
+    )]
     pub consumer_queued: u64,
-    #[stat(desc = "Dispatches that held the budgeted queues back because the rings were nearly full")]
+    #[stat(
+        desc = "Dispatches that held the budgeted queues back because the rings were nearly full"
+    )]
     pub overflow_holds: u64,
     #[stat(desc = "Running tasks whose slice the policy ended at a tick to budget them")]
     pub tick_preemptions: u64,
@@ -104,7 +112,9 @@ pub struct Metrics {
     pub collector_features: u64,
     #[stat(desc = "Ring availability seen by the policy, 0..128")]
     pub availability: u64,
-    #[stat(desc = "The queue policy in use (static, or learned and its model), or why learned is not")]
+    #[stat(
+        desc = "The queue policy in use (static, or learned and its model), or why learned is not"
+    )]
     pub policy: String,
     #[stat(desc = "Generation of the learned policy's live weights (0: none pushed yet)")]
     pub policy_generation: u64,
@@ -122,7 +132,9 @@ pub struct Metrics {
     pub inference_cpu_pct: f64,
     #[stat(desc = "Learned decisions taken by the static policy (no weights pushed yet)")]
     pub learned_fallbacks: u64,
-    #[stat(desc = "Learned decisions that kept a task primary without the network: no pressure (availability at or above --availability-high), the budgeted queues masked")]
+    #[stat(
+        desc = "Learned decisions that kept a task primary without the network: no pressure (availability at or above --availability-high), the budgeted queues masked"
+    )]
     pub learned_unpressured: u64,
     #[stat(desc = "Training: decisions that explored a random queue")]
     pub explorations: u64,
@@ -130,7 +142,9 @@ pub struct Metrics {
     pub transitions: u64,
     #[stat(desc = "Transitions lost to a full transitions ring")]
     pub transitions_dropped: u64,
-    #[stat(desc = "Who places waking tasks: custos (the scheduler's own), gru and its model, or why not gru")]
+    #[stat(
+        desc = "Who places waking tasks: custos (the scheduler's own), gru and its model, or why not gru"
+    )]
     pub placement: String,
     #[stat(desc = "GRU placement: snapshots of created or woken tasks sent to the agent")]
     pub placement_snapshots: u64,
@@ -144,7 +158,9 @@ pub struct Metrics {
     pub placement_rejected_cpumask: u64,
     #[stat(desc = "GRU placement: predicted CPUs that were busy; the own placement decided")]
     pub placement_busy: u64,
-    #[stat(desc = "GRU placement: wakeups without a prediction (or new tasks); the own placement decided")]
+    #[stat(
+        desc = "GRU placement: wakeups without a prediction (or new tasks); the own placement decided"
+    )]
     pub placement_fallbacks: u64,
     #[stat(desc = "GRU placement: snapshots the agent read")]
     pub placement_agent_snapshots: u64,
@@ -154,21 +170,33 @@ pub struct Metrics {
     pub placement_prediction_errors: u64,
     #[stat(desc = "GRU placement: predictions the pid_to_cpu map refused")]
     pub placement_map_write_failures: u64,
-    #[stat(desc = "GRU placement: windows not predicted, their snapshot read past --placement-stale-ms")]
+    #[stat(
+        desc = "GRU placement: windows not predicted, their snapshot read past --placement-stale-ms"
+    )]
     pub placement_skipped_late: u64,
-    #[stat(desc = "GRU placement: windows not predicted, the agent's CPU budget (--placement-cpu-pct) spent")]
+    #[stat(
+        desc = "GRU placement: windows not predicted, the agent's CPU budget (--placement-cpu-pct) spent"
+    )]
     pub placement_skipped_budget: u64,
-    #[stat(desc = "GRU placement: windows not predicted, their task would not use a prediction (budgeted, a consumer, or pinned)")]
+    #[stat(
+        desc = "GRU placement: windows not predicted, their task would not use a prediction (budgeted, a consumer, or pinned)"
+    )]
     pub placement_skipped_unplaceable: u64,
-    #[stat(desc = "GRU placement: windows not predicted, a newer window of the same pid was in the batch")]
+    #[stat(
+        desc = "GRU placement: windows not predicted, a newer window of the same pid was in the batch"
+    )]
     pub placement_skipped_superseded: u64,
-    #[stat(desc = "GRU placement: windows not predicted, the provenance rings under pressure (below --availability-high)")]
+    #[stat(
+        desc = "GRU placement: windows not predicted, the provenance rings under pressure (below --availability-high)"
+    )]
     pub placement_skipped_pressure: u64,
     #[stat(desc = "GRU placement: inference calls (each over a batch of up to 64 windows)")]
     pub placement_inference_calls: u64,
     #[stat(desc = "GRU placement: total inference time in ns")]
     pub placement_inference_ns: u64,
-    #[stat(desc = "GRU placement: median inference call time in us (a bounded sample of the whole run)")]
+    #[stat(
+        desc = "GRU placement: median inference call time in us (a bounded sample of the whole run)"
+    )]
     pub placement_inference_p50_us: f64,
     #[stat(desc = "GRU placement: 99th-percentile inference call time in us (same sample)")]
     pub placement_inference_p99_us: f64,
@@ -316,7 +344,9 @@ impl Metrics {
                 .budget_timer_fires
                 .saturating_sub(prev.budget_timer_fires),
             idle_kicks: self.idle_kicks.saturating_sub(prev.idle_kicks),
-            consumer_preemptions: self.consumer_preemptions.saturating_sub(prev.consumer_preemptions),
+            consumer_preemptions: self
+                .consumer_preemptions
+                .saturating_sub(prev.consumer_preemptions),
             consumer_preemptions_primary: self
                 .consumer_preemptions_primary
                 .saturating_sub(prev.consumer_preemptions_primary),
@@ -338,12 +368,20 @@ impl Metrics {
             inferences: self.inferences.saturating_sub(prev.inferences),
             inference_ns: self.inference_ns.saturating_sub(prev.inference_ns),
             delta_skips: self.delta_skips.saturating_sub(prev.delta_skips),
-            learned_fallbacks: self.learned_fallbacks.saturating_sub(prev.learned_fallbacks),
-            learned_unpressured: self.learned_unpressured.saturating_sub(prev.learned_unpressured),
+            learned_fallbacks: self
+                .learned_fallbacks
+                .saturating_sub(prev.learned_fallbacks),
+            learned_unpressured: self
+                .learned_unpressured
+                .saturating_sub(prev.learned_unpressured),
             explorations: self.explorations.saturating_sub(prev.explorations),
             transitions: self.transitions.saturating_sub(prev.transitions),
-            transitions_dropped: self.transitions_dropped.saturating_sub(prev.transitions_dropped),
-            placement_snapshots: self.placement_snapshots.saturating_sub(prev.placement_snapshots),
+            transitions_dropped: self
+                .transitions_dropped
+                .saturating_sub(prev.transitions_dropped),
+            placement_snapshots: self
+                .placement_snapshots
+                .saturating_sub(prev.placement_snapshots),
             placement_snapshots_dropped: self
                 .placement_snapshots_dropped
                 .saturating_sub(prev.placement_snapshots_dropped),
@@ -353,28 +391,42 @@ impl Metrics {
                 .placement_rejected_cpumask
                 .saturating_sub(prev.placement_rejected_cpumask),
             placement_busy: self.placement_busy.saturating_sub(prev.placement_busy),
-            placement_fallbacks: self.placement_fallbacks.saturating_sub(prev.placement_fallbacks),
+            placement_fallbacks: self
+                .placement_fallbacks
+                .saturating_sub(prev.placement_fallbacks),
             placement_agent_snapshots: self
                 .placement_agent_snapshots
                 .saturating_sub(prev.placement_agent_snapshots),
-            placement_predictions: self.placement_predictions.saturating_sub(prev.placement_predictions),
+            placement_predictions: self
+                .placement_predictions
+                .saturating_sub(prev.placement_predictions),
             placement_prediction_errors: self
                 .placement_prediction_errors
                 .saturating_sub(prev.placement_prediction_errors),
             placement_map_write_failures: self
                 .placement_map_write_failures
                 .saturating_sub(prev.placement_map_write_failures),
-            placement_skipped_late: self.placement_skipped_late.saturating_sub(prev.placement_skipped_late),
-            placement_skipped_budget: self.placement_skipped_budget.saturating_sub(prev.placement_skipped_budget),
+            placement_skipped_late: self
+                .placement_skipped_late
+                .saturating_sub(prev.placement_skipped_late),
+            placement_skipped_budget: self
+                .placement_skipped_budget
+                .saturating_sub(prev.placement_skipped_budget),
             placement_skipped_unplaceable: self
                 .placement_skipped_unplaceable
                 .saturating_sub(prev.placement_skipped_unplaceable),
             placement_skipped_superseded: self
                 .placement_skipped_superseded
                 .saturating_sub(prev.placement_skipped_superseded),
-            placement_skipped_pressure: self.placement_skipped_pressure.saturating_sub(prev.placement_skipped_pressure),
-            placement_inference_calls: self.placement_inference_calls.saturating_sub(prev.placement_inference_calls),
-            placement_inference_ns: self.placement_inference_ns.saturating_sub(prev.placement_inference_ns),
+            placement_skipped_pressure: self
+                .placement_skipped_pressure
+                .saturating_sub(prev.placement_skipped_pressure),
+            placement_inference_calls: self
+                .placement_inference_calls
+                .saturating_sub(prev.placement_inference_calls),
+            placement_inference_ns: self
+                .placement_inference_ns
+                .saturating_sub(prev.placement_inference_ns),
             ..self.clone()
         };
         d.derive_feature_cost();
@@ -394,11 +446,22 @@ impl Metrics {
         } else {
             0.0
         };
-        self.inference_ns_per_decision =
-            if self.inferences > 0 { self.inference_ns as f64 / self.inferences as f64 } else { 0.0 };
+        self.inference_ns_per_decision = if self.inferences > 0 {
+            self.inference_ns as f64 / self.inferences as f64
+        } else {
+            0.0
+        };
         let learned = self.inferences + self.delta_skips;
-        self.delta_skip_pct = if learned > 0 { self.delta_skips as f64 / learned as f64 * 100.0 } else { 0.0 };
-        self.inference_cpu_pct = if cpu_ns > 0.0 { self.inference_ns as f64 / cpu_ns * 100.0 } else { 0.0 };
+        self.delta_skip_pct = if learned > 0 {
+            self.delta_skips as f64 / learned as f64 * 100.0
+        } else {
+            0.0
+        };
+        self.inference_cpu_pct = if cpu_ns > 0.0 {
+            self.inference_ns as f64 / cpu_ns * 100.0
+        } else {
+            0.0
+        };
     }
 }
 

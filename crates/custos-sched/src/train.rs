@@ -147,11 +147,18 @@ fn dqn_config(args: &TrainArgs, actions: usize) -> DqnConfig {
 }
 
 fn start_model(args: &TrainArgs, nr_queues: u32) -> Result<Option<Model>> {
-    let Some(path) = &args.from else { return Ok(None) };
+    let Some(path) = &args.from else {
+        return Ok(None);
+    };
     let model = Model::load(path)?;
-    model.fits(nr_queues).with_context(|| format!("--from {}", path.display()))?;
+    model
+        .fits(nr_queues)
+        .with_context(|| format!("--from {}", path.display()))?;
     if model.float.is_none() {
-        bail!("--from {}: the model has no float weights to continue training from", path.display());
+        bail!(
+            "--from {}: the model has no float weights to continue training from",
+            path.display()
+        );
     }
     Ok(Some(model))
 }
@@ -182,9 +189,14 @@ pub fn run(args: TrainArgs) -> Result<i32> {
 fn read_recordings(paths: &[PathBuf]) -> Result<Vec<Transition>> {
     let mut all = Vec::new();
     for path in paths {
-        let file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+        let file =
+            std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
         let ts = read_recording(std::io::BufReader::new(file), &path.display().to_string())?;
-        eprintln!("custos train: {} transitions from {}", ts.len(), path.display());
+        eprintln!(
+            "custos train: {} transitions from {}",
+            ts.len(),
+            path.display()
+        );
         all.extend(ts);
     }
     Ok(all)
@@ -202,12 +214,25 @@ fn run_inspect(args: TrainArgs) -> Result<i32> {
     for t in read_recordings(&args.recordings)? {
         let class = format!(
             "{}-{}",
-            if t.state[FEAT_AVAILABILITY] <= pressure_at { "pressure" } else { "no_pressure" },
-            if t.state[FEAT_NR_EVENT] >= producer_at { "producer" } else { "quiet" }
+            if t.state[FEAT_AVAILABILITY] <= pressure_at {
+                "pressure"
+            } else {
+                "no_pressure"
+            },
+            if t.state[FEAT_NR_EVENT] >= producer_at {
+                "producer"
+            } else {
+                "quiet"
+            }
         );
-        counts.entry(class).or_insert_with(|| vec![0; model.qnet.actions])[model.qnet.action(&t.state)] += 1;
+        counts
+            .entry(class)
+            .or_insert_with(|| vec![0; model.qnet.actions])[model.qnet.action(&t.state)] += 1;
     }
-    println!("{}", serde_json::json!({ "model": path, "actions_by_class": counts }));
+    println!(
+        "{}",
+        serde_json::json!({ "model": path, "actions_by_class": counts })
+    );
     Ok(0)
 }
 
@@ -247,7 +272,11 @@ fn run_offline(args: TrainArgs) -> Result<i32> {
         );
     }
     if all.len() < args.batch {
-        bail!("{} transitions are too few to train on (a batch is {})", all.len(), args.batch);
+        bail!(
+            "{} transitions are too few to train on (a batch is {})",
+            all.len(),
+            args.batch
+        );
     }
     let start = start_model(&args, args.nr_queues)?;
     let cfg = dqn_config(&args, actions);
@@ -286,11 +315,18 @@ fn run_offline(args: TrainArgs) -> Result<i32> {
             epochs: args.epochs + start.as_ref().map_or(0, |m| m.trained.epochs),
             note: format!(
                 "offline from {}",
-                args.recordings.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+                args.recordings
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         },
     )?;
-    let float = model.float.as_ref().expect("quantised_model keeps the float weights");
+    let float = model
+        .float
+        .as_ref()
+        .expect("quantised_model keeps the float weights");
     eprintln!(
         "custos train: {}-bit network agrees with the float one on {:.2} % of the {} recorded states",
         args.weight_bits,
@@ -308,12 +344,18 @@ fn run_online(args: TrainArgs) -> Result<i32> {
     let maps = PolicyMaps::from_pins(&dir)?;
     let actions = maps.nr_actions()?;
     if actions < 2 {
-        bail!("the scheduler pinned in {} has not recorded its queues", dir.display());
+        bail!(
+            "the scheduler pinned in {} has not recorded its queues",
+            dir.display()
+        );
     }
     let nr_queues = actions - 1;
     let start = start_model(&args, nr_queues)?;
     if !(args.epoch_secs >= 0.1 && args.epoch_secs.is_finite()) {
-        bail!("--epoch-secs must be at least 0.1 (got {})", args.epoch_secs);
+        bail!(
+            "--epoch-secs must be at least 0.1 (got {})",
+            args.epoch_secs
+        );
     }
     let shutdown = Arc::new(AtomicBool::new(false));
     {
@@ -344,7 +386,10 @@ fn run_online(args: TrainArgs) -> Result<i32> {
     };
     // Each epoch says so (run_learner logs it): long work shows progress.
     crate::cli::init_logging(false);
-    eprintln!("custos train: training online beside the scheduler pinned in {}", dir.display());
+    eprintln!(
+        "custos train: training online beside the scheduler pinned in {}",
+        dir.display()
+    );
     let report = learning::run_learner(&maps, cfg, shutdown)?;
     eprintln!(
         "custos train: {} transitions, {} epochs, weights generation {}, model in {}",

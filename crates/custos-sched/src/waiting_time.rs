@@ -112,7 +112,7 @@ mod tests {
         assert_eq!(share_steps(50.0), 2);
         assert_eq!(share_steps(5.0), 8); // 1/20 rounds to 1/16
         assert_eq!(share_steps(1.0), 14); // 1/100 rounds to 1/128
-        // A task at 1/16 of the system's rate passes a 5 % test, at 1/64 it does not.
+                                          // A task at 1/16 of the system's rate passes a 5 % test, at 1/64 it does not.
         let total = norm_log2(16_000);
         assert!(norm_log2(1_000) + share_steps(5.0) >= total);
         assert!(norm_log2(250) + share_steps(5.0) < total);

@@ -382,22 +382,42 @@ fn vm_gru_placement_places_waking_tasks_and_a_bad_model_falls_back() {
     assert!(n("placement_snapshots") > 100, "{m}");
     assert!(n("placement_agent_snapshots") > 0, "{m}");
     assert!(n("placement_predictions") > 0, "{m}");
-    assert!(n("placement_used") > 0, "predictions never placed a task: {m}");
+    assert!(
+        n("placement_used") > 0,
+        "predictions never placed a task: {m}"
+    );
     assert_eq!(n("placement_prediction_errors"), 0, "{m}");
     assert_eq!(n("placement_map_write_failures"), 0, "{m}");
-    assert!(m["placement_inference_p50_us"].as_f64().unwrap() > 0.0, "{m}");
+    assert!(
+        m["placement_inference_p50_us"].as_f64().unwrap() > 0.0,
+        "{m}"
+    );
     // The final statistics are taken after the scheduler detached and the
     // agent stopped: the agent read no more than the kernel sent, and
     // each full window it read was predicted or skipped for one reason.
-    assert!(n("placement_agent_snapshots") <= n("placement_snapshots"), "{m}");
+    assert!(
+        n("placement_agent_snapshots") <= n("placement_snapshots"),
+        "{m}"
+    );
     let windows = n("placement_agent_snapshots") - 9;
-    let accounted = ["predictions", "prediction_errors", "skipped_late", "skipped_budget", "skipped_unplaceable", "skipped_superseded", "skipped_pressure"]
-        .iter()
-        .map(|k| n(&format!("placement_{k}")))
-        .sum::<u64>();
+    let accounted = [
+        "predictions",
+        "prediction_errors",
+        "skipped_late",
+        "skipped_budget",
+        "skipped_unplaceable",
+        "skipped_superseded",
+        "skipped_pressure",
+    ]
+    .iter()
+    .map(|k| n(&format!("placement_{k}")))
+    .sum::<u64>();
     assert_eq!(accounted, windows, "{m}");
     // Windows run in batches: no more calls than windows run.
-    assert!((1..=n("placement_predictions")).contains(&n("placement_inference_calls")), "{m}");
+    assert!(
+        (1..=n("placement_predictions")).contains(&n("placement_inference_calls")),
+        "{m}"
+    );
 
     // A model file that is not ONNX: said, own placement, still scheduling.
     let bad = g.log("placement_bad.log");
@@ -405,6 +425,12 @@ fn vm_gru_placement_places_waking_tasks_and_a_bad_model_falls_back() {
     assert_eq!(g.get("placement_bad.rc"), "0", "log: {bad}");
     assert!(bad.contains("not an ONNX model"), "log: {bad}");
     let b = g.json("placement_bad.json");
-    assert!(b["placement"].as_str().unwrap().starts_with("custos (gru unavailable"), "{b}");
+    assert!(
+        b["placement"]
+            .as_str()
+            .unwrap()
+            .starts_with("custos (gru unavailable"),
+        "{b}"
+    );
     assert_eq!(b["placement_snapshots"], 0, "{b}");
 }

@@ -79,7 +79,9 @@ impl SealKey {
                 return Ok((key, false));
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e).with_context(|| format!("opening the seal key {}", path.display())),
+            Err(e) => {
+                return Err(e).with_context(|| format!("opening the seal key {}", path.display()))
+            }
         }
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::DirBuilder::new()
@@ -89,20 +91,31 @@ impl SealKey {
                 .with_context(|| format!("creating {}", dir.display()))?;
         }
         let mut secret = [0u8; 32];
-        getrandom::fill(&mut secret).map_err(|e| anyhow::anyhow!("no randomness for a new seal key: {e}"))?;
+        getrandom::fill(&mut secret)
+            .map_err(|e| anyhow::anyhow!("no randomness for a new seal key: {e}"))?;
         // create_new: two collectors starting at once never overwrite each other's key.
-        let created = OpenOptions::new().write(true).create_new(true).mode(0o600).open(path);
+        let created = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path);
         match created {
             Ok(mut f) => {
-                f.write_all(&secret).and_then(|()| f.sync_all()).with_context(|| format!("writing the seal key {}", path.display()))?;
-                let key = SealKey { signing: SigningKey::from_bytes(&secret) };
+                f.write_all(&secret)
+                    .and_then(|()| f.sync_all())
+                    .with_context(|| format!("writing the seal key {}", path.display()))?;
+                let key = SealKey {
+                    signing: SigningKey::from_bytes(&secret),
+                };
                 // The public half beside it, for `custos verify --key FILE`.
                 let public = Self::public_path(path);
-                std::fs::write(&public, key.public_hex() + "\n").with_context(|| format!("writing {}", public.display()))?;
+                std::fs::write(&public, key.public_hex() + "\n")
+                    .with_context(|| format!("writing {}", public.display()))?;
                 Ok((key, true))
             }
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                let f = std::fs::File::open(path).with_context(|| format!("opening the seal key {}", path.display()))?;
+                let f = std::fs::File::open(path)
+                    .with_context(|| format!("opening the seal key {}", path.display()))?;
                 Ok((Self::read(f, path)?, false))
             }
             Err(e) => Err(e).with_context(|| format!("creating the seal key {}", path.display())),
@@ -121,11 +134,18 @@ impl SealKey {
             );
         }
         let mut secret = Vec::new();
-        f.read_to_end(&mut secret).with_context(|| format!("reading the seal key {}", path.display()))?;
-        let secret: [u8; 32] = secret
-            .try_into()
-            .map_err(|v: Vec<u8>| anyhow::anyhow!("the seal key {} is {} bytes, not 32", path.display(), v.len()))?;
-        Ok(SealKey { signing: SigningKey::from_bytes(&secret) })
+        f.read_to_end(&mut secret)
+            .with_context(|| format!("reading the seal key {}", path.display()))?;
+        let secret: [u8; 32] = secret.try_into().map_err(|v: Vec<u8>| {
+            anyhow::anyhow!(
+                "the seal key {} is {} bytes, not 32",
+                path.display(),
+                v.len()
+            )
+        })?;
+        Ok(SealKey {
+            signing: SigningKey::from_bytes(&secret),
+        })
     }
 
     /// The key at `path` (default: [`SealKey::default_path`]), made on first
@@ -209,7 +229,13 @@ impl Fields {
         m.extend_from_slice(DOMAIN);
         m.extend_from_slice(b"seal");
         m.extend_from_slice(&self.stream);
-        for v in [self.batch, self.first_line, self.lines, self.first_time_ns, self.last_time_ns] {
+        for v in [
+            self.batch,
+            self.first_line,
+            self.lines,
+            self.first_time_ns,
+            self.last_time_ns,
+        ] {
             m.extend_from_slice(&v.to_le_bytes());
         }
         m.push(self.last as u8);
@@ -258,7 +284,12 @@ impl Batch {
         let (taken, lines) = if newlines < room {
             (bytes.len(), newlines)
         } else {
-            (memchr::memchr_iter(b'\n', bytes).nth(room as usize - 1).map_or(bytes.len(), |nl| nl + 1), room)
+            (
+                memchr::memchr_iter(b'\n', bytes)
+                    .nth(room as usize - 1)
+                    .map_or(bytes.len(), |nl| nl + 1),
+                room,
+            )
         };
         let part = &bytes[..taken];
         self.content.update(part);
@@ -323,7 +354,10 @@ fn time_ns_of(line: &[u8]) -> Option<u64> {
         std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\"time_ns\":"));
     let at = TIME_NS.find(line)? + 10;
     let digits = line[at..].iter().take_while(|b| b.is_ascii_digit()).count();
-    std::str::from_utf8(&line[at..at + digits]).ok()?.parse().ok()
+    std::str::from_utf8(&line[at..at + digits])
+        .ok()?
+        .parse()
+        .ok()
 }
 
 /// Writes the seals into a stream passing through it (in the output writer's
@@ -341,7 +375,13 @@ impl Sealer {
         if every == 0 {
             bail!("--seal-every must be at least 1 line");
         }
-        Ok(Sealer { chain: BatchSealer::new(key)?, every, max_age, batch: Batch::new(), opened: None })
+        Ok(Sealer {
+            chain: BatchSealer::new(key)?,
+            every,
+            max_age,
+            batch: Batch::new(),
+            opened: None,
+        })
     }
 
     /// Passes `bytes` on to `out`, with a seal after every `every` lines.
@@ -361,7 +401,10 @@ impl Sealer {
     /// Seals the batch if its first line is older than the age limit and it
     /// ends on a whole line (called at the writer's flushes).
     pub fn tick(&mut self, out: &mut dyn Write) -> io::Result<()> {
-        if self.opened.is_some_and(|t| t.elapsed() >= self.max_age) && self.batch.lines > 0 && !self.batch.partial {
+        if self.opened.is_some_and(|t| t.elapsed() >= self.max_age)
+            && self.batch.lines > 0
+            && !self.batch.partial
+        {
             self.seal(out, false)?;
         }
         Ok(())
@@ -375,7 +418,13 @@ impl Sealer {
 
     fn seal(&mut self, out: &mut dyn Write, last: bool) -> io::Result<()> {
         let batch = std::mem::replace(&mut self.batch, Batch::new());
-        let line = self.chain.seal(&batch.content_hash(), batch.lines, batch.first_time_ns, batch.last_time_ns, last);
+        let line = self.chain.seal(
+            &batch.content_hash(),
+            batch.lines,
+            batch.first_time_ns,
+            batch.last_time_ns,
+            last,
+        );
         let mut text = serde_json::to_vec(&line).map_err(io::Error::other)?;
         text.push(b'\n');
         out.write_all(&text)?;
@@ -407,7 +456,11 @@ impl BatchSealer {
     /// Where the chain stands now (to go back to it if the batch sealed
     /// next is not kept, e.g. a rolled-back transaction).
     pub fn state(&self) -> ChainState {
-        ChainState { batch_no: self.batch_no, prev: self.prev, next_line: self.next_line }
+        ChainState {
+            batch_no: self.batch_no,
+            prev: self.prev,
+            next_line: self.next_line,
+        }
     }
 
     pub fn set_state(&mut self, s: ChainState) {
@@ -426,13 +479,27 @@ impl BatchSealer {
     /// A new chain, with a random stream id.
     pub fn new(key: SealKey) -> Result<Self> {
         let mut stream = [0u8; 16];
-        getrandom::fill(&mut stream).map_err(|e| anyhow::anyhow!("no randomness for a stream id: {e}"))?;
-        Ok(BatchSealer { key, stream, batch_no: 0, prev: [0; 32], next_line: 0 })
+        getrandom::fill(&mut stream)
+            .map_err(|e| anyhow::anyhow!("no randomness for a stream id: {e}"))?;
+        Ok(BatchSealer {
+            key,
+            stream,
+            batch_no: 0,
+            prev: [0; 32],
+            next_line: 0,
+        })
     }
 
     /// The seal of the next batch: `content` is its content hash, `lines`
     /// how many items it holds, `first_time_ns`..`last_time_ns` their times.
-    pub fn seal(&mut self, content: &[u8; 32], lines: u64, first_time_ns: u64, last_time_ns: u64, last: bool) -> SealLine {
+    pub fn seal(
+        &mut self,
+        content: &[u8; 32],
+        lines: u64,
+        first_time_ns: u64,
+        last_time_ns: u64,
+        last: bool,
+    ) -> SealLine {
         let f = Fields {
             stream: self.stream,
             batch: self.batch_no,
@@ -547,7 +614,12 @@ impl Verifier {
             self.find("inserted", None, "lines follow the final seal", None);
         }
         if is_seal(line) && !line.ends_with(b"\n") {
-            self.find("truncated", None, "the file was cut inside a seal line", None);
+            self.find(
+                "truncated",
+                None,
+                "the file was cut inside a seal line",
+                None,
+            );
         } else if is_seal(line) {
             self.seals += 1;
             self.seal(line);
@@ -555,15 +627,31 @@ impl Verifier {
             self.batch.take(line);
             if !line.ends_with(b"\n") {
                 self.batch.take(b"\n");
-                self.find("truncated", None, "the last line has no newline: the file was cut inside it", None);
+                self.find(
+                    "truncated",
+                    None,
+                    "the last line has no newline: the file was cut inside it",
+                    None,
+                );
             }
             self.line_no += 1;
         }
     }
 
-    fn find(&mut self, kind: &'static str, batch: Option<u64>, message: &str, range: Option<(u64, u64, u64, u64)>) {
+    fn find(
+        &mut self,
+        kind: &'static str,
+        batch: Option<u64>,
+        message: &str,
+        range: Option<(u64, u64, u64, u64)>,
+    ) {
         let (first_line, last_line, t0, t1) = match range {
-            Some((a, b, c, d)) => (Some(a), Some(b), Some(c).filter(|t| *t > 0), Some(d).filter(|t| *t > 0)),
+            Some((a, b, c, d)) => (
+                Some(a),
+                Some(b),
+                Some(c).filter(|t| *t > 0),
+                Some(d).filter(|t| *t > 0),
+            ),
             None => (None, None, None, None),
         };
         self.findings.push(Finding {
@@ -580,12 +668,25 @@ impl Verifier {
     fn seal(&mut self, line: &[u8]) {
         let batch = std::mem::replace(&mut self.batch, Batch::new());
         let content = batch.content_hash();
-        self.check_seal(line, &content, batch.lines, batch.first_time_ns, batch.last_time_ns);
+        self.check_seal(
+            line,
+            &content,
+            batch.lines,
+            batch.first_time_ns,
+            batch.last_time_ns,
+        );
     }
 
     /// A batch whose content hash the caller computed (see [`BatchSealer`]),
     /// with `lines` items and their times, and the seal that claims it.
-    pub fn sealed_batch(&mut self, content: &[u8; 32], lines: u64, first_time_ns: u64, last_time_ns: u64, seal: &[u8]) {
+    pub fn sealed_batch(
+        &mut self,
+        content: &[u8; 32],
+        lines: u64,
+        first_time_ns: u64,
+        last_time_ns: u64,
+        seal: &[u8],
+    ) {
         if self.finished {
             self.finished = false;
             self.find("inserted", None, "batches follow the final seal", None);
@@ -595,18 +696,42 @@ impl Verifier {
         self.check_seal(seal, content, lines, first_time_ns, last_time_ns);
     }
 
-    fn check_seal(&mut self, line: &[u8], content: &[u8; 32], lines: u64, first_time_ns: u64, last_time_ns: u64) {
+    fn check_seal(
+        &mut self,
+        line: &[u8],
+        content: &[u8; 32],
+        lines: u64,
+        first_time_ns: u64,
+        last_time_ns: u64,
+    ) {
         let first_line = std::mem::replace(&mut self.batch_first_line, self.line_no);
         let last_line = self.line_no.saturating_sub(1);
         let range = Some((first_line, last_line, first_time_ns, last_time_ns));
         let s: SealLine = match serde_json::from_slice(line) {
             Ok(s) => s,
             Err(e) => {
-                return self.find("forged-seal", None, &format!("a seal line does not parse ({e}): it was altered"), range);
+                return self.find(
+                    "forged-seal",
+                    None,
+                    &format!("a seal line does not parse ({e}): it was altered"),
+                    range,
+                );
             }
         };
-        let Ok(Decoded { key, stream, prev, hash, sig }) = Decoded::of(&s) else {
-            return self.find("forged-seal", Some(s.batch), "a seal's fields are not well-formed hex: it was altered", range);
+        let Ok(Decoded {
+            key,
+            stream,
+            prev,
+            hash,
+            sig,
+        }) = Decoded::of(&s)
+        else {
+            return self.find(
+                "forged-seal",
+                Some(s.batch),
+                "a seal's fields are not well-formed hex: it was altered",
+                range,
+            );
         };
         let f = Fields {
             stream,
@@ -618,24 +743,49 @@ impl Verifier {
             last: s.last,
             prev,
         };
-        let sealed = Some((s.first_line, (s.first_line + s.lines).saturating_sub(1), s.first_time_ns, s.last_time_ns));
+        let sealed = Some((
+            s.first_line,
+            (s.first_line + s.lines).saturating_sub(1),
+            s.first_time_ns,
+            s.last_time_ns,
+        ));
         if s.v != 1 || key.verify(&f.message(&hash), &sig).is_err() {
-            return self.find("forged-seal", Some(s.batch), "the seal's signature does not match its fields: the seal was altered or forged", range);
+            return self.find(
+                "forged-seal",
+                Some(s.batch),
+                "the seal's signature does not match its fields: the seal was altered or forged",
+                range,
+            );
         }
         if self.pinned.is_some_and(|p| p != key) {
-            return self.find("foreign-key", Some(s.batch), &format!("sealed by key {}, not the key given", s.key), sealed);
+            return self.find(
+                "foreign-key",
+                Some(s.batch),
+                &format!("sealed by key {}, not the key given", s.key),
+                sealed,
+            );
         }
         match self.key {
             None => self.key = Some(key),
             Some(k) if k != key => {
-                return self.find("foreign-key", Some(s.batch), &format!("sealed by key {}, not the stream's first key", s.key), sealed);
+                return self.find(
+                    "foreign-key",
+                    Some(s.batch),
+                    &format!("sealed by key {}, not the stream's first key", s.key),
+                    sealed,
+                );
             }
             Some(_) => {}
         }
         match self.stream {
             None => self.stream = Some(stream),
             Some(id) if id != stream => {
-                return self.find("other-stream", Some(s.batch), "a batch of another stream (another collector run) was inserted", sealed);
+                return self.find(
+                    "other-stream",
+                    Some(s.batch),
+                    "a batch of another stream (another collector run) was inserted",
+                    sealed,
+                );
             }
             Some(_) => {}
         }
@@ -653,19 +803,53 @@ impl Verifier {
             );
         }
         if self.seen.contains_key(&s.batch) {
-            self.find("replayed", Some(s.batch), &format!("batch {} appears a second time", s.batch), sealed);
+            self.find(
+                "replayed",
+                Some(s.batch),
+                &format!("batch {} appears a second time", s.batch),
+                sealed,
+            );
         } else {
             let later = self.seen.range(s.batch + 1..).next().map(|(b, _)| *b);
             if let Some(b) = later {
-                self.find("reordered", Some(s.batch), &format!("batch {} comes after batch {b}: batches were moved", s.batch), sealed);
+                self.find(
+                    "reordered",
+                    Some(s.batch),
+                    &format!(
+                        "batch {} comes after batch {b}: batches were moved",
+                        s.batch
+                    ),
+                    sealed,
+                );
             }
             // Each seal names the chain hash before it: with genuine
             // signatures a mismatch means a key that sealed two streams alike.
-            let before = if s.batch == 0 { Some([0; 32]) } else { self.seen.get(&(s.batch - 1)).map(|b| b.hash) };
+            let before = if s.batch == 0 {
+                Some([0; 32])
+            } else {
+                self.seen.get(&(s.batch - 1)).map(|b| b.hash)
+            };
             if before.is_some_and(|h| h != prev) {
-                self.find("altered", Some(s.batch), &format!("batch {} does not follow batch {} in the chain", s.batch, s.batch.saturating_sub(1)), sealed);
+                self.find(
+                    "altered",
+                    Some(s.batch),
+                    &format!(
+                        "batch {} does not follow batch {} in the chain",
+                        s.batch,
+                        s.batch.saturating_sub(1)
+                    ),
+                    sealed,
+                );
             }
-            self.seen.insert(s.batch, SeenBatch { hash, first_line: s.first_line, first_time_ns: s.first_time_ns, last_time_ns: s.last_time_ns });
+            self.seen.insert(
+                s.batch,
+                SeenBatch {
+                    hash,
+                    first_line: s.first_line,
+                    first_time_ns: s.first_time_ns,
+                    last_time_ns: s.last_time_ns,
+                },
+            );
         }
         self.verified += 1;
         self.finished = s.last;
@@ -679,8 +863,16 @@ impl Verifier {
             if self.seen.contains_key(&b) {
                 continue;
             }
-            let before = self.seen.range(..b).next_back().map(|(_, s)| s.last_time_ns);
-            let (line, t1) = self.seen.range(b + 1..).next().map_or((0, 0), |(_, s)| (s.first_line, s.first_time_ns));
+            let before = self
+                .seen
+                .range(..b)
+                .next_back()
+                .map(|(_, s)| s.last_time_ns);
+            let (line, t1) = self
+                .seen
+                .range(b + 1..)
+                .next()
+                .map_or((0, 0), |(_, s)| (s.first_line, s.first_time_ns));
             self.findings.push(Finding {
                 kind: "deleted",
                 batch: Some(b),
@@ -703,8 +895,16 @@ impl Verifier {
             );
         }
         if self.seals == 0 {
-            self.find("not-sealed", None, "no seal in the stream: it was written without sealing, or every seal was removed", None);
-        } else if self.verified > 0 && !self.finished && !self.findings.iter().any(|f| f.kind == "inserted") {
+            self.find(
+                "not-sealed",
+                None,
+                "no seal in the stream: it was written without sealing, or every seal was removed",
+                None,
+            );
+        } else if self.verified > 0
+            && !self.finished
+            && !self.findings.iter().any(|f| f.kind == "inserted")
+        {
             self.find(
                 "truncated",
                 Some(next),
@@ -757,7 +957,8 @@ fn parse_key(hex_key: &str) -> Result<VerifyingKey> {
 
 fn hex_array<const N: usize>(s: &str) -> Result<[u8; N]> {
     let v = hex::decode(s).context("not hex")?;
-    v.try_into().map_err(|v: Vec<u8>| anyhow::anyhow!("{} bytes where {N} belong", v.len()))
+    v.try_into()
+        .map_err(|v: Vec<u8>| anyhow::anyhow!("{} bytes where {N} belong", v.len()))
 }
 
 #[cfg(test)]
@@ -765,7 +966,9 @@ mod tests {
     use super::*;
 
     fn key() -> SealKey {
-        SealKey { signing: SigningKey::from_bytes(&[7; 32]) }
+        SealKey {
+            signing: SigningKey::from_bytes(&[7; 32]),
+        }
     }
 
     /// Event-like lines, `n` of them, with times.
@@ -828,13 +1031,31 @@ mod tests {
             assert_eq!(r.lines, 1000);
             assert_eq!(r.batches_verified, 1000 / 64 + 1);
             // The data lines come through unchanged and in order.
-            let data: Vec<u8> = out.split_inclusive(|b| *b == b'\n').filter(|l| !is_seal(l)).flatten().copied().collect();
+            let data: Vec<u8> = out
+                .split_inclusive(|b| *b == b'\n')
+                .filter(|l| !is_seal(l))
+                .flatten()
+                .copied()
+                .collect();
             assert_eq!(data, input.concat());
         }
         // Seals carry each batch's time range.
         let out = sealed(&input, 100, 333, true);
-        let first: SealLine = serde_json::from_slice(out.split_inclusive(|b| *b == b'\n').find(|l| is_seal(l)).unwrap()).unwrap();
-        assert_eq!((first.first_line, first.lines, first.first_time_ns, first.last_time_ns), (0, 100, 1_000, 1_099));
+        let first: SealLine = serde_json::from_slice(
+            out.split_inclusive(|b| *b == b'\n')
+                .find(|l| is_seal(l))
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                first.first_line,
+                first.lines,
+                first.first_time_ns,
+                first.last_time_ns
+            ),
+            (0, 100, 1_000, 1_099)
+        );
     }
 
     #[test]
@@ -849,8 +1070,14 @@ mod tests {
         flipped[at] ^= 1;
         let r = verify(&flipped, None);
         assert_eq!(kinds(&r), [("altered", Some(3))]);
-        assert_eq!((r.findings[0].first_line, r.findings[0].last_line), (Some(150), Some(199)));
-        assert_eq!((r.findings[0].first_time_ns, r.findings[0].last_time_ns), (Some(1_150), Some(1_199)));
+        assert_eq!(
+            (r.findings[0].first_line, r.findings[0].last_line),
+            (Some(150), Some(199))
+        );
+        assert_eq!(
+            (r.findings[0].first_time_ns, r.findings[0].last_time_ns),
+            (Some(1_150), Some(1_199))
+        );
 
         // One byte of a seal flipped: that seal no longer holds.
         let mut flipped = out.clone();
@@ -861,10 +1088,18 @@ mod tests {
         assert_eq!(r.findings[0].kind, "forged-seal");
 
         // A batch dropped, lines and seal: deleted, with the times around it.
-        let dropped: Vec<u8> = b.iter().enumerate().filter(|(i, _)| *i != 4).flat_map(|(_, x)| x.clone()).collect();
+        let dropped: Vec<u8> = b
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != 4)
+            .flat_map(|(_, x)| x.clone())
+            .collect();
         let r = verify(&dropped, None);
         assert_eq!(kinds(&r), [("deleted", Some(4))]);
-        assert_eq!((r.findings[0].first_time_ns, r.findings[0].last_time_ns), (Some(1_199), Some(1_250)));
+        assert_eq!(
+            (r.findings[0].first_time_ns, r.findings[0].last_time_ns),
+            (Some(1_199), Some(1_250))
+        );
 
         // Two batches swapped.
         let mut swapped = b.clone();
@@ -875,7 +1110,10 @@ mod tests {
         // A batch played twice.
         let mut twice = b.clone();
         twice.insert(3, b[2].clone());
-        assert_eq!(kinds(&verify(&twice.concat(), None)), [("replayed", Some(2))]);
+        assert_eq!(
+            kinds(&verify(&twice.concat(), None)),
+            [("replayed", Some(2))]
+        );
 
         // A line slipped into a batch, or one taken out.
         let mut more = b.clone();
@@ -884,13 +1122,33 @@ mod tests {
         let mut fewer = b.clone();
         let first_nl = fewer[8].iter().position(|c| *c == b'\n').unwrap();
         fewer[8].drain(..=first_nl);
-        assert_eq!(kinds(&verify(&fewer.concat(), None)), [("altered", Some(8))]);
+        assert_eq!(
+            kinds(&verify(&fewer.concat(), None)),
+            [("altered", Some(8))]
+        );
 
         // The tail cut off: in a line, at a line's end, or with its seals.
-        let r = verify(&out[..b[..9].iter().map(Vec::len).sum::<usize>() + 100], None);
-        assert_eq!(kinds(&r), [("truncated", None), ("unsealed-tail", Some(9)), ("truncated", Some(9))]);
+        let r = verify(
+            &out[..b[..9].iter().map(Vec::len).sum::<usize>() + 100],
+            None,
+        );
+        assert_eq!(
+            kinds(&r),
+            [
+                ("truncated", None),
+                ("unsealed-tail", Some(9)),
+                ("truncated", Some(9))
+            ]
+        );
         let r = verify(&out[..b[..9].iter().map(Vec::len).sum::<usize>() - 5], None);
-        assert_eq!(kinds(&r), [("truncated", None), ("unsealed-tail", Some(8)), ("truncated", Some(8))]);
+        assert_eq!(
+            kinds(&r),
+            [
+                ("truncated", None),
+                ("unsealed-tail", Some(8)),
+                ("truncated", Some(8))
+            ]
+        );
         let r = verify(&b[..9].concat(), None);
         assert_eq!(kinds(&r), [("truncated", Some(9))]);
         assert_eq!(r.findings[0].first_time_ns, Some(1_449));
@@ -899,29 +1157,52 @@ mod tests {
         let mut appended = out.clone();
         appended.extend_from_slice(&lines(3).concat());
         let r = verify(&appended, None);
-        assert!(r.findings.iter().any(|f| f.kind == "inserted"), "{:?}", r.findings);
+        assert!(
+            r.findings.iter().any(|f| f.kind == "inserted"),
+            "{:?}",
+            r.findings
+        );
 
         // A batch sealed by another key (a forger's), or of another stream.
-        let mut forger = Sealer::new(SealKey { signing: SigningKey::from_bytes(&[9; 32]) }, 50, Duration::from_secs(3600)).unwrap();
+        let mut forger = Sealer::new(
+            SealKey {
+                signing: SigningKey::from_bytes(&[9; 32]),
+            },
+            50,
+            Duration::from_secs(3600),
+        )
+        .unwrap();
         let mut forged = Vec::new();
         forger.write(&lines(50).concat(), &mut forged).unwrap();
         let mut with_forged = b.clone();
         with_forged.insert(5, forged);
-        assert_eq!(kinds(&verify(&with_forged.concat(), None)), [("foreign-key", Some(0))]);
+        assert_eq!(
+            kinds(&verify(&with_forged.concat(), None)),
+            [("foreign-key", Some(0))]
+        );
         let other = sealed(&lines(50), 50, 4096, false);
         let mut with_other = b.clone();
         with_other.insert(5, other);
-        assert_eq!(kinds(&verify(&with_other.concat(), None)), [("other-stream", Some(0))]);
+        assert_eq!(
+            kinds(&verify(&with_other.concat(), None)),
+            [("other-stream", Some(0))]
+        );
 
         // The key given must be the one that sealed.
         let right = key().public_hex();
         assert!(verify(&out, Some(&right)).intact);
-        let wrong = SealKey { signing: SigningKey::from_bytes(&[9; 32]) }.public_hex();
+        let wrong = SealKey {
+            signing: SigningKey::from_bytes(&[9; 32]),
+        }
+        .public_hex();
         let r = verify(&out, Some(&wrong));
         assert!(r.findings.iter().all(|f| f.kind == "foreign-key") && !r.intact);
 
         // An unsealed stream says so.
-        assert_eq!(kinds(&verify(&lines(10).concat(), None)), [("unsealed-tail", Some(0)), ("not-sealed", None)]);
+        assert_eq!(
+            kinds(&verify(&lines(10).concat(), None)),
+            [("unsealed-tail", Some(0)), ("not-sealed", None)]
+        );
     }
 
     #[test]
@@ -933,7 +1214,12 @@ mod tests {
         assert!(!out.split_inclusive(|b| *b == b'\n').any(is_seal));
         s.write(b":2}\n", &mut out).unwrap();
         s.tick(&mut out).unwrap();
-        assert_eq!(out.split_inclusive(|b| *b == b'\n').filter(|l| is_seal(l)).count(), 1);
+        assert_eq!(
+            out.split_inclusive(|b| *b == b'\n')
+                .filter(|l| is_seal(l))
+                .count(),
+            1
+        );
         s.finish(&mut out).unwrap();
         let r = verify(&out, None);
         assert!(r.intact, "{:?}", r.findings);
@@ -947,9 +1233,24 @@ mod tests {
         let path = dir.path().join("keys/seal.key");
         let (k1, made) = SealKey::load_or_create(&path).unwrap();
         assert!(made);
-        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
-        assert_eq!(std::fs::metadata(path.parent().unwrap()).unwrap().permissions().mode() & 0o777, 0o700);
-        assert_eq!(std::fs::read_to_string(path.with_extension("pub")).unwrap().trim(), k1.public_hex());
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        assert_eq!(
+            std::fs::metadata(path.parent().unwrap())
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777,
+            0o700
+        );
+        assert_eq!(
+            std::fs::read_to_string(path.with_extension("pub"))
+                .unwrap()
+                .trim(),
+            k1.public_hex()
+        );
         let (k2, made) = SealKey::load_or_create(&path).unwrap();
         assert!(!made);
         assert_eq!(k1.public_hex(), k2.public_hex());
@@ -957,8 +1258,15 @@ mod tests {
         let err = SealKey::load_or_create(&path).err().unwrap().to_string();
         assert!(err.contains("can be read by others"), "{err}");
         std::fs::write(dir.path().join("short.key"), [1u8; 5]).unwrap();
-        std::fs::set_permissions(dir.path().join("short.key"), std::fs::Permissions::from_mode(0o600)).unwrap();
-        let err = SealKey::load_or_create(&dir.path().join("short.key")).err().unwrap().to_string();
+        std::fs::set_permissions(
+            dir.path().join("short.key"),
+            std::fs::Permissions::from_mode(0o600),
+        )
+        .unwrap();
+        let err = SealKey::load_or_create(&dir.path().join("short.key"))
+            .err()
+            .unwrap()
+            .to_string();
         assert!(err.contains("5 bytes, not 32"), "{err}");
     }
 }

@@ -27,16 +27,27 @@ pub struct Recorder {
 impl Recorder {
     pub fn create(path: &Path) -> Result<Self> {
         let name = path.to_string_lossy();
-        let file = File::create(path).with_context(|| format!("creating archive {}", path.display()))?;
+        let file =
+            File::create(path).with_context(|| format!("creating archive {}", path.display()))?;
         let out = BufWriter::with_capacity(1 << 20, file);
         let sink = if name.ends_with(".zst") || name.ends_with(".zstd") {
             Sink::Zstd(zstd::stream::write::Encoder::new(out, ZSTD_LEVEL).context("starting zstd")?)
         } else if name.ends_with(".gz") {
-            Sink::Gzip(flate2::write::GzEncoder::new(out, flate2::Compression::default()))
+            Sink::Gzip(flate2::write::GzEncoder::new(
+                out,
+                flate2::Compression::default(),
+            ))
         } else {
-            bail!("archive {}: name must end in .zst or .gz (that picks the compression)", path.display());
+            bail!(
+                "archive {}: name must end in .zst or .gz (that picks the compression)",
+                path.display()
+            );
         };
-        Ok(Self { sink, path: path.to_path_buf(), lines: 0 })
+        Ok(Self {
+            sink,
+            path: path.to_path_buf(),
+            lines: 0,
+        })
     }
 
     pub fn write_line(&mut self, line: &str) -> Result<()> {
@@ -68,7 +79,8 @@ impl Recorder {
             Sink::Gzip(e) => e.finish(),
         }
         .with_context(|| format!("finishing archive {}", path.display()))?;
-        out.flush().with_context(|| format!("finishing archive {}", path.display()))?;
+        out.flush()
+            .with_context(|| format!("finishing archive {}", path.display()))?;
         Ok(self.lines)
     }
 }
@@ -76,17 +88,24 @@ impl Recorder {
 /// Opens an input stream: `-` is stdin; `.zst`/`.gz` files are decompressed.
 pub fn open_input(path: &Path) -> Result<Box<dyn BufRead + Send>> {
     if path.as_os_str() == "-" {
-        return Ok(Box::new(BufReader::with_capacity(1 << 20, std::io::stdin())));
+        return Ok(Box::new(BufReader::with_capacity(
+            1 << 20,
+            std::io::stdin(),
+        )));
     }
     let file = File::open(path).with_context(|| format!("opening input {}", path.display()))?;
     let name = path.to_string_lossy();
     Ok(if name.ends_with(".zst") || name.ends_with(".zstd") {
         Box::new(BufReader::with_capacity(
             1 << 20,
-            zstd::stream::read::Decoder::new(file).with_context(|| format!("reading zstd {}", path.display()))?,
+            zstd::stream::read::Decoder::new(file)
+                .with_context(|| format!("reading zstd {}", path.display()))?,
         ))
     } else if name.ends_with(".gz") {
-        Box::new(BufReader::with_capacity(1 << 20, flate2::read::MultiGzDecoder::new(file)))
+        Box::new(BufReader::with_capacity(
+            1 << 20,
+            flate2::read::MultiGzDecoder::new(file),
+        ))
     } else {
         Box::new(BufReader::with_capacity(1 << 20, file))
     })
@@ -104,7 +123,8 @@ mod tests {
             let p = dir.path().join(name);
             let mut r = Recorder::create(&p).unwrap();
             for i in 0..1000 {
-                r.write_line(&format!("{{\"type\":\"event\",\"id\":{i}}}")).unwrap();
+                r.write_line(&format!("{{\"type\":\"event\",\"id\":{i}}}"))
+                    .unwrap();
             }
             assert_eq!(r.finish().unwrap(), 1000);
             let mut s = String::new();

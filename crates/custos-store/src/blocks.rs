@@ -103,7 +103,10 @@ impl EntryBase {
         varint::put(out, varint::zigzag(e.effect_minus_cause));
         varint::put(out, (id >> SEQ_BITS) << 3 | e.kind as u64);
         // A step of a 48-bit sequence number: its zigzag has room for the flag.
-        varint::put(out, varint::zigzag(seq.wrapping_sub(self.seq) as i64) << 1 | new_boot as u64);
+        varint::put(
+            out,
+            varint::zigzag(seq.wrapping_sub(self.seq) as i64) << 1 | new_boot as u64,
+        );
         varint::put(out, varint::zigzag(e.time_ns.wrapping_sub(self.time)));
         if new_boot {
             varint::put(out, e.boot as u64);
@@ -116,10 +119,18 @@ impl EntryBase {
         let hi = varint::get(bytes, pos)?;
         let step = varint::get(bytes, pos)?;
         self.seq = self.seq.wrapping_add(varint::unzigzag(step >> 1) as u64) & SEQ_MASK;
-        self.time = self.time.wrapping_add(varint::unzigzag(varint::get(bytes, pos)?));
+        self.time = self
+            .time
+            .wrapping_add(varint::unzigzag(varint::get(bytes, pos)?));
         if step & 1 != 0 {
             self.boot = varint::get(bytes, pos)? as i64;
         }
-        Ok(Entry { effect_minus_cause, kind: (hi & 7) as u8, event_id: ((hi >> 3) << SEQ_BITS | self.seq) as i64, time_ns: self.time, boot: self.boot })
+        Ok(Entry {
+            effect_minus_cause,
+            kind: (hi & 7) as u8,
+            event_id: ((hi >> 3) << SEQ_BITS | self.seq) as i64,
+            time_ns: self.time,
+            boot: self.boot,
+        })
     }
 }

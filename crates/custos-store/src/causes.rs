@@ -45,7 +45,11 @@ pub type Base = (i64, u64, i64);
 
 /// The base of a block whose header holds `base_time` and `stored`.
 fn base_of(base_time: i64, stored: u64) -> Base {
-    (base_time, stored & SEQ_MASK, ((stored >> SEQ_BITS) as i64) & BOOT_MAX)
+    (
+        base_time,
+        stored & SEQ_MASK,
+        ((stored >> SEQ_BITS) as i64) & BOOT_MAX,
+    )
 }
 
 /// The offsets' width of a block whose stored `base_seq` is `stored`.
@@ -75,39 +79,63 @@ pub struct CauseEntry {
     pub boot: i64,
 }
 
-
 /// Appends the varints of `entries` (the causes of `effect`) to `out`.
 fn encode_node(out: &mut Vec<u8>, effect: i64, entries: &[CauseEntry], (time, seq, boot): Base) {
     let mut base = EntryBase::new(time, seq, boot);
     for e in entries {
-        let entry = Entry { effect_minus_cause: effect.wrapping_sub(e.cause), kind: e.kind, event_id: e.event_id, time_ns: e.time_ns, boot: e.boot };
+        let entry = Entry {
+            effect_minus_cause: effect.wrapping_sub(e.cause),
+            kind: e.kind,
+            event_id: e.event_id,
+            time_ns: e.time_ns,
+            boot: e.boot,
+        };
         base.put(out, &entry);
     }
 }
 
 /// Decodes one node's entries (the slice of its block) into `out`.
-pub fn decode_node(out: &mut Vec<CauseEntry>, effect: i64, bytes: &[u8], (time, seq, boot): Base) -> Result<()> {
+pub fn decode_node(
+    out: &mut Vec<CauseEntry>,
+    effect: i64,
+    bytes: &[u8],
+    (time, seq, boot): Base,
+) -> Result<()> {
     let mut base = EntryBase::new(time, seq, boot);
     let mut pos = 0;
     while pos < bytes.len() {
         let e = base.get(bytes, &mut pos)?;
-        out.push(CauseEntry { cause: effect.wrapping_sub(e.effect_minus_cause), kind: e.kind, event_id: e.event_id, time_ns: e.time_ns, boot: e.boot });
+        out.push(CauseEntry {
+            cause: effect.wrapping_sub(e.effect_minus_cause),
+            kind: e.kind,
+            event_id: e.event_id,
+            time_ns: e.time_ns,
+            boot: e.boot,
+        });
     }
     Ok(())
 }
 
 /// One block's lists, decoded (for rewriting a block).
 fn decode_block(block_id: i64, block: &[u8]) -> Result<Vec<Vec<CauseEntry>>> {
-    anyhow::ensure!(block.len() >= 16, "cause block {block_id} is shorter than its header");
+    anyhow::ensure!(
+        block.len() >= 16,
+        "cause block {block_id} is shorter than its header"
+    );
     let base_time = i64::from_le_bytes(block[0..8].try_into().expect("8 bytes"));
     let stored = u64::from_le_bytes(block[8..16].try_into().expect("8 bytes"));
     let (width, base) = (width_of(stored), base_of(base_time, stored));
-    anyhow::ensure!(block.len() >= header(width), "cause block {block_id} is shorter than its header");
+    anyhow::ensure!(
+        block.len() >= header(width),
+        "cause block {block_id} is shorter than its header"
+    );
     let body = &block[header(width)..];
     let offset = |i: usize| offset_at(&block[16 + width * i..], width);
     let mut lists = vec![Vec::new(); BLOCK_NODES];
     for (i, list) in lists.iter_mut().enumerate() {
-        let bytes = body.get(offset(i)..offset(i + 1)).context("cause block offsets out of range")?;
+        let bytes = body
+            .get(offset(i)..offset(i + 1))
+            .context("cause block offsets out of range")?;
         decode_node(list, (block_id << BLOCK_SHIFT) + i as i64, bytes, base)?;
     }
     Ok(lists)
@@ -120,14 +148,27 @@ fn encode_block(block_id: i64, lists: &[Vec<CauseEntry>]) -> Vec<u8> {
     // The base boot is the first entry's when it fits its 15 bits (else 0:
     // the entries then say theirs).
     let base_boot = first.map_or(0, |e| e.boot);
-    let base_boot = if (0..=BOOT_MAX).contains(&base_boot) { base_boot } else { 0 };
+    let base_boot = if (0..=BOOT_MAX).contains(&base_boot) {
+        base_boot
+    } else {
+        0
+    };
     let mut body = Vec::with_capacity(16 * lists.iter().map(Vec::len).sum::<usize>());
     let mut ends = [0usize; BLOCK_NODES];
     for (i, list) in lists.iter().enumerate() {
-        encode_node(&mut body, (block_id << BLOCK_SHIFT) + i as i64, list, (base_time, base_seq, base_boot));
+        encode_node(
+            &mut body,
+            (block_id << BLOCK_SHIFT) + i as i64,
+            list,
+            (base_time, base_seq, base_boot),
+        );
         ends[i] = body.len();
     }
-    let width = if body.len() <= u16::MAX as usize { 2 } else { 4 };
+    let width = if body.len() <= u16::MAX as usize {
+        2
+    } else {
+        4
+    };
     let mut out = Vec::with_capacity(header(width) + body.len());
     out.extend_from_slice(&base_time.to_le_bytes());
     let stored = base_seq | (base_boot as u64) << SEQ_BITS | if width == 2 { NARROW } else { 0 };
@@ -149,11 +190,15 @@ pub fn write_pending(db: &Connection, pending: &mut Vec<(i64, CauseEntry)>) -> R
     // Stable: a node's entries keep the order they were made in.
     pending.sort_by_key(|(effect, _)| *effect);
     let mut get = db.prepare_cached("SELECT data FROM cause_blocks WHERE block = ?1")?;
-    let mut put = db.prepare_cached("INSERT OR REPLACE INTO cause_blocks(block, data) VALUES(?1, ?2)")?;
+    let mut put =
+        db.prepare_cached("INSERT OR REPLACE INTO cause_blocks(block, data) VALUES(?1, ?2)")?;
     let mut rest = &pending[..];
     while let Some(&(first, _)) = rest.first() {
         let block_id = block_of(first);
-        let n = rest.iter().take_while(|(e, _)| block_of(*e) == block_id).count();
+        let n = rest
+            .iter()
+            .take_while(|(e, _)| block_of(*e) == block_id)
+            .count();
         let (these, after) = rest.split_at(n);
         rest = after;
         let stored: Option<Vec<u8>> = get.query_row([block_id], |r| r.get(0)).optional()?;
@@ -188,7 +233,15 @@ pub struct CauseReader<'c> {
 
 impl<'c> CauseReader<'c> {
     pub fn new(conn: &'c Connection) -> Self {
-        Self { conn, blob: None, block: None, base: (0, 0, 0), width: 4, buf: Vec::with_capacity(1024), entries: Vec::new() }
+        Self {
+            conn,
+            blob: None,
+            block: None,
+            base: (0, 0, 0),
+            width: 4,
+            buf: Vec::with_capacity(1024),
+            entries: Vec::new(),
+        }
     }
 
     fn position(&mut self, block_id: i64) -> Result<bool> {
@@ -198,13 +251,18 @@ impl<'c> CauseReader<'c> {
         self.block = None;
         let ok = match self.blob.as_mut() {
             Some(b) => b.reopen(block_id).is_ok(),
-            None => match self.conn.blob_open(rusqlite::MAIN_DB, "cause_blocks", "data", block_id, true) {
-                Ok(b) => {
-                    self.blob = Some(b);
-                    true
+            None => {
+                match self
+                    .conn
+                    .blob_open(rusqlite::MAIN_DB, "cause_blocks", "data", block_id, true)
+                {
+                    Ok(b) => {
+                        self.blob = Some(b);
+                        true
+                    }
+                    Err(_) => false,
                 }
-                Err(_) => false,
-            },
+            }
         };
         if !ok {
             // A failed reopen aborts the handle; start a fresh one next time.
@@ -213,7 +271,8 @@ impl<'c> CauseReader<'c> {
         }
         let b = self.blob.as_ref().expect("opened above");
         let mut base = [0u8; 16];
-        b.read_at_exact(&mut base, 0).context("reading a cause block")?;
+        b.read_at_exact(&mut base, 0)
+            .context("reading a cause block")?;
         let base_time = i64::from_le_bytes(base[0..8].try_into().expect("8 bytes"));
         let stored = u64::from_le_bytes(base[8..16].try_into().expect("8 bytes"));
         (self.width, self.base) = (width_of(stored), base_of(base_time, stored));
@@ -230,11 +289,17 @@ impl<'c> CauseReader<'c> {
         let b = self.blob.as_ref().expect("positioned");
         let w = self.width;
         let mut off = [0u8; 8];
-        b.read_at_exact(&mut off[..2 * w], 16 + w * slot_of(node)).context("reading a cause block")?;
+        b.read_at_exact(&mut off[..2 * w], 16 + w * slot_of(node))
+            .context("reading a cause block")?;
         let (start, end) = (offset_at(&off, w), offset_at(&off[w..], w));
-        anyhow::ensure!(start <= end, "cause block {}: offsets out of order", block_of(node));
+        anyhow::ensure!(
+            start <= end,
+            "cause block {}: offsets out of order",
+            block_of(node)
+        );
         self.buf.resize(end - start, 0);
-        b.read_at_exact(&mut self.buf, header(w) + start).context("reading a cause list")?;
+        b.read_at_exact(&mut self.buf, header(w) + start)
+            .context("reading a cause list")?;
         decode_node(&mut self.entries, node, &self.buf, self.base)?;
         Ok(&self.entries)
     }
@@ -249,20 +314,56 @@ mod tests {
         let mut lists = vec![Vec::new(); BLOCK_NODES];
         let block_id = 7;
         let first = block_id << BLOCK_SHIFT;
-        lists[0].push(CauseEntry { cause: 1, kind: 5, event_id: (15 << 48) | 3, time_ns: 1_700_000_000_000_000_000, boot: 1 });
-        lists[0].push(CauseEntry { cause: first + 40, kind: 1, event_id: 2, time_ns: 0, boot: 0 });
-        lists[3].push(CauseEntry { cause: i64::MAX, kind: 3, event_id: i64::MAX, time_ns: i64::MIN, boot: u32::MAX as i64 });
-        lists[63].push(CauseEntry { cause: 0, kind: 2, event_id: 0xffff << 48, time_ns: -5, boot: 2 });
+        lists[0].push(CauseEntry {
+            cause: 1,
+            kind: 5,
+            event_id: (15 << 48) | 3,
+            time_ns: 1_700_000_000_000_000_000,
+            boot: 1,
+        });
+        lists[0].push(CauseEntry {
+            cause: first + 40,
+            kind: 1,
+            event_id: 2,
+            time_ns: 0,
+            boot: 0,
+        });
+        lists[3].push(CauseEntry {
+            cause: i64::MAX,
+            kind: 3,
+            event_id: i64::MAX,
+            time_ns: i64::MIN,
+            boot: u32::MAX as i64,
+        });
+        lists[63].push(CauseEntry {
+            cause: 0,
+            kind: 2,
+            event_id: 0xffff << 48,
+            time_ns: -5,
+            boot: 2,
+        });
         let b = encode_block(block_id, &lists);
-        assert_eq!(width_of(u64::from_le_bytes(b[8..16].try_into().unwrap())), 2);
+        assert_eq!(
+            width_of(u64::from_le_bytes(b[8..16].try_into().unwrap())),
+            2
+        );
         assert_eq!(decode_block(block_id, &b).unwrap(), lists);
         // Past 64 KiB of entries the offsets are 32 bits wide.
         for i in 0..8000 {
-            lists[9].push(CauseEntry { cause: i * 1_000_003, kind: 1, event_id: i << 20, time_ns: i << 30, boot: 1 });
+            lists[9].push(CauseEntry {
+                cause: i * 1_000_003,
+                kind: 1,
+                event_id: i << 20,
+                time_ns: i << 30,
+                boot: 1,
+            });
         }
         let b = encode_block(block_id, &lists);
         assert!(b.len() > 1 << 16);
-        assert_eq!(width_of(u64::from_le_bytes(b[8..16].try_into().unwrap())), 4);
+        assert_eq!(
+            width_of(u64::from_le_bytes(b[8..16].try_into().unwrap())),
+            4
+        );
         assert_eq!(decode_block(block_id, &b).unwrap(), lists);
     }
 }

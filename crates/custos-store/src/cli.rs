@@ -66,8 +66,15 @@ pub struct WindowArgs {
 
 impl WindowArgs {
     pub fn window(&self) -> Result<Window> {
-        let p = |s: &Option<String>| -> Result<Option<i64>> { s.as_deref().map(|t| parse_time(t).map(|v| v as i64)).transpose() };
-        let w = Window { since: p(&self.since)?, until: p(&self.until)? };
+        let p = |s: &Option<String>| -> Result<Option<i64>> {
+            s.as_deref()
+                .map(|t| parse_time(t).map(|v| v as i64))
+                .transpose()
+        };
+        let w = Window {
+            since: p(&self.since)?,
+            until: p(&self.until)?,
+        };
         if let (Some(a), Some(b)) = (w.since, w.until) {
             if a > b {
                 bail!("--since is after --until");
@@ -122,7 +129,6 @@ pub enum Query {
         limit: usize,
     },
 }
-
 
 /// `--clickhouse URL [--clickhouse-db DB]`: ask the fleet's ClickHouse
 /// instead of a store (docs/fleet.md; answered by custos-fleet).
@@ -190,8 +196,20 @@ pub struct GraphArgs {
 /// The answer to `q`, narrowed to one container's processes when `container` names one.
 fn answer(conn: &rusqlite::Connection, q: &Query, container: Option<&str>) -> Result<Answer> {
     let mut a = match q {
-        Query::Ancestors(t) => query::ancestry(conn, &t.target, Direction::Ancestors, t.depth, t.window.window()?),
-        Query::Descendants(t) => query::ancestry(conn, &t.target, Direction::Descendants, t.depth, t.window.window()?),
+        Query::Ancestors(t) => query::ancestry(
+            conn,
+            &t.target,
+            Direction::Ancestors,
+            t.depth,
+            t.window.window()?,
+        ),
+        Query::Descendants(t) => query::ancestry(
+            conn,
+            &t.target,
+            Direction::Descendants,
+            t.depth,
+            t.window.window()?,
+        ),
         Query::Path { a, b } => query::path(conn, a, b),
         Query::TouchedBy { process, window } => query::touched_by(conn, process, window.window()?),
         Query::WhoTouched { path, window } => query::who_touched(conn, path, window.window()?),
@@ -207,7 +225,12 @@ fn answer(conn: &rusqlite::Connection, q: &Query, container: Option<&str>) -> Re
 pub fn query(args: QueryArgs) -> Result<i32> {
     let conn = crate::schema::open_ro(&args.store.db)?;
     if let Query::Event { id } = &args.query {
-        let id = query::event_id_of(id).with_context(|| format!("event id {:?}: expected a decimal or 0x-hex number", id.trim()))?;
+        let id = query::event_id_of(id).with_context(|| {
+            format!(
+                "event id {:?}: expected a decimal or 0x-hex number",
+                id.trim()
+            )
+        })?;
         let boots = crate::ingest::event_boots(&conn, id)?;
         if boots.is_empty() {
             bail!("no event {id:#x} in {}", args.store.db.display());
@@ -224,7 +247,11 @@ pub fn query(args: QueryArgs) -> Result<i32> {
             bail!("--container does not narrow a workflow (a workflow is one job, whatever container it ran in)");
         }
         let listings = crate::workflows::query(&conn, target, *limit)?;
-        let text = if args.json { serde_json::to_string_pretty(&listings)? } else { crate::workflows::render_text(&listings) };
+        let text = if args.json {
+            serde_json::to_string_pretty(&listings)?
+        } else {
+            crate::workflows::render_text(&listings)
+        };
         let mut out = std::io::stdout().lock();
         writeln!(out, "{}", text.trim_end()).context("writing the answer")?;
         return Ok(0);
@@ -235,7 +262,11 @@ pub fn query(args: QueryArgs) -> Result<i32> {
 
 /// Prints an answer as text, or JSON with `json`.
 pub fn print_answer(a: &Answer, json: bool) -> Result<i32> {
-    let text = if json { render::json(a)? } else { render::text(a) };
+    let text = if json {
+        render::json(a)?
+    } else {
+        render::text(a)
+    };
     let mut out = std::io::stdout().lock();
     writeln!(out, "{}", text.trim_end()).context("writing the answer")?;
     Ok(0)
@@ -257,7 +288,11 @@ pub fn graph(args: GraphArgs) -> Result<i32> {
 
 /// Writes an answer as `custos graph` does (DOT and SVG, or PROV-JSON).
 pub fn draw(args: &GraphArgs, mut a: Answer) -> Result<i32> {
-    let hide: Vec<glob::Pattern> = args.hide.iter().map(|g| glob::Pattern::new(g)).collect::<Result<_, _>>()?;
+    let hide: Vec<glob::Pattern> = args
+        .hide
+        .iter()
+        .map(|g| glob::Pattern::new(g))
+        .collect::<Result<_, _>>()?;
     render::hide_nodes(&mut a, &hide, &args.hide.join(" "));
     for l in &a.losses {
         eprintln!("WARNING: {}", l.message());
@@ -270,12 +305,19 @@ pub fn draw(args: &GraphArgs, mut a: Answer) -> Result<i32> {
     match args.format {
         GraphFormat::ProvJson => {
             let path = with_ext(".json");
-            std::fs::write(&path, render::prov_json(&a)?).with_context(|| format!("writing {}", path.display()))?;
-            eprintln!("custos graph: {} nodes, {} edges -> {}", a.nodes.len(), a.edges.len(), path.display());
+            std::fs::write(&path, render::prov_json(&a)?)
+                .with_context(|| format!("writing {}", path.display()))?;
+            eprintln!(
+                "custos graph: {} nodes, {} edges -> {}",
+                a.nodes.len(),
+                a.edges.len(),
+                path.display()
+            );
         }
         GraphFormat::Dot => {
             let dot_path = with_ext(".dot");
-            std::fs::write(&dot_path, render::dot(&a)).with_context(|| format!("writing {}", dot_path.display()))?;
+            std::fs::write(&dot_path, render::dot(&a))
+                .with_context(|| format!("writing {}", dot_path.display()))?;
             if a.nodes.len() > args.max_render {
                 eprintln!(
                     "custos graph: {} nodes -> {} (not rendering SVG above --max-render {}; narrow with --depth/--since)",
@@ -287,7 +329,13 @@ pub fn draw(args: &GraphArgs, mut a: Answer) -> Result<i32> {
             }
             let svg_path = with_ext(".svg");
             render_svg(&dot_path, &svg_path)?;
-            eprintln!("custos graph: {} nodes, {} edges -> {}, {}", a.nodes.len(), a.edges.len(), dot_path.display(), svg_path.display());
+            eprintln!(
+                "custos graph: {} nodes, {} edges -> {}, {}",
+                a.nodes.len(),
+                a.edges.len(),
+                dot_path.display(),
+                svg_path.display()
+            );
         }
     }
     Ok(0)
@@ -303,7 +351,11 @@ pub fn render_svg(dot_path: &Path, svg_path: &Path) -> Result<()> {
         .output()
         .context("running Graphviz `dot` (install the graphviz package: scripts/deps.sh)")?;
     if !out.status.success() {
-        bail!("dot failed on {}: {}", dot_path.display(), String::from_utf8_lossy(&out.stderr).trim());
+        bail!(
+            "dot failed on {}: {}",
+            dot_path.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
     }
     Ok(())
 }
@@ -330,7 +382,9 @@ fn spawn_reader(mut input: Box<dyn BufRead + Send>, name: String) -> mpsc::Recei
                     }
                 }
                 Err(e) => {
-                    let _ = tx.send(Msg::Failed(anyhow::Error::new(e).context(format!("reading {name}"))));
+                    let _ = tx.send(Msg::Failed(
+                        anyhow::Error::new(e).context(format!("reading {name}")),
+                    ));
                     break;
                 }
             }
@@ -340,9 +394,18 @@ fn spawn_reader(mut input: Box<dyn BufRead + Send>, name: String) -> mpsc::Recei
 }
 
 pub fn ingest(args: IngestArgs) -> Result<i32> {
-    let inputs = if args.inputs.is_empty() { vec![PathBuf::from("-")] } else { args.inputs.clone() };
+    let inputs = if args.inputs.is_empty() {
+        vec![PathBuf::from("-")]
+    } else {
+        args.inputs.clone()
+    };
     if args.archive_only {
-        return archive_only(&inputs, args.archive.as_deref().context("--archive-only needs --archive FILE")?);
+        return archive_only(
+            &inputs,
+            args.archive
+                .as_deref()
+                .context("--archive-only needs --archive FILE")?,
+        );
     }
     // Ctrl-C / SIGTERM on a live stream: commit what was read, then stop.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -366,7 +429,10 @@ pub fn ingest(args: IngestArgs) -> Result<i32> {
             reorder_window_ns: args.reorder_window_ms.saturating_mul(1_000_000),
             seal_key: match args.no_seal || args.archive_only {
                 true => None,
-                false => Some(custos_seal::SealKey::open(args.seal_key.as_deref(), "custos ingest")?),
+                false => Some(custos_seal::SealKey::open(
+                    args.seal_key.as_deref(),
+                    "custos ingest",
+                )?),
             },
             ..Default::default()
         };
@@ -392,7 +458,9 @@ pub fn ingest(args: IngestArgs) -> Result<i32> {
                 break;
             }
             match rx.recv_timeout(Duration::from_millis(args.batch_interval_ms.clamp(1, 200))) {
-                Ok(Msg::Line(l)) => ack(ing.push_bytes(&l).with_context(|| format!("{name}: ingesting"))?),
+                Ok(Msg::Line(l)) => ack(ing
+                    .push_bytes(&l)
+                    .with_context(|| format!("{name}: ingesting"))?),
                 Ok(Msg::Failed(e)) => {
                     // Keep what was read: commit it, then report the read error.
                     ack(ing.commit()?);
@@ -417,7 +485,10 @@ pub fn ingest(args: IngestArgs) -> Result<i32> {
         let (s, last) = ing.finish()?;
         ack(last);
         if interrupted {
-            eprintln!("custos ingest: {name}: interrupted; everything read so far is committed (line {})", s.lines);
+            eprintln!(
+                "custos ingest: {name}: interrupted; everything read so far is committed (line {})",
+                s.lines
+            );
         }
         eprintln!(
             "custos ingest: {name}: {} lines in {:.1}s: {} new events, {} already stored, {} loss records ({} events lost), {} malformed lines skipped{}, {} nodes and {} edges added{}",
@@ -460,7 +531,9 @@ fn archive_only(inputs: &[PathBuf], archive: &Path) -> Result<i32> {
         let mut buf = Vec::with_capacity(4096);
         loop {
             buf.clear();
-            let n = reader.read_until(b'\n', &mut buf).with_context(|| format!("reading {}", input.display()))?;
+            let n = reader
+                .read_until(b'\n', &mut buf)
+                .with_context(|| format!("reading {}", input.display()))?;
             if n == 0 {
                 break;
             }

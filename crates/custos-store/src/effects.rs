@@ -67,7 +67,6 @@ pub struct Edge {
     pub boot: i64,
 }
 
-
 /// Encodes edges sorted by cause (all of one block): the header, then each
 /// cause's run of entries.
 fn encode_part(edges: &[Edge]) -> Vec<u8> {
@@ -83,10 +82,17 @@ fn encode_part(edges: &[Edge]) -> Vec<u8> {
             base = EntryBase::new(base_time, base_seq, base_boot);
         }
         let out = &mut runs.last_mut().expect("pushed above").1;
-        let entry = Entry { effect_minus_cause: e.effect.wrapping_sub(e.cause), kind: e.kind, event_id: e.event_id, time_ns: e.time_ns, boot: e.boot };
+        let entry = Entry {
+            effect_minus_cause: e.effect.wrapping_sub(e.cause),
+            kind: e.kind,
+            event_id: e.event_id,
+            time_ns: e.time_ns,
+            boot: e.boot,
+        };
         base.put(out, &entry);
     }
-    let mut out = Vec::with_capacity(16 + 3 * runs.len() + runs.iter().map(|r| r.1.len()).sum::<usize>());
+    let mut out =
+        Vec::with_capacity(16 + 3 * runs.len() + runs.iter().map(|r| r.1.len()).sum::<usize>());
     varint::put(&mut out, varint::zigzag(base_time));
     varint::put(&mut out, base_seq);
     varint::put(&mut out, base_boot as u64);
@@ -108,13 +114,22 @@ fn decode_part(block_id: i64, buf: &[u8], only: Option<u64>, out: &mut Vec<Edge>
     let base_seq = varint::get(buf, &mut pos)?;
     let base_boot = varint::get(buf, &mut pos)? as i64;
     let n = varint::get(buf, &mut pos)? as usize;
-    anyhow::ensure!(n <= BLOCK_NODES, "effect part of block {block_id}: {n} causes");
+    anyhow::ensure!(
+        n <= BLOCK_NODES,
+        "effect part of block {block_id}: {n} causes"
+    );
     let mut runs = [(0u64, 0usize); BLOCK_NODES];
     for r in runs.iter_mut().take(n) {
-        *r = (varint::get(buf, &mut pos)?, varint::get(buf, &mut pos)? as usize);
+        *r = (
+            varint::get(buf, &mut pos)?,
+            varint::get(buf, &mut pos)? as usize,
+        );
     }
     for &(slot, len) in &runs[..n] {
-        anyhow::ensure!(slot < BLOCK_NODES as u64, "effect part of block {block_id}: slot {slot} out of range");
+        anyhow::ensure!(
+            slot < BLOCK_NODES as u64,
+            "effect part of block {block_id}: slot {slot} out of range"
+        );
         let bytes = buf.get(pos..pos + len).context("effect part truncated")?;
         pos += len;
         if only.is_some_and(|o| o != slot) {
@@ -124,7 +139,14 @@ fn decode_part(block_id: i64, buf: &[u8], only: Option<u64>, out: &mut Vec<Edge>
         let (mut p, mut base) = (0usize, EntryBase::new(base_time, base_seq, base_boot));
         while p < bytes.len() {
             let e = base.get(bytes, &mut p)?;
-            out.push(Edge { cause, effect: cause.wrapping_add(e.effect_minus_cause), kind: e.kind, event_id: e.event_id, time_ns: e.time_ns, boot: e.boot });
+            out.push(Edge {
+                cause,
+                effect: cause.wrapping_add(e.effect_minus_cause),
+                kind: e.kind,
+                event_id: e.event_id,
+                time_ns: e.time_ns,
+                boot: e.boot,
+            });
         }
     }
     Ok(())
@@ -147,7 +169,13 @@ impl EdgeBatch {
     /// (a few; a set of every edge of the batch cost a hash insert each).
     pub fn add(&mut self, e: Edge) -> bool {
         let same = |o: &Edge| (o.cause, o.effect, o.kind) == (e.cause, e.effect, e.kind);
-        if self.edges.iter().rev().take_while(|o| o.event_id == e.event_id).any(same) {
+        if self
+            .edges
+            .iter()
+            .rev()
+            .take_while(|o| o.event_id == e.event_id)
+            .any(same)
+        {
             return false;
         }
         self.edges.push(e);
@@ -164,12 +192,16 @@ impl EdgeBatch {
     /// batch's transaction.
     pub fn write(&mut self, db: &Connection) -> Result<()> {
         self.edges.sort_unstable();
-        let mut parts = db.prepare_cached("SELECT COUNT(*) FROM effect_parts WHERE part BETWEEN ?1 AND ?2")?;
+        let mut parts =
+            db.prepare_cached("SELECT COUNT(*) FROM effect_parts WHERE part BETWEEN ?1 AND ?2")?;
         let mut put = db.prepare_cached("INSERT INTO effect_parts(part, data) VALUES(?1, ?2)")?;
         let mut rest = &self.edges[..];
         while let Some(first) = rest.first() {
             let block_id = block_of(first.cause);
-            let n = rest.iter().take_while(|e| block_of(e.cause) == block_id).count();
+            let n = rest
+                .iter()
+                .take_while(|e| block_of(e.cause) == block_id)
+                .count();
             let (these, after) = rest.split_at(n);
             rest = after;
             let [lo, hi] = part_keys(block_id);
@@ -201,7 +233,8 @@ impl EdgeBatch {
             // sort merges runs (equal edges are identical, so it sorts as
             // an unstable sort would).
             all.sort();
-            db.prepare_cached("DELETE FROM effect_parts WHERE part BETWEEN ?1 AND ?2")?.execute([from, hi])?;
+            db.prepare_cached("DELETE FROM effect_parts WHERE part BETWEEN ?1 AND ?2")?
+                .execute([from, hi])?;
             put.execute(params![from, encode_part(&all)])?;
             self.merged = all;
         }
@@ -225,11 +258,22 @@ fn read_parts(db: &Connection, block_id: i64, out: &mut Vec<Edge>) -> Result<()>
 }
 
 /// [`read_parts`] of the parts whose row keys are in `from..=to`.
-fn read_part_range(db: &Connection, block_id: i64, from: i64, to: i64, out: &mut Vec<Edge>) -> Result<()> {
-    let mut st = db.prepare_cached("SELECT data FROM effect_parts WHERE part BETWEEN ?1 AND ?2 ORDER BY part")?;
+fn read_part_range(
+    db: &Connection,
+    block_id: i64,
+    from: i64,
+    to: i64,
+    out: &mut Vec<Edge>,
+) -> Result<()> {
+    let mut st = db.prepare_cached(
+        "SELECT data FROM effect_parts WHERE part BETWEEN ?1 AND ?2 ORDER BY part",
+    )?;
     let mut rows = st.query([from, to])?;
     while let Some(r) = rows.next()? {
-        let data = r.get_ref(0)?.as_blob().context("effect part is not a blob")?;
+        let data = r
+            .get_ref(0)?
+            .as_blob()
+            .context("effect part is not a blob")?;
         decode_part(block_id, data, None, out)?;
     }
     Ok(())
@@ -246,15 +290,23 @@ pub struct EffectReader<'c> {
 
 impl<'c> EffectReader<'c> {
     pub fn new(conn: &'c Connection) -> Self {
-        Self { conn, block: None, edges: Vec::new() }
+        Self {
+            conn,
+            block: None,
+            edges: Vec::new(),
+        }
     }
 
     /// `cause`'s edges (to its effects), in (effect, kind, event id) order.
     pub fn of(&mut self, cause: i64) -> Result<&[Edge]> {
         let b = block_of(cause);
         if self.block.as_ref().is_none_or(|(id, _)| *id != b) {
-            let mut st = self.conn.prepare_cached("SELECT data FROM effect_parts WHERE part BETWEEN ?1 AND ?2 ORDER BY part")?;
-            let parts = st.query_map(part_keys(b), |r| r.get::<_, Vec<u8>>(0))?.collect::<rusqlite::Result<Vec<_>>>()?;
+            let mut st = self.conn.prepare_cached(
+                "SELECT data FROM effect_parts WHERE part BETWEEN ?1 AND ?2 ORDER BY part",
+            )?;
+            let parts = st
+                .query_map(part_keys(b), |r| r.get::<_, Vec<u8>>(0))?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
             self.block = Some((b, parts));
         }
         self.edges.clear();
@@ -287,7 +339,14 @@ pub fn count(conn: &Connection) -> Result<i64> {
     let (mut n, mut part) = (0, Vec::new());
     while let Some(r) = rows.next()? {
         part.clear();
-        decode_part(r.get(0)?, r.get_ref(1)?.as_blob().context("effect part is not a blob")?, None, &mut part)?;
+        decode_part(
+            r.get(0)?,
+            r.get_ref(1)?
+                .as_blob()
+                .context("effect part is not a blob")?,
+            None,
+            &mut part,
+        )?;
         n += part.len() as i64;
     }
     Ok(n)
@@ -321,7 +380,13 @@ mod tests {
         }
         want.sort_unstable();
         assert_eq!(all(&conn).unwrap(), want);
-        let most: i64 = conn.query_row("SELECT MAX(c) FROM (SELECT COUNT(*) c FROM effect_parts GROUP BY part >> 3)", [], |r| r.get(0)).unwrap();
+        let most: i64 = conn
+            .query_row(
+                "SELECT MAX(c) FROM (SELECT COUNT(*) c FROM effect_parts GROUP BY part >> 3)",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
         assert!(most < MERGE_PARTS, "{most} parts in a block");
         let mut r = EffectReader::new(&conn);
         for cause in [0, 7, 63, 64, 140, 149, 151] {
@@ -371,7 +436,11 @@ mod tests {
             }
         }
         // 2,000 edges against 5 a batch: the first part outlives many merges, not all.
-        assert!(oldest_kept >= 50, "the large part was rewritten at batch {}", oldest_kept + 1);
+        assert!(
+            oldest_kept >= 50,
+            "the large part was rewritten at batch {}",
+            oldest_kept + 1
+        );
         assert!(oldest_kept < 199, "the large part was never merged");
         want.sort_unstable();
         assert_eq!(all(&conn).unwrap(), want);

@@ -37,7 +37,9 @@ impl<'a> Cur<'a> {
 
     fn lit(&mut self, word: &[u8]) -> Option<()> {
         self.ws();
-        self.b.get(self.i..self.i + word.len()).filter(|w| *w == word)?;
+        self.b
+            .get(self.i..self.i + word.len())
+            .filter(|w| *w == word)?;
         self.i += word.len();
         Some(())
     }
@@ -63,7 +65,10 @@ impl<'a> Cur<'a> {
             let (q, bs) = (w ^ (ONES * b'"' as u64), w ^ (ONES * b'\\' as u64));
             // A byte's high bit is set where it is zero (q, bs) or below 0x20 (w);
             // the lowest one found is exact (a borrow only runs upward).
-            let hit = (q.wrapping_sub(ONES) & !q | bs.wrapping_sub(ONES) & !bs | w.wrapping_sub(ONES * 0x20) & !w) & HIGH;
+            let hit = (q.wrapping_sub(ONES) & !q
+                | bs.wrapping_sub(ONES) & !bs
+                | w.wrapping_sub(ONES * 0x20) & !w)
+                & HIGH;
             if hit != 0 {
                 self.i += (hit.trailing_zeros() / 8) as usize;
                 break;
@@ -118,7 +123,11 @@ impl<'a> Cur<'a> {
             let v = self.digits()?;
             // serde_json reads -0 as a float (not an integer): leave it to serde.
             // i64::MIN is the one magnitude past i64::MAX.
-            return if v != 0 && v <= i64::MAX as u64 + 1 { Some((v as i64).wrapping_neg()) } else { None };
+            return if v != 0 && v <= i64::MAX as u64 + 1 {
+                Some((v as i64).wrapping_neg())
+            } else {
+                None
+            };
         }
         i64::try_from(self.digits()?).ok()
     }
@@ -257,13 +266,19 @@ impl<'a> Cur<'a> {
         }
         let start = self.i;
         self.skip(1)?;
-        serde_json::from_str::<Args>(&self.s[start..self.i]).ok().map(Box::new)
+        serde_json::from_str::<Args>(&self.s[start..self.i])
+            .ok()
+            .map(Box::new)
     }
 }
 
 /// Parses a line the serde way if it is simple enough; `None` otherwise.
 pub(crate) fn fast_line(text: &str) -> Option<Line<'_>> {
-    let mut c = Cur { s: text, b: text.as_bytes(), i: 0 };
+    let mut c = Cur {
+        s: text,
+        b: text.as_bytes(),
+        i: 0,
+    };
     let mut l = Line::default();
     let mut seen: u64 = 0;
     c.eat(b'{')?;
@@ -469,7 +484,9 @@ mod tests {
 
     /// What serde reads, or None when it refuses the line.
     fn by_serde(l: &str) -> Option<String> {
-        serde_json::from_str::<Line>(l).ok().map(|l| format!("{l:?}"))
+        serde_json::from_str::<Line>(l)
+            .ok()
+            .map(|l| format!("{l:?}"))
     }
 
     /// The fast path may give up on any line, but what it reads is what
@@ -477,7 +494,11 @@ mod tests {
     fn agrees(l: &str) -> bool {
         match fast_line(l) {
             Some(f) => {
-                assert_eq!(Some(format!("{f:?}")), by_serde(l), "fast path misread {l:?}");
+                assert_eq!(
+                    Some(format!("{f:?}")),
+                    by_serde(l),
+                    "fast path misread {l:?}"
+                );
                 true
             }
             None => false,
@@ -485,14 +506,28 @@ mod tests {
     }
 
     fn recorded() -> Vec<String> {
-        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/collector-gcc-build.jsonl.zst");
-        crate::archive::open_input(&p).unwrap().lines().map(Result::unwrap).collect()
+        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/collector-gcc-build.jsonl.zst");
+        crate::archive::open_input(&p)
+            .unwrap()
+            .lines()
+            .map(Result::unwrap)
+            .collect()
     }
 
     fn synthetic() -> Vec<String> {
         let mut out = Vec::new();
-        crate::synth::generate(&crate::synth::SynthConfig::scaled(3, 0.002), &mut out, |_| {}).unwrap();
-        String::from_utf8(out).unwrap().lines().map(str::to_string).collect()
+        crate::synth::generate(
+            &crate::synth::SynthConfig::scaled(3, 0.002),
+            &mut out,
+            |_| {},
+        )
+        .unwrap();
+        String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect()
     }
 
     #[test]
@@ -500,7 +535,11 @@ mod tests {
         for (name, lines) in [("recorded", recorded()), ("synthetic", synthetic())] {
             let fast = lines.iter().filter(|l| agrees(l)).count();
             // The collector writes no escapes in most lines: nearly all take the fast path.
-            assert!(fast * 100 >= lines.len() * 95, "{name}: {fast} of {} lines fast", lines.len());
+            assert!(
+                fast * 100 >= lines.len() * 95,
+                "{name}: {fast} of {} lines fast",
+                lines.len()
+            );
         }
     }
 
@@ -530,7 +569,9 @@ mod tests {
 
     #[test]
     fn edge_cases_read_as_serde_reads_them_or_fall_back() {
-        let ev = |rest: &str| format!(r#"{{"type":"event","id":1,"time_ns":2,"pid":3,"syscall":"read"{rest}}}"#);
+        let ev = |rest: &str| {
+            format!(r#"{{"type":"event","id":1,"time_ns":2,"pid":3,"syscall":"read"{rest}}}"#)
+        };
         // Taken by the fast path (and equal to serde).
         for l in [
             ev(""),

@@ -90,7 +90,11 @@ fn file_key<'a>(ev: &Event, path: &'a str) -> Key<'a> {
         (None, _) => Cow::Borrowed(path),
         _ => Cow::Owned(file_name(ev, path)),
     };
-    Key { kind: NodeKind::File as i64, scope: 0, name }
+    Key {
+        kind: NodeKind::File as i64,
+        scope: 0,
+        name,
+    }
 }
 
 fn attrs_json(a: &impl Serialize) -> String {
@@ -120,13 +124,25 @@ struct Key<'a> {
 
 impl<'a> Key<'a> {
     fn new(kind: NodeKind, scope: i64, name: impl Into<Cow<'a, str>>) -> Self {
-        Self { kind: kind as i64, scope, name: name.into() }
+        Self {
+            kind: kind as i64,
+            scope,
+            name: name.into(),
+        }
     }
     fn owned(k: ObjKey) -> Self {
-        Self { kind: k.kind, scope: k.scope, name: Cow::Owned(k.name) }
+        Self {
+            kind: k.kind,
+            scope: k.scope,
+            name: Cow::Owned(k.name),
+        }
     }
     fn into_owned(self) -> ObjKey {
-        ObjKey { kind: self.kind, scope: self.scope, name: self.name.into_owned() }
+        ObjKey {
+            kind: self.kind,
+            scope: self.scope,
+            name: self.name.into_owned(),
+        }
     }
 }
 
@@ -151,7 +167,12 @@ struct Slot {
 
 impl Heads {
     fn new(hasher: ahash::RandomState) -> Self {
-        Self { table: hashbrown::HashTable::new(), slots: Vec::new(), dirty: Vec::new(), hasher }
+        Self {
+            table: hashbrown::HashTable::new(),
+            slots: Vec::new(),
+            dirty: Vec::new(),
+            hasher,
+        }
     }
     fn hash(hasher: &ahash::RandomState, kind: i64, scope: i64, name: &str) -> u64 {
         hasher.hash_one((kind, scope, name))
@@ -170,7 +191,11 @@ impl Heads {
     fn insert(&mut self, k: &Key<'_>, head: Head, dirty: bool) -> u32 {
         let i = u32::try_from(self.slots.len()).expect("fewer than 2^32 cached heads");
         let hash = Self::hash(&self.hasher, k.kind, k.scope, &k.name);
-        self.slots.push(Slot { key: k.clone().into_owned(), head, dirty });
+        self.slots.push(Slot {
+            key: k.clone().into_owned(),
+            head,
+            dirty,
+        });
         let (slots, hasher) = (&self.slots, &self.hasher);
         self.table.insert_unique(hash, i, |&j| {
             let s = &slots[j as usize].key;
@@ -283,12 +308,33 @@ pub struct Made {
 }
 
 fn is_read(s: &str) -> bool {
-    matches!(s, "read" | "pread64" | "readv" | "preadv" | "preadv2" | "recv" | "recvfrom" | "recvmsg" | "recvmmsg")
+    matches!(
+        s,
+        "read"
+            | "pread64"
+            | "readv"
+            | "preadv"
+            | "preadv2"
+            | "recv"
+            | "recvfrom"
+            | "recvmsg"
+            | "recvmmsg"
+    )
 }
 fn is_write(s: &str) -> bool {
     matches!(
         s,
-        "write" | "pwrite64" | "writev" | "pwritev" | "pwritev2" | "send" | "sendto" | "sendmsg" | "sendmmsg" | "ftruncate" | "truncate"
+        "write"
+            | "pwrite64"
+            | "writev"
+            | "pwritev"
+            | "pwritev2"
+            | "send"
+            | "sendto"
+            | "sendmsg"
+            | "sendmmsg"
+            | "ftruncate"
+            | "truncate"
     )
 }
 
@@ -348,13 +394,27 @@ impl Graph {
         };
         dirty.sort_unstable_by(|a, b| key_of(a).cmp(&key_of(b)));
         for &i in &dirty {
-            let Slot { key, head: h, dirty } = &mut slots[i as usize];
-            put_head.execute(params![key.kind, key.scope, key.name, h.node, h.version, h.frozen, h.generator, h.deleted])?;
+            let Slot {
+                key,
+                head: h,
+                dirty,
+            } = &mut slots[i as usize];
+            put_head.execute(params![
+                key.kind,
+                key.scope,
+                key.name,
+                h.node,
+                h.version,
+                h.frozen,
+                h.generator,
+                h.deleted
+            ])?;
             *dirty = false;
         }
         dirty.clear();
         self.heads.dirty = dirty;
-        let mut put_proc = db.prepare_cached("INSERT OR REPLACE INTO procs(boot, pid, state) VALUES(?1,?2,?3)")?;
+        let mut put_proc =
+            db.prepare_cached("INSERT OR REPLACE INTO procs(boot, pid, state) VALUES(?1,?2,?3)")?;
         let mut del_proc = db.prepare_cached("DELETE FROM procs WHERE boot = ?1 AND pid = ?2")?;
         for (boot, pid) in self.dirty_procs.drain() {
             match self.procs.get(&(boot, pid)) {
@@ -417,10 +477,34 @@ impl Graph {
         Ok(node)
     }
 
-    fn edge(&mut self, _db: &mut Sql<'_>, effect: i64, cause: i64, kind: EdgeKind, boot: i64, ev: &Event) -> Result<()> {
+    fn edge(
+        &mut self,
+        _db: &mut Sql<'_>,
+        effect: i64,
+        cause: i64,
+        kind: EdgeKind,
+        boot: i64,
+        ev: &Event,
+    ) -> Result<()> {
         let (event_id, time_ns) = (ev.id as i64, ev.time_ns as i64);
-        if self.pending_edges.add(Edge { cause, effect, kind: kind as u8, event_id, time_ns, boot }) {
-            self.pending_causes.push((effect, CauseEntry { cause, kind: kind as u8, event_id, time_ns, boot }));
+        if self.pending_edges.add(Edge {
+            cause,
+            effect,
+            kind: kind as u8,
+            event_id,
+            time_ns,
+            boot,
+        }) {
+            self.pending_causes.push((
+                effect,
+                CauseEntry {
+                    cause,
+                    kind: kind as u8,
+                    event_id,
+                    time_ns,
+                    boot,
+                },
+            ));
             self.stats.edges += 1;
         }
         Ok(())
@@ -481,7 +565,9 @@ impl Graph {
 
     fn proc_mut(&mut self, boot: i64, pid: u32) -> &mut Proc {
         self.dirty_procs.insert((boot, pid));
-        self.procs.get_mut(&(boot, pid)).expect("process ensured before use")
+        self.procs
+            .get_mut(&(boot, pid))
+            .expect("process ensured before use")
     }
 
     /// Keeps the container's id, runtime, name, image and labels (the
@@ -489,7 +575,9 @@ impl Graph {
     /// so what a row lacks, a later event may bring).
     fn note_container(&mut self, db: &mut Sql<'_>, c: &crate::record::ContainerRef) -> Result<()> {
         let known = self.containers.get(&c.id);
-        let merged = |new: &Option<String>, old: Option<&Option<String>>| new.clone().or_else(|| old.cloned().flatten());
+        let merged = |new: &Option<String>, old: Option<&Option<String>>| {
+            new.clone().or_else(|| old.cloned().flatten())
+        };
         let row = crate::record::ContainerRef {
             id: c.id.clone(),
             runtime: merged(&c.runtime, known.map(|k| &k.runtime)),
@@ -525,11 +613,34 @@ impl Graph {
         // Started before collection (or its fork was lost): an execution with no known parent.
         let comm = ev.comm.clone().unwrap_or_default();
         let name = format!("[{}]", if comm.is_empty() { "unknown" } else { &comm });
-        let attrs = attrs_json(&FirstSeenAttrs { comm: &comm, first_seen: true, container: container_id(ev) });
-        let node = self.new_node(db, NodeKind::Process, boot, &name, 1, Some((ev.pid, None)), ev, Some(attrs))?;
+        let attrs = attrs_json(&FirstSeenAttrs {
+            comm: &comm,
+            first_seen: true,
+            container: container_id(ev),
+        });
+        let node = self.new_node(
+            db,
+            NodeKind::Process,
+            boot,
+            &name,
+            1,
+            Some((ev.pid, None)),
+            ev,
+            Some(attrs),
+        )?;
         self.procs.insert(
             (boot, ev.pid),
-            Proc { node, exec: node, version: 1, frozen: false, euid: None, name, root: node, fds: Map::with_hasher(self.hasher.clone()), causes: Set::with_hasher(self.hasher.clone()) },
+            Proc {
+                node,
+                exec: node,
+                version: 1,
+                frozen: false,
+                euid: None,
+                name,
+                root: node,
+                fds: Map::with_hasher(self.hasher.clone()),
+                causes: Set::with_hasher(self.hasher.clone()),
+            },
         );
         self.dirty_procs.insert((boot, ev.pid));
         if let Some(uid) = ev.euid.or(ev.uid) {
@@ -546,7 +657,16 @@ impl Graph {
             return Ok(cur);
         }
         let (name, version, exec) = (p.name.clone(), p.version + 1, p.exec);
-        let node = self.new_node(db, NodeKind::Process, boot, &name, version, Some((ev.pid, Some(exec))), ev, None)?;
+        let node = self.new_node(
+            db,
+            NodeKind::Process,
+            boot,
+            &name,
+            version,
+            Some((ev.pid, Some(exec))),
+            ev,
+            None,
+        )?;
         self.edge(db, node, cur, EdgeKind::WasInformedBy, boot, ev)?;
         let p = self.proc_mut(boot, ev.pid);
         p.node = node;
@@ -563,7 +683,14 @@ impl Graph {
     }
 
     /// [`Graph::obj_cause`] with the key's slot already found.
-    fn obj_cause_at(&mut self, db: &mut Sql<'_>, key: &Key<'_>, at: Option<u32>, boot: i64, ev: &Event) -> Result<i64> {
+    fn obj_cause_at(
+        &mut self,
+        db: &mut Sql<'_>,
+        key: &Key<'_>,
+        at: Option<u32>,
+        boot: i64,
+        ev: &Event,
+    ) -> Result<i64> {
         let head = at.map(|i| self.heads.get(i));
         if let Some(mut h) = head.filter(|h| !h.deleted) {
             if !h.frozen {
@@ -575,13 +702,28 @@ impl Graph {
         let version = head.map(|h| h.version + 1).unwrap_or(0);
         let kind = NodeKind::from_i64(key.kind).expect("object kinds are valid");
         let node = self.new_node(db, kind, boot, &key.name, version, None, ev, None)?;
-        self.set_head(key, at, Head { node, version, frozen: true, generator: 0, deleted: false });
+        self.set_head(
+            key,
+            at,
+            Head {
+                node,
+                version,
+                frozen: true,
+                generator: 0,
+                deleted: false,
+            },
+        );
         Ok(node)
     }
 
     fn associate(&mut self, db: &mut Sql<'_>, boot: i64, ev: &Event, uid: u32) -> Result<()> {
         let p = self.proc_effect(db, boot, ev)?;
-        let u = self.obj_cause(db, &Key::new(NodeKind::User, 0, format!("uid:{uid}")), boot, ev)?;
+        let u = self.obj_cause(
+            db,
+            &Key::new(NodeKind::User, 0, format!("uid:{uid}")),
+            boot,
+            ev,
+        )?;
         let proc = self.proc_mut(boot, ev.pid);
         proc.euid = Some(uid);
         if proc.causes.insert(u) {
@@ -640,7 +782,17 @@ impl Graph {
         }
         self.edge(db, node, p, EdgeKind::WasGeneratedBy, boot, ev)?;
         self.proc_mut(boot, ev.pid).frozen = true;
-        self.set_head(key, at, Head { node, version, frozen: false, generator: p, deleted: false });
+        self.set_head(
+            key,
+            at,
+            Head {
+                node,
+                version,
+                frozen: false,
+                generator: p,
+                deleted: false,
+            },
+        );
         Ok(Some(node))
     }
 
@@ -649,7 +801,13 @@ impl Graph {
     }
 
     /// What a read/write touched: its path, else its address, else the fd table.
-    fn io_object<'e>(&mut self, db: &mut Sql<'_>, boot: i64, ev: &'e Event, fd: Option<i32>) -> Result<Option<Key<'e>>> {
+    fn io_object<'e>(
+        &mut self,
+        db: &mut Sql<'_>,
+        boot: i64,
+        ev: &'e Event,
+        fd: Option<i32>,
+    ) -> Result<Option<Key<'e>>> {
         if let Some(p) = &ev.path {
             if p.starts_with("pipe:[") {
                 return Ok(Some(Key::new(NodeKind::Pipe, boot, p.as_str())));
@@ -662,7 +820,9 @@ impl Graph {
             return Ok(Some(Key::new(NodeKind::Socket, 0, a.as_str())));
         }
         let from_table = match fd {
-            Some(fd) if self.cached_proc(db, boot, ev.pid)? => self.procs[&(boot, ev.pid)].fds.get(&fd).cloned(),
+            Some(fd) if self.cached_proc(db, boot, ev.pid)? => {
+                self.procs[&(boot, ev.pid)].fds.get(&fd).cloned()
+            }
             _ => None,
         };
         // A connected socket's peer (from connect/accept) names it best; else
@@ -691,16 +851,28 @@ impl Graph {
     /// means an anonymous kernel object: a pipe, or an eventfd and the like.
     /// Sockets with a known peer were matched by `addr` before this.
     fn anonymous(boot: i64, ev: &Event) -> Option<Key<'static>> {
-        let anon = ev.path.as_deref().is_none_or(|p| p == "/" || p.starts_with("anon_inode:") || p.starts_with("socket:["));
+        let anon = ev
+            .path
+            .as_deref()
+            .is_none_or(|p| p == "/" || p.starts_with("anon_inode:") || p.starts_with("socket:["));
         match (anon, ev.dev, ev.inode) {
-            (true, Some(dev), Some(ino)) if ev.addr.is_none() => {
-                Some(Key::new(NodeKind::Pipe, boot, format!("anon:[{dev}:{ino}]")))
-            }
+            (true, Some(dev), Some(ino)) if ev.addr.is_none() => Some(Key::new(
+                NodeKind::Pipe,
+                boot,
+                format!("anon:[{dev}:{ino}]"),
+            )),
             _ => None,
         }
     }
 
-    fn bind_fd(&mut self, db: &mut Sql<'_>, boot: i64, ev: &Event, fd: i32, key: Key<'_>) -> Result<()> {
+    fn bind_fd(
+        &mut self,
+        db: &mut Sql<'_>,
+        boot: i64,
+        ev: &Event,
+        fd: i32,
+        key: Key<'_>,
+    ) -> Result<()> {
         self.proc_node(db, boot, ev)?;
         self.proc_mut(boot, ev.pid).fds.insert(fd, key.into_owned());
         Ok(())
@@ -722,7 +894,9 @@ impl Graph {
             self.stats.no_graph_effect += 1;
             return Ok(());
         }
-        let returned_fd = ev.fd.or_else(|| ev.ret.filter(|r| *r >= 0).map(|r| r as i32));
+        let returned_fd = ev
+            .fd
+            .or_else(|| ev.ret.filter(|r| *r >= 0).map(|r| r as i32));
         match call {
             "sched:process_fork" => match ev.child_pid {
                 Some(c) if c != ev.pid && c != 0 => self.fork(db, boot, ev, c)?,
@@ -732,7 +906,9 @@ impl Graph {
                 self.stats.no_graph_effect += 1;
             }
             "clone" | "clone3" | "fork" | "vfork" => {
-                let child = ev.child_pid.or_else(|| ev.ret.filter(|r| *r > 0).map(|r| r as u32));
+                let child = ev
+                    .child_pid
+                    .or_else(|| ev.ret.filter(|r| *r > 0).map(|r| r as u32));
                 match child {
                     Some(c) if c != ev.pid && c != 0 => self.fork(db, boot, ev, c)?,
                     // A new thread folds into its process; the child side of fork says nothing new.
@@ -747,28 +923,43 @@ impl Graph {
                     self.dirty_procs.insert((boot, ev.pid));
                 }
             }
-            "open" | "openat" | "openat2" | "creat" | "lsm:file_open" => match (&ev.path, returned_fd) {
-                (Some(p), Some(fd)) => {
-                    let key = if p.starts_with("pipe:[") {
-                        Key::new(NodeKind::Pipe, boot, p.as_str())
-                    } else {
-                        file_key(ev, p)
-                    };
-                    self.bind_fd(db, boot, ev, fd, key)?
+            "open" | "openat" | "openat2" | "creat" | "lsm:file_open" => {
+                match (&ev.path, returned_fd) {
+                    (Some(p), Some(fd)) => {
+                        let key = if p.starts_with("pipe:[") {
+                            Key::new(NodeKind::Pipe, boot, p.as_str())
+                        } else {
+                            file_key(ev, p)
+                        };
+                        self.bind_fd(db, boot, ev, fd, key)?
+                    }
+                    _ => self.stats.no_graph_effect += 1,
                 }
-                _ => self.stats.no_graph_effect += 1,
-            },
+            }
             "connect" | "accept" | "accept4" => {
-                let fd = if call == "connect" { Self::fd_arg(ev, &["fd", "sockfd"]).or(ev.fd) } else { returned_fd };
+                let fd = if call == "connect" {
+                    Self::fd_arg(ev, &["fd", "sockfd"]).or(ev.fd)
+                } else {
+                    returned_fd
+                };
                 match (fd, &ev.addr) {
-                    (Some(fd), Some(a)) => self.bind_fd(db, boot, ev, fd, Key::new(NodeKind::Socket, 0, a.as_str()))?,
+                    (Some(fd), Some(a)) => {
+                        self.bind_fd(db, boot, ev, fd, Key::new(NodeKind::Socket, 0, a.as_str()))?
+                    }
                     _ => self.stats.no_graph_effect += 1,
                 }
             }
             "pipe" | "pipe2" | "socketpair" => {
-                let name = ev.path.clone().unwrap_or_else(|| format!("pipe:[event {}]", ev.id));
+                let name = ev
+                    .path
+                    .clone()
+                    .unwrap_or_else(|| format!("pipe:[event {}]", ev.id));
                 let key = Key::new(NodeKind::Pipe, boot, name);
-                let mut fds: Vec<i32> = ["read_fd", "write_fd"].iter().filter_map(|n| ev.arg_i64(n)).map(|v| v as i32).collect();
+                let mut fds: Vec<i32> = ["read_fd", "write_fd"]
+                    .iter()
+                    .filter_map(|n| ev.arg_i64(n))
+                    .map(|v| v as i32)
+                    .collect();
                 fds.extend(ev.arg_fds().iter().map(|v| *v as i32));
                 if fds.is_empty() {
                     self.stats.no_graph_effect += 1;
@@ -780,8 +971,13 @@ impl Graph {
             "dup" | "dup2" | "dup3" | "fcntl" => {
                 let is_dup = call != "fcntl" || matches!(ev.arg_i64("cmd"), Some(0) | Some(1030));
                 let old = Self::fd_arg(ev, &["oldfd", "fd"]);
-                let new = Self::fd_arg(ev, &["newfd"]).or_else(|| ev.ret.filter(|r| *r >= 0).map(|r| r as i32)).or(ev.fd);
-                let real_path = ev.path.as_deref().filter(|p| p.starts_with('/') && *p != "/");
+                let new = Self::fd_arg(ev, &["newfd"])
+                    .or_else(|| ev.ret.filter(|r| *r >= 0).map(|r| r as i32))
+                    .or(ev.fd);
+                let real_path = ev
+                    .path
+                    .as_deref()
+                    .filter(|p| p.starts_with('/') && *p != "/");
                 match (is_dup, old, new) {
                     // The collector names the duplicated file: trust it over our table.
                     (true, _, Some(new)) if real_path.is_some() => {
@@ -833,7 +1029,10 @@ impl Graph {
                 const MAP_SHARED: i64 = 1;
                 let prot = ev.arg_i64("prot").unwrap_or(PROT_READ);
                 let flags = ev.arg_i64("flags").unwrap_or(0);
-                let fd = ev.fd.or_else(|| Self::fd_arg(ev, &["fd"])).filter(|fd| *fd >= 0);
+                let fd = ev
+                    .fd
+                    .or_else(|| Self::fd_arg(ev, &["fd"]))
+                    .filter(|fd| *fd >= 0);
                 if fd.is_none() {
                     self.stats.no_graph_effect += 1;
                     return Ok(());
@@ -878,25 +1077,29 @@ impl Graph {
                 }
                 None => self.stats.no_graph_effect += 1,
             },
-            "rename" | "renameat" | "renameat2" | "link" | "linkat" => match (&ev.path, &ev.path2) {
-                (Some(src), Some(dst)) => {
-                    let (skey, dkey) = (file_key(ev, src), file_key(ev, dst));
-                    let s = self.obj_cause(db, &skey, boot, ev)?;
-                    if let Some(d) = self.write(db, boot, ev, &dkey, true, false)? {
-                        self.edge(db, d, s, EdgeKind::WasDerivedFrom, boot, ev)?;
-                    }
-                    if call.starts_with("rename") {
-                        if let Some(i) = self.head(db, &skey)? {
-                            let mut h = self.heads.get(i);
-                            h.deleted = true;
-                            self.heads.set(i, h);
+            "rename" | "renameat" | "renameat2" | "link" | "linkat" => {
+                match (&ev.path, &ev.path2) {
+                    (Some(src), Some(dst)) => {
+                        let (skey, dkey) = (file_key(ev, src), file_key(ev, dst));
+                        let s = self.obj_cause(db, &skey, boot, ev)?;
+                        if let Some(d) = self.write(db, boot, ev, &dkey, true, false)? {
+                            self.edge(db, d, s, EdgeKind::WasDerivedFrom, boot, ev)?;
+                        }
+                        if call.starts_with("rename") {
+                            if let Some(i) = self.head(db, &skey)? {
+                                let mut h = self.heads.get(i);
+                                h.deleted = true;
+                                self.heads.set(i, h);
+                            }
                         }
                     }
+                    _ => self.stats.no_graph_effect += 1,
                 }
-                _ => self.stats.no_graph_effect += 1,
-            },
+            }
             "setuid" | "setreuid" | "setresuid" | "setfsuid" => {
-                let uid = Self::fd_arg(ev, &["euid", "uid", "fsuid"]).map(|u| u as u32).or(ev.euid);
+                let uid = Self::fd_arg(ev, &["euid", "uid", "fsuid"])
+                    .map(|u| u as u32)
+                    .or(ev.euid);
                 match uid {
                     Some(uid) => {
                         self.proc_node(db, boot, ev)?;
@@ -942,12 +1145,38 @@ impl Graph {
             p.frozen = true;
             (p.name.clone(), p.fds.clone(), p.euid)
         };
-        let attrs = attrs_json(&ForkAttrs { comm: ev.comm.as_deref(), parent_pid: ev.pid, container: container_id(ev) });
-        let node = self.new_node(db, NodeKind::Process, boot, &name, 1, Some((child, None)), ev, Some(attrs))?;
+        let attrs = attrs_json(&ForkAttrs {
+            comm: ev.comm.as_deref(),
+            parent_pid: ev.pid,
+            container: container_id(ev),
+        });
+        let node = self.new_node(
+            db,
+            NodeKind::Process,
+            boot,
+            &name,
+            1,
+            Some((child, None)),
+            ev,
+            Some(attrs),
+        )?;
         self.edge(db, node, parent, EdgeKind::WasInformedBy, boot, ev)?;
         let mut causes = Set::with_hasher(self.hasher.clone());
         causes.insert(parent);
-        self.procs.insert((boot, child), Proc { node, exec: node, version: 1, frozen: false, euid, name, root: 0, fds, causes });
+        self.procs.insert(
+            (boot, child),
+            Proc {
+                node,
+                exec: node,
+                version: 1,
+                frozen: false,
+                euid,
+                name,
+                root: 0,
+                fds,
+                causes,
+            },
+        );
         self.dirty_procs.insert((boot, child));
         Ok(())
     }
@@ -960,8 +1189,23 @@ impl Graph {
             .or_else(|| ev.argv.as_ref().and_then(|a| a.first().cloned()))
             .or_else(|| ev.comm.as_ref().map(|c| format!("[{c}]")))
             .unwrap_or_else(|| "[unknown]".into());
-        let attrs = attrs_json(&ExecAttrs { argv: ev.argv.as_deref(), comm: ev.comm.as_deref(), euid: ev.euid, uid: ev.uid, container: container_id(ev) });
-        let node = self.new_node(db, NodeKind::Process, boot, &name, 1, Some((ev.pid, None)), ev, Some(attrs))?;
+        let attrs = attrs_json(&ExecAttrs {
+            argv: ev.argv.as_deref(),
+            comm: ev.comm.as_deref(),
+            euid: ev.euid,
+            uid: ev.uid,
+            container: container_id(ev),
+        });
+        let node = self.new_node(
+            db,
+            NodeKind::Process,
+            boot,
+            &name,
+            1,
+            Some((ev.pid, None)),
+            ev,
+            Some(attrs),
+        )?;
         self.edge(db, node, old, EdgeKind::WasInformedBy, boot, ev)?;
         let mut causes = Set::with_hasher(self.hasher.clone());
         causes.insert(old);

@@ -93,7 +93,8 @@ struct StoredIds(crate::graph::Map<i64, BTreeMap<i64, i64>>);
 impl StoredIds {
     fn load(conn: &Connection) -> Result<Self> {
         let mut ids = Self::default();
-        let mut st = conn.prepare("SELECT boot, first_id, last_id FROM event_ranges ORDER BY boot, first_id")?;
+        let mut st = conn
+            .prepare("SELECT boot, first_id, last_id FROM event_ranges ORDER BY boot, first_id")?;
         let mut rows = st.query([])?;
         while let Some(r) = rows.next()? {
             let (boot, first, last): (i64, i64, i64) = (r.get(0)?, r.get(1)?, r.get(2)?);
@@ -103,7 +104,10 @@ impl StoredIds {
     }
 
     fn contains(&self, boot: i64, id: i64) -> bool {
-        self.0.get(&boot).and_then(|m| m.range(..=id).next_back()).is_some_and(|(_, &last)| last >= id)
+        self.0
+            .get(&boot)
+            .and_then(|m| m.range(..=id).next_back())
+            .is_some_and(|(_, &last)| last >= id)
     }
 
     /// Adds `id` (not contained), merging with the neighbouring ranges.
@@ -249,12 +253,19 @@ impl Held {
 
     /// The held lines of every event not applied yet.
     fn lines_mut(&mut self) -> impl Iterator<Item = &mut HeldLine> {
-        self.in_order.iter_mut().map(|(_, p)| &mut p.line).chain(self.late.values_mut().map(|p| &mut p.line))
+        self.in_order
+            .iter_mut()
+            .map(|(_, p)| &mut p.line)
+            .chain(self.late.values_mut().map(|p| &mut p.line))
     }
 
     /// The input line of the earliest-read event held.
     fn first_line(&self) -> Option<u64> {
-        self.in_order.iter().map(|(_, p)| p.line_no).chain(self.late.values().map(|p| p.line_no)).min()
+        self.in_order
+            .iter()
+            .map(|(_, p)| p.line_no)
+            .chain(self.late.values().map(|p| p.line_no))
+            .min()
     }
 }
 
@@ -262,27 +273,47 @@ impl Held {
 pub const UNKNOWN_BOOT: &str = "unknown";
 
 fn now_ns() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
 }
 
 impl Ingestor {
     pub fn open(db: &Path, mut opts: IngestOptions) -> Result<Self> {
         let lock_path = format!("{}-lock", db.display());
-        let lock = File::create(&lock_path).with_context(|| format!("creating writer lock {lock_path}"))?;
+        let lock = File::create(&lock_path)
+            .with_context(|| format!("creating writer lock {lock_path}"))?;
         match lock.try_lock() {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => {
-                anyhow::bail!("another `custos ingest` is writing to {}; wait for it or use another --db", db.display())
+                anyhow::bail!(
+                    "another `custos ingest` is writing to {}; wait for it or use another --db",
+                    db.display()
+                )
             }
-            Err(std::fs::TryLockError::Error(e)) => return Err(e).with_context(|| format!("locking {lock_path}")),
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(e).with_context(|| format!("locking {lock_path}"))
+            }
         }
         let conn = crate::schema::open_rw(db)?;
         let graph = Graph::load(&conn)?;
         let stored = StoredIds::load(&conn)?;
-        conn.execute("INSERT INTO ingests(source, started_ns) VALUES(?1, ?2)", params![opts.source, now_ns()])?;
+        conn.execute(
+            "INSERT INTO ingests(source, started_ns) VALUES(?1, ?2)",
+            params![opts.source, now_ns()],
+        )?;
         let ingest_id = conn.last_insert_rowid();
-        let sealer = opts.seal_key.take().map(crate::tamper::StoreSealer::new).transpose()?;
-        let next_segment: i64 = conn.query_row("SELECT COALESCE(MAX(segment), 0) + 1 FROM raw_segments", [], |r| r.get(0))?;
+        let sealer = opts
+            .seal_key
+            .take()
+            .map(crate::tamper::StoreSealer::new)
+            .transpose()?;
+        let next_segment: i64 = conn.query_row(
+            "SELECT COALESCE(MAX(segment), 0) + 1 FROM raw_segments",
+            [],
+            |r| r.get(0),
+        )?;
         Ok(Self {
             conn,
             graph,
@@ -318,15 +349,22 @@ impl Ingestor {
         if let Some(b) = self.boots.get(id) {
             return Ok(*b);
         }
-        self.conn.execute("INSERT OR IGNORE INTO boots(boot_id) VALUES(?1)", [id])?;
-        let b: i64 = self.conn.query_row("SELECT boot FROM boots WHERE boot_id = ?1", [id], |r| r.get(0))?;
+        self.conn
+            .execute("INSERT OR IGNORE INTO boots(boot_id) VALUES(?1)", [id])?;
+        let b: i64 =
+            self.conn
+                .query_row("SELECT boot FROM boots WHERE boot_id = ?1", [id], |r| {
+                    r.get(0)
+                })?;
         self.boots.insert(id.to_string(), b);
         Ok(b)
     }
 
     fn begin(&mut self) -> Result<()> {
         if !self.in_tx {
-            self.conn.execute_batch("BEGIN IMMEDIATE").context("starting a batch transaction")?;
+            self.conn
+                .execute_batch("BEGIN IMMEDIATE")
+                .context("starting a batch transaction")?;
             self.in_tx = true;
             self.tx_started = Instant::now();
         }
@@ -368,7 +406,15 @@ impl Ingestor {
                 // Cut now, while the line is in cache: the event may be applied
                 // up to a reorder window later.
                 let held = held.unwrap_or_else(|| self.raw.cut(line));
-                if !self.pending.insert(key, Pending { line_no: self.line_no, boot, event: ev, line: held }) {
+                if !self.pending.insert(
+                    key,
+                    Pending {
+                        line_no: self.line_no,
+                        boot,
+                        event: ev,
+                        line: held,
+                    },
+                ) {
                     self.summary.events_duplicate += 1;
                 }
             }
@@ -402,7 +448,9 @@ impl Ingestor {
             Ok(Record::Stats { boot_id, time_ns }) => {
                 let boot = self.boot(boot_id.as_deref())?;
                 self.conn
-                    .prepare_cached("INSERT OR IGNORE INTO stats(boot, time_ns, line) VALUES(?1,?2,?3)")?
+                    .prepare_cached(
+                        "INSERT OR IGNORE INTO stats(boot, time_ns, line) VALUES(?1,?2,?3)",
+                    )?
                     .execute(params![boot, time_ns as i64, line])?;
             }
             Ok(Record::Other(_)) => {
@@ -447,12 +495,20 @@ impl Ingestor {
     fn reject(&mut self, line: &str, msg: &str) -> Result<()> {
         self.summary.malformed += 1;
         if self.summary.malformed <= self.opts.report_malformed {
-            eprintln!("custos ingest: {}: line {}: {msg}; skipped (kept in the rejects table)", self.opts.source, self.line_no);
+            eprintln!(
+                "custos ingest: {}: line {}: {msg}; skipped (kept in the rejects table)",
+                self.opts.source, self.line_no
+            );
         } else if self.summary.malformed == self.opts.report_malformed + 1 {
-            eprintln!("custos ingest: {}: more malformed lines; not reporting each (see the summary)", self.opts.source);
+            eprintln!(
+                "custos ingest: {}: more malformed lines; not reporting each (see the summary)",
+                self.opts.source
+            );
         }
         self.conn
-            .prepare_cached("INSERT OR REPLACE INTO rejects(ingest, line_no, error, line) VALUES(?1,?2,?3,?4)")?
+            .prepare_cached(
+                "INSERT OR REPLACE INTO rejects(ingest, line_no, error, line) VALUES(?1,?2,?3,?4)",
+            )?
             .execute(params![self.ingest_id, self.line_no as i64, msg, line])?;
         Ok(())
     }
@@ -531,10 +587,18 @@ impl Ingestor {
             }
             self.graph
                 .apply(&mut sql, p.boot, &p.event)
-                .with_context(|| format!("line {}: applying event {} to the graph", p.line_no, p.event.id))?;
+                .with_context(|| {
+                    format!(
+                        "line {}: applying event {} to the graph",
+                        p.line_no, p.event.id
+                    )
+                })?;
             self.workflows.note(p.boot, &p.event);
             let t = p.event.time_ns;
-            self.batch_times = Some(self.batch_times.map_or((t, t), |(a, b)| (a.min(t), b.max(t))));
+            self.batch_times = Some(
+                self.batch_times
+                    .map_or((t, t), |(a, b)| (a.min(t), b.max(t))),
+            );
             self.raw.keep_held(p.boot, p.event.id, &p.line);
         }
         Ok(())
@@ -545,15 +609,27 @@ impl Ingestor {
         if !self.raw.is_empty() {
             let (blob, lines, runs) = self.raw.seal()?;
             self.conn
-                .prepare_cached("INSERT INTO raw_segments(segment, ingest, lines, data) VALUES(?1,?2,?3,?4)")?
+                .prepare_cached(
+                    "INSERT INTO raw_segments(segment, ingest, lines, data) VALUES(?1,?2,?3,?4)",
+                )?
                 .execute(params![self.next_segment, self.ingest_id, lines, blob])?;
-            let mut put = self.conn.prepare_cached("INSERT INTO event_ranges(boot, first_id, last_id, segment) VALUES(?1,?2,?3,?4)")?;
+            let mut put = self.conn.prepare_cached(
+                "INSERT INTO event_ranges(boot, first_id, last_id, segment) VALUES(?1,?2,?3,?4)",
+            )?;
             for &(boot, first, last) in &runs {
                 put.execute(params![boot, first, last, self.next_segment])?;
             }
             if let Some(s) = self.sealer.as_mut() {
                 let times = self.batch_times.unwrap_or((0, 0));
-                s.seal(&self.conn, self.ingest_id, Some(self.next_segment), &blob, &runs, lines as u64, times)?;
+                s.seal(
+                    &self.conn,
+                    self.ingest_id,
+                    Some(self.next_segment),
+                    &blob,
+                    &runs,
+                    lines as u64,
+                    times,
+                )?;
             }
             self.next_segment += 1;
             // The lines still held were cut against the shapes just written;
@@ -567,7 +643,9 @@ impl Ingestor {
             "UPDATE ingests SET lines = ?2, events_new = ?3, events_duplicate = ?4, malformed = ?5, losses = ?6 WHERE ingest = ?1",
             params![self.ingest_id, s.lines as i64, s.events_new as i64, s.events_duplicate as i64, s.malformed as i64, s.losses_new as i64],
         )?;
-        self.conn.execute_batch("COMMIT").context("committing a batch")?;
+        self.conn
+            .execute_batch("COMMIT")
+            .context("committing a batch")?;
         if let Some(s) = self.sealer.as_mut() {
             s.committed();
         }
@@ -596,14 +674,21 @@ impl Ingestor {
             // verify --db` says the ingest was cut short or its end removed).
             self.conn.execute_batch("BEGIN IMMEDIATE")?;
             s.seal(&self.conn, self.ingest_id, None, &[], &[], 0, (0, 0))?;
-            self.conn.execute_batch("COMMIT").context("committing the final seal")?;
+            self.conn
+                .execute_batch("COMMIT")
+                .context("committing the final seal")?;
         }
         if let Some(a) = self.opts.archive.take() {
             a.finish()?;
         }
-        self.conn.execute("UPDATE ingests SET finished_ns = ?2 WHERE ingest = ?1", params![self.ingest_id, now_ns()])?;
+        self.conn.execute(
+            "UPDATE ingests SET finished_ns = ?2 WHERE ingest = ?1",
+            params![self.ingest_id, now_ns()],
+        )?;
         // Fold the WAL back so the store is one self-contained file at rest.
-        self.conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(())).context("checkpointing the WAL")?;
+        self.conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            .context("checkpointing the WAL")?;
         self.summary.graph = self.graph.stats.clone();
         self.summary.seconds = self.started.elapsed().as_secs_f64();
         Ok((self.summary, ack))
@@ -635,18 +720,31 @@ impl Ingestor {
 /// Reads the raw JSON line of an event back: one seek in `event_ranges`
 /// names its segment; only that segment is decompressed and walked.
 pub fn raw_event(conn: &Connection, boot: i64, event_id: i64) -> Result<Option<String>> {
-    let Some(segment) = segment_of(conn, boot, event_id)? else { return Ok(None) };
-    let blob: Vec<u8> = conn.query_row("SELECT data FROM raw_segments WHERE segment = ?1", [segment], |r| r.get(0))?;
+    let Some(segment) = segment_of(conn, boot, event_id)? else {
+        return Ok(None);
+    };
+    let blob: Vec<u8> = conn.query_row(
+        "SELECT data FROM raw_segments WHERE segment = ?1",
+        [segment],
+        |r| r.get(0),
+    )?;
     match crate::rawseg::event_line(&blob, boot, event_id)? {
         Some(line) => Ok(Some(line)),
-        None => anyhow::bail!("event {event_id:#x}: raw segment {segment} does not hold it (the store is damaged)"),
+        None => anyhow::bail!(
+            "event {event_id:#x}: raw segment {segment} does not hold it (the store is damaged)"
+        ),
     }
 }
 
 /// The raw lines of events `ids` of `boot` (those the store holds), each
 /// segment read once.
-pub fn raw_events(conn: &Connection, boot: i64, ids: &[u64]) -> Result<std::collections::HashMap<u64, String>> {
-    let mut by_segment: std::collections::BTreeMap<i64, std::collections::HashSet<u64>> = Default::default();
+pub fn raw_events(
+    conn: &Connection,
+    boot: i64,
+    ids: &[u64],
+) -> Result<std::collections::HashMap<u64, String>> {
+    let mut by_segment: std::collections::BTreeMap<i64, std::collections::HashSet<u64>> =
+        Default::default();
     for &id in ids {
         if let Some(segment) = segment_of(conn, boot, id as i64)? {
             by_segment.entry(segment).or_default().insert(id);
@@ -663,7 +761,10 @@ pub fn raw_events(conn: &Connection, boot: i64, ids: &[u64]) -> Result<std::coll
 
 /// The boots holding an event with this id (ids are unique only within a boot).
 pub fn event_boots(conn: &Connection, event_id: i64) -> Result<Vec<i64>> {
-    let boots: Vec<i64> = conn.prepare("SELECT boot FROM boots ORDER BY boot")?.query_map([], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?;
+    let boots: Vec<i64> = conn
+        .prepare("SELECT boot FROM boots ORDER BY boot")?
+        .query_map([], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
     let mut found = Vec::new();
     for b in boots {
         if segment_of(conn, b, event_id)?.is_some() {
@@ -679,7 +780,9 @@ fn segment_of(conn: &Connection, boot: i64, event_id: i64) -> Result<Option<i64>
         .prepare_cached("SELECT last_id, segment FROM event_ranges WHERE boot = ?1 AND first_id <= ?2 ORDER BY first_id DESC LIMIT 1")?
         .query_row(params![boot, event_id], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?;
-    Ok(row.filter(|(last, _)| *last >= event_id).map(|(_, segment)| segment))
+    Ok(row
+        .filter(|(last, _)| *last >= event_id)
+        .map(|(_, segment)| segment))
 }
 
 #[cfg(test)]
@@ -691,11 +794,20 @@ mod tests {
     fn line(cpu: u64, seq: u64) -> String {
         let id = cpu << 48 | seq;
         let t = 1_000_000_000 + ((seq * 37) % 101) * 1000 + cpu;
-        format!(r#"{{"type":"event","id":{id},"cpu":{cpu},"time_ns":{t},"pid":7,"syscall":"getpid","ret":7}}"#)
+        format!(
+            r#"{{"type":"event","id":{id},"cpu":{cpu},"time_ns":{t},"pid":7,"syscall":"getpid","ret":7}}"#
+        )
     }
 
     fn ingest(db: &Path, lines: &[String], batch_lines: usize) -> IngestSummary {
-        let mut ing = Ingestor::open(db, IngestOptions { batch_lines, ..Default::default() }).unwrap();
+        let mut ing = Ingestor::open(
+            db,
+            IngestOptions {
+                batch_lines,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         for l in lines {
             ing.push_line(l).unwrap();
         }
@@ -703,11 +815,18 @@ mod tests {
     }
 
     fn stored_count(conn: &Connection, id: i64) -> i64 {
-        conn.query_row("SELECT COUNT(*) FROM event_ranges WHERE ?1 BETWEEN first_id AND last_id", [id], |r| r.get(0)).unwrap()
+        conn.query_row(
+            "SELECT COUNT(*) FROM event_ranges WHERE ?1 BETWEEN first_id AND last_id",
+            [id],
+            |r| r.get(0),
+        )
+        .unwrap()
     }
 
     fn id_of(line: &str) -> i64 {
-        serde_json::from_str::<serde_json::Value>(line).unwrap()["id"].as_i64().unwrap()
+        serde_json::from_str::<serde_json::Value>(line).unwrap()["id"]
+            .as_i64()
+            .unwrap()
     }
 
     #[test]
@@ -733,14 +852,32 @@ mod tests {
         assert_eq!(s.events_new, 0);
 
         let conn = crate::schema::open_ro(&db).unwrap();
-        let total: i64 = conn.query_row("SELECT SUM(last_id - first_id + 1) FROM event_ranges", [], |r| r.get(0)).unwrap();
+        let total: i64 = conn
+            .query_row(
+                "SELECT SUM(last_id - first_id + 1) FROM event_ranges",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
         assert_eq!(total, 270);
-        let boot: i64 = conn.query_row("SELECT boot FROM boots WHERE boot_id = 'unknown'", [], |r| r.get(0)).unwrap();
+        let boot: i64 = conn
+            .query_row(
+                "SELECT boot FROM boots WHERE boot_id = 'unknown'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
         for (cpu, last) in [(0u64, 150u64), (1, 120)] {
             for seq in 1..=last {
                 let id = (cpu << 48 | seq) as i64;
-                assert_eq!(stored_count(&conn, id), 1, "event {id:#x} stored exactly once");
-                let raw = raw_event(&conn, boot, id).unwrap().expect("the raw line is found");
+                assert_eq!(
+                    stored_count(&conn, id),
+                    1,
+                    "event {id:#x} stored exactly once"
+                );
+                let raw = raw_event(&conn, boot, id)
+                    .unwrap()
+                    .expect("the raw line is found");
                 assert_eq!(raw, line(cpu, seq));
             }
             let past = (cpu << 48 | (last + 1)) as i64;
@@ -748,7 +885,9 @@ mod tests {
             assert_eq!(event_boots(&conn, past).unwrap(), Vec::<i64>::new());
         }
         // One batch of one CPU is one row, not one row per event.
-        let rows: i64 = conn.query_row("SELECT COUNT(*) FROM event_ranges", [], |r| r.get(0)).unwrap();
+        let rows: i64 = conn
+            .query_row("SELECT COUNT(*) FROM event_ranges", [], |r| r.get(0))
+            .unwrap();
         assert!(rows < 40, "{rows} range rows for 270 events");
     }
 
@@ -756,7 +895,10 @@ mod tests {
     fn gaps_are_filled_exactly_and_ids_of_other_boots_are_separate() {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("s.db");
-        let odd: Vec<String> = (1..=40).filter(|s| s % 2 == 1).map(|s| line(2, s)).collect();
+        let odd: Vec<String> = (1..=40)
+            .filter(|s| s % 2 == 1)
+            .map(|s| line(2, s))
+            .collect();
         assert_eq!(ingest(&db, &odd, 6).events_new, 20);
         let mut all: Vec<String> = (1..=40).map(|s| line(2, s)).collect();
         let s = ingest(&db, &all, 6);
@@ -772,7 +914,10 @@ mod tests {
             let boots = event_boots(&conn, id).unwrap();
             assert_eq!(boots.len(), 2);
             for b in boots {
-                assert_eq!(raw_event(&conn, b, id).unwrap().as_deref(), Some(l.as_str()));
+                assert_eq!(
+                    raw_event(&conn, b, id).unwrap().as_deref(),
+                    Some(l.as_str())
+                );
             }
         }
     }
@@ -784,8 +929,17 @@ mod tests {
     #[test]
     fn every_event_of_the_synthetic_stream_is_returned_byte_for_byte() {
         let mut out = Vec::new();
-        crate::synth::generate(&crate::synth::SynthConfig::scaled(2, 0.0005), &mut out, |_| {}).unwrap();
-        let mut lines: Vec<String> = String::from_utf8(out).unwrap().lines().map(str::to_string).collect();
+        crate::synth::generate(
+            &crate::synth::SynthConfig::scaled(2, 0.0005),
+            &mut out,
+            |_| {},
+        )
+        .unwrap();
+        let mut lines: Vec<String> = String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect();
         let t = 1_900_000_000_000_000_000u64;
         lines.push(format!(r#"{{"type":"event","id":{},"time_ns":{t},"pid":1,"syscall":"openat","path":"/tmp/a\"b","ret":3}}"#, 40u64 << 48 | 1));
         lines.push(format!(r#"{{"syscall":"read", "pid":1,"ret":1,"bytes":1.5e3,"time_ns":{},"type":"event","id":{}}}"#, t + 1, 40u64 << 48 | 2));
@@ -799,11 +953,16 @@ mod tests {
             let id = id_of(l);
             let boots = event_boots(&conn, id).unwrap();
             assert_eq!(boots.len(), 1, "event {id:#x}");
-            assert_eq!(raw_event(&conn, boots[0], id).unwrap().as_deref(), Some(l.as_str()));
+            assert_eq!(
+                raw_event(&conn, boots[0], id).unwrap().as_deref(),
+                Some(l.as_str())
+            );
             events += 1;
         }
         assert_eq!(events, s.events_new);
-        let segments: i64 = conn.query_row("SELECT COUNT(*) FROM raw_segments", [], |r| r.get(0)).unwrap();
+        let segments: i64 = conn
+            .query_row("SELECT COUNT(*) FROM raw_segments", [], |r| r.get(0))
+            .unwrap();
         assert!(segments > 5, "{segments} segments");
     }
 
@@ -825,11 +984,23 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("s.db");
         let s = ingest(&db, &lines, 100);
-        assert_eq!((s.events_new, s.malformed, s.events_duplicate), (3000, 0, 0));
+        assert_eq!(
+            (s.events_new, s.malformed, s.events_duplicate),
+            (3000, 0, 0)
+        );
         let conn = crate::schema::open_ro(&db).unwrap();
-        let boot: i64 = conn.query_row("SELECT boot FROM boots WHERE boot_id = 'unknown'", [], |r| r.get(0)).unwrap();
+        let boot: i64 = conn
+            .query_row(
+                "SELECT boot FROM boots WHERE boot_id = 'unknown'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
         for l in &lines {
-            assert_eq!(raw_event(&conn, boot, id_of(l)).unwrap().as_deref(), Some(l.as_str()));
+            assert_eq!(
+                raw_event(&conn, boot, id_of(l)).unwrap().as_deref(),
+                Some(l.as_str())
+            );
         }
     }
 
@@ -851,9 +1022,18 @@ mod tests {
             for line_no in 1..=300u64 {
                 // Mostly in order, sometimes late by up to 50, sometimes a repeat.
                 t += rnd(3);
-                let time = if rnd(4) == 0 { t.saturating_sub(rnd(50)) } else { t };
+                let time = if rnd(4) == 0 {
+                    t.saturating_sub(rnd(50))
+                } else {
+                    t
+                };
                 let key = (time, rnd(if round % 2 == 0 { 4 } else { 1000 }), 1);
-                let p = Pending { line_no, boot: 1, event: Box::default(), line: HeldLine::default() };
+                let p = Pending {
+                    line_no,
+                    boot: 1,
+                    event: Box::default(),
+                    line: HeldLine::default(),
+                };
                 let fresh = !model.contains_key(&key);
                 assert_eq!(held.insert(key, p), fresh, "{key:?}");
                 if fresh {
@@ -886,13 +1066,18 @@ mod tests {
             assert!(s.contains(1, id));
         }
         let ranges: Vec<(i64, i64)> = s.0[&1].iter().map(|(a, b)| (*a, *b)).collect();
-        assert_eq!(ranges, vec![(-4, -4), (1, 3), (5, 7), (10, 10), (i64::MAX - 1, i64::MAX)]);
+        assert_eq!(
+            ranges,
+            vec![(-4, -4), (1, 3), (5, 7), (10, 10), (i64::MAX - 1, i64::MAX)]
+        );
         for id in [0, 4, 8, 9, 11, i64::MAX - 2, -3, -5] {
             assert!(!s.contains(1, id), "{id}");
         }
         assert!(!s.contains(2, 5), "boots are separate");
         s.insert_range(1, 0, 12);
         assert_eq!(s.0[&1].len(), 3);
-        assert!((-4..=12).filter(|i| *i != -3 && *i != -2 && *i != -1).all(|i| s.contains(1, i)));
+        assert!((-4..=12)
+            .filter(|i| *i != -3 && *i != -2 && *i != -1)
+            .all(|i| s.contains(1, i)));
     }
 }

@@ -24,10 +24,10 @@ pub mod sink;
 pub mod synth;
 pub mod tamper;
 pub mod timefmt;
-pub mod workflows;
 mod varint;
+pub mod workflows;
 
 pub use archive::Recorder;
+pub use ingest::{Ack, IngestOptions, IngestSummary, Ingestor};
 /// The SQLite binding the store is built on, for callers that open the file themselves.
 pub use rusqlite;
-pub use ingest::{Ack, IngestOptions, IngestSummary, Ingestor};

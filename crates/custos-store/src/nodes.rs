@@ -69,7 +69,6 @@ pub struct NodeRow {
     pub attrs: Option<String>,
 }
 
-
 fn get_bytes<'a>(buf: &'a [u8], pos: &mut usize, n: usize) -> Result<&'a [u8]> {
     let b = buf.get(*pos..*pos + n).context("node block truncated")?;
     *pos += n;
@@ -89,7 +88,8 @@ pub struct Codec {
 impl Codec {
     pub fn new() -> Result<Self> {
         Ok(Self {
-            zc: zstd::bulk::Compressor::new(BLOCK_ZSTD_LEVEL).context("creating a zstd compressor")?,
+            zc: zstd::bulk::Compressor::new(BLOCK_ZSTD_LEVEL)
+                .context("creating a zstd compressor")?,
             zd: zstd::bulk::Decompressor::new().context("creating a zstd decompressor")?,
             plain: Vec::new(),
             name: String::new(),
@@ -111,14 +111,29 @@ fn encode_block(codec: &mut Codec, slots: &[Option<NodeRow>]) -> Result<Vec<u8>>
         varint::put(&mut out, n.boot as u64);
         varint::put(&mut out, varint::zigzag(n.version));
         varint::put(&mut out, n.pid.map_or(0, |p| p as u64 + 1));
-        varint::put(&mut out, n.exec.map_or(0, |e| varint::zigzag(n.node.wrapping_sub(e)) + 1));
+        varint::put(
+            &mut out,
+            n.exec
+                .map_or(0, |e| varint::zigzag(n.node.wrapping_sub(e)) + 1),
+        );
         varint::put(&mut out, varint::zigzag(n.time_ns.wrapping_sub(time)));
         let id = n.event_id as u64;
         varint::put(&mut out, id >> SEQ_BITS);
-        varint::put(&mut out, varint::zigzag((id & SEQ_MASK).wrapping_sub(seq) as i64));
-        let shared = n.name.bytes().zip(prev_name.bytes()).take_while(|(a, b)| a == b).count();
+        varint::put(
+            &mut out,
+            varint::zigzag((id & SEQ_MASK).wrapping_sub(seq) as i64),
+        );
+        let shared = n
+            .name
+            .bytes()
+            .zip(prev_name.bytes())
+            .take_while(|(a, b)| a == b)
+            .count();
         // Never split a UTF-8 sequence: the suffix must be valid text on its own.
-        let shared = (0..=shared).rev().find(|i| n.name.is_char_boundary(*i)).unwrap_or(0);
+        let shared = (0..=shared)
+            .rev()
+            .find(|i| n.name.is_char_boundary(*i))
+            .unwrap_or(0);
         varint::put(&mut out, shared as u64);
         varint::put(&mut out, (n.name.len() - shared) as u64);
         out.extend_from_slice(&n.name.as_bytes()[shared..]);
@@ -135,7 +150,12 @@ fn encode_block(codec: &mut Codec, slots: &[Option<NodeRow>]) -> Result<Vec<u8>>
     if BLOCK_ZSTD_LEVEL > 0 {
         block.push(1);
         varint::put(&mut block, out.len() as u64);
-        block.extend_from_slice(&codec.zc.compress(&out).context("compressing a node block")?);
+        block.extend_from_slice(
+            &codec
+                .zc
+                .compress(&out)
+                .context("compressing a node block")?,
+        );
     } else {
         block.push(0);
         block.extend_from_slice(&out);
@@ -148,7 +168,12 @@ const ALL: u64 = u64::MAX;
 
 /// Decodes a stored block into its slots; only the slots whose bit is set in
 /// `want` are built (the others are `None`, and cost no allocation).
-fn decode_block(codec: &mut Codec, block_id: i64, block: &[u8], want: u64) -> Result<Vec<Option<NodeRow>>> {
+fn decode_block(
+    codec: &mut Codec,
+    block_id: i64,
+    block: &[u8],
+    want: u64,
+) -> Result<Vec<Option<NodeRow>>> {
     let (&how, body) = block.split_first().context("empty node block")?;
     let buf: &[u8] = match how {
         0 => body,
@@ -157,7 +182,10 @@ fn decode_block(codec: &mut Codec, block_id: i64, block: &[u8], want: u64) -> Re
             let len = varint::get(body, &mut pos)? as usize;
             codec.plain.clear();
             codec.plain.reserve(len);
-            codec.zd.decompress_to_buffer(&body[pos..], &mut codec.plain).context("decompressing a node block")?;
+            codec
+                .zd
+                .decompress_to_buffer(&body[pos..], &mut codec.plain)
+                .context("decompressing a node block")?;
             &codec.plain
         }
         other => anyhow::bail!("node block {block_id}: unknown encoding {other}"),
@@ -179,26 +207,46 @@ fn decode_block(codec: &mut Codec, block_id: i64, block: &[u8], want: u64) -> Re
         let boot = varint::get(buf, &mut pos)? as i64;
         let version = varint::unzigzag(varint::get(buf, &mut pos)?);
         let pid = varint::get(buf, &mut pos)?.checked_sub(1).map(|p| p as i64);
-        let exec = varint::get(buf, &mut pos)?.checked_sub(1).map(|e| node.wrapping_sub(varint::unzigzag(e)));
+        let exec = varint::get(buf, &mut pos)?
+            .checked_sub(1)
+            .map(|e| node.wrapping_sub(varint::unzigzag(e)));
         time = time.wrapping_add(varint::unzigzag(varint::get(buf, &mut pos)?));
         let cpu = varint::get(buf, &mut pos)?;
         seq = seq.wrapping_add(varint::unzigzag(varint::get(buf, &mut pos)?) as u64) & SEQ_MASK;
         let shared = varint::get(buf, &mut pos)? as usize;
         let len = varint::get(buf, &mut pos)? as usize;
-        let suffix = std::str::from_utf8(get_bytes(buf, &mut pos, len)?).context("node name is not UTF-8")?;
-        anyhow::ensure!(prev_name.is_char_boundary(shared) && shared <= prev_name.len(), "node block: bad name prefix");
+        let suffix = std::str::from_utf8(get_bytes(buf, &mut pos, len)?)
+            .context("node name is not UTF-8")?;
+        anyhow::ensure!(
+            prev_name.is_char_boundary(shared) && shared <= prev_name.len(),
+            "node block: bad name prefix"
+        );
         prev_name.truncate(shared);
         prev_name.push_str(suffix);
         let attrs = match varint::get(buf, &mut pos)? as usize {
             0 => None,
-            n => Some(std::str::from_utf8(get_bytes(buf, &mut pos, n - 1)?).context("attributes are not UTF-8")?),
+            n => Some(
+                std::str::from_utf8(get_bytes(buf, &mut pos, n - 1)?)
+                    .context("attributes are not UTF-8")?,
+            ),
         };
         if want >> i & 1 == 0 {
             slots.push(None);
             continue;
         }
         let (name, attrs) = (prev_name.clone(), attrs.map(str::to_owned));
-        slots.push(Some(NodeRow { node, kind, boot, name, version, pid, exec, time_ns: time, event_id: (cpu << SEQ_BITS | seq) as i64, attrs }));
+        slots.push(Some(NodeRow {
+            node,
+            kind,
+            boot,
+            name,
+            version,
+            pid,
+            exec,
+            time_ns: time,
+            event_id: (cpu << SEQ_BITS | seq) as i64,
+            attrs,
+        }));
     }
     Ok(slots)
 }
@@ -265,7 +313,8 @@ fn put_entry(out: &mut Vec<u8>, prev: &mut (u32, i64), (k, n): (u32, i64)) {
 /// Writes a sorted run: its pages of at most [`PAGE_BYTES`], then its row
 /// with the first key of every page (the fences).
 fn put_run(db: &Connection, level: i64, keys: &[(u32, i64)]) -> Result<()> {
-    db.prepare_cached("INSERT INTO node_key_runs(level, fences) VALUES(?1, x'')")?.execute([level])?;
+    db.prepare_cached("INSERT INTO node_key_runs(level, fences) VALUES(?1, x'')")?
+        .execute([level])?;
     let run = db.last_insert_rowid();
     anyhow::ensure!(run < 1 << (62 - PAGE_BITS), "too many key runs");
     let mut fences = Vec::new();
@@ -278,12 +327,16 @@ fn put_run(db: &Connection, level: i64, keys: &[(u32, i64)]) -> Result<()> {
         }
         put_entry(&mut page, &mut prev, entry);
         if page.len() + ENTRY_MAX > PAGE_BYTES || i + 1 == keys.len() {
-            anyhow::ensure!(number < 1 << PAGE_BITS, "a key run of more than 2^{PAGE_BITS} pages");
+            anyhow::ensure!(
+                number < 1 << PAGE_BITS,
+                "a key run of more than 2^{PAGE_BITS} pages"
+            );
             put.execute(params![run << PAGE_BITS | number, page])?;
             (number, page) = (number + 1, Vec::with_capacity(PAGE_BYTES));
         }
     }
-    db.prepare_cached("UPDATE node_key_runs SET fences = ?2 WHERE run = ?1")?.execute(params![run, fences])?;
+    db.prepare_cached("UPDATE node_key_runs SET fences = ?2 WHERE run = ?1")?
+        .execute(params![run, fences])?;
     Ok(())
 }
 
@@ -293,7 +346,9 @@ fn decode_page(data: &[u8], out: &mut Vec<(u32, i64)>) -> Result<()> {
     while pos < data.len() {
         let step = varint::get(data, &mut pos)?;
         let k = u32::try_from(u64::from(prev.0) + step).context("key page: key out of range")?;
-        let n = prev.1.wrapping_add(varint::unzigzag(varint::get(data, &mut pos)?));
+        let n = prev
+            .1
+            .wrapping_add(varint::unzigzag(varint::get(data, &mut pos)?));
         out.push((k, n));
         prev = (k, n);
     }
@@ -307,15 +362,23 @@ pub fn write_pending(db: &Connection, codec: &mut Codec, pending: &mut Vec<NodeR
         return Ok(());
     }
     let mut get = db.prepare_cached("SELECT data FROM node_blocks WHERE block = ?1")?;
-    let mut put = db.prepare_cached("INSERT OR REPLACE INTO node_blocks(block, data) VALUES(?1, ?2)")?;
+    let mut put =
+        db.prepare_cached("INSERT OR REPLACE INTO node_blocks(block, data) VALUES(?1, ?2)")?;
     let mut keys = Vec::with_capacity(pending.len() * 2);
     let mut rest = &pending[..];
     while let Some(first) = rest.first() {
         let block_id = block_of(first.node);
-        let n = rest.iter().take_while(|r| block_of(r.node) == block_id).count();
+        let n = rest
+            .iter()
+            .take_while(|r| block_of(r.node) == block_id)
+            .count();
         let (these, after) = rest.split_at(n);
         rest = after;
-        let stored: Option<Vec<u8>> = if slot_of(first.node) == 0 { None } else { get.query_row([block_id], |r| r.get(0)).optional()? };
+        let stored: Option<Vec<u8>> = if slot_of(first.node) == 0 {
+            None
+        } else {
+            get.query_row([block_id], |r| r.get(0)).optional()?
+        };
         let mut slots = match stored {
             Some(b) => decode_block(codec, block_id, &b, ALL)?,
             None => vec![None; BLOCK_NODES],
@@ -339,14 +402,25 @@ pub fn write_pending(db: &Connection, codec: &mut Codec, pending: &mut Vec<NodeR
         }
         let mut merged: Vec<(u32, i64)> = Vec::new();
         for run in &runs {
-            let mut st = db.prepare_cached("SELECT data FROM node_key_pages WHERE page BETWEEN ?1 AND ?2")?;
-            let mut rows = st.query(params![run << PAGE_BITS, (run << PAGE_BITS) | ((1 << PAGE_BITS) - 1)])?;
+            let mut st =
+                db.prepare_cached("SELECT data FROM node_key_pages WHERE page BETWEEN ?1 AND ?2")?;
+            let mut rows = st.query(params![
+                run << PAGE_BITS,
+                (run << PAGE_BITS) | ((1 << PAGE_BITS) - 1)
+            ])?;
             while let Some(r) = rows.next()? {
-                decode_page(r.get_ref(0)?.as_blob().context("key page is not a blob")?, &mut merged)?;
+                decode_page(
+                    r.get_ref(0)?.as_blob().context("key page is not a blob")?,
+                    &mut merged,
+                )?;
             }
             db.prepare_cached("DELETE FROM node_key_pages WHERE page BETWEEN ?1 AND ?2")?
-                .execute(params![run << PAGE_BITS, (run << PAGE_BITS) | ((1 << PAGE_BITS) - 1)])?;
-            db.prepare_cached("DELETE FROM node_key_runs WHERE run = ?1")?.execute([run])?;
+                .execute(params![
+                    run << PAGE_BITS,
+                    (run << PAGE_BITS) | ((1 << PAGE_BITS) - 1)
+                ])?;
+            db.prepare_cached("DELETE FROM node_key_runs WHERE run = ?1")?
+                .execute([run])?;
         }
         merged.sort_unstable();
         put_run(db, level + 1, &merged)?;
@@ -357,11 +431,20 @@ pub fn write_pending(db: &Connection, codec: &mut Codec, pending: &mut Vec<NodeR
 /// The next node id of a store (1 for an empty one).
 pub fn next_node(db: &Connection) -> Result<i64> {
     let last: Option<(i64, Vec<u8>)> = db
-        .query_row("SELECT block, data FROM node_blocks ORDER BY block DESC LIMIT 1", [], |r| Ok((r.get(0)?, r.get(1)?)))
+        .query_row(
+            "SELECT block, data FROM node_blocks ORDER BY block DESC LIMIT 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
         .optional()?;
     Ok(match last {
         None => 1,
-        Some((b, data)) => decode_block(&mut Codec::new()?, b, &data, ALL)?.iter().flatten().map(|n| n.node + 1).max().unwrap_or(b << BLOCK_SHIFT),
+        Some((b, data)) => decode_block(&mut Codec::new()?, b, &data, ALL)?
+            .iter()
+            .flatten()
+            .map(|n| n.node + 1)
+            .max()
+            .unwrap_or(b << BLOCK_SHIFT),
     })
 }
 
@@ -375,7 +458,11 @@ pub struct NodeReader<'c> {
 
 impl<'c> NodeReader<'c> {
     pub fn new(conn: &'c Connection) -> Self {
-        Self { conn, codec: None, block: None }
+        Self {
+            conn,
+            codec: None,
+            block: None,
+        }
     }
 
     /// The node with id `node`, if it exists.
@@ -429,9 +516,14 @@ pub fn lookup(conn: &Connection, key: u32) -> Result<Vec<i64>> {
         let mut p = fences.partition_point(|f| *f < key).saturating_sub(1);
         'pages: while p < fences.len() && fences[p] <= key {
             let mut data = page.query([run << PAGE_BITS | p as i64])?;
-            let Some(d) = data.next()? else { anyhow::bail!("key run {run} lacks page {p}") };
+            let Some(d) = data.next()? else {
+                anyhow::bail!("key run {run} lacks page {p}")
+            };
             entries.clear();
-            decode_page(d.get_ref(0)?.as_blob().context("key page is not a blob")?, &mut entries)?;
+            decode_page(
+                d.get_ref(0)?.as_blob().context("key page is not a blob")?,
+                &mut entries,
+            )?;
             for &(k, node) in &entries {
                 if k > key {
                     break 'pages;
@@ -449,7 +541,11 @@ pub fn lookup(conn: &Connection, key: u32) -> Result<Vec<i64>> {
 }
 
 /// The nodes among `candidates` that pass `keep`, ascending.
-pub fn rows_where(conn: &Connection, candidates: &[i64], keep: impl Fn(&NodeRow) -> bool) -> Result<Vec<NodeRow>> {
+pub fn rows_where(
+    conn: &Connection,
+    candidates: &[i64],
+    keep: impl Fn(&NodeRow) -> bool,
+) -> Result<Vec<NodeRow>> {
     let mut reader = NodeReader::new(conn);
     let mut out = Vec::new();
     for c in candidates {
@@ -476,8 +572,15 @@ pub fn rows(conn: &Connection, ids: &[i64]) -> Result<Vec<NodeRow>> {
         rest = &rest[n..];
         let mut rows = get.query([b])?;
         if let Some(r) = rows.next()? {
-            let data = r.get_ref(0)?.as_blob().context("node block is not a blob")?;
-            out.extend(decode_block(&mut codec, b, data, want)?.into_iter().flatten());
+            let data = r
+                .get_ref(0)?
+                .as_blob()
+                .context("node block is not a blob")?;
+            out.extend(
+                decode_block(&mut codec, b, data, want)?
+                    .into_iter()
+                    .flatten(),
+            );
         }
     }
     Ok(out)
@@ -490,8 +593,14 @@ pub fn for_each(conn: &Connection, mut f: impl FnMut(NodeRow)) -> Result<()> {
     let mut codec = Codec::new()?;
     while let Some(r) = rows.next()? {
         let b: i64 = r.get(0)?;
-        let data = r.get_ref(1)?.as_blob().context("node block is not a blob")?;
-        decode_block(&mut codec, b, data, ALL)?.into_iter().flatten().for_each(&mut f);
+        let data = r
+            .get_ref(1)?
+            .as_blob()
+            .context("node block is not a blob")?;
+        decode_block(&mut codec, b, data, ALL)?
+            .into_iter()
+            .flatten()
+            .for_each(&mut f);
     }
     Ok(())
 }
@@ -531,7 +640,15 @@ mod tests {
 
     #[test]
     fn blocks_round_trip_with_gaps_and_shared_prefixes() {
-        let names = ["/usr/include/stdio.h", "/usr/include/stdlib.h", "é/ü", "é/ö", "", "[cc1]", "/usr/include/stdio.h"];
+        let names = [
+            "/usr/include/stdio.h",
+            "/usr/include/stdlib.h",
+            "é/ü",
+            "é/ö",
+            "",
+            "[cc1]",
+            "/usr/include/stdio.h",
+        ];
         let mut slots = vec![None; BLOCK_NODES];
         for (i, name) in names.iter().enumerate() {
             slots[i * 3 + 1] = Some(row(5 * 64 + (i * 3 + 1) as i64, name));
@@ -542,7 +659,15 @@ mod tests {
         let some = decode_block(&mut codec, 5, &b, 1 << 4 | 1 << 7).unwrap();
         assert_eq!(some.len(), 8);
         for (i, s) in some.iter().enumerate() {
-            assert_eq!(s.as_ref(), if i == 4 || i == 7 { slots[i].as_ref() } else { None }, "slot {i}");
+            assert_eq!(
+                s.as_ref(),
+                if i == 4 || i == 7 {
+                    slots[i].as_ref()
+                } else {
+                    None
+                },
+                "slot {i}"
+            );
         }
     }
 
@@ -573,34 +698,62 @@ mod tests {
         let all = all(&conn).unwrap();
         assert_eq!(all.len() as i64, next - 1);
         for kind in 1..=5 {
-            let named = |n: &&NodeRow| n.kind == kind && n.name == "/same" && n.exec.is_none_or(|e| e == n.node);
+            let named = |n: &&NodeRow| {
+                n.kind == kind && n.name == "/same" && n.exec.is_none_or(|e| e == n.node)
+            };
             let want: Vec<i64> = all.iter().filter(named).map(|n| n.node).collect();
             // Two bytes an entry at least: the key spans pages.
             assert!(2 * want.len() > PAGE_BYTES, "{} nodes", want.len());
-            let got: Vec<i64> =
-                rows_where(&conn, &lookup(&conn, name_key(kind, "/same")).unwrap(), |n| named(&n)).unwrap().iter().map(|n| n.node).collect();
+            let got: Vec<i64> = rows_where(
+                &conn,
+                &lookup(&conn, name_key(kind, "/same")).unwrap(),
+                |n| named(&n),
+            )
+            .unwrap()
+            .iter()
+            .map(|n| n.node)
+            .collect();
             assert_eq!(got, want, "kind {kind}");
         }
         assert_eq!(next_node(&conn).unwrap(), next);
-        let levels: i64 = conn.query_row("SELECT COUNT(DISTINCT level) FROM node_key_runs", [], |r| r.get(0)).unwrap();
+        let levels: i64 = conn
+            .query_row("SELECT COUNT(DISTINCT level) FROM node_key_runs", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
         assert!(levels >= 2, "{levels} levels");
         for probe in [1, 2, 17, 100, next - 1] {
             let r = get(&conn, probe).unwrap().unwrap();
-            let named = |n: &&NodeRow| n.kind == r.kind && n.name == r.name && n.exec.is_none_or(|e| e == n.node);
+            let named = |n: &&NodeRow| {
+                n.kind == r.kind && n.name == r.name && n.exec.is_none_or(|e| e == n.node)
+            };
             let want: Vec<i64> = all.iter().filter(named).map(|n| n.node).collect();
-            let got: Vec<i64> = rows_where(&conn, &lookup(&conn, name_key(r.kind, &r.name)).unwrap(), |n| n.kind == r.kind && n.name == r.name)
-                .unwrap()
-                .iter()
-                .map(|n| n.node)
-                .collect();
+            let got: Vec<i64> = rows_where(
+                &conn,
+                &lookup(&conn, name_key(r.kind, &r.name)).unwrap(),
+                |n| n.kind == r.kind && n.name == r.name,
+            )
+            .unwrap()
+            .iter()
+            .map(|n| n.node)
+            .collect();
             assert_eq!(got, want, "name of {probe}");
             if let Some(p) = r.pid {
                 let starts = |n: &&NodeRow| n.exec.is_none_or(|e| e == n.node);
-                let want: Vec<i64> = all.iter().filter(|n| n.pid == Some(p)).filter(starts).map(|n| n.node).collect();
+                let want: Vec<i64> = all
+                    .iter()
+                    .filter(|n| n.pid == Some(p))
+                    .filter(starts)
+                    .map(|n| n.node)
+                    .collect();
                 assert_eq!(lookup(&conn, pid_key(p)).unwrap(), want, "pid of {probe}");
             }
             if let Some(e) = r.exec.filter(|e| *e != r.node) {
-                let want: Vec<i64> = all.iter().filter(|n| n.exec == Some(e) && n.node != e).map(|n| n.node).collect();
+                let want: Vec<i64> = all
+                    .iter()
+                    .filter(|n| n.exec == Some(e) && n.node != e)
+                    .map(|n| n.node)
+                    .collect();
                 assert_eq!(lookup(&conn, exec_key(e)).unwrap(), want, "exec of {probe}");
             }
         }

@@ -64,7 +64,9 @@ impl NodeInfo {
         use std::fmt::Write as _;
         out.push_str(&self.name);
         let _ = match self.node_kind() {
-            NodeKind::Process if self.version > 1 => write!(out, " pid {} v{}", self.pid.unwrap_or(0), self.version),
+            NodeKind::Process if self.version > 1 => {
+                write!(out, " pid {} v{}", self.pid.unwrap_or(0), self.version)
+            }
             NodeKind::Process => write!(out, " pid {}", self.pid.unwrap_or(0)),
             NodeKind::User => Ok(()),
             _ => write!(out, " v{}", self.version),
@@ -104,16 +106,30 @@ pub struct LossNote {
 impl LossNote {
     pub fn message(&self) -> String {
         let what = match self.category.as_str() {
-            "incomplete" => format!("{} events lost their paths, arguments or address", self.count),
+            "incomplete" => format!(
+                "{} events lost their paths, arguments or address",
+                self.count
+            ),
             c if c.ends_with("upper bound") => format!("up to {} events lost ({c})", self.count),
-            "skipped" => format!("{} events lost (syscalls skipped by the kernel)", self.count),
+            "skipped" => format!(
+                "{} events lost (syscalls skipped by the kernel)",
+                self.count
+            ),
             _ => format!("{} events lost", self.count),
         };
-        let mut cpu = if self.cpu < 0 { "an unknown CPU".to_string() } else { format!("CPU {}", self.cpu) };
+        let mut cpu = if self.cpu < 0 {
+            "an unknown CPU".to_string()
+        } else {
+            format!("CPU {}", self.cpu)
+        };
         if let Some(h) = &self.host {
             cpu = format!("{cpu} of host {h}");
         }
-        format!("may be incomplete: {what} on {cpu} between {} and {}", format_ns(self.start_ns as u64), format_ns(self.end_ns as u64))
+        format!(
+            "may be incomplete: {what} on {cpu} between {} and {}",
+            format_ns(self.start_ns as u64),
+            format_ns(self.end_ns as u64)
+        )
     }
 }
 
@@ -195,7 +211,8 @@ impl<'c> ReadTx<'c> {
     pub fn begin(conn: &'c Connection) -> Result<Self> {
         let owned = conn.is_autocommit();
         if owned {
-            conn.execute_batch("BEGIN DEFERRED").context("starting a read transaction")?;
+            conn.execute_batch("BEGIN DEFERRED")
+                .context("starting a read transaction")?;
         }
         Ok(Self { conn, owned })
     }
@@ -219,7 +236,14 @@ fn edges_of(reader: &mut CauseReader<'_>, node: i64) -> Result<Vec<EdgeInfo>> {
         .iter()
         .map(|c| {
             let kind = EdgeKind::from_i64(c.kind as i64).context("unknown edge kind in store")?;
-            Ok(EdgeInfo { effect: node, cause: c.cause, kind, event_id: c.event_id, time_ns: c.time_ns, boot: c.boot })
+            Ok(EdgeInfo {
+                effect: node,
+                cause: c.cause,
+                kind,
+                event_id: c.event_id,
+                time_ns: c.time_ns,
+                boot: c.boot,
+            })
         })
         .collect::<Result<Vec<_>>>()?;
     v.sort_by_key(|e| (e.cause, e.kind as i64, e.event_id));
@@ -252,7 +276,9 @@ pub enum Direction {
 fn node_info_of(r: NodeRow) -> NodeInfo {
     NodeInfo {
         node: r.node,
-        kind: NodeKind::from_i64(r.kind).map(|k| k.name()).unwrap_or("unknown"),
+        kind: NodeKind::from_i64(r.kind)
+            .map(|k| k.name())
+            .unwrap_or("unknown"),
         boot: r.boot,
         name: r.name,
         version: r.version,
@@ -270,7 +296,9 @@ fn node_info_of(r: NodeRow) -> NodeInfo {
 }
 
 pub fn node_info(conn: &Connection, id: i64) -> Result<Option<NodeInfo>> {
-    Ok(nodes::get(conn, id).context("reading a node")?.map(node_info_of))
+    Ok(nodes::get(conn, id)
+        .context("reading a node")?
+        .map(node_info_of))
 }
 
 /// The rows of many nodes (an answer's), with their depths, in id order:
@@ -282,7 +310,11 @@ fn node_infos(conn: &Connection, depth: &NodeMap<u32>) -> Result<Vec<NodeInfo>> 
     let rows = nodes::rows(conn, &ids)?;
     if rows.len() != ids.len() {
         let found: HashSet<i64> = rows.iter().map(|r| r.node).collect();
-        let missing = ids.iter().find(|id| !found.contains(id)).copied().unwrap_or_default();
+        let missing = ids
+            .iter()
+            .find(|id| !found.contains(id))
+            .copied()
+            .unwrap_or_default();
         bail!("node {missing} referenced by an edge is missing");
     }
     Ok(rows
@@ -299,13 +331,19 @@ fn node_infos(conn: &Connection, depth: &NodeMap<u32>) -> Result<Vec<NodeInfo>> 
 /// The nodes named `name` of `kind`, ascending.
 fn named(conn: &Connection, kind: NodeKind, name: &str) -> Result<Vec<NodeRow>> {
     let k = kind as i64;
-    nodes::rows_where(conn, &nodes::lookup(conn, nodes::name_key(k, name))?, |r| r.kind == k && r.name == name)
+    nodes::rows_where(conn, &nodes::lookup(conn, nodes::name_key(k, name))?, |r| {
+        r.kind == k && r.name == name
+    })
 }
 
 /// Every version of the execution that starts at node `exec`, ascending.
 fn versions_of(conn: &Connection, exec: i64) -> Result<Vec<i64>> {
-    let later = nodes::rows_where(conn, &nodes::lookup(conn, nodes::exec_key(exec))?, |r| r.exec == Some(exec))?;
-    Ok(std::iter::once(exec).chain(later.iter().map(|r| r.node)).collect())
+    let later = nodes::rows_where(conn, &nodes::lookup(conn, nodes::exec_key(exec))?, |r| {
+        r.exec == Some(exec)
+    })?;
+    Ok(std::iter::once(exec)
+        .chain(later.iter().map(|r| r.node))
+        .collect())
 }
 
 fn ids_of(rows: &[NodeRow]) -> Vec<i64> {
@@ -332,7 +370,8 @@ pub fn event_id_of(spec: &str) -> Option<i64> {
 
 /// A target given as one version of a file: `path@vN`.
 fn file_version_of(spec: &str) -> Option<(&str, i64)> {
-    spec.rsplit_once("@v").and_then(|(p, v)| Some((p, v.parse::<i64>().ok()?)))
+    spec.rsplit_once("@v")
+        .and_then(|(p, v)| Some((p, v.parse::<i64>().ok()?)))
 }
 
 /// Whether a target names one version (`path@vN`, a node id) rather than
@@ -351,7 +390,9 @@ pub fn resolve(conn: &Connection, spec: &str, latest: bool) -> Result<Vec<i64>> 
         return Ok(vec![id]);
     }
     let found = if let Some(pid) = spec.strip_prefix("pid:") {
-        let pid: i64 = pid.parse().with_context(|| format!("{spec:?}: pid:N needs a number"))?;
+        let pid: i64 = pid
+            .parse()
+            .with_context(|| format!("{spec:?}: pid:N needs a number"))?;
         // The newest version of every execution that had this pid.
         let starts = nodes::rows_where(conn, &nodes::lookup(conn, nodes::pid_key(pid))?, |r| {
             r.kind == NodeKind::Process as i64 && r.pid == Some(pid)
@@ -365,7 +406,10 @@ pub fn resolve(conn: &Connection, spec: &str, latest: bool) -> Result<Vec<i64>> 
     } else if spec.starts_with("uid:") {
         ids_of(&named(conn, NodeKind::User, spec)?)
     } else {
-        let (name, kind, version) = if let Some(a) = spec.strip_prefix("sock:").or_else(|| spec.strip_prefix("socket:")) {
+        let (name, kind, version) = if let Some(a) = spec
+            .strip_prefix("sock:")
+            .or_else(|| spec.strip_prefix("socket:"))
+        {
             (a, NodeKind::Socket, None)
         } else if spec.starts_with("pipe:[") {
             (spec, NodeKind::Pipe, None)
@@ -381,7 +425,11 @@ pub fn resolve(conn: &Connection, spec: &str, latest: bool) -> Result<Vec<i64>> 
         rows.sort_by_key(|r| (r.version, r.node));
         let all = ids_of(&rows);
         match version {
-            Some(v) => rows.iter().filter(|r| r.version == v).map(|r| r.node).collect(),
+            Some(v) => rows
+                .iter()
+                .filter(|r| r.version == v)
+                .map(|r| r.node)
+                .collect(),
             None if latest => all.last().copied().into_iter().collect(),
             None => all,
         }
@@ -396,12 +444,17 @@ pub fn resolve(conn: &Connection, spec: &str, latest: bool) -> Result<Vec<i64>> 
 /// host's file; `CONTAINER:/path` (a container's name, id or id prefix) is
 /// that file in the container, as the store names it (graph::file_name).
 fn file_names(conn: &Connection, kind: NodeKind, name: &str) -> Result<Vec<String>> {
-    let qualified = (kind == NodeKind::File && !name.starts_with('/')).then(|| name.split_once(":/")).flatten();
-    let Some((root, path)) = qualified else { return Ok(vec![name.to_string()]) };
+    let qualified = (kind == NodeKind::File && !name.starts_with('/'))
+        .then(|| name.split_once(":/"))
+        .flatten();
+    let Some((root, path)) = qualified else {
+        return Ok(vec![name.to_string()]);
+    };
     if root.starts_with("ctr:") || root.starts_with("root:") {
         return Ok(vec![name.to_string()]);
     }
-    let ids = containers_named(conn, root).with_context(|| format!("{name:?} names a file in container {root:?}"))?;
+    let ids = containers_named(conn, root)
+        .with_context(|| format!("{name:?} names a file in container {root:?}"))?;
     Ok(ids.iter().map(|id| format!("ctr:{id}:/{path}")).collect())
 }
 
@@ -412,7 +465,11 @@ pub fn resolve_processes(conn: &Connection, spec: &str) -> Result<Vec<i64>> {
         Err(e) => {
             // Also accept an executable path or command name.
             let mut v = ids_of(&named(conn, NodeKind::Process, spec)?);
-            v.extend(ids_of(&named(conn, NodeKind::Process, &format!("[{spec}]"))?));
+            v.extend(ids_of(&named(
+                conn,
+                NodeKind::Process,
+                &format!("[{spec}]"),
+            )?));
             v.sort_unstable();
             if v.is_empty() {
                 return Err(e.context(format!("no process named {spec:?} either")));
@@ -425,7 +482,11 @@ pub fn resolve_processes(conn: &Connection, spec: &str) -> Result<Vec<i64>> {
     for n in start {
         let info = node_info(conn, n)?.context("node vanished")?;
         let Some(exec) = info.exec else {
-            bail!("{spec:?} resolves to a {} ({}), not a process; use pid:N or a node id", info.kind, info.name);
+            bail!(
+                "{spec:?} resolves to a {} ({}), not a process; use pid:N or a node id",
+                info.kind,
+                info.name
+            );
         };
         for v in versions_of(conn, exec)? {
             if seen.insert(v) {
@@ -460,8 +521,16 @@ pub fn traverse(
                 if !window.admits(c.time_ns) {
                     continue;
                 }
-                let kind = EdgeKind::from_i64(c.kind as i64).context("unknown edge kind in store")?;
-                edges.push(EdgeInfo { effect: n, cause: c.cause, kind, event_id: c.event_id, time_ns: c.time_ns, boot: c.boot });
+                let kind =
+                    EdgeKind::from_i64(c.kind as i64).context("unknown edge kind in store")?;
+                edges.push(EdgeInfo {
+                    effect: n,
+                    cause: c.cause,
+                    kind,
+                    event_id: c.event_id,
+                    time_ns: c.time_ns,
+                    boot: c.boot,
+                });
                 if let std::collections::hash_map::Entry::Vacant(v) = depth.entry(c.cause) {
                     v.insert(d + 1);
                     queue.push_back(c.cause);
@@ -481,7 +550,14 @@ pub fn traverse(
                 continue;
             }
             let kind = EdgeKind::from_i64(e.kind as i64).context("unknown edge kind in store")?;
-            edges.push(EdgeInfo { effect: e.effect, cause: n, kind, event_id: e.event_id, time_ns: e.time_ns, boot: e.boot });
+            edges.push(EdgeInfo {
+                effect: e.effect,
+                cause: n,
+                kind,
+                event_id: e.event_id,
+                time_ns: e.time_ns,
+                boot: e.boot,
+            });
             if let std::collections::hash_map::Entry::Vacant(v) = depth.entry(e.effect) {
                 v.insert(d + 1);
                 queue.push_back(e.effect);
@@ -491,17 +567,34 @@ pub fn traverse(
     Ok((depth, edges))
 }
 
-pub(crate) fn losses_for(conn: &Connection, boots: &HashSet<i64>, span: Option<(i64, i64)>) -> Result<Vec<LossNote>> {
-    let Some((lo, hi)) = span else { return Ok(vec![]) };
+pub(crate) fn losses_for(
+    conn: &Connection,
+    boots: &HashSet<i64>,
+    span: Option<(i64, i64)>,
+) -> Result<Vec<LossNote>> {
+    let Some((lo, hi)) = span else {
+        return Ok(vec![]);
+    };
     let mut st = conn.prepare_cached(
         "SELECT boot, cpu, category, count, start_ns, end_ns FROM losses WHERE start_ns <= ?2 AND end_ns >= ?1 ORDER BY start_ns, cpu",
     )?;
     let all = st
         .query_map(params![lo, hi], |r| {
-            Ok(LossNote { host: None, boot: r.get(0)?, cpu: r.get(1)?, category: r.get(2)?, count: r.get(3)?, start_ns: r.get(4)?, end_ns: r.get(5)? })
+            Ok(LossNote {
+                host: None,
+                boot: r.get(0)?,
+                cpu: r.get(1)?,
+                category: r.get(2)?,
+                count: r.get(3)?,
+                start_ns: r.get(4)?,
+                end_ns: r.get(5)?,
+            })
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
-    Ok(all.into_iter().filter(|l| boots.contains(&l.boot)).collect())
+    Ok(all
+        .into_iter()
+        .filter(|l| boots.contains(&l.boot))
+        .collect())
 }
 
 /// How far in time a lost event could still have changed an answer. A
@@ -528,64 +621,143 @@ pub enum Reach {
 /// moves once: sorting the nodes themselves moved them again at every pass
 /// (a fifth of the largest answer's time).
 fn by_depth(nodes: Vec<NodeInfo>) -> Vec<NodeInfo> {
-    let mut order: Vec<(Option<u32>, i64, usize)> = nodes.iter().enumerate().map(|(i, n)| (n.depth, n.node, i)).collect();
+    let mut order: Vec<(Option<u32>, i64, usize)> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.depth, n.node, i))
+        .collect();
     order.sort_unstable();
     let mut slots: Vec<Option<NodeInfo>> = nodes.into_iter().map(Some).collect();
-    order.into_iter().filter_map(|(_, _, i)| slots[i].take()).collect()
+    order
+        .into_iter()
+        .filter_map(|(_, _, i)| slots[i].take())
+        .collect()
 }
 
 /// The first and last of `times`.
 pub fn span_of(times: impl IntoIterator<Item = i64>) -> Option<(i64, i64)> {
-    times.into_iter().fold(None, |acc, t| Some(acc.map_or((t, t), |(a, b): (i64, i64)| (a.min(t), b.max(t)))))
+    times.into_iter().fold(None, |acc, t| {
+        Some(acc.map_or((t, t), |(a, b): (i64, i64)| (a.min(t), b.max(t))))
+    })
 }
 
 impl Reach {
     /// The time range a lost event would have to fall in to change an
     /// answer spanning `span` about targets made at `targets`.
-    pub fn question(self, span: Option<(i64, i64)>, targets: impl Iterator<Item = i64> + Clone) -> Option<(i64, i64)> {
+    pub fn question(
+        self,
+        span: Option<(i64, i64)>,
+        targets: impl Iterator<Item = i64> + Clone,
+    ) -> Option<(i64, i64)> {
         match self {
             Reach::Found => span,
-            Reach::Before(w) => targets.max().map(|t| (w.since.unwrap_or(i64::MIN), span.map_or(t, |(_, hi)| hi.max(t)))),
+            Reach::Before(w) => targets.max().map(|t| {
+                (
+                    w.since.unwrap_or(i64::MIN),
+                    span.map_or(t, |(_, hi)| hi.max(t)),
+                )
+            }),
             Reach::All(w) => Some((w.since.unwrap_or(i64::MIN), w.until.unwrap_or(i64::MAX))),
-            Reach::After(w) => targets.min().map(|t| (span.map_or(t, |(lo, _)| lo.min(t)), w.until.unwrap_or(i64::MAX))),
+            Reach::After(w) => targets.min().map(|t| {
+                (
+                    span.map_or(t, |(lo, _)| lo.min(t)),
+                    w.until.unwrap_or(i64::MAX),
+                )
+            }),
         }
         .or(span)
     }
 }
 
-fn finish(conn: &Connection, query: String, start: Vec<i64>, depth: NodeMap<u32>, edges: Vec<EdgeInfo>, rows: Vec<TouchRow>, path: Option<String>, reach: Reach) -> Result<Answer> {
+fn finish(
+    conn: &Connection,
+    query: String,
+    start: Vec<i64>,
+    depth: NodeMap<u32>,
+    edges: Vec<EdgeInfo>,
+    rows: Vec<TouchRow>,
+    path: Option<String>,
+    reach: Reach,
+) -> Result<Answer> {
     let nodes = by_depth(node_infos(conn, &depth)?);
     // The span is when the answer's causal facts happened: its edge times. A
     // long-lived node (a user, a header first read hours ago) does not stretch
     // it back to its creation; a lone node with no edges spans its own creation.
-    let times: Vec<i64> =
-        if edges.is_empty() { nodes.iter().map(|n| n.time_ns).collect() } else { edges.iter().map(|e| e.time_ns).collect() };
+    let times: Vec<i64> = if edges.is_empty() {
+        nodes.iter().map(|n| n.time_ns).collect()
+    } else {
+        edges.iter().map(|e| e.time_ns).collect()
+    };
     let span = span_of(times);
-    let boots: HashSet<i64> = nodes.iter().map(|n| n.boot).chain(edges.iter().map(|e| e.boot)).collect();
-    let question = reach.question(span, nodes.iter().filter(|n| start.contains(&n.node)).map(|n| n.time_ns));
+    let boots: HashSet<i64> = nodes
+        .iter()
+        .map(|n| n.boot)
+        .chain(edges.iter().map(|e| e.boot))
+        .collect();
+    let question = reach.question(
+        span,
+        nodes
+            .iter()
+            .filter(|n| start.contains(&n.node))
+            .map(|n| n.time_ns),
+    );
     let losses = losses_for(conn, &boots, question)?;
     let containers = containers_of(conn, &nodes)?;
-    Ok(Answer { query, start, nodes, edges, rows, path, span_ns: span, complete: losses.is_empty(), losses, containers, notes: vec![] })
+    Ok(Answer {
+        query,
+        start,
+        nodes,
+        edges,
+        rows,
+        path,
+        span_ns: span,
+        complete: losses.is_empty(),
+        losses,
+        containers,
+        notes: vec![],
+    })
 }
 
-pub fn ancestry(conn: &Connection, spec: &str, dir: Direction, max_depth: Option<u32>, window: Window) -> Result<Answer> {
+pub fn ancestry(
+    conn: &Connection,
+    spec: &str,
+    dir: Direction,
+    max_depth: Option<u32>,
+    window: Window,
+) -> Result<Answer> {
     let _tx = ReadTx::begin(conn)?;
     let start = resolve(conn, spec, true)?;
     let (depth, edges) = traverse(conn, &start, dir, max_depth, window)?;
-    let what = if dir == Direction::Ancestors { "ancestors" } else { "descendants" };
+    let what = if dir == Direction::Ancestors {
+        "ancestors"
+    } else {
+        "descendants"
+    };
     let reach = match dir {
         Direction::Ancestors if names_a_version(spec) => Reach::Before(window),
         Direction::Ancestors => Reach::All(window),
         Direction::Descendants => Reach::After(window),
     };
-    finish(conn, format!("{what} {spec}"), start, depth, edges, vec![], None, reach)
+    finish(
+        conn,
+        format!("{what} {spec}"),
+        start,
+        depth,
+        edges,
+        vec![],
+        None,
+        reach,
+    )
 }
 
 /// Shortest causal path between two things: `a` depends on `b` or `b` on `a`.
 pub fn path(conn: &Connection, a: &str, b: &str) -> Result<Answer> {
     let from = resolve(conn, a, false)?;
     let to = resolve(conn, b, false)?;
-    for (src, dst, label) in [(&from, &to, format!("{a} depends on {b}")), (&to, &from, format!("{b} depends on {a}"))] {
+    for (src, dst, label) in [
+        (&from, &to, format!("{a} depends on {b}")),
+        (&to, &from, format!("{b} depends on {a}")),
+    ] {
         if let Some(edges) = shortest(conn, src, dst)? {
             let mut depth = NodeMap::default();
             for (i, e) in edges.iter().enumerate() {
@@ -596,13 +768,31 @@ pub fn path(conn: &Connection, a: &str, b: &str) -> Result<Answer> {
                 depth.insert(src[0], 0);
             }
             let start = vec![edges.first().map(|e| e.effect).unwrap_or(src[0])];
-            return finish(conn, format!("path {a} {b}"), start, depth, edges, vec![], Some(label), Reach::Found);
+            return finish(
+                conn,
+                format!("path {a} {b}"),
+                start,
+                depth,
+                edges,
+                vec![],
+                Some(label),
+                Reach::Found,
+            );
         }
     }
     let mut depth = NodeMap::default();
     depth.insert(from[from.len() - 1], 0);
     depth.insert(to[to.len() - 1], 0);
-    finish(conn, format!("path {a} {b}"), vec![], depth, vec![], vec![], Some("no causal path".into()), Reach::Found)
+    finish(
+        conn,
+        format!("path {a} {b}"),
+        vec![],
+        depth,
+        vec![],
+        vec![],
+        Some("no causal path".into()),
+        Reach::Found,
+    )
 }
 
 fn shortest(conn: &Connection, src: &[i64], dst: &[i64]) -> Result<Option<Vec<EdgeInfo>>> {
@@ -634,22 +824,39 @@ fn shortest(conn: &Connection, src: &[i64], dst: &[i64]) -> Result<Option<Vec<Ed
 }
 
 /// `node`'s edges of `kind` to its effects.
-fn effects_of_kind(effects: &mut EffectReader<'_>, node: i64, kind: EdgeKind) -> Result<Vec<EdgeInfo>> {
+fn effects_of_kind(
+    effects: &mut EffectReader<'_>,
+    node: i64,
+    kind: EdgeKind,
+) -> Result<Vec<EdgeInfo>> {
     Ok(effects
         .of(node)?
         .iter()
         .filter(|e| e.kind == kind as u8)
-        .map(|e| EdgeInfo { effect: e.effect, cause: node, kind, event_id: e.event_id, time_ns: e.time_ns, boot: e.boot })
+        .map(|e| EdgeInfo {
+            effect: e.effect,
+            cause: node,
+            kind,
+            event_id: e.event_id,
+            time_ns: e.time_ns,
+            boot: e.boot,
+        })
         .collect())
 }
 
 fn is_process(nodes: &mut NodeReader<'_>, node: i64) -> Result<bool> {
-    Ok(nodes.get(node)?.is_some_and(|r| r.kind == NodeKind::Process as i64))
+    Ok(nodes
+        .get(node)?
+        .is_some_and(|r| r.kind == NodeKind::Process as i64))
 }
 
 /// What a process version read (artifacts it `used`, not the executable's
 /// process edges), from its cause list.
-fn reads_of_proc(nodes: &mut NodeReader<'_>, reader: &mut CauseReader<'_>, node: i64) -> Result<Vec<EdgeInfo>> {
+fn reads_of_proc(
+    nodes: &mut NodeReader<'_>,
+    reader: &mut CauseReader<'_>,
+    node: i64,
+) -> Result<Vec<EdgeInfo>> {
     let mut out = Vec::new();
     for e in edges_of(reader, node)? {
         if e.kind == EdgeKind::Used && !is_process(nodes, e.cause)? {
@@ -661,15 +868,35 @@ fn reads_of_proc(nodes: &mut NodeReader<'_>, reader: &mut CauseReader<'_>, node:
 
 /// Who wrote an artifact version, from its cause list.
 fn writer_of(reader: &mut CauseReader<'_>, node: i64) -> Result<Vec<EdgeInfo>> {
-    Ok(edges_of(reader, node)?.into_iter().filter(|e| e.kind == EdgeKind::WasGeneratedBy).collect())
+    Ok(edges_of(reader, node)?
+        .into_iter()
+        .filter(|e| e.kind == EdgeKind::WasGeneratedBy)
+        .collect())
 }
 
-fn touch_answer(conn: &Connection, query: String, start: Vec<i64>, edges: Vec<EdgeInfo>, window: Window) -> Result<Answer> {
+fn touch_answer(
+    conn: &Connection,
+    query: String,
+    start: Vec<i64>,
+    edges: Vec<EdgeInfo>,
+    window: Window,
+) -> Result<Answer> {
     let mut rows: Vec<TouchRow> = edges
         .iter()
         .map(|e| {
-            let (action, process, object) = if e.kind == EdgeKind::Used { ("read", e.effect, e.cause) } else { ("wrote", e.cause, e.effect) };
-            TouchRow { time_ns: e.time_ns, time: format_ns(e.time_ns as u64), action, process, object, event_id: e.event_id }
+            let (action, process, object) = if e.kind == EdgeKind::Used {
+                ("read", e.effect, e.cause)
+            } else {
+                ("wrote", e.cause, e.effect)
+            };
+            TouchRow {
+                time_ns: e.time_ns,
+                time: format_ns(e.time_ns as u64),
+                action,
+                process,
+                object,
+                event_id: e.event_id,
+            }
         })
         .collect();
     rows.sort_by_key(|r| (r.time_ns, r.event_id));
@@ -678,7 +905,16 @@ fn touch_answer(conn: &Connection, query: String, start: Vec<i64>, edges: Vec<Ed
         depth.entry(e.effect).or_insert(1);
         depth.entry(e.cause).or_insert(1);
     }
-    finish(conn, query, start, depth, edges, rows, None, Reach::After(window))
+    finish(
+        conn,
+        query,
+        start,
+        depth,
+        edges,
+        rows,
+        None,
+        Reach::After(window),
+    )
 }
 
 /// Every artifact version the process (all versions of its executions) read or wrote.
@@ -729,7 +965,9 @@ impl std::hash::Hasher for NodeHasher {
         }
     }
     fn write_i64(&mut self, v: i64) {
-        self.0 = (v as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29);
+        self.0 = (v as u64)
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .rotate_left(29);
     }
 }
 pub type NodeSet = HashSet<i64, std::hash::BuildHasherDefault<NodeHasher>>;
@@ -758,7 +996,10 @@ pub fn ancestor_ids(conn: &Connection, root: i64) -> Result<NodeSet> {
 mod tests;
 
 /// The containers of `nodes`' processes, with their names from the store.
-fn containers_of(conn: &Connection, nodes: &[NodeInfo]) -> Result<std::collections::BTreeMap<String, Option<String>>> {
+fn containers_of(
+    conn: &Connection,
+    nodes: &[NodeInfo],
+) -> Result<std::collections::BTreeMap<String, Option<String>>> {
     let mut out = std::collections::BTreeMap::new();
     for n in nodes {
         if let Some(id) = n.container() {
@@ -767,7 +1008,11 @@ fn containers_of(conn: &Connection, nodes: &[NodeInfo]) -> Result<std::collectio
     }
     for (id, name) in out.iter_mut() {
         *name = conn
-            .query_row("SELECT name FROM containers WHERE id = ?1", [id.as_str()], |r| r.get::<_, Option<String>>(0))
+            .query_row(
+                "SELECT name FROM containers WHERE id = ?1",
+                [id.as_str()],
+                |r| r.get::<_, Option<String>>(0),
+            )
             .optional()
             .context("reading the containers table")?
             .flatten();
@@ -782,14 +1027,23 @@ pub fn containers_named(conn: &Connection, spec: &str) -> Result<Vec<String>> {
         "SELECT id FROM containers WHERE id = ?1 OR name = ?1 OR container_name = ?1 \
          OR (length(?1) >= 12 AND substr(id, 1, length(?1)) = lower(?1)) ORDER BY id",
     )?;
-    let ids: Vec<String> = st.query_map([spec], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?;
+    let ids: Vec<String> = st
+        .query_map([spec], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
     if ids.is_empty() {
-        let mut st = conn.prepare_cached("SELECT COALESCE(name, substr(id, 1, 12)) FROM containers ORDER BY 1 LIMIT 10")?;
-        let known: Vec<String> = st.query_map([], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?;
+        let mut st = conn.prepare_cached(
+            "SELECT COALESCE(name, substr(id, 1, 12)) FROM containers ORDER BY 1 LIMIT 10",
+        )?;
+        let known: Vec<String> = st
+            .query_map([], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
         if known.is_empty() {
             bail!("container {spec}: the store has no containers (no event came from one)");
         }
-        bail!("container {spec}: no such container; the store has {}", known.join(", "));
+        bail!(
+            "container {spec}: no such container; the store has {}",
+            known.join(", ")
+        );
     }
     Ok(ids)
 }
@@ -798,8 +1052,15 @@ pub fn containers_named(conn: &Connection, spec: &str) -> Result<Vec<String>> {
 /// their edges join them to (what they read and wrote, the host process that
 /// started them), and the query's start; says so in the answer's title.
 pub fn only_containers(a: &mut Answer, ids: &[String], spec: &str) {
-    let in_container = |n: &NodeInfo| n.node_kind() == NodeKind::Process && n.container().is_some_and(|c| ids.contains(&c));
-    let procs: HashSet<i64> = a.nodes.iter().filter(|n| in_container(n)).map(|n| n.node).collect();
+    let in_container = |n: &NodeInfo| {
+        n.node_kind() == NodeKind::Process && n.container().is_some_and(|c| ids.contains(&c))
+    };
+    let procs: HashSet<i64> = a
+        .nodes
+        .iter()
+        .filter(|n| in_container(n))
+        .map(|n| n.node)
+        .collect();
     let mut keep: HashSet<i64> = procs.clone();
     keep.extend(a.start.iter().copied());
     for e in &a.edges {
@@ -814,8 +1075,16 @@ pub fn only_containers(a: &mut Answer, ids: &[String], spec: &str) {
         }
     }
     a.nodes.retain(|n| keep.contains(&n.node));
-    a.edges.retain(|e| keep.contains(&e.cause) && keep.contains(&e.effect) && (procs.contains(&e.cause) || procs.contains(&e.effect)));
+    a.edges.retain(|e| {
+        keep.contains(&e.cause)
+            && keep.contains(&e.effect)
+            && (procs.contains(&e.cause) || procs.contains(&e.effect))
+    });
     a.rows.retain(|r| procs.contains(&r.process));
     a.containers.retain(|id, _| ids.contains(id));
-    a.query = format!("{} (container {spec}: {} of its processes)", a.query, procs.len());
+    a.query = format!(
+        "{} (container {spec}: {} of its processes)",
+        a.query,
+        procs.len()
+    );
 }

@@ -133,7 +133,9 @@ impl Pos<'_> {
     }
 
     fn lit(&mut self, word: &[u8]) -> Option<()> {
-        self.b.get(self.i..self.i + word.len()).filter(|w| *w == word)?;
+        self.b
+            .get(self.i..self.i + word.len())
+            .filter(|w| *w == word)?;
         self.i += word.len();
         Some(())
     }
@@ -202,16 +204,28 @@ fn read_value(b: &[u8], at: usize, marker: u8) -> Option<(Val, usize)> {
                 end += 1;
             }
             let n = end - first;
-            if n == 0 || (b[first] == b'0' && (n > 1 || neg)) || b.get(end).is_some_and(|&c| in_number(c)) {
+            if n == 0
+                || (b[first] == b'0' && (n > 1 || neg))
+                || b.get(end).is_some_and(|&c| in_number(c))
+            {
                 return None;
             }
-            let v = if neg { (v <= i64::MAX as u64 + 1).then(|| (v as i64).wrapping_neg())? } else { i64::try_from(v).ok()? };
+            let v = if neg {
+                (v <= i64::MAX as u64 + 1).then(|| (v as i64).wrapping_neg())?
+            } else {
+                i64::try_from(v).ok()?
+            };
             Some((Val::Int(v), end))
         }
         _ => {
-            let n = b.get(at..)?.iter().position(|&c| !in_number(c)).unwrap_or(b.len() - at);
+            let n = b
+                .get(at..)?
+                .iter()
+                .position(|&c| !in_number(c))
+                .unwrap_or(b.len() - at);
             let end = at + n;
-            (n > 0 && canonical_int(&b[at..end]).is_none()).then_some((Val::Text(at as u32, end as u32), end))
+            (n > 0 && canonical_int(&b[at..end]).is_none())
+                .then_some((Val::Text(at as u32, end as u32), end))
         }
     }
 }
@@ -508,7 +522,10 @@ impl SegmentBuilder {
     /// an event, its held line (as [`SegmentBuilder::cut`] cuts it). None
     /// for a line of a new shape, of a shape without a plan, or that the
     /// fast-path parser would not take: parse and cut it as those do.
-    pub fn read_by_shape<'l>(&mut self, line: &'l str) -> Option<(Result<Record<'l>, String>, Option<HeldLine>)> {
+    pub fn read_by_shape<'l>(
+        &mut self,
+        line: &'l str,
+    ) -> Option<(Result<Record<'l>, String>, Option<HeldLine>)> {
         let shape = self.walk_tree(line.as_bytes())?;
         let plan = self.shape_plans[shape as usize - 1].as_ref()?;
         let rec = crate::record::parse_by_shape(plan, line, &self.vals)?;
@@ -526,7 +543,10 @@ impl SegmentBuilder {
                 Val::Text(a, e) => put_bytes(&mut self.packed, &b[a as usize..e as usize]),
             }
         }
-        HeldLine::Cut { shape, vals: self.packed.as_slice().into() }
+        HeldLine::Cut {
+            shape,
+            vals: self.packed.as_slice().into(),
+        }
     }
 
     /// Keeps an applied event's held line.
@@ -536,7 +556,10 @@ impl SegmentBuilder {
             HeldLine::Cut { shape, .. } => *shape,
         };
         varint::put(&mut self.slot_shapes, shape as u64);
-        varint::put(&mut self.slot_boots, varint::zigzag(boot.wrapping_sub(self.last_boot)));
+        varint::put(
+            &mut self.slot_boots,
+            varint::zigzag(boot.wrapping_sub(self.last_boot)),
+        );
         self.last_boot = boot;
         self.ids.put(&mut self.slot_ids, id);
         self.events.push((boot, id as i64));
@@ -586,7 +609,9 @@ impl SegmentBuilder {
             }
         }
         out.extend_from_slice(&gaps[gaps.len() - 1]);
-        String::from_utf8(out).expect("a line re-created from UTF-8 pieces").into_boxed_str()
+        String::from_utf8(out)
+            .expect("a line re-created from UTF-8 pieces")
+            .into_boxed_str()
     }
 
     /// After a seal: when the shape registry reached its bounds (a line was
@@ -637,14 +662,22 @@ impl SegmentBuilder {
         }
         let s = match self.shapes.get(&self.cutter.skel[..]) {
             Some(&s) => s,
-            None if self.shapes.len() >= MAX_SHAPES || self.tree.len() + self.cutter.vals.len() > MAX_TREE_EDGES => {
+            None if self.shapes.len() >= MAX_SHAPES
+                || self.tree.len() + self.cutter.vals.len() > MAX_TREE_EDGES =>
+            {
                 self.full = true;
                 return 0;
             }
             None => self.register(line),
         };
         self.vals.clear();
-        self.vals.extend(self.cutter.vals.iter().zip(&self.shape_columns[s as usize - 1]).map(|(v, &c)| (c, *v)));
+        self.vals.extend(
+            self.cutter
+                .vals
+                .iter()
+                .zip(&self.shape_columns[s as usize - 1])
+                .map(|(v, &c)| (c, *v)),
+        );
         s
     }
 
@@ -680,25 +713,45 @@ impl SegmentBuilder {
         let mut gaps: Vec<Box<[u8]>> = Vec::with_capacity(self.cutter.vals.len() + 1);
         let (mut gap, mut node) = (0, 0);
         varint::put(&mut self.shape_table, self.cutter.vals.len() as u64);
-        let markers = skel.iter().enumerate().filter(|(_, &c)| matches!(c, INT | STR | NUM));
+        let markers = skel
+            .iter()
+            .enumerate()
+            .filter(|(_, &c)| matches!(c, INT | STR | NUM));
         for ((at, &marker), path) in markers.zip(&self.cutter.paths) {
             let next = self.columns.len() as u32;
-            let c = *self.columns_by_path.entry((path.clone(), marker)).or_insert(next);
+            let c = *self
+                .columns_by_path
+                .entry((path.clone(), marker))
+                .or_insert(next);
             if c == next {
                 let data = self.spare.pop().unwrap_or_default();
-                self.columns.push(Column { marker, pred: Pred::of(path, marker), prev: 0, data });
+                self.columns.push(Column {
+                    marker,
+                    pred: Pred::of(path, marker),
+                    prev: 0,
+                    data,
+                });
             }
             cols.push(c);
             let text = &skel[gap..at];
             gaps.push(text.into());
             put_bytes(&mut self.shape_table, text);
             varint::put(&mut self.shape_table, c as u64);
-            node = match self.tree[node].edges.iter().find(|e| *e.gap == *text && e.marker == marker) {
+            node = match self.tree[node]
+                .edges
+                .iter()
+                .find(|e| *e.gap == *text && e.marker == marker)
+            {
                 Some(e) => e.to as usize,
                 None => {
                     let to = self.tree.len();
                     self.tree.push(ShapeNode::default());
-                    self.tree[node].edges.push(ShapeEdge { gap: text.into(), marker, column: c, to: to as u32 });
+                    self.tree[node].edges.push(ShapeEdge {
+                        gap: text.into(),
+                        marker,
+                        column: c,
+                        to: to as u32,
+                    });
                     to
                 }
             };
@@ -731,7 +784,13 @@ impl SegmentBuilder {
             c.data.clear();
             c.prev = 0;
         }
-        for b in [&mut self.slot_shapes, &mut self.slot_boots, &mut self.slot_ids, &mut self.whole, &mut self.other] {
+        for b in [
+            &mut self.slot_shapes,
+            &mut self.slot_boots,
+            &mut self.slot_ids,
+            &mut self.whole,
+            &mut self.other,
+        ] {
             b.clear();
         }
         self.last_boot = 0;
@@ -745,14 +804,29 @@ impl SegmentBuilder {
     pub fn seal(&mut self) -> Result<(Vec<u8>, i64, Vec<Run>)> {
         let lines = self.events.len() as i64 + self.other_lines;
         let mut head = Vec::new();
-        for n in [self.events.len() as u64, self.other_lines as u64, self.shape_columns.len() as u64, self.columns.len() as u64] {
+        for n in [
+            self.events.len() as u64,
+            self.other_lines as u64,
+            self.shape_columns.len() as u64,
+            self.columns.len() as u64,
+        ] {
             varint::put(&mut head, n);
         }
         for c in &self.columns {
             head.extend_from_slice(&[c.marker, c.pred as u8]);
         }
-        let sections = [&self.shape_table, &self.slot_shapes, &self.slot_boots, &self.slot_ids, &self.whole, &self.other];
-        let sections: Vec<&Vec<u8>> = sections.into_iter().chain(self.columns.iter().map(|c| &c.data)).collect();
+        let sections = [
+            &self.shape_table,
+            &self.slot_shapes,
+            &self.slot_boots,
+            &self.slot_ids,
+            &self.whole,
+            &self.other,
+        ];
+        let sections: Vec<&Vec<u8>> = sections
+            .into_iter()
+            .chain(self.columns.iter().map(|c| &c.data))
+            .collect();
         for s in &sections {
             varint::put(&mut head, s.len() as u64);
         }
@@ -792,7 +866,9 @@ fn damaged() -> anyhow::Error {
 }
 
 fn take<'a>(b: &'a [u8], pos: &mut usize, n: usize) -> Result<&'a [u8]> {
-    let s = b.get(*pos..pos.checked_add(n).ok_or_else(damaged)?).ok_or_else(damaged)?;
+    let s = b
+        .get(*pos..pos.checked_add(n).ok_or_else(damaged)?)
+        .ok_or_else(damaged)?;
     *pos += n;
     Ok(s)
 }
@@ -815,7 +891,10 @@ impl DecodedColumn<'_> {
     /// Steps to the next value, appending its text to `out` if given.
     fn next(&mut self, id: u64, out: Option<&mut String>) -> Result<()> {
         if self.marker == INT {
-            let v = self.pred.value(self.prev, id).wrapping_add(varint::unzigzag(varint::get(self.data, &mut self.pos)?));
+            let v = self
+                .pred
+                .value(self.prev, id)
+                .wrapping_add(varint::unzigzag(varint::get(self.data, &mut self.pos)?));
             self.prev = v;
             if let Some(out) = out {
                 let _ = write!(out, "{v}");
@@ -842,7 +921,9 @@ struct Unpacked {
 }
 
 fn unpack(blob: &[u8]) -> Result<Unpacked> {
-    Ok(Unpacked { plain: zstd::stream::decode_all(blob).context("decompressing a raw segment")? })
+    Ok(Unpacked {
+        plain: zstd::stream::decode_all(blob).context("decompressing a raw segment")?,
+    })
 }
 
 /// A segment read back.
@@ -874,7 +955,13 @@ impl<'a> Segment<'a> {
         }
         let mut cols = Vec::with_capacity(columns);
         for (i, m) in markers.chunks_exact(2).enumerate() {
-            cols.push(DecodedColumn { marker: m[0], pred: Pred::from_u8(m[1])?, data: s6[SECTIONS + i], pos: 0, prev: 0 });
+            cols.push(DecodedColumn {
+                marker: m[0],
+                pred: Pred::from_u8(m[1])?,
+                data: s6[SECTIONS + i],
+                pos: 0,
+                prev: 0,
+            });
         }
         let table = s6[0];
         let mut t = 0;
@@ -885,7 +972,10 @@ impl<'a> Segment<'a> {
             if values > table.len() {
                 return Err(damaged());
             }
-            let mut shape = DecodedShape { gaps: Vec::with_capacity(values + 1), columns: Vec::with_capacity(values) };
+            let mut shape = DecodedShape {
+                gaps: Vec::with_capacity(values + 1),
+                columns: Vec::with_capacity(values),
+            };
             for _ in 0..values {
                 let len = varint::get(table, &mut t)? as usize;
                 shape.gaps.push(take(table, &mut t, len)?);
@@ -913,7 +1003,11 @@ impl<'a> Segment<'a> {
 
     /// Walks the events in order, re-creating the line of each for which
     /// `want(boot, id)` holds and handing it to `found`; stops when `found` says so.
-    fn walk(&mut self, mut want: impl FnMut(i64, u64) -> bool, mut found: impl FnMut(String) -> bool) -> Result<()> {
+    fn walk(
+        &mut self,
+        mut want: impl FnMut(i64, u64) -> bool,
+        mut found: impl FnMut(String) -> bool,
+    ) -> Result<()> {
         let (mut ps, mut pb, mut pi) = (0, 0, 0);
         let mut boot = 0i64;
         let mut ids = IdList::default();
@@ -928,7 +1022,9 @@ impl<'a> Segment<'a> {
                 let len = varint::get(self.whole, &mut whole)? as usize;
                 let text = take(self.whole, &mut whole, len)?;
                 if wanted {
-                    line = std::str::from_utf8(text).context("raw segment text is not UTF-8")?.to_string();
+                    line = std::str::from_utf8(text)
+                        .context("raw segment text is not UTF-8")?
+                        .to_string();
                 }
             } else {
                 // Every column must advance, wanted or not: values are coded in turn.
@@ -954,11 +1050,19 @@ impl<'a> Segment<'a> {
 
 /// The line of event `id` of `boot` in a stored segment, if it holds it.
 pub fn event_line(blob: &[u8], boot: i64, id: i64) -> Result<Option<String>> {
-    Ok(event_lines(blob, boot, &std::collections::HashSet::from([id as u64]))?.pop().map(|(_, line)| line))
+    Ok(
+        event_lines(blob, boot, &std::collections::HashSet::from([id as u64]))?
+            .pop()
+            .map(|(_, line)| line),
+    )
 }
 
 /// The lines of the events of `boot` a stored segment holds among `ids`.
-pub fn event_lines(blob: &[u8], boot: i64, ids: &std::collections::HashSet<u64>) -> Result<Vec<(u64, String)>> {
+pub fn event_lines(
+    blob: &[u8],
+    boot: i64,
+    ids: &std::collections::HashSet<u64>,
+) -> Result<Vec<(u64, String)>> {
     let unpacked = unpack(blob)?;
     let mut seg = Segment::read(&unpacked)?;
     let mut out = Vec::new();
@@ -982,14 +1086,21 @@ pub fn lines(blob: &[u8]) -> Result<Vec<String>> {
     let unpacked = unpack(blob)?;
     let mut seg = Segment::read(&unpacked)?;
     let mut out = Vec::new();
-    seg.walk(|_, _| true, |l| {
-        out.push(l);
-        false
-    })?;
+    seg.walk(
+        |_, _| true,
+        |l| {
+            out.push(l);
+            false
+        },
+    )?;
     let mut pos = 0;
     while pos < seg.other.len() {
         let len = varint::get(seg.other, &mut pos)? as usize;
-        out.push(std::str::from_utf8(take(seg.other, &mut pos, len)?).context("raw segment text is not UTF-8")?.to_string());
+        out.push(
+            std::str::from_utf8(take(seg.other, &mut pos, len)?)
+                .context("raw segment text is not UTF-8")?
+                .to_string(),
+        );
     }
     Ok(out)
 }
@@ -1016,14 +1127,22 @@ mod tests {
                 1 => seqs[cpu as usize] + rng.range(2, 1000),
                 _ => seqs[cpu as usize] + 1,
             };
-            let (boot, id) = (1 + (i as i64 / 500) % 2, cpu << SEQ_BITS | seqs[cpu as usize]);
+            let (boot, id) = (
+                1 + (i as i64 / 500) % 2,
+                cpu << SEQ_BITS | seqs[cpu as usize],
+            );
             b.keep_event(boot, id, l);
             ids.push((boot, id));
         }
         let mut pos = 0;
-        let whole = (0..lines.len()).filter(|_| varint::get(&b.slot_shapes, &mut pos).unwrap() == 0).count();
+        let whole = (0..lines.len())
+            .filter(|_| varint::get(&b.slot_shapes, &mut pos).unwrap() == 0)
+            .count();
         let cut = lines.len() - whole;
-        let others = [r#"{"type":"loss","cpu":1,"count":3}"#, "{\"type\":\"future\",\"x\":\"\\u0041\"}"];
+        let others = [
+            r#"{"type":"loss","cpu":1,"count":3}"#,
+            "{\"type\":\"future\",\"x\":\"\\u0041\"}",
+        ];
         for o in others {
             b.keep_other(o);
         }
@@ -1040,22 +1159,44 @@ mod tests {
         // here, unlike in a store: the first is found).
         for (i, &(boot, id)) in ids.iter().enumerate().step_by(ids.len() / 300 + 1) {
             let first = ids.iter().position(|&x| x == (boot, id)).unwrap();
-            assert_eq!(event_line(&blob, boot, id as i64).unwrap().as_deref(), Some(lines[first].as_str()), "line {i}");
-            assert!(runs.iter().any(|r| r.0 == boot && (r.1..=r.2).contains(&(id as i64))));
+            assert_eq!(
+                event_line(&blob, boot, id as i64).unwrap().as_deref(),
+                Some(lines[first].as_str()),
+                "line {i}"
+            );
+            assert!(runs
+                .iter()
+                .any(|r| r.0 == boot && (r.1..=r.2).contains(&(id as i64))));
         }
         assert_eq!(event_line(&blob, 3, 1).unwrap(), None);
         cut
     }
 
     fn recorded() -> Vec<String> {
-        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/collector-gcc-build.jsonl.zst");
-        crate::archive::open_input(&p).unwrap().lines().map(Result::unwrap).filter(|l| l.contains("\"type\":\"event\"")).collect()
+        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/collector-gcc-build.jsonl.zst");
+        crate::archive::open_input(&p)
+            .unwrap()
+            .lines()
+            .map(Result::unwrap)
+            .filter(|l| l.contains("\"type\":\"event\""))
+            .collect()
     }
 
     fn synthetic() -> Vec<String> {
         let mut out = Vec::new();
-        crate::synth::generate(&crate::synth::SynthConfig::scaled(5, 0.001), &mut out, |_| {}).unwrap();
-        String::from_utf8(out).unwrap().lines().filter(|l| l.contains("\"type\":\"event\"")).map(str::to_string).collect()
+        crate::synth::generate(
+            &crate::synth::SynthConfig::scaled(5, 0.001),
+            &mut out,
+            |_| {},
+        )
+        .unwrap();
+        String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains("\"type\":\"event\""))
+            .map(str::to_string)
+            .collect()
     }
 
     #[test]
@@ -1064,7 +1205,12 @@ mod tests {
         for (name, lines) in [("recorded", recorded()), ("synthetic", synthetic())] {
             let cut = round_trip(&lines, &mut rng);
             // The collector's plain lines all go into columns.
-            assert_eq!(cut, lines.len(), "{name}: {cut} of {} lines cut", lines.len());
+            assert_eq!(
+                cut,
+                lines.len(),
+                "{name}: {cut} of {} lines cut",
+                lines.len()
+            );
         }
     }
 
@@ -1074,13 +1220,36 @@ mod tests {
     /// escapes), nested objects and arrays and optional whitespace, newlines
     /// included (`push_line` takes any text).
     fn random_line(r: &mut Rng) -> String {
-        const KEYS: &[&str] = &["type", "id", "cpu", "seq", "time_ns", "pid", "comm", "syscall", "ret", "path", "args", "argv", "fd", "x1", "é"];
-        const INTS: &[&str] = &[
-            "0", "1", "-1", "42", "9223372036854775807", "-9223372036854775808", "9223372036854775808",
-            "18446744073709551615", "-0", "1.5", "-2.5e-3", "1E9", "100000000000000000000", "07",
+        const KEYS: &[&str] = &[
+            "type", "id", "cpu", "seq", "time_ns", "pid", "comm", "syscall", "ret", "path", "args",
+            "argv", "fd", "x1", "é",
         ];
-        const STRS: &[&str] = &["", "event", "read", "/tmp/a b", "é☃", "a\\\"b", "tab\\t", "{\\\"", "[1,2]", "0"];
-        let ws = |r: &mut Rng| if r.next_u64().is_multiple_of(6) { [" ", "\t", "  ", "\r", "\n"][r.next_u64() as usize % 5] } else { "" };
+        const INTS: &[&str] = &[
+            "0",
+            "1",
+            "-1",
+            "42",
+            "9223372036854775807",
+            "-9223372036854775808",
+            "9223372036854775808",
+            "18446744073709551615",
+            "-0",
+            "1.5",
+            "-2.5e-3",
+            "1E9",
+            "100000000000000000000",
+            "07",
+        ];
+        const STRS: &[&str] = &[
+            "", "event", "read", "/tmp/a b", "é☃", "a\\\"b", "tab\\t", "{\\\"", "[1,2]", "0",
+        ];
+        let ws = |r: &mut Rng| {
+            if r.next_u64().is_multiple_of(6) {
+                [" ", "\t", "  ", "\r", "\n"][r.next_u64() as usize % 5]
+            } else {
+                ""
+            }
+        };
         fn value(r: &mut Rng, depth: u32, ws: &dyn Fn(&mut Rng) -> &'static str) -> String {
             match r.next_u64() % if depth > 2 { 5 } else { 7 } {
                 0 | 1 => INTS[r.next_u64() as usize % INTS.len()].to_string(),
@@ -1088,7 +1257,9 @@ mod tests {
                 4 => ["true", "false", "null"][r.next_u64() as usize % 3].to_string(),
                 5 => {
                     let n = r.next_u64() % 4;
-                    let items: Vec<String> = (0..n).map(|_| format!("{}{}{}", ws(r), value(r, depth + 1, ws), ws(r))).collect();
+                    let items: Vec<String> = (0..n)
+                        .map(|_| format!("{}{}{}", ws(r), value(r, depth + 1, ws), ws(r)))
+                        .collect();
                     format!("[{}]", items.join(","))
                 }
                 _ => object(r, depth + 1, ws),
@@ -1099,7 +1270,14 @@ mod tests {
             let members: Vec<String> = (0..n)
                 .map(|_| {
                     let k = KEYS[r.next_u64() as usize % KEYS.len()];
-                    format!("{}\"{k}\"{}:{}{}{}", ws(r), ws(r), ws(r), value(r, depth, ws), ws(r))
+                    format!(
+                        "{}\"{k}\"{}:{}{}{}",
+                        ws(r),
+                        ws(r),
+                        ws(r),
+                        value(r, depth, ws),
+                        ws(r)
+                    )
                 })
                 .collect();
             format!("{{{}}}", members.join(","))
@@ -1118,7 +1296,11 @@ mod tests {
         // Truncations and single-byte changes of collector lines: what the
         // columns do not take is kept whole, never changed.
         let subs: &[u8] = b"\"\\1.e-}],:{[ 0ntf";
-        for l in recorded().iter().step_by(53).chain(synthetic().iter().step_by(401)) {
+        for l in recorded()
+            .iter()
+            .step_by(53)
+            .chain(synthetic().iter().step_by(401))
+        {
             for cut in (0..l.len()).step_by(3) {
                 if l.is_char_boundary(cut) {
                     lines.push(l[..cut].to_string());
@@ -1134,7 +1316,11 @@ mod tests {
         }
         let cut = round_trip(&lines, &mut r);
         // Both paths were taken often (a third of the strings hold escapes).
-        assert!(cut > 2000 && lines.len() - cut > 2000, "{cut} of {} lines cut", lines.len());
+        assert!(
+            cut > 2000 && lines.len() - cut > 2000,
+            "{cut} of {} lines cut",
+            lines.len()
+        );
     }
 
     /// Long lines that share no prefix, each its own shape: past the
@@ -1143,9 +1329,15 @@ mod tests {
     fn the_shape_tree_is_bounded() {
         // Another first key each: no two lines share a path in the tree.
         let values = vec!["\"a\""; 600].join(",");
-        let lines: Vec<String> = (0..600).map(|i| format!("{{\"k{i}\":[{values}]}}")).collect();
+        let lines: Vec<String> = (0..600)
+            .map(|i| format!("{{\"k{i}\":[{values}]}}"))
+            .collect();
         let cut = round_trip(&lines, &mut Rng::new(5));
-        assert!(cut > 100 && cut < lines.len(), "{cut} of {} lines cut", lines.len());
+        assert!(
+            cut > 100 && cut < lines.len(),
+            "{cut} of {} lines cut",
+            lines.len()
+        );
     }
 
     /// Lines cut when read and kept a segment later, across a registry
@@ -1153,7 +1345,9 @@ mod tests {
     #[test]
     fn held_lines_survive_the_registry_being_renewed() {
         let values = vec!["\"ab\""; 40].join(",");
-        let mut lines: Vec<String> = (0..800).map(|i| format!("{{\"k{i}\":[{values}],\"n\":{i}}}")).collect();
+        let mut lines: Vec<String> = (0..800)
+            .map(|i| format!("{{\"k{i}\":[{values}],\"n\":{i}}}"))
+            .collect();
         lines.extend(synthetic().into_iter().take(2000));
         let mut r = Rng::new(9);
         for i in (0..lines.len()).rev() {
@@ -1161,7 +1355,10 @@ mod tests {
         }
         let mut b = SegmentBuilder::default();
         let mut held: Vec<HeldLine> = lines.iter().map(|l| b.cut(l)).collect();
-        assert!(b.shape_table.len() > MAX_TABLE_BYTES, "the test must pass the bound");
+        assert!(
+            b.shape_table.len() > MAX_TABLE_BYTES,
+            "the test must pass the bound"
+        );
         let half = lines.len() / 2;
         for (i, h) in held[..half].iter().enumerate() {
             b.keep_held(1, i as u64 + 1, h);
@@ -1170,16 +1367,27 @@ mod tests {
         let before = (b.shape_table.len(), b.shape_columns.len());
         b.renew_if_full(held[half..].iter_mut());
         // Only the held lines' shapes are left.
-        assert!(b.shape_table.len() < before.0 && b.shape_columns.len() < before.1, "{before:?} -> {}", b.shape_columns.len());
+        assert!(
+            b.shape_table.len() < before.0 && b.shape_columns.len() < before.1,
+            "{before:?} -> {}",
+            b.shape_columns.len()
+        );
         for (i, h) in held[half..].iter().enumerate() {
             b.keep_held(1, (half + i) as u64 + 1, h);
         }
         let (second, _, _) = b.seal().unwrap();
-        let back = [super::lines(&first).unwrap(), super::lines(&second).unwrap()].concat();
+        let back = [
+            super::lines(&first).unwrap(),
+            super::lines(&second).unwrap(),
+        ]
+        .concat();
         assert_eq!(back, lines);
         for i in (0..lines.len()).step_by(97) {
             let blob = if i < half { &first } else { &second };
-            assert_eq!(event_line(blob, 1, i as i64 + 1).unwrap().as_deref(), Some(lines[i].as_str()));
+            assert_eq!(
+                event_line(blob, 1, i as i64 + 1).unwrap().as_deref(),
+                Some(lines[i].as_str())
+            );
         }
         // Renewing only when due: the collector's lines alone leave the registry as it is.
         let mut b = SegmentBuilder::default();
@@ -1203,10 +1411,18 @@ mod tests {
             let event = matches!(old, Ok(Record::Event(..)));
             match b.read_by_shape(l) {
                 Some((rec, held)) => {
-                    assert_eq!(format!("{rec:?}"), format!("{old:?}"), "read by shape differently: {l:?}");
+                    assert_eq!(
+                        format!("{rec:?}"),
+                        format!("{old:?}"),
+                        "read by shape differently: {l:?}"
+                    );
                     assert_eq!(held.is_some(), event, "{l:?}");
                     if let Some(h) = held {
-                        assert_eq!(format!("{h:?}"), format!("{:?}", b.cut(l)), "held line: {l:?}");
+                        assert_eq!(
+                            format!("{h:?}"),
+                            format!("{:?}", b.cut(l)),
+                            "held line: {l:?}"
+                        );
                     }
                     read += 1;
                 }
@@ -1219,15 +1435,25 @@ mod tests {
 
     fn all_synthetic(seed: u64, scale: f64) -> Vec<String> {
         let mut out = Vec::new();
-        crate::synth::generate(&crate::synth::SynthConfig::scaled(seed, scale), &mut out, |_| {}).unwrap();
-        String::from_utf8(out).unwrap().lines().map(str::to_string).collect()
+        crate::synth::generate(
+            &crate::synth::SynthConfig::scaled(seed, scale),
+            &mut out,
+            |_| {},
+        )
+        .unwrap();
+        String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect()
     }
 
     /// A line's top-level members (text between the braces, split at
     /// commas outside strings, arrays and objects); None if it is not an object.
     fn members(l: &str) -> Option<Vec<String>> {
         let inner = l.trim().strip_prefix('{')?.strip_suffix('}')?;
-        let (mut out, mut cur, mut depth, mut in_str, mut esc) = (Vec::new(), String::new(), 0i32, false, false);
+        let (mut out, mut cur, mut depth, mut in_str, mut esc) =
+            (Vec::new(), String::new(), 0i32, false, false);
         for c in inner.chars() {
             if in_str {
                 in_str = !(c == '"' && !esc);
@@ -1256,20 +1482,71 @@ mod tests {
     /// unknown keys, literals, whitespace.
     fn mutate(l: &str, r: &mut Rng, only_numbers: bool) -> String {
         const NUMS: &[&str] = &[
-            "0", "1", "-1", "255", "4294967295", "4294967296", "2147483647", "2147483648", "-2147483648", "-2147483649",
-            "9223372036854775807", "-9223372036854775808", "9223372036854775808", "18446744073709551615",
-            "18446744073709551616", "01", "-0", "1.5", "1e3", "-", "00", "1.", "12345678901234567890123",
+            "0",
+            "1",
+            "-1",
+            "255",
+            "4294967295",
+            "4294967296",
+            "2147483647",
+            "2147483648",
+            "-2147483648",
+            "-2147483649",
+            "9223372036854775807",
+            "-9223372036854775808",
+            "9223372036854775808",
+            "18446744073709551615",
+            "18446744073709551616",
+            "01",
+            "-0",
+            "1.5",
+            "1e3",
+            "-",
+            "00",
+            "1.",
+            "12345678901234567890123",
         ];
-        const INSERTS: &[&str] = &["\\n", "\\\"", "\\u0041", "\\\\", "\u{1}", "\t", "\u{1f}", "\0", "\n", "é", "\u{7f}"];
+        const INSERTS: &[&str] = &[
+            "\\n", "\\\"", "\\u0041", "\\\\", "\u{1}", "\t", "\u{1f}", "\0", "\n", "é", "\u{7f}",
+        ];
         const MEMBERS: &[&str] = &[
-            r#""zz":1"#, r#""zz":"q""#, r#""zz":{"a":[1,"b",null]}"#, r#""incomplete":true"#, r#""incomplete":false"#,
-            r#""incomplete":7"#, r#""incomplete":"x""#, r#""incomplete":[1]"#, r#""incomplete":null"#, r#""upper_bound":false"#,
-            r#""upper_bound":true"#, r#""upper_bound":1"#, r#""workflow_running":true"#, r#""comm":null"#, r#""path":null"#,
-            r#""args":null"#, r#""args":{}"#, r#""args":{"fd":3,"fd":"x"}"#, r#""args":{"fds":[1,"a",true,[2],{"q":3}],"fds":5}"#,
-            r#""args":{"newfd":-4,"flags":null,"cmd":[1],"fds":[7,8]}"#, r#""argv":[]"#, r#""argv":null"#, r#""argv":["a",1]"#,
-            r#""argv":["a","b c"]"#, r#""args":5"#, r#""container":{"id":"c","runtime":"docker"}"#, r#""fd":null"#, r#""ret":null"#,
-            r#""pid":true"#, r#""workflow":4"#, r#""workflow_parent":3"#, r#""root_dev":1"#, r#""root_inode":2"#, r#""type":"loss""#,
-            r#""x":1.5e3"#, r#""cpu":"1""#, r#""id":-3"#,
+            r#""zz":1"#,
+            r#""zz":"q""#,
+            r#""zz":{"a":[1,"b",null]}"#,
+            r#""incomplete":true"#,
+            r#""incomplete":false"#,
+            r#""incomplete":7"#,
+            r#""incomplete":"x""#,
+            r#""incomplete":[1]"#,
+            r#""incomplete":null"#,
+            r#""upper_bound":false"#,
+            r#""upper_bound":true"#,
+            r#""upper_bound":1"#,
+            r#""workflow_running":true"#,
+            r#""comm":null"#,
+            r#""path":null"#,
+            r#""args":null"#,
+            r#""args":{}"#,
+            r#""args":{"fd":3,"fd":"x"}"#,
+            r#""args":{"fds":[1,"a",true,[2],{"q":3}],"fds":5}"#,
+            r#""args":{"newfd":-4,"flags":null,"cmd":[1],"fds":[7,8]}"#,
+            r#""argv":[]"#,
+            r#""argv":null"#,
+            r#""argv":["a",1]"#,
+            r#""argv":["a","b c"]"#,
+            r#""args":5"#,
+            r#""container":{"id":"c","runtime":"docker"}"#,
+            r#""fd":null"#,
+            r#""ret":null"#,
+            r#""pid":true"#,
+            r#""workflow":4"#,
+            r#""workflow_parent":3"#,
+            r#""root_dev":1"#,
+            r#""root_inode":2"#,
+            r#""type":"loss""#,
+            r#""x":1.5e3"#,
+            r#""cpu":"1""#,
+            r#""id":-3"#,
         ];
         let pick = |r: &mut Rng, n: usize| r.next_u64() as usize % n;
         if l.is_empty() {
@@ -1283,15 +1560,21 @@ mod tests {
             }
             1 | 2 => {
                 // A number replaced (the same shape if the new one is a canonical integer).
-                let starts: Vec<usize> = (1..b.len()).filter(|&i| b[i].is_ascii_digit() && matches!(b[i - 1], b':' | b',' | b'[')).collect();
+                let starts: Vec<usize> = (1..b.len())
+                    .filter(|&i| b[i].is_ascii_digit() && matches!(b[i - 1], b':' | b',' | b'['))
+                    .collect();
                 if let Some(&at) = starts.get(pick(r, starts.len().max(1))) {
-                    let end = (at..b.len()).find(|&i| !b[i].is_ascii_digit()).unwrap_or(b.len());
+                    let end = (at..b.len())
+                        .find(|&i| !b[i].is_ascii_digit())
+                        .unwrap_or(b.len());
                     b.splice(at..end, NUMS[pick(r, NUMS.len())].bytes());
                 }
             }
             3 => {
                 // Inside a string: after an opening quote of a value.
-                let quotes: Vec<usize> = (1..b.len()).filter(|&i| b[i] == b'"' && matches!(b[i - 1], b':' | b',' | b'[')).collect();
+                let quotes: Vec<usize> = (1..b.len())
+                    .filter(|&i| b[i] == b'"' && matches!(b[i - 1], b':' | b',' | b'['))
+                    .collect();
                 if let Some(&at) = quotes.get(pick(r, quotes.len().max(1))) {
                     let ins = INSERTS[pick(r, INSERTS.len())].as_bytes();
                     let at = at + 1 + pick(r, 3).min(b.len() - at - 1);
@@ -1315,10 +1598,14 @@ mod tests {
             }
             5 => {
                 // Whitespace after a comma or colon, or around the line.
-                let at: Vec<usize> = (0..b.len()).filter(|&i| matches!(b[i], b',' | b':')).collect();
+                let at: Vec<usize> = (0..b.len())
+                    .filter(|&i| matches!(b[i], b',' | b':'))
+                    .collect();
                 let ws = [&b" "[..], b"\t", b"  ", b"\r\n"][pick(r, 4)];
                 match at.get(pick(r, at.len().max(1))) {
-                    Some(&i) if r.next_u64() % 4 != 0 => drop(b.splice(i + 1..i + 1, ws.iter().copied())),
+                    Some(&i) if r.next_u64() % 4 != 0 => {
+                        drop(b.splice(i + 1..i + 1, ws.iter().copied()))
+                    }
                     _ => b.splice(0..0, ws.iter().copied()).for_each(drop),
                 }
             }
@@ -1342,36 +1629,99 @@ mod tests {
     #[test]
     fn lines_read_by_shape_read_as_the_parser_reads_them() {
         let synth = all_synthetic(3, 0.002);
-        let events = synth.iter().filter(|l| l.contains("\"type\":\"event\"")).count();
+        let events = synth
+            .iter()
+            .filter(|l| l.contains("\"type\":\"event\""))
+            .count();
         let read = by_shape_agrees(&synth, false);
         // Nearly every event line of the stream after its shape's first is read by shape.
-        assert!(read * 100 >= events * 99, "synthetic: {read} of {events} events read by shape");
-        eprintln!("synthetic: {read} of {} lines ({events} events) read by shape", synth.len());
+        assert!(
+            read * 100 >= events * 99,
+            "synthetic: {read} of {events} events read by shape"
+        );
+        eprintln!(
+            "synthetic: {read} of {} lines ({events} events) read by shape",
+            synth.len()
+        );
         let rec: Vec<String> = {
-            let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/collector-gcc-build.jsonl.zst");
-            crate::archive::open_input(&p).unwrap().lines().map(Result::unwrap).collect()
+            let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/data/collector-gcc-build.jsonl.zst");
+            crate::archive::open_input(&p)
+                .unwrap()
+                .lines()
+                .map(Result::unwrap)
+                .collect()
         };
         let read = by_shape_agrees(&rec, false);
-        assert!(read * 100 >= rec.len() * 90, "recorded: {read} of {} read by shape", rec.len());
+        assert!(
+            read * 100 >= rec.len() * 90,
+            "recorded: {read} of {} read by shape",
+            rec.len()
+        );
         eprintln!("recorded: {read} of {} lines read by shape", rec.len());
 
-        let ev = |rest: &str| format!(r#"{{"type":"event","id":1,"time_ns":2,"pid":3,"syscall":"read"{rest}}}"#);
+        let ev = |rest: &str| {
+            format!(r#"{{"type":"event","id":1,"time_ns":2,"pid":3,"syscall":"read"{rest}}}"#)
+        };
         let mut edge: Vec<String> = Vec::new();
         for rest in [
-            "", r#","ret":-9223372036854775808,"fd":-1,"cpu":4294967295"#, r#","ret":9223372036854775807,"fd":2147483647"#,
-            r#","fd":2147483648"#, r#","fd":-2147483649"#, r#","cpu":4294967296"#, r#","pid":-1"#, r#","id":-1"#,
-            r#","time_ns":9223372036854775807"#, r#","time_ns":9223372036854775808"#, r#","time_ns":18446744073709551615"#,
-            r#","ret":-1,"comm":null,"path":null,"argv":[],"args":{}"#, r#","argv":["a","b c"],"args":{"fd":3,"fds":[1,2],"z":{"q":[true,false,null]}}"#,
-            r#","incomplete":true,"upper_bound":false,"extra":{"a":[1,2,"s"]}"#, r#","incomplete":7"#, r#","incomplete":null"#,
-            r#","incomplete":"x""#, r#","incomplete":{"a":1}"#, r#","path":"/a\"b""#, r#","pid":4"#, r#","fd":1.0"#, r#","ret":-0"#,
-            r#","fd":1e2"#, r#","fd":01"#, r#","id":18446744073709551616"#, r#","x":01"#, r#","x":1."#, r#","x":-"#,
-            r#","upper_bound":1"#, r#","comm":"a	b""#, "\",\"comm\":\"a\u{1}b\"", "\",\"path\":\"/x\u{1f}\"", r#","path":"""#,
-            r#","args":{"fd":3,"fd":"x"}"#, r#","args":{"fd":"x","fd":3}"#, r#","args":{"fds":[1,"a",true,[2],{"q":3}],"fds":5}"#,
-            r#","args":{"fds":[1],"fds":{"a":1}}"#, r#","args":{"newfd":-4,"flags":null,"cmd":[1],"uid":{"a":2}}"#, r#","args":null"#,
-            r#","args":5"#, r#","args":[]"#, r#","argv":null"#, r#","argv":["a",1]"#, r#","argv":[null]"#, r#","argv":"a""#,
-            r#","container":{"id":"c"}"#, r#","x":1,"x":2"#, r#","pid":3"#, r#","workflow":1,"workflow_parent":2,"workflow_cause":3,"workflow_running":true"#,
-            r#","workflow":1,"workflow_running":1"#, r#","root_dev":1,"root_inode":2"#, r#" , "tid" : 5 "#, r#","x":1.5e3"#,
-            r#","dev":"1""#, r#","comm":5"#, r#","upper_bound":null,"workflow_running":false"#, r#","x":"é☃""#,
+            "",
+            r#","ret":-9223372036854775808,"fd":-1,"cpu":4294967295"#,
+            r#","ret":9223372036854775807,"fd":2147483647"#,
+            r#","fd":2147483648"#,
+            r#","fd":-2147483649"#,
+            r#","cpu":4294967296"#,
+            r#","pid":-1"#,
+            r#","id":-1"#,
+            r#","time_ns":9223372036854775807"#,
+            r#","time_ns":9223372036854775808"#,
+            r#","time_ns":18446744073709551615"#,
+            r#","ret":-1,"comm":null,"path":null,"argv":[],"args":{}"#,
+            r#","argv":["a","b c"],"args":{"fd":3,"fds":[1,2],"z":{"q":[true,false,null]}}"#,
+            r#","incomplete":true,"upper_bound":false,"extra":{"a":[1,2,"s"]}"#,
+            r#","incomplete":7"#,
+            r#","incomplete":null"#,
+            r#","incomplete":"x""#,
+            r#","incomplete":{"a":1}"#,
+            r#","path":"/a\"b""#,
+            r#","pid":4"#,
+            r#","fd":1.0"#,
+            r#","ret":-0"#,
+            r#","fd":1e2"#,
+            r#","fd":01"#,
+            r#","id":18446744073709551616"#,
+            r#","x":01"#,
+            r#","x":1."#,
+            r#","x":-"#,
+            r#","upper_bound":1"#,
+            r#","comm":"a	b""#,
+            "\",\"comm\":\"a\u{1}b\"",
+            "\",\"path\":\"/x\u{1f}\"",
+            r#","path":"""#,
+            r#","args":{"fd":3,"fd":"x"}"#,
+            r#","args":{"fd":"x","fd":3}"#,
+            r#","args":{"fds":[1,"a",true,[2],{"q":3}],"fds":5}"#,
+            r#","args":{"fds":[1],"fds":{"a":1}}"#,
+            r#","args":{"newfd":-4,"flags":null,"cmd":[1],"uid":{"a":2}}"#,
+            r#","args":null"#,
+            r#","args":5"#,
+            r#","args":[]"#,
+            r#","argv":null"#,
+            r#","argv":["a",1]"#,
+            r#","argv":[null]"#,
+            r#","argv":"a""#,
+            r#","container":{"id":"c"}"#,
+            r#","x":1,"x":2"#,
+            r#","pid":3"#,
+            r#","workflow":1,"workflow_parent":2,"workflow_cause":3,"workflow_running":true"#,
+            r#","workflow":1,"workflow_running":1"#,
+            r#","root_dev":1,"root_inode":2"#,
+            r#" , "tid" : 5 "#,
+            r#","x":1.5e3"#,
+            r#","dev":"1""#,
+            r#","comm":5"#,
+            r#","upper_bound":null,"workflow_running":false"#,
+            r#","x":"é☃""#,
         ] {
             edge.push(ev(rest));
         }
@@ -1397,12 +1747,22 @@ mod tests {
         let mut r = Rng::new(13);
         let mut lines = Vec::new();
         for l in &edge {
-            lines.push(l.replace("-1", "7").replace("4294967296", "8").replace("\u{1}", "c").replace("\u{1f}", "d"));
+            lines.push(
+                l.replace("-1", "7")
+                    .replace("4294967296", "8")
+                    .replace("\u{1}", "c")
+                    .replace("\u{1f}", "d"),
+            );
             lines.push(l.clone());
             lines.push(l.clone());
         }
         // Random mutations of collector lines, each then with a number changed.
-        let bases: Vec<&String> = synth.iter().step_by(7).chain(rec.iter().step_by(3)).chain(&edge).collect();
+        let bases: Vec<&String> = synth
+            .iter()
+            .step_by(7)
+            .chain(rec.iter().step_by(3))
+            .chain(&edge)
+            .collect();
         for _ in 0..20 {
             for l in &bases {
                 let m = mutate(l, &mut r, false);
@@ -1422,8 +1782,15 @@ mod tests {
             read_ingest += by_shape_agrees(chunk, false);
             read_all += by_shape_agrees(chunk, true);
         }
-        assert!(read_ingest > lines.len() / 8 && read_all > read_ingest, "{read_ingest}, {read_all} of {}", lines.len());
-        eprintln!("by shape: {read_ingest} (events registered) / {read_all} (all registered) of {} lines", lines.len());
+        assert!(
+            read_ingest > lines.len() / 8 && read_all > read_ingest,
+            "{read_ingest}, {read_all} of {}",
+            lines.len()
+        );
+        eprintln!(
+            "by shape: {read_ingest} (events registered) / {read_all} (all registered) of {} lines",
+            lines.len()
+        );
     }
 
     /// The same on a whole stream file (`CUSTOS_SHAPE_STREAM`, e.g. store-bench's
@@ -1432,19 +1799,34 @@ mod tests {
     #[ignore = "needs CUSTOS_SHAPE_STREAM"]
     fn a_stream_file_reads_by_shape_as_the_parser_reads_it() {
         let p = std::env::var("CUSTOS_SHAPE_STREAM").expect("CUSTOS_SHAPE_STREAM");
-        let lines: Vec<String> = crate::archive::open_input(std::path::Path::new(&p)).unwrap().lines().map(Result::unwrap).collect();
+        let lines: Vec<String> = crate::archive::open_input(std::path::Path::new(&p))
+            .unwrap()
+            .lines()
+            .map(Result::unwrap)
+            .collect();
         let read = by_shape_agrees(&lines, false);
         eprintln!("{p}: {read} of {} lines read by shape", lines.len());
     }
 
     #[test]
     fn values_past_64_bits_or_not_canonical_are_kept_as_text() {
-        for (text, int) in [("0", Some(0)), ("-1", Some(-1)), ("-0", None), ("01", None), ("1.0", None), ("-", None), ("", None)] {
+        for (text, int) in [
+            ("0", Some(0)),
+            ("-1", Some(-1)),
+            ("-0", None),
+            ("01", None),
+            ("1.0", None),
+            ("-", None),
+            ("", None),
+        ] {
             assert_eq!(canonical_int(text.as_bytes()), int, "{text}");
         }
         assert_eq!(canonical_int(b"-9223372036854775808"), Some(i64::MIN));
         assert_eq!(canonical_int(b"9223372036854775808"), None);
-        assert_eq!(canonical_int(b"1234567890123456789"), Some(1234567890123456789));
+        assert_eq!(
+            canonical_int(b"1234567890123456789"),
+            Some(1234567890123456789)
+        );
         assert_eq!(canonical_int(b"-12345678"), Some(-12345678));
         assert_eq!(canonical_int(b"12345678901234567890"), None);
         let mut r = Rng::new(3);

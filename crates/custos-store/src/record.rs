@@ -309,12 +309,60 @@ impl<'de> Deserialize<'de> for Args {
 /// for them (any other name is kept as its own string).
 fn syscall_name(s: Cow<'_, str>) -> Cow<'static, str> {
     const KNOWN: &[&str] = &[
-        "read", "write", "openat", "close", "mmap", "execve", "clone", "clone3", "exit_group", "exit", "pread64",
-        "pwrite64", "readv", "writev", "open", "creat", "openat2", "unlink", "unlinkat", "rename", "renameat",
-        "renameat2", "link", "linkat", "pipe", "pipe2", "dup", "dup2", "dup3", "fcntl", "connect", "accept",
-        "accept4", "recvfrom", "sendto", "recvmsg", "sendmsg", "fork", "vfork", "execveat", "sched:process_fork",
-        "lsm:file_open", "truncate", "ftruncate", "setuid", "setresuid", "setreuid", "setfsuid", "socketpair",
-        "sendfile", "splice", "copy_file_range", "mmap2", "rmdir",
+        "read",
+        "write",
+        "openat",
+        "close",
+        "mmap",
+        "execve",
+        "clone",
+        "clone3",
+        "exit_group",
+        "exit",
+        "pread64",
+        "pwrite64",
+        "readv",
+        "writev",
+        "open",
+        "creat",
+        "openat2",
+        "unlink",
+        "unlinkat",
+        "rename",
+        "renameat",
+        "renameat2",
+        "link",
+        "linkat",
+        "pipe",
+        "pipe2",
+        "dup",
+        "dup2",
+        "dup3",
+        "fcntl",
+        "connect",
+        "accept",
+        "accept4",
+        "recvfrom",
+        "sendto",
+        "recvmsg",
+        "sendmsg",
+        "fork",
+        "vfork",
+        "execveat",
+        "sched:process_fork",
+        "lsm:file_open",
+        "truncate",
+        "ftruncate",
+        "setuid",
+        "setresuid",
+        "setreuid",
+        "setfsuid",
+        "socketpair",
+        "sendfile",
+        "splice",
+        "copy_file_range",
+        "mmap2",
+        "rmdir",
     ];
     match KNOWN.iter().find(|k| **k == s) {
         Some(k) => Cow::Borrowed(k),
@@ -414,7 +462,10 @@ pub enum Record<'a> {
     Loss(Loss),
     /// `{"type":"boot","boot_id":...}`: names the boot of the lines that follow.
     Boot(String),
-    Stats { boot_id: Option<String>, time_ns: u64 },
+    Stats {
+        boot_id: Option<String>,
+        time_ns: u64,
+    },
     /// A type this reader does not know; skipped as the schema says.
     Other(String),
 }
@@ -428,7 +479,8 @@ pub fn parse_line(text: &str) -> Result<Record<'_>, String> {
     // The collector's plain lines take the fast path; serde decides the rest.
     let l: Line = match fastline::fast_line(text) {
         Some(l) => l,
-        None => serde_json::from_str(text).map_err(|e| format!("not valid JSON for the event schema: {e}"))?,
+        None => serde_json::from_str(text)
+            .map_err(|e| format!("not valid JSON for the event schema: {e}"))?,
     };
     record(l)
 }
@@ -446,7 +498,10 @@ pub(crate) fn parse_by_shape<'l>(
 
 /// The record of a parsed line.
 fn record(l: Line<'_>) -> Result<Record<'_>, String> {
-    let kind = l.kind.ok_or("no `type` field (expected \"event\", \"loss\", \"boot\" or \"stats\")")?.0;
+    let kind = l
+        .kind
+        .ok_or("no `type` field (expected \"event\", \"loss\", \"boot\" or \"stats\")")?
+        .0;
     let owned = |s: Option<Str<'_>>| s.map(|s| s.0.into_owned());
     match &*kind {
         "event" => {
@@ -481,9 +536,18 @@ fn record(l: Line<'_>) -> Result<Record<'_>, String> {
                     root: l.root_dev.zip(l.root_inode),
                     container: l.container,
                     workflow: l.workflow,
-                    workflow_start: match (l.workflow, l.workflow_parent, l.workflow_cause, l.workflow_running) {
+                    workflow_start: match (
+                        l.workflow,
+                        l.workflow_parent,
+                        l.workflow_cause,
+                        l.workflow_running,
+                    ) {
                         (Some(w), parent, cause, running) if w == id => {
-                            Some(Box::new(WorkflowStart { parent, cause, running: running.unwrap_or(false) }))
+                            Some(Box::new(WorkflowStart {
+                                parent,
+                                cause,
+                                running: running.unwrap_or(false),
+                            }))
                         }
                         _ => None,
                     },
@@ -495,12 +559,18 @@ fn record(l: Line<'_>) -> Result<Record<'_>, String> {
             let start_ns = need(l.start_ns, "loss", "start_ns")?;
             let end_ns = need(l.end_ns, "loss", "end_ns")?;
             if end_ns < start_ns {
-                return Err(format!("loss record has end_ns {end_ns} before start_ns {start_ns}"));
+                return Err(format!(
+                    "loss record has end_ns {end_ns} before start_ns {start_ns}"
+                ));
             }
             let count = match (l.count, l.first_seq, l.last_seq) {
                 (Some(c), _, _) => c,
                 (None, Some(f), Some(t)) if t >= f => t - f + 1,
-                _ => return Err("loss record lacks `count` (and first_seq/last_seq to derive it)".into()),
+                _ => {
+                    return Err(
+                        "loss record lacks `count` (and first_seq/last_seq to derive it)".into(),
+                    )
+                }
             };
             let category = owned(l.category);
             Ok(Record::Loss(Loss {
@@ -518,7 +588,10 @@ fn record(l: Line<'_>) -> Result<Record<'_>, String> {
             }))
         }
         "boot" => Ok(Record::Boot(need(owned(l.boot_id), "boot", "boot_id")?)),
-        "stats" => Ok(Record::Stats { boot_id: owned(l.boot_id), time_ns: need(l.time_ns, "stats", "time_ns")? }),
+        "stats" => Ok(Record::Stats {
+            boot_id: owned(l.boot_id),
+            time_ns: need(l.time_ns, "stats", "time_ns")?,
+        }),
         other => Ok(Record::Other(other.to_string())),
     }
 }
@@ -549,12 +622,24 @@ mod tests {
     #[test]
     fn rejects_with_reason() {
         assert!(parse_line("{").unwrap_err().contains("JSON"));
-        assert!(parse_line(r#"{"type":"event","id":1,"time_ns":5,"syscall":"read"}"#).unwrap_err().contains("`pid`"));
+        assert!(
+            parse_line(r#"{"type":"event","id":1,"time_ns":5,"syscall":"read"}"#)
+                .unwrap_err()
+                .contains("`pid`")
+        );
         assert!(parse_line(r#"{"id":1}"#).unwrap_err().contains("type"));
-        assert!(parse_line(r#"{"type":"loss","cpu":0,"start_ns":9,"end_ns":2,"count":1}"#).is_err());
-        assert!(matches!(parse_line(r#"{"type":"future","x":1}"#).unwrap(), Record::Other(_)));
+        assert!(
+            parse_line(r#"{"type":"loss","cpu":0,"start_ns":9,"end_ns":2,"count":1}"#).is_err()
+        );
+        assert!(matches!(
+            parse_line(r#"{"type":"future","x":1}"#).unwrap(),
+            Record::Other(_)
+        ));
         // The collector's stats lines count `incomplete` events.
-        assert!(matches!(parse_line(r#"{"type":"stats","time_ns":5,"incomplete":0,"count":3}"#).unwrap(), Record::Stats { .. }));
+        assert!(matches!(
+            parse_line(r#"{"type":"stats","time_ns":5,"incomplete":0,"count":3}"#).unwrap(),
+            Record::Stats { .. }
+        ));
     }
 
     /// The typed parse reads what the `serde_json::Value` parse read:
@@ -563,7 +648,9 @@ mod tests {
     #[test]
     fn typed_parse_keeps_escapes_and_reads_arguments_leniently() {
         let line = r#"{"type":"event","boot_id":"b\u0031","id":7,"time_ns":5,"pid":10,"comm":"a\"b","syscall":"pipe2","path":"/tmp/x\\y\u00e9","args":{"flags":"O_CLOEXEC","fd":1.5,"newfd":18446744073709551615,"cmd":-3,"cmd":4,"fds":[3,"x",4,null,{"a":1}],"nested":{"fd":9},"read_fd":[1]},"incomplete":true,"extra":[1,{"b":[2]}]}"#;
-        let Record::Event(e, boot) = parse_line(line).unwrap() else { panic!("not an event") };
+        let Record::Event(e, boot) = parse_line(line).unwrap() else {
+            panic!("not an event")
+        };
         assert_eq!(boot.as_deref(), Some("b1"));
         assert_eq!(e.comm.as_deref(), Some("a\"b"));
         assert_eq!(e.path.as_deref(), Some("/tmp/x\\yé"));
@@ -582,11 +669,21 @@ mod tests {
         assert!(!e.incomplete, "only `true` marks an event incomplete");
         assert!(e.arg_fds().is_empty());
         // Wrong types of the fields the store needs are still errors, with the column.
-        let err = parse_line(r#"{"type":"event","id":7,"time_ns":5,"pid":"ten","syscall":"read"}"#).unwrap_err();
-        assert!(err.contains("invalid type") && err.contains("column"), "{err}");
-        let err = parse_line(r#"{"type":"event","id":7,"time_ns":5,"pid":1,"syscall":"read","args":[1]}"#).unwrap_err();
+        let err = parse_line(r#"{"type":"event","id":7,"time_ns":5,"pid":"ten","syscall":"read"}"#)
+            .unwrap_err();
+        assert!(
+            err.contains("invalid type") && err.contains("column"),
+            "{err}"
+        );
+        let err = parse_line(
+            r#"{"type":"event","id":7,"time_ns":5,"pid":1,"syscall":"read","args":[1]}"#,
+        )
+        .unwrap_err();
         assert!(err.contains("invalid type"), "{err}");
-        let err = parse_line(r#"{"type":"event","id":7,"time_ns":5,"pid":1,"syscall":"read","args":{"fd":3"#).unwrap_err();
+        let err = parse_line(
+            r#"{"type":"event","id":7,"time_ns":5,"pid":1,"syscall":"read","args":{"fd":3"#,
+        )
+        .unwrap_err();
         assert!(err.contains("EOF"), "{err}");
     }
 }

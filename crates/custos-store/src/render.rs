@@ -18,7 +18,11 @@ fn table(out: &mut String, header: &[&str], rows: &[Vec<String>]) {
     out.reserve(rows.len() * (width.iter().sum::<usize>() + 2 * width.len()));
     table_line(out, &width, &mut header.iter().map(|h| (*h, char_width(h))));
     for r in rows {
-        table_line(out, &width, &mut r.iter().map(|c| (c.as_str(), char_width(c))));
+        table_line(
+            out,
+            &width,
+            &mut r.iter().map(|c| (c.as_str(), char_width(c))),
+        );
     }
 }
 
@@ -49,7 +53,11 @@ fn pad(out: &mut String, mut n: usize) {
 
 /// The width of a cell in characters (a byte each when ASCII, as nearly all are).
 fn char_width(s: &str) -> usize {
-    if s.is_ascii() { s.len() } else { s.chars().count() }
+    if s.is_ascii() {
+        s.len()
+    } else {
+        s.chars().count()
+    }
 }
 
 /// Table cells written into one buffer, row after row.
@@ -60,7 +68,10 @@ struct Cells {
 
 impl Cells {
     fn with_capacity(cells: usize) -> Self {
-        Self { text: String::with_capacity(cells * 12), ends: Vec::with_capacity(cells) }
+        Self {
+            text: String::with_capacity(cells * 12),
+            ends: Vec::with_capacity(cells),
+        }
     }
 
     /// Closes the cell being written.
@@ -80,7 +91,11 @@ impl Cells {
         out.reserve(self.ends.len() / cols * (width.iter().sum::<usize>() + 2 * cols));
         table_line(out, &width, &mut header.iter().map(|h| (*h, char_width(h))));
         for row in 0..self.ends.len() / cols {
-            table_line(out, &width, &mut (row * cols..(row + 1) * cols).map(|i| (cell(i), chars[i])));
+            table_line(
+                out,
+                &width,
+                &mut (row * cols..(row + 1) * cols).map(|i| (cell(i), chars[i])),
+            );
         }
     }
 }
@@ -105,24 +120,44 @@ pub fn text(a: &Answer) -> String {
     if let Some(p) = &a.path {
         let _ = writeln!(out, "{}: {p}", a.query);
     }
-    if !a.rows.is_empty() || a.query.starts_with("touched-by") || a.query.starts_with("who-touched") {
+    if !a.rows.is_empty() || a.query.starts_with("touched-by") || a.query.starts_with("who-touched")
+    {
         let rows: Vec<Vec<String>> = a
             .rows
             .iter()
             .map(|r| {
                 let p = node(r.process).map(NodeInfo::label).unwrap_or_default();
-                let o = node(r.object).map(|n| format!("{} {}", n.kind, n.label())).unwrap_or_default();
-                vec![short_time(r.time_ns), r.action.to_string(), p, o, format!("{:#x}", r.event_id)]
+                let o = node(r.object)
+                    .map(|n| format!("{} {}", n.kind, n.label()))
+                    .unwrap_or_default();
+                vec![
+                    short_time(r.time_ns),
+                    r.action.to_string(),
+                    p,
+                    o,
+                    format!("{:#x}", r.event_id),
+                ]
             })
             .collect();
-        table(&mut out, &["TIME", "ACTION", "PROCESS", "OBJECT", "EVENT"], &rows);
+        table(
+            &mut out,
+            &["TIME", "ACTION", "PROCESS", "OBJECT", "EVENT"],
+            &rows,
+        );
         let _ = writeln!(out, "{} rows", a.rows.len());
     } else {
         let mut via: NodeMap<&crate::query::EdgeInfo> = NodeMap::default();
         for e in &a.edges {
             // The edge that first reached a node (the BFS tree edge) explains why it is listed.
-            let (from, to) = if a.query.starts_with("descendants") { (e.cause, e.effect) } else { (e.effect, e.cause) };
-            let (df, dt) = (node(from).and_then(|n| n.depth), node(to).and_then(|n| n.depth));
+            let (from, to) = if a.query.starts_with("descendants") {
+                (e.cause, e.effect)
+            } else {
+                (e.effect, e.cause)
+            };
+            let (df, dt) = (
+                node(from).and_then(|n| n.depth),
+                node(to).and_then(|n| n.depth),
+            );
             if matches!((df, dt), (Some(x), Some(y)) if y == x + 1) {
                 via.entry(to).or_insert(e);
             }
@@ -159,7 +194,10 @@ pub fn text(a: &Answer) -> String {
             }
             cells.end();
         }
-        cells.table(&mut out, &["DEPTH", "NODE", "KIND", "WHAT", "CREATED", "VIA", "EVENT"]);
+        cells.table(
+            &mut out,
+            &["DEPTH", "NODE", "KIND", "WHAT", "CREATED", "VIA", "EVENT"],
+        );
         let _ = writeln!(out, "{} nodes, {} edges", a.nodes.len(), a.edges.len());
     }
     if a.complete {
@@ -193,12 +231,19 @@ pub fn dot(a: &Answer) -> String {
         }
     }
     for (i, (id, name)) in a.containers.iter().enumerate() {
-        let Some(members) = members.get(id) else { continue };
+        let Some(members) = members.get(id) else {
+            continue;
+        };
         let title = match name {
             Some(name) => format!("container {name} ({})", &id[..id.len().min(12)]),
             None => format!("container {}", &id[..id.len().min(12)]),
         };
-        let _ = writeln!(out, "  subgraph cluster_container{i} {{ label=\"{}\"; style=dashed; {}; }}", esc(&title), members.join("; "));
+        let _ = writeln!(
+            out,
+            "  subgraph cluster_container{i} {{ label=\"{}\"; style=dashed; {}; }}",
+            esc(&title),
+            members.join("; ")
+        );
     }
     for n in &a.nodes {
         let (shape, fill) = match n.node_kind() {
@@ -208,7 +253,11 @@ pub fn dot(a: &Answer) -> String {
             NodeKind::Pipe => ("cylinder", "#d0d0d0"),
             NodeKind::User => ("house", "#fed37f"),
         };
-        let pen = if starts.contains(&n.node) { ", penwidth=3" } else { "" };
+        let pen = if starts.contains(&n.node) {
+            ", penwidth=3"
+        } else {
+            ""
+        };
         let _ = writeln!(
             out,
             "  n{} [shape={shape}, style=filled, fillcolor=\"{fill}\"{pen}, label=\"{}\\n#{} {}\"];",
@@ -226,11 +275,21 @@ pub fn dot(a: &Answer) -> String {
             EdgeKind::WasDerivedFrom => "dotted",
             EdgeKind::WasAssociatedWith => "tapered",
         };
-        let _ = writeln!(out, "  n{} -> n{} [label=\"{}\", style={style}];", e.effect, e.cause, e.kind.name());
+        let _ = writeln!(
+            out,
+            "  n{} -> n{} [label=\"{}\", style={style}];",
+            e.effect,
+            e.cause,
+            e.kind.name()
+        );
     }
     if !a.losses.is_empty() {
         let text: Vec<String> = loss_note_lines(&a.losses).iter().map(|l| esc(l)).collect();
-        let _ = writeln!(out, "  incomplete [shape=note, color=red, fontcolor=red, label=\"{}\"];", text.join("\\n"));
+        let _ = writeln!(
+            out,
+            "  incomplete [shape=note, color=red, fontcolor=red, label=\"{}\"];",
+            text.join("\\n")
+        );
     }
     if !a.notes.is_empty() {
         let text: Vec<String> = a.notes.iter().map(|n| esc(n)).collect();
@@ -255,7 +314,8 @@ pub fn hide_nodes(a: &mut Answer, patterns: &[glob::Pattern], described: &str) -
         .map(|n| n.node)
         .collect();
     a.nodes.retain(|n| !hidden.contains(&n.node));
-    a.edges.retain(|e| !hidden.contains(&e.cause) && !hidden.contains(&e.effect));
+    a.edges
+        .retain(|e| !hidden.contains(&e.cause) && !hidden.contains(&e.effect));
     if !hidden.is_empty() {
         a.query = format!("{} ({} nodes hidden: {described})", a.query, hidden.len());
     }
@@ -336,10 +396,15 @@ pub fn prov_json(a: &Answer) -> Result<String> {
             m.insert("custos:time".into(), json!(format_ns(e.time_ns as u64)));
         }
         m.insert("custos:event".into(), json!(e.event_id));
-        rel.entry(e.kind.name()).or_default().insert(format!("_:e{i}"), Value::Object(m));
+        rel.entry(e.kind.name())
+            .or_default()
+            .insert(format!("_:e{i}"), Value::Object(m));
     }
     let mut doc = Map::new();
-    doc.insert("prefix".into(), json!({"custos": "https://example.invalid/custos/ns#"}));
+    doc.insert(
+        "prefix".into(),
+        json!({"custos": "https://example.invalid/custos/ns#"}),
+    );
     doc.insert("entity".into(), Value::Object(entity));
     doc.insert("activity".into(), Value::Object(activity));
     doc.insert("agent".into(), Value::Object(agent));
@@ -369,7 +434,11 @@ mod tests {
         let lines: Vec<&str> = out.lines().collect();
         // The second column starts at the same character in every line,
         // whatever the bytes before it.
-        let col = |l: &str| l.chars().position(|c| c == 'x' || c == 'y' || c == 'V').unwrap();
+        let col = |l: &str| {
+            l.chars()
+                .position(|c| c == 'x' || c == 'y' || c == 'V')
+                .unwrap()
+        };
         assert_eq!(col(lines[0]), 14);
         assert!(lines.iter().all(|l| col(l) == 14), "{out}");
         let mut cells = Cells::with_capacity(4);

@@ -241,13 +241,18 @@ fn tune(conn: &Connection) -> Result<()> {
 
 /// Opens (creating if needed) a store for writing.
 pub fn open_rw(path: &Path) -> Result<Connection> {
-    let conn = Connection::open(path)
-        .with_context(|| format!("opening store {}", path.display()))?;
+    let conn =
+        Connection::open(path).with_context(|| format!("opening store {}", path.display()))?;
     // Refuse another version before changing anything in it.
     check_version(&conn, path, true)?;
     let mode: String = conn
         .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
-        .with_context(|| format!("switching {} to WAL mode (is it a SQLite database?)", path.display()))?;
+        .with_context(|| {
+            format!(
+                "switching {} to WAL mode (is it a SQLite database?)",
+                path.display()
+            )
+        })?;
     if mode != "wal" {
         anyhow::bail!("{}: could not enable WAL mode (got {mode})", path.display());
     }
@@ -301,14 +306,27 @@ pub fn open_ro(path: &Path) -> Result<Connection> {
 /// Whether the store has table `name` (a store written before a table was
 /// added to the schema has not).
 pub fn has_table(conn: &Connection, name: &str) -> rusqlite::Result<bool> {
-    conn.query_row("SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1)", [name], |r| r.get(0))
+    conn.query_row(
+        "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1)",
+        [name],
+        |r| r.get(0),
+    )
 }
 
 fn check_version(conn: &Connection, path: &Path, create: bool) -> Result<()> {
-    let has_meta = has_table(conn, "meta")
-        .with_context(|| format!("reading the schema version of {} (is it a SQLite database?)", path.display()))?;
+    let has_meta = has_table(conn, "meta").with_context(|| {
+        format!(
+            "reading the schema version of {} (is it a SQLite database?)",
+            path.display()
+        )
+    })?;
     let v: Option<i64> = if has_meta {
-        conn.query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0)).ok()
+        conn.query_row(
+            "SELECT value FROM meta WHERE key = 'schema_version'",
+            [],
+            |r| r.get(0),
+        )
+        .ok()
     } else {
         None
     };
@@ -327,7 +345,10 @@ fn check_version(conn: &Connection, path: &Path, create: bool) -> Result<()> {
 
 /// Records the layout version in a new store (after the tables exist).
 fn stamp_version(conn: &Connection) -> Result<()> {
-    conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES('schema_version', ?1)", [SCHEMA_VERSION])?;
+    conn.execute(
+        "INSERT OR IGNORE INTO meta(key, value) VALUES('schema_version', ?1)",
+        [SCHEMA_VERSION],
+    )?;
     Ok(())
 }
 
@@ -339,10 +360,16 @@ mod tests {
     fn the_writer_checkpoints_the_wal_at_its_bound() {
         let dir = tempfile::tempdir().unwrap();
         let conn = open_rw(&dir.path().join("s.db")).unwrap();
-        let page: i64 = conn.query_row("PRAGMA page_size", [], |r| r.get(0)).unwrap();
-        let frames: i64 = conn.query_row("PRAGMA wal_autocheckpoint", [], |r| r.get(0)).unwrap();
+        let page: i64 = conn
+            .query_row("PRAGMA page_size", [], |r| r.get(0))
+            .unwrap();
+        let frames: i64 = conn
+            .query_row("PRAGMA wal_autocheckpoint", [], |r| r.get(0))
+            .unwrap();
         assert_eq!(frames * page, WAL_CHECKPOINT_BYTES);
-        let limit: i64 = conn.query_row("PRAGMA journal_size_limit", [], |r| r.get(0)).unwrap();
+        let limit: i64 = conn
+            .query_row("PRAGMA journal_size_limit", [], |r| r.get(0))
+            .unwrap();
         assert_eq!(limit, 2 * WAL_CHECKPOINT_BYTES);
     }
 

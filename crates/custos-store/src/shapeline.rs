@@ -127,8 +127,22 @@ impl Field {
 
 /// The integer arguments of `Args`, by name, in the order of [`arg_slot`].
 const ARG_NAMES: [&[u8]; 16] = [
-    b"fd", b"sockfd", b"oldfd", b"newfd", b"cmd", b"prot", b"flags", b"read_fd", b"write_fd", b"in_fd", b"fd_in",
-    b"out_fd", b"fd_out", b"uid", b"euid", b"fsuid",
+    b"fd",
+    b"sockfd",
+    b"oldfd",
+    b"newfd",
+    b"cmd",
+    b"prot",
+    b"flags",
+    b"read_fd",
+    b"write_fd",
+    b"in_fd",
+    b"fd_in",
+    b"out_fd",
+    b"fd_out",
+    b"uid",
+    b"euid",
+    b"fsuid",
 ];
 
 fn arg_slot(a: &mut Args, k: u8) -> &mut Option<i64> {
@@ -206,7 +220,9 @@ impl<'a> Sk<'a> {
     }
 
     fn lit(&mut self, word: &[u8]) -> Option<()> {
-        self.b.get(self.i..self.i + word.len()).filter(|w| *w == word)?;
+        self.b
+            .get(self.i..self.i + word.len())
+            .filter(|w| *w == word)?;
         self.i += word.len();
         Some(())
     }
@@ -215,7 +231,9 @@ impl<'a> Sk<'a> {
     fn key(&mut self) -> Option<&'a [u8]> {
         self.eat(b'"')?;
         let start = self.i;
-        let n = self.b[start..].iter().position(|&c| c == b'"' || c == b'\\' || c < 0x20)?;
+        let n = self.b[start..]
+            .iter()
+            .position(|&c| c == b'"' || c == b'\\' || c < 0x20)?;
         if self.b[start + n] != b'"' {
             return None;
         }
@@ -440,7 +458,11 @@ impl ShapePlan {
     /// The plan of a skeleton (markers where its values are), if every line
     /// of it can be read by the plan as the fast path reads it.
     pub(crate) fn build(skel: &[u8]) -> Option<ShapePlan> {
-        let mut sk = Sk { b: skel, i: 0, ops: Vec::new() };
+        let mut sk = Sk {
+            b: skel,
+            i: 0,
+            ops: Vec::new(),
+        };
         sk.line()?;
         let plan = ShapePlan { ops: sk.ops.into() };
         // Proof by a line of this shape with distinct sample values: the fast

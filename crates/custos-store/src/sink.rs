@@ -75,7 +75,12 @@ pub struct SinkWriter {
 
 impl Write for SinkWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let gone = || std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the sink's writer stopped (see its error)");
+        let gone = || {
+            std::io::Error::new(
+                std::io::ErrorKind::BrokenPipe,
+                "the sink's writer stopped (see its error)",
+            )
+        };
         let q = &self.queued;
         let mut bytes = q.bytes.lock().unwrap();
         // An empty queue takes any write, so one larger than the bound passes.
@@ -83,7 +88,11 @@ impl Write for SinkWriter {
             if q.closed.load(Ordering::Acquire) {
                 return Err(gone());
             }
-            bytes = q.taken.wait_timeout(bytes, Duration::from_millis(100)).unwrap().0;
+            bytes = q
+                .taken
+                .wait_timeout(bytes, Duration::from_millis(100))
+                .unwrap()
+                .0;
         }
         *bytes += buf.len();
         drop(bytes);
@@ -122,8 +131,14 @@ impl LineTarget for Target {
 
     fn finish(self) -> Result<SinkSummary> {
         Ok(match self {
-            Target::Store(ing) => SinkSummary { ingest: Some(ing.finish()?.0), archived_lines: None },
-            Target::Archive(rec) => SinkSummary { ingest: None, archived_lines: Some(rec.finish()?) },
+            Target::Store(ing) => SinkSummary {
+                ingest: Some(ing.finish()?.0),
+                archived_lines: None,
+            },
+            Target::Archive(rec) => SinkSummary {
+                ingest: None,
+                archived_lines: Some(rec.finish()?),
+            },
         })
     }
 }
@@ -142,10 +157,19 @@ impl LiveSink {
         let recorder = archive.map(Recorder::create).transpose()?;
         // The collector writes its stream in causal order (docs/event-schema.md),
         // so the store applies it as it comes: no reorder window to hold.
-        let opts = IngestOptions { source: source.to_string(), archive: recorder, reorder_window_ns: 0, seal_key, ..Default::default() };
+        let opts = IngestOptions {
+            source: source.to_string(),
+            archive: recorder,
+            reorder_window_ns: 0,
+            seal_key,
+            ..Default::default()
+        };
         let target = match db {
             Some(db) => Target::Store(Box::new(Ingestor::open(db, opts)?)),
-            None => Target::Archive(opts.archive.context("a live sink needs a store or an archive")?),
+            None => Target::Archive(
+                opts.archive
+                    .context("a live sink needs a store or an archive")?,
+            ),
         };
         LiveSink::spawn("custos-store-writer", target, buffer_bytes)
     }
@@ -154,29 +178,56 @@ impl LiveSink {
 impl<S: Send + 'static> LiveSink<S> {
     /// Starts a writer thread (`name`) feeding `target` whole lines, with at
     /// most `buffer_bytes` queued for it.
-    pub fn spawn<T: LineTarget<Summary = S>>(name: &str, target: T, buffer_bytes: usize) -> Result<(LiveSink<S>, SinkWriter)> {
+    pub fn spawn<T: LineTarget<Summary = S>>(
+        name: &str,
+        target: T,
+        buffer_bytes: usize,
+    ) -> Result<(LiveSink<S>, SinkWriter)> {
         let (tx, rx) = channel();
-        let queued = Arc::new(Queued { bytes: Mutex::new(0), taken: Condvar::new(), bound: buffer_bytes.max(1), closed: false.into() });
+        let queued = Arc::new(Queued {
+            bytes: Mutex::new(0),
+            taken: Condvar::new(),
+            bound: buffer_bytes.max(1),
+            closed: false.into(),
+        });
         let lines_done = Arc::new(AtomicU64::new(0));
         let (q, done) = (Arc::clone(&queued), Arc::clone(&lines_done));
-        let worker = std::thread::Builder::new().name(name.into()).spawn(move || {
-            let result = drain(target, rx, &q, &done);
-            q.closed.store(true, Ordering::Release);
-            q.taken.notify_all();
-            result
-        })?;
-        Ok((LiveSink { tx: Some(tx.clone()), worker: Some(worker), lines_done }, SinkWriter { tx, queued }))
+        let worker = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                let result = drain(target, rx, &q, &done);
+                q.closed.store(true, Ordering::Release);
+                q.taken.notify_all();
+                result
+            })?;
+        Ok((
+            LiveSink {
+                tx: Some(tx.clone()),
+                worker: Some(worker),
+                lines_done,
+            },
+            SinkWriter { tx, queued },
+        ))
     }
 
     /// Waits until everything queued is written (every [`SinkWriter`] must be
     /// dropped first), commits, and returns the totals.
     pub fn finish(mut self) -> Result<S> {
         drop(self.tx.take());
-        self.worker.take().expect("finished once").join().map_err(|_| anyhow::anyhow!("the sink's writer panicked"))?
+        self.worker
+            .take()
+            .expect("finished once")
+            .join()
+            .map_err(|_| anyhow::anyhow!("the sink's writer panicked"))?
     }
 }
 
-fn drain<T: LineTarget>(mut target: T, rx: Receiver<Vec<u8>>, queued: &Queued, done: &AtomicU64) -> Result<T::Summary> {
+fn drain<T: LineTarget>(
+    mut target: T,
+    rx: Receiver<Vec<u8>>,
+    queued: &Queued,
+    done: &AtomicU64,
+) -> Result<T::Summary> {
     // Chunks do not respect line boundaries: keep the unfinished tail.
     let mut carry: Vec<u8> = Vec::new();
     loop {
@@ -216,7 +267,9 @@ mod tests {
         let db = dir.path().join("s.db");
         let zst = dir.path().join("s.jsonl.zst");
         let (sink, mut w) = LiveSink::start(Some(&db), Some(&zst), "test", 16, None).unwrap();
-        let second = EVENT.replace(r#""id":1"#, r#""id":2"#).replace(r#""seq":1"#, r#""seq":2"#);
+        let second = EVENT
+            .replace(r#""id":1"#, r#""id":2"#)
+            .replace(r#""seq":1"#, r#""seq":2"#);
         let stream = format!("{EVENT}\n{second}\n{{\"type\":\"bogus\"");
         for piece in stream.as_bytes().chunks(7) {
             w.write_all(piece).unwrap();
@@ -227,6 +280,9 @@ mod tests {
         assert_eq!(ing.lines, 3);
         assert_eq!(ing.events_new, 2);
         let archived = std::io::read_to_string(crate::archive::open_input(&zst).unwrap()).unwrap();
-        assert_eq!(archived, format!("{EVENT}\n{second}\n{{\"type\":\"bogus\"\n"));
+        assert_eq!(
+            archived,
+            format!("{EVENT}\n{second}\n{{\"type\":\"bogus\"\n")
+        );
     }
 }

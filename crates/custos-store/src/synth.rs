@@ -67,8 +67,12 @@ impl SynthConfig {
     pub fn scaled(seed: u64, fraction: f64) -> Self {
         let mut c = Self::lpm(seed);
         c.units = ((c.units as f64 * fraction) as u64).max(50);
-        c.largest_project = ((c.largest_project as f64 * fraction.sqrt()) as u64).clamp(10, c.units);
-        c.project_units = (((150.0 * fraction.sqrt()) as u64).max(5), ((1_500.0 * fraction.sqrt()) as u64).max(10));
+        c.largest_project =
+            ((c.largest_project as f64 * fraction.sqrt()) as u64).clamp(10, c.units);
+        c.project_units = (
+            ((150.0 * fraction.sqrt()) as u64).max(5),
+            ((1_500.0 * fraction.sqrt()) as u64).max(10),
+        );
         c.chain_depth = ((c.chain_depth as f64 * fraction.sqrt()) as u64).max(5);
         c.loss_every = ((c.loss_every as f64 * fraction) as u64).max(500);
         c
@@ -113,7 +117,15 @@ impl<W: Write> Gen<W> {
     }
 
     /// Writes one event; `extra` is pre-rendered JSON members starting with a comma.
-    fn ev(&mut self, pid: u32, ppid: u32, comm: &str, syscall: &str, category: &str, extra: &str) -> Result<()> {
+    fn ev(
+        &mut self,
+        pid: u32,
+        ppid: u32,
+        comm: &str,
+        syscall: &str,
+        category: &str,
+        extra: &str,
+    ) -> Result<()> {
         use std::fmt::Write as _;
         self.time_ns += self.rng.range(200, 20_000);
         let cpu = self.rng.next_u64() % CPUS;
@@ -155,12 +167,26 @@ impl<W: Write> Gen<W> {
 
     fn fork(&mut self, parent: u32, pparent: u32, comm: &str) -> Result<u32> {
         let child = self.pid();
-        self.ev(parent, pparent, comm, "clone", "process", &format!(",\"ret\":{child},\"child_pid\":{child}"))?;
+        self.ev(
+            parent,
+            pparent,
+            comm,
+            "clone",
+            "process",
+            &format!(",\"ret\":{child},\"child_pid\":{child}"),
+        )?;
         Ok(child)
     }
 
     fn exec(&mut self, pid: u32, ppid: u32, comm: &str, path: &str, argv: &str) -> Result<()> {
-        self.ev(pid, ppid, comm, "execve", "process", &format!(",\"ret\":0,\"path\":\"{path}\",\"argv\":[{argv}]"))
+        self.ev(
+            pid,
+            ppid,
+            comm,
+            "execve",
+            "process",
+            &format!(",\"ret\":0,\"path\":\"{path}\",\"argv\":[{argv}]"),
+        )
     }
 
     fn exit(&mut self, pid: u32, ppid: u32, comm: &str) -> Result<()> {
@@ -172,49 +198,125 @@ impl<W: Write> Gen<W> {
         self.ev(pid, ppid, comm, "read", "file", &format!(",\"ret\":{bytes},\"fd\":{fd},\"path\":\"{path}\",\"count\":1,\"bytes\":{bytes},\"first\":true"))
     }
 
-    fn write_path(&mut self, pid: u32, ppid: u32, comm: &str, fd: i32, path: Option<&str>) -> Result<()> {
+    fn write_path(
+        &mut self,
+        pid: u32,
+        ppid: u32,
+        comm: &str,
+        fd: i32,
+        path: Option<&str>,
+    ) -> Result<()> {
         let bytes = self.rng.range(512, 65_536);
-        let p = path.map(|p| format!(",\"path\":\"{p}\"")).unwrap_or_default();
-        self.ev(pid, ppid, comm, "write", "file", &format!(",\"ret\":{bytes},\"fd\":{fd}{p},\"count\":1,\"bytes\":{bytes},\"first\":true"))
+        let p = path
+            .map(|p| format!(",\"path\":\"{p}\""))
+            .unwrap_or_default();
+        self.ev(
+            pid,
+            ppid,
+            comm,
+            "write",
+            "file",
+            &format!(
+                ",\"ret\":{bytes},\"fd\":{fd}{p},\"count\":1,\"bytes\":{bytes},\"first\":true"
+            ),
+        )
     }
 
-    fn open(&mut self, pid: u32, ppid: u32, comm: &str, fd: i32, path: &str, flags: u32) -> Result<()> {
-        self.ev(pid, ppid, comm, "openat", "file", &format!(",\"ret\":{fd},\"fd\":{fd},\"path\":\"{path}\",\"args\":{{\"flags\":{flags}}}"))
+    fn open(
+        &mut self,
+        pid: u32,
+        ppid: u32,
+        comm: &str,
+        fd: i32,
+        path: &str,
+        flags: u32,
+    ) -> Result<()> {
+        self.ev(
+            pid,
+            ppid,
+            comm,
+            "openat",
+            "file",
+            &format!(
+                ",\"ret\":{fd},\"fd\":{fd},\"path\":\"{path}\",\"args\":{{\"flags\":{flags}}}"
+            ),
+        )
     }
 
-    fn compile_unit(&mut self, make: u32, make_parent: u32, project: u64, unit: u64, headers: u64, hdr_range: (u64, u64)) -> Result<String> {
+    fn compile_unit(
+        &mut self,
+        make: u32,
+        make_parent: u32,
+        project: u64,
+        unit: u64,
+        headers: u64,
+        hdr_range: (u64, u64),
+    ) -> Result<String> {
         let src = format!("/build/p{project}/src/u{unit}.c");
         let obj = format!("/build/p{project}/obj/u{unit}.o");
         let tmp = format!("/tmp/cc{project}_{unit}.s");
         let c = self.fork(make, make_parent, "make")?;
-        self.exec(c, make, "gcc", "/usr/bin/gcc", &format!("\"gcc\",\"-c\",\"{src}\""))?;
+        self.exec(
+            c,
+            make,
+            "gcc",
+            "/usr/bin/gcc",
+            &format!("\"gcc\",\"-c\",\"{src}\""),
+        )?;
         let c2 = self.fork(c, make, "gcc")?;
-        self.exec(c2, c, "cc1", "/usr/lib/gcc/x86_64-linux-gnu/12/cc1", &format!("\"cc1\",\"{src}\""))?;
+        self.exec(
+            c2,
+            c,
+            "cc1",
+            "/usr/lib/gcc/x86_64-linux-gnu/12/cc1",
+            &format!("\"cc1\",\"{src}\""),
+        )?;
         self.open(c2, c, "cc1", 3, &src, 0)?;
         self.read_path(c2, c, "cc1", 3, &src)?;
         let k = self.rng.range(hdr_range.0, hdr_range.1);
         for _ in 0..k {
             let h = self.rng.next_u64() % headers;
             // A few system headers are shared by every project; the rest are the project's own.
-            let path = if h.is_multiple_of(10) { format!("/usr/include/h{h}.h") } else { format!("/build/p{project}/include/h{h}.h") };
+            let path = if h.is_multiple_of(10) {
+                format!("/usr/include/h{h}.h")
+            } else {
+                format!("/build/p{project}/include/h{h}.h")
+            };
             self.read_path(c2, c, "cc1", 5, &path)?;
         }
         self.open(c2, c, "cc1", 4, &tmp, 0o1101)?;
         self.write_path(c2, c, "cc1", 4, None)?; // fd only: the store resolves it from the openat
         self.exit(c2, c, "cc1")?;
         let c3 = self.fork(c, make, "gcc")?;
-        self.exec(c3, c, "as", "/usr/bin/as", &format!("\"as\",\"-o\",\"{obj}\",\"{tmp}\""))?;
+        self.exec(
+            c3,
+            c,
+            "as",
+            "/usr/bin/as",
+            &format!("\"as\",\"-o\",\"{obj}\",\"{tmp}\""),
+        )?;
         self.read_path(c3, c, "as", 3, &tmp)?;
         self.write_path(c3, c, "as", 4, Some(&obj))?;
         self.exit(c3, c, "as")?;
-        self.ev(c, make, "gcc", "unlink", "file", &format!(",\"ret\":0,\"path\":\"{tmp}\""))?;
+        self.ev(
+            c,
+            make,
+            "gcc",
+            "unlink",
+            "file",
+            &format!(",\"ret\":0,\"path\":\"{tmp}\""),
+        )?;
         self.exit(c, make, "gcc")?;
         Ok(obj)
     }
 }
 
 /// Writes the stream to `out`; `progress(events)` is called every 100k events.
-pub fn generate<W: Write>(cfg: &SynthConfig, out: W, mut progress: impl FnMut(u64)) -> Result<SynthReport> {
+pub fn generate<W: Write>(
+    cfg: &SynthConfig,
+    out: W,
+    mut progress: impl FnMut(u64),
+) -> Result<SynthReport> {
     let mut g = Gen {
         rng: Rng::new(cfg.seed),
         out,
@@ -237,7 +339,13 @@ pub fn generate<W: Write>(cfg: &SynthConfig, out: W, mut progress: impl FnMut(u6
         let mut pparent = init;
         for depth in 0..cfg.chain_depth {
             let child = g.fork(parent, pparent, "sh")?;
-            g.exec(child, parent, "sh", "/bin/sh", &format!("\"sh\",\"step{depth}.sh\""))?;
+            g.exec(
+                child,
+                parent,
+                "sh",
+                "/bin/sh",
+                &format!("\"sh\",\"step{depth}.sh\""),
+            )?;
             pparent = parent;
             parent = child;
         }
@@ -249,23 +357,52 @@ pub fn generate<W: Write>(cfg: &SynthConfig, out: W, mut progress: impl FnMut(u6
     let mut done = 0u64;
     let mut project = 0u64;
     while done < cfg.units {
-        let size = if project == 0 { cfg.largest_project } else { g.rng.range(cfg.project_units.0, cfg.project_units.1) };
+        let size = if project == 0 {
+            cfg.largest_project
+        } else {
+            g.rng.range(cfg.project_units.0, cfg.project_units.1)
+        };
         let size = size.min(cfg.units - done).max(1);
         let make = g.fork(shell, init, "bash")?;
         // Each project's build is a job of its own.
         g.workflow = 0;
-        g.exec(make, shell, "make", "/usr/bin/make", &format!("\"make\",\"-C\",\"/build/p{project}\""))?;
+        g.exec(
+            make,
+            shell,
+            "make",
+            "/usr/bin/make",
+            &format!("\"make\",\"-C\",\"/build/p{project}\""),
+        )?;
         // Fetch the sources over the network and unpack them through a pipe.
         let fetch = g.fork(make, shell, "make")?;
         g.exec(fetch, make, "curl", "/usr/bin/curl", "\"curl\",\"-O\"")?;
-        let addr = format!("10.{}.{}.{}:443", project % 200, (project / 200) % 250, 1 + project % 250);
-        g.ev(fetch, make, "curl", "connect", "network", &format!(",\"ret\":0,\"args\":{{\"fd\":5}},\"addr\":\"{addr}\""))?;
+        let addr = format!(
+            "10.{}.{}.{}:443",
+            project % 200,
+            (project / 200) % 250,
+            1 + project % 250
+        );
+        g.ev(
+            fetch,
+            make,
+            "curl",
+            "connect",
+            "network",
+            &format!(",\"ret\":0,\"args\":{{\"fd\":5}},\"addr\":\"{addr}\""),
+        )?;
         g.ev(fetch, make, "curl", "recvfrom", "network", ",\"ret\":1400,\"fd\":5,\"path\":\"socket:[77]\",\"count\":40,\"bytes\":56000,\"first\":true")?;
         let tarball = format!("/build/p{project}/src.tar");
         g.write_path(fetch, make, "curl", 6, Some(&tarball))?;
         g.exit(fetch, make, "curl")?;
         for unit in 0..size {
-            g.compile_unit(make, shell, project, unit, cfg.headers_per_project, cfg.headers_per_unit)?;
+            g.compile_unit(
+                make,
+                shell,
+                project,
+                unit,
+                cfg.headers_per_project,
+                cfg.headers_per_unit,
+            )?;
             if g.report.events - last_progress >= 100_000 {
                 last_progress = g.report.events;
                 progress(g.report.events);
@@ -274,7 +411,13 @@ pub fn generate<W: Write>(cfg: &SynthConfig, out: W, mut progress: impl FnMut(u6
         let ld = g.fork(make, shell, "make")?;
         g.exec(ld, make, "ld", "/usr/bin/ld", "\"ld\",\"-o\",\"out.bin\"")?;
         for unit in 0..size {
-            g.read_path(ld, make, "ld", 3, &format!("/build/p{project}/obj/u{unit}.o"))?;
+            g.read_path(
+                ld,
+                make,
+                "ld",
+                3,
+                &format!("/build/p{project}/obj/u{unit}.o"),
+            )?;
         }
         let out = format!("/build/p{project}/out.bin");
         g.write_path(ld, make, "ld", 4, Some(&out))?;
@@ -284,7 +427,9 @@ pub fn generate<W: Write>(cfg: &SynthConfig, out: W, mut progress: impl FnMut(u6
         done += size;
         project += 1;
     }
-    g.report.link_outputs.sort_by_key(|l| std::cmp::Reverse(l.1));
+    g.report
+        .link_outputs
+        .sort_by_key(|l| std::cmp::Reverse(l.1));
     g.out.flush()?;
     progress(g.report.events);
     Ok(g.report)

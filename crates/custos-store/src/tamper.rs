@@ -22,7 +22,12 @@ const DOMAIN: &[u8] = b"custos-store-batch-v1\0";
 
 /// The content hash of a committed batch: its ingest, its segment and the
 /// segment's bytes, and the event id runs `(boot, first, last)` that name it.
-pub fn batch_content(ingest: i64, segment: Option<i64>, blob: &[u8], runs: &[(i64, i64, i64)]) -> [u8; 32] {
+pub fn batch_content(
+    ingest: i64,
+    segment: Option<i64>,
+    blob: &[u8],
+    runs: &[(i64, i64, i64)],
+) -> [u8; 32] {
     let mut h = blake3::Hasher::new();
     h.update(DOMAIN);
     h.update(&ingest.to_le_bytes());
@@ -67,9 +72,16 @@ impl StoreSealer {
         times: (u64, u64),
     ) -> Result<()> {
         let content = batch_content(ingest, segment, blob, runs);
-        let line = self.chain.seal(&content, lines, times.0, times.1, segment.is_none());
+        let line = self
+            .chain
+            .seal(&content, lines, times.0, times.1, segment.is_none());
         db.prepare_cached("INSERT INTO seals(ingest, batch, segment, line) VALUES(?1,?2,?3,?4)")?
-            .execute(params![ingest, line.batch as i64, segment, serde_json::to_string(&line)?])?;
+            .execute(params![
+                ingest,
+                line.batch as i64,
+                segment,
+                serde_json::to_string(&line)?
+            ])?;
         Ok(())
     }
 
@@ -101,12 +113,16 @@ pub fn verify_db(db: &Connection, pinned: Option<&str>) -> Result<Vec<IngestRepo
     let mut st = db.prepare("SELECT boot, first_id, last_id, segment FROM event_ranges")?;
     let mut rows = st.query([])?;
     while let Some(r) = rows.next()? {
-        runs.entry(r.get(3)?).or_default().push((r.get(0)?, r.get(1)?, r.get(2)?));
+        runs.entry(r.get(3)?)
+            .or_default()
+            .push((r.get(0)?, r.get(1)?, r.get(2)?));
     }
     drop(rows);
     let losses = LossRows::load(db)?;
-    let ingests: Vec<(i64, String)> =
-        db.prepare("SELECT ingest, source FROM ingests ORDER BY ingest")?.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<rusqlite::Result<_>>()?;
+    let ingests: Vec<(i64, String)> = db
+        .prepare("SELECT ingest, source FROM ingests ORDER BY ingest")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<_>>()?;
     let mut out = Vec::new();
     // Ingest numbers start at 1 and rise by one.
     let mut expected_ingest = 1;
@@ -114,7 +130,13 @@ pub fn verify_db(db: &Connection, pinned: Option<&str>) -> Result<Vec<IngestRepo
         let mut v = Verifier::new(pinned)?;
         let mut extra = Vec::new();
         if ingest != expected_ingest {
-            extra.push(finding("deleted", &format!("ingests {expected_ingest}..{} are missing: their rows were removed", ingest - 1)));
+            extra.push(finding(
+                "deleted",
+                &format!(
+                    "ingests {expected_ingest}..{} are missing: their rows were removed",
+                    ingest - 1
+                ),
+            ));
         }
         expected_ingest = ingest + 1;
         let segments: BTreeMap<i64, i64> = db
@@ -134,7 +156,11 @@ pub fn verify_db(db: &Connection, pinned: Option<&str>) -> Result<Vec<IngestRepo
                 Some(s) => {
                     claimed.insert(*s);
                     let blob: Option<Vec<u8>> = db
-                        .query_row("SELECT data FROM raw_segments WHERE segment = ?1 AND ingest = ?2", params![s, ingest], |r| r.get(0))
+                        .query_row(
+                            "SELECT data FROM raw_segments WHERE segment = ?1 AND ingest = ?2",
+                            params![s, ingest],
+                            |r| r.get(0),
+                        )
                         .optional()?;
                     match blob {
                         Some(b) => {
@@ -147,9 +173,15 @@ pub fn verify_db(db: &Connection, pinned: Option<&str>) -> Result<Vec<IngestRepo
                 }
                 None => (Vec::new(), 0),
             };
-            let content = batch_content(ingest, *segment, &blob, segment.and_then(|s| runs.get(&s)).map_or(&[][..], |r| r));
+            let content = batch_content(
+                ingest,
+                *segment,
+                &blob,
+                segment.and_then(|s| runs.get(&s)).map_or(&[][..], |r| r),
+            );
             // The times are the seal's own claim (signed); a seal that does not parse is reported by the verifier.
-            let (t0, t1) = serde_json::from_str::<custos_seal::SealLine>(line).map_or((0, 0), |s| (s.first_time_ns, s.last_time_ns));
+            let (t0, t1) = serde_json::from_str::<custos_seal::SealLine>(line)
+                .map_or((0, 0), |s| (s.first_time_ns, s.last_time_ns));
             v.sealed_batch(&content, lines, t0, t1, line.as_bytes());
         }
         for (s, lines) in &segments {
@@ -167,13 +199,25 @@ pub fn verify_db(db: &Connection, pinned: Option<&str>) -> Result<Vec<IngestRepo
         }
         report.findings.extend(extra);
         report.intact = report.findings.is_empty();
-        out.push(IngestReport { ingest, source, report });
+        out.push(IngestReport {
+            ingest,
+            source,
+            report,
+        });
     }
     Ok(out)
 }
 
 fn finding(kind: &'static str, message: &str) -> Finding {
-    Finding { kind, batch: None, first_line: None, last_line: None, first_time_ns: None, last_time_ns: None, message: message.to_string() }
+    Finding {
+        kind,
+        batch: None,
+        first_line: None,
+        last_line: None,
+        first_time_ns: None,
+        last_time_ns: None,
+        message: message.to_string(),
+    }
 }
 
 /// The `losses` table, to find the loss records the sealed segments hold:
@@ -195,13 +239,23 @@ impl LossRows {
     /// answers' completeness check.
     fn check(&self, blob: &[u8], segment: i64, findings: &mut Vec<Finding>) -> Result<()> {
         // A segment that does not decode was altered: the chain says so.
-        let Ok(lines) = crate::rawseg::lines(blob) else { return Ok(()) };
+        let Ok(lines) = crate::rawseg::lines(blob) else {
+            return Ok(());
+        };
         for line in lines {
             let key = match parse_line(&line) {
-                Ok(Record::Loss(l)) => (l.cpu.map_or(-1, i64::from), l.category.clone(), l.first_seq.map_or(-1, |v| v as i64), l.start_ns as i64),
-                Ok(Record::Event(ev, _)) if ev.incomplete => {
-                    (ev.cpu as i64, "incomplete".to_string(), (ev.id & ((1 << 48) - 1)) as i64, ev.time_ns as i64)
-                }
+                Ok(Record::Loss(l)) => (
+                    l.cpu.map_or(-1, i64::from),
+                    l.category.clone(),
+                    l.first_seq.map_or(-1, |v| v as i64),
+                    l.start_ns as i64,
+                ),
+                Ok(Record::Event(ev, _)) if ev.incomplete => (
+                    ev.cpu as i64,
+                    "incomplete".to_string(),
+                    (ev.id & ((1 << 48) - 1)) as i64,
+                    ev.time_ns as i64,
+                ),
                 _ => continue,
             };
             if !self.0.contains(&key) {
@@ -253,7 +307,16 @@ mod tests {
     }
 
     fn ingest(db: &Path, key: Option<SealKey>) {
-        let mut ing = Ingestor::open(db, IngestOptions { batch_lines: 10, seal_key: key, reorder_window_ns: 0, ..Default::default() }).unwrap();
+        let mut ing = Ingestor::open(
+            db,
+            IngestOptions {
+                batch_lines: 10,
+                seal_key: key,
+                reorder_window_ns: 0,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         for l in lines() {
             ing.push_line(&l).unwrap();
         }
@@ -288,30 +351,42 @@ mod tests {
         ingest(&db, Some(k));
         let conn = crate::schema::open_ro(&db).unwrap();
         let r = verify_db(&conn, Some(&public)).unwrap();
-        let seals: i64 = conn.query_row("SELECT COUNT(*) FROM seals", [], |r| r.get(0)).unwrap();
+        let seals: i64 = conn
+            .query_row("SELECT COUNT(*) FROM seals", [], |r| r.get(0))
+            .unwrap();
         assert!(r[0].report.intact, "{:?}", r[0].report.findings);
         assert_eq!(r[0].report.batches_verified as i64, seals);
         assert!(seals >= 7, "every batch and the final seal: {seals}");
         assert!(r[0].report.finished);
         // Pinned to another key, every seal is foreign.
-        let other = SealKey::load_or_create(&d.path().join("other.key")).unwrap().0.public_hex();
+        let other = SealKey::load_or_create(&d.path().join("other.key"))
+            .unwrap()
+            .0
+            .public_hex();
         let r = verify_db(&conn, Some(&other)).unwrap();
         assert!(kinds(&r[0].report.findings).contains(&"foreign-key"));
     }
 
     #[test]
     fn an_altered_segment_is_found_and_located() {
-        let f = after("UPDATE raw_segments SET data = CAST(data || x'00' AS BLOB) WHERE segment = 2");
+        let f =
+            after("UPDATE raw_segments SET data = CAST(data || x'00' AS BLOB) WHERE segment = 2");
         assert_eq!(kinds(&f), ["altered"], "{f:?}");
         assert_eq!(f[0].batch, Some(1));
-        assert!(f[0].first_time_ns.is_some() && f[0].last_time_ns.is_some(), "with its time range: {f:?}");
+        assert!(
+            f[0].first_time_ns.is_some() && f[0].last_time_ns.is_some(),
+            "with its time range: {f:?}"
+        );
     }
 
     #[test]
     fn a_deleted_batch_is_found() {
         let f = after("DELETE FROM raw_segments WHERE segment = 3; DELETE FROM event_ranges WHERE segment = 3; DELETE FROM seals WHERE segment = 3");
         assert!(kinds(&f).contains(&"deleted"), "{f:?}");
-        assert_eq!(f.iter().find(|f| f.kind == "deleted").unwrap().batch, Some(2));
+        assert_eq!(
+            f.iter().find(|f| f.kind == "deleted").unwrap().batch,
+            Some(2)
+        );
     }
 
     #[test]
@@ -354,7 +429,11 @@ mod tests {
         ingest(&db, None);
         let conn = crate::schema::open_ro(&db).unwrap();
         let r = verify_db(&conn, None).unwrap();
-        assert!(kinds(&r[0].report.findings).contains(&"not-sealed"), "{:?}", r[0].report.findings);
+        assert!(
+            kinds(&r[0].report.findings).contains(&"not-sealed"),
+            "{:?}",
+            r[0].report.findings
+        );
         // Its segments are listed as unsealed too.
         assert!(kinds(&r[0].report.findings).contains(&"inserted"));
     }

@@ -61,13 +61,28 @@ pub fn parse_time(s: &str) -> Result<u64> {
         format!("time {s:?}: expected nanoseconds since the epoch or RFC 3339 UTC like 2026-11-21T10:15:04Z")
     };
     let b = s.as_bytes();
-    if b.len() < 19 || b[4] != b'-' || b[7] != b'-' || !(b[10] == b'T' || b[10] == b' ') || b[13] != b':' || b[16] != b':' {
+    if b.len() < 19
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || !(b[10] == b'T' || b[10] == b' ')
+        || b[13] != b':'
+        || b[16] != b':'
+    {
         bail!(err());
     }
     let num = |r: std::ops::Range<usize>| -> Result<i64> {
-        s.get(r).and_then(|x| x.parse::<i64>().ok()).with_context(err)
+        s.get(r)
+            .and_then(|x| x.parse::<i64>().ok())
+            .with_context(err)
     };
-    let (y, mo, d, h, mi, se) = (num(0..4)?, num(5..7)?, num(8..10)?, num(11..13)?, num(14..16)?, num(17..19)?);
+    let (y, mo, d, h, mi, se) = (
+        num(0..4)?,
+        num(5..7)?,
+        num(8..10)?,
+        num(11..13)?,
+        num(14..16)?,
+        num(17..19)?,
+    );
     if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || se > 60 {
         bail!(err());
     }
@@ -101,18 +116,31 @@ mod tests {
             let secs = (ns / 1_000_000_000) as i64;
             let (y, m, d) = civil_from_days(secs.div_euclid(86400));
             let rem = secs.rem_euclid(86400);
-            format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:09}Z", rem / 3600, (rem / 60) % 60, rem % 60, ns % 1_000_000_000)
+            format!(
+                "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:09}Z",
+                rem / 3600,
+                (rem / 60) % 60,
+                rem % 60,
+                ns % 1_000_000_000
+            )
         };
         let mut x = 0x9E37_79B9_7F4A_7C15u64;
-        for ns in [0, 1, 999_999_999, 1_000_000_000, 951_782_400_000_000_000, 1_763_720_104_123_456_789, u64::MAX]
-            .into_iter()
-            .chain((0..2000).map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x
-            }))
-        {
+        for ns in [
+            0,
+            1,
+            999_999_999,
+            1_000_000_000,
+            951_782_400_000_000_000,
+            1_763_720_104_123_456_789,
+            u64::MAX,
+        ]
+        .into_iter()
+        .chain((0..2000).map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        })) {
             assert_eq!(format_ns(ns), reference(ns), "{ns}");
         }
     }
@@ -123,7 +151,10 @@ mod tests {
         let s = format_ns(ns);
         assert_eq!(s, "2025-11-21T10:15:04.123456789Z");
         assert_eq!(parse_time(&s).unwrap(), ns);
-        assert_eq!(parse_time("2025-11-21T10:15:04Z").unwrap(), 1_763_720_104_000_000_000);
+        assert_eq!(
+            parse_time("2025-11-21T10:15:04Z").unwrap(),
+            1_763_720_104_000_000_000
+        );
         assert_eq!(parse_time("12345").unwrap(), 12345);
         assert!(parse_time("yesterday").is_err());
         assert!(parse_time("2025-11-21T10:15:04+02:00").is_err());

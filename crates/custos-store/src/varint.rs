@@ -28,7 +28,8 @@ pub fn put(out: &mut Vec<u8>, mut v: u64) {
 }
 
 pub fn get(buf: &[u8], pos: &mut usize) -> Result<u64> {
-    let (v, n) = u64::decode_var(buf.get(*pos..).unwrap_or_default()).context("packed graph block truncated or corrupt")?;
+    let (v, n) = u64::decode_var(buf.get(*pos..).unwrap_or_default())
+        .context("packed graph block truncated or corrupt")?;
     *pos += n;
     Ok(v)
 }
@@ -40,7 +41,18 @@ mod tests {
     #[test]
     fn put_writes_the_crates_coding() {
         let mut x = 0x9E37_79B9_7F4A_7C15u64;
-        let mut values = vec![0, 1, 127, 128, 255, 16383, 16384, u64::MAX, u64::MAX >> 1, 1 << 63];
+        let mut values = vec![
+            0,
+            1,
+            127,
+            128,
+            255,
+            16383,
+            16384,
+            u64::MAX,
+            u64::MAX >> 1,
+            1 << 63,
+        ];
         for _ in 0..10_000 {
             x ^= x << 13;
             x ^= x >> 7;

@@ -36,7 +36,10 @@ impl WorkflowLog {
     pub fn note(&mut self, boot: i64, ev: &Event) {
         let Some(w) = ev.workflow else { return };
         let t = ev.time_ns as i64;
-        let p = self.pending.entry((boot, w)).or_insert_with(|| Pending { first_ns: t, ..Pending::default() });
+        let p = self.pending.entry((boot, w)).or_insert_with(|| Pending {
+            first_ns: t,
+            ..Pending::default()
+        });
         p.first_ns = p.first_ns.min(t);
         p.last_ns = p.last_ns.max(t);
         p.events += 1;
@@ -63,10 +66,19 @@ impl WorkflowLog {
         )?;
         for ((boot, w), p) in std::mem::take(&mut self.pending) {
             let (parent, cause, running, leader, comm) = match &p.start {
-                Some((s, pid, comm)) => (s.parent.map(|v| v as i64), s.cause.map(|v| v as i64), Some(s.running), Some(*pid), comm.clone()),
+                Some((s, pid, comm)) => (
+                    s.parent.map(|v| v as i64),
+                    s.cause.map(|v| v as i64),
+                    Some(s.running),
+                    Some(*pid),
+                    comm.clone(),
+                ),
                 None => (None, None, None, None, None),
             };
-            row.execute(params![boot, w as i64, parent, cause, running, leader, comm, p.first_ns, p.last_ns, p.events])?;
+            row.execute(params![
+                boot, w as i64, parent, cause, running, leader, comm, p.first_ns, p.last_ns,
+                p.events
+            ])?;
             part.execute(params![boot, w as i64, p.ids])?;
         }
         let mut proc = db.prepare_cached("INSERT OR IGNORE INTO workflow_procs(boot, pid, workflow, first_ns) VALUES(?1,?2,?3,?4)")?;
@@ -176,7 +188,9 @@ pub fn of_pid(db: &Connection, pid: u32) -> Result<Vec<Workflow>> {
 /// The ids of a workflow's events, in stream order.
 pub fn event_ids(db: &Connection, boot: i64, workflow: u64) -> Result<Vec<u64>> {
     let mut ids = Vec::new();
-    let mut st = db.prepare_cached("SELECT data FROM workflow_parts WHERE boot = ?1 AND workflow = ?2 ORDER BY part")?;
+    let mut st = db.prepare_cached(
+        "SELECT data FROM workflow_parts WHERE boot = ?1 AND workflow = ?2 ORDER BY part",
+    )?;
     let mut rows = st.query(params![boot, workflow as i64])?;
     while let Some(r) = rows.next()? {
         let data: Vec<u8> = r.get(0)?;
@@ -184,7 +198,9 @@ pub fn event_ids(db: &Connection, boot: i64, workflow: u64) -> Result<Vec<u64>> 
         let mut coder = IdList::default();
         let mut at = 0;
         while at < data.len() {
-            ids.push(coder.get(&data, &mut at)?.context("a workflow part holds an id past 16 bits of CPU (the store is damaged)")?);
+            ids.push(coder.get(&data, &mut at)?.context(
+                "a workflow part holds an id past 16 bits of CPU (the store is damaged)",
+            )?);
         }
     }
     Ok(ids)
@@ -206,7 +222,9 @@ pub struct Step {
 
 impl Step {
     fn of(line: &str) -> Option<Step> {
-        let Record::Event(ev, _) = crate::record::parse_line(line).ok()? else { return None };
+        let Record::Event(ev, _) = crate::record::parse_line(line).ok()? else {
+            return None;
+        };
         let detail = match (&ev.argv, &ev.path, &ev.addr, ev.child_pid) {
             (Some(argv), ..) if ev.ret.is_none_or(|r| r == 0) => Some(argv.join(" ")),
             (_, Some(p), ..) => Some(p.clone()),
@@ -248,7 +266,9 @@ pub fn query(db: &Connection, spec: &str, limit: usize) -> Result<Vec<Listing>> 
     let spec = spec.trim();
     let found = match spec.strip_prefix("pid:") {
         Some(pid) => {
-            let pid: u32 = pid.parse().with_context(|| format!("{spec:?}: expected pid:N"))?;
+            let pid: u32 = pid
+                .parse()
+                .with_context(|| format!("{spec:?}: expected pid:N"))?;
             let w = of_pid(db, pid)?;
             if w.is_empty() {
                 bail!("no workflow holds pid {pid}");
@@ -256,8 +276,9 @@ pub fn query(db: &Connection, spec: &str, limit: usize) -> Result<Vec<Listing>> 
             w
         }
         None => {
-            let id = crate::query::event_id_of(spec)
-                .with_context(|| format!("{spec:?}: expected an event id (decimal or 0x hex) or pid:N"))?;
+            let id = crate::query::event_id_of(spec).with_context(|| {
+                format!("{spec:?}: expected an event id (decimal or 0x hex) or pid:N")
+            })?;
             let w = of_event(db, id)?;
             if w.is_empty() {
                 bail!("no event {id} in the store");
@@ -268,12 +289,23 @@ pub fn query(db: &Connection, spec: &str, limit: usize) -> Result<Vec<Listing>> 
     let mut out = Vec::new();
     for w in found {
         let ids = event_ids(db, w.boot, w.id)?;
-        let shown = if limit == 0 { ids.len() } else { ids.len().min(limit) };
+        let shown = if limit == 0 {
+            ids.len()
+        } else {
+            ids.len().min(limit)
+        };
         let mut want: Vec<u64> = ids[..shown].to_vec();
         want.extend(w.cause);
         let mut lines = crate::ingest::raw_events(db, w.boot, &want)?;
-        let steps = ids[..shown].iter().filter_map(|id| lines.remove(id)).filter_map(|l| Step::of(&l)).collect();
-        let cause = w.cause.and_then(|c| lines.remove(&c)).and_then(|l| Step::of(&l));
+        let steps = ids[..shown]
+            .iter()
+            .filter_map(|id| lines.remove(id))
+            .filter_map(|l| Step::of(&l))
+            .collect();
+        let cause = w
+            .cause
+            .and_then(|c| lines.remove(&c))
+            .and_then(|l| Step::of(&l));
         let boots = std::collections::HashSet::from([w.boot]);
         let losses = crate::query::losses_for(db, &boots, Some((w.start_ns, w.end_ns)))?;
         out.push(Listing {
@@ -309,13 +341,37 @@ pub fn render_text(listings: &[Listing]) -> String {
         }
         let _ = writeln!(s);
         let pids: Vec<String> = w.pids.iter().map(u32::to_string).collect();
-        let _ = writeln!(s, "  {} events, {} – {}; processes: {}", w.events, l.start_time, l.end_time, pids.join(" "));
+        let _ = writeln!(
+            s,
+            "  {} events, {} – {}; processes: {}",
+            w.events,
+            l.start_time,
+            l.end_time,
+            pids.join(" ")
+        );
         for loss in &l.losses {
             let _ = writeln!(s, "  {}", loss.message());
         }
         // Return values as numbers, but addresses (mmap) in hex; the column as wide as its widest.
-        let ret_of = |st: &Step| st.ret.map(|r| if r > u32::MAX as i64 { format!("{r:#x}") } else { r.to_string() }).unwrap_or_default();
-        let ret_width = l.cause.iter().chain(&l.steps).map(|st| ret_of(st).len()).max().unwrap_or(0).max(3);
+        let ret_of = |st: &Step| {
+            st.ret
+                .map(|r| {
+                    if r > u32::MAX as i64 {
+                        format!("{r:#x}")
+                    } else {
+                        r.to_string()
+                    }
+                })
+                .unwrap_or_default()
+        };
+        let ret_width = l
+            .cause
+            .iter()
+            .chain(&l.steps)
+            .map(|st| ret_of(st).len())
+            .max()
+            .unwrap_or(0)
+            .max(3);
         let mut row = |mark: &str, st: &Step| {
             let ret = ret_of(st);
             let _ = writeln!(

@@ -80,7 +80,9 @@ pub struct KernelArgs {
 }
 
 fn parse_env(s: &str) -> Result<(String, String), String> {
-    let (k, v) = s.split_once('=').ok_or_else(|| format!("expected KEY=VALUE, got {s:?}"))?;
+    let (k, v) = s
+        .split_once('=')
+        .ok_or_else(|| format!("expected KEY=VALUE, got {s:?}"))?;
     if k.is_empty() {
         return Err(format!("empty variable name in {s:?}"));
     }
@@ -90,8 +92,14 @@ fn parse_env(s: &str) -> Result<(String, String), String> {
 /// A QEMU CPU model with its feature flags (`max,-avx2`): one word, since it
 /// goes to QEMU inside a longer option string.
 fn parse_cpu_model(s: &str) -> Result<String, String> {
-    if s.is_empty() || !s.chars().all(|c| c.is_ascii_alphanumeric() || ",.+-_=".contains(c)) {
-        return Err(format!("not a QEMU CPU model: {s:?} (e.g. qemu64, max,-avx2,-fma)"));
+    if s.is_empty()
+        || !s
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || ",.+-_=".contains(c))
+    {
+        return Err(format!(
+            "not a QEMU CPU model: {s:?} (e.g. qemu64, max,-avx2,-fma)"
+        ));
     }
     Ok(s.to_string())
 }
@@ -111,7 +119,9 @@ fn run_command(args: RunArgs) -> Result<i32> {
     let shares = args
         .shares
         .iter()
-        .map(|s| std::fs::canonicalize(s).map_err(|e| anyhow::anyhow!("--share {}: {e}", s.display())))
+        .map(|s| {
+            std::fs::canonicalize(s).map_err(|e| anyhow::anyhow!("--share {}: {e}", s.display()))
+        })
         .collect::<Result<Vec<_>>>()?;
     let spec = VmSpec {
         kernel,
@@ -146,16 +156,31 @@ fn kernel_command(args: KernelArgs) -> Result<i32> {
     if args.list {
         let (found, rejected) = kernel::discover(&kernel::cache_dir(), &kernel::shared_dirs());
         for (i, k) in found.iter().enumerate() {
-            println!("{} {}\t{}\t{}", if i == 0 { "*" } else { " " }, k.release, k.origin, k.vmlinuz.display());
+            println!(
+                "{} {}\t{}\t{}",
+                if i == 0 { "*" } else { " " },
+                k.release,
+                k.origin,
+                k.vmlinuz.display()
+            );
         }
         for r in rejected {
             println!("  rejected {}: {}", r.path.display(), r.reason);
         }
         return Ok(if found.is_empty() { 1 } else { 0 });
     }
-    let source = Source { mirror: args.mirror, suite: args.suite, ..Source::default() };
+    let source = Source {
+        mirror: args.mirror,
+        suite: args.suite,
+        ..Source::default()
+    };
     let k = provision::provision(&source, args.offline)?;
-    eprintln!("custos vm kernel: using {} ({}) at {}", k.release, k.origin, k.vmlinuz.display());
+    eprintln!(
+        "custos vm kernel: using {} ({}) at {}",
+        k.release,
+        k.origin,
+        k.vmlinuz.display()
+    );
     println!("{}", k.release);
     Ok(0)
 }

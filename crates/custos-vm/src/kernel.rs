@@ -12,13 +12,22 @@ use std::path::{Path, PathBuf};
 /// Options a kernel must have built in (`=y`) for Custos to run in it.
 /// Modules are not an option: the guest has no module tree.
 pub const REQUIRED_OPTIONS: &[(&str, &str)] = &[
-    ("CONFIG_SCHED_CLASS_EXT", "sched_ext, for the Custos scheduler"),
+    (
+        "CONFIG_SCHED_CLASS_EXT",
+        "sched_ext, for the Custos scheduler",
+    ),
     ("CONFIG_BPF_SYSCALL", "BPF programs"),
-    ("CONFIG_DEBUG_INFO_BTF", "BTF, for CO-RE BPF programs and struct_ops"),
+    (
+        "CONFIG_DEBUG_INFO_BTF",
+        "BTF, for CO-RE BPF programs and struct_ops",
+    ),
     ("CONFIG_VIRTIO_PCI", "virtio devices under QEMU"),
     ("CONFIG_VIRTIO_FS", "the host root shared over virtiofs"),
     ("CONFIG_FUSE_FS", "virtiofs is built on FUSE"),
-    ("CONFIG_TMPFS", "writable /tmp and /boot in the read-only guest"),
+    (
+        "CONFIG_TMPFS",
+        "writable /tmp and /boot in the read-only guest",
+    ),
 ];
 
 /// Options Custos uses when present; their absence is reported, not fatal.
@@ -72,9 +81,16 @@ pub fn bzimage_release(image: &[u8]) -> Result<String> {
         bail!("not a Linux x86 kernel image (no bzImage boot header)");
     }
     let ptr = u16::from_le_bytes([image[0x20e], image[0x20f]]) as usize + 0x200;
-    let tail = image.get(ptr..).context("bzImage version pointer is past the end of the file")?;
-    let end = tail.iter().take(512).position(|&b| b == 0).context("bzImage version string is not terminated")?;
-    let version = std::str::from_utf8(&tail[..end]).context("bzImage version string is not text")?;
+    let tail = image
+        .get(ptr..)
+        .context("bzImage version pointer is past the end of the file")?;
+    let end = tail
+        .iter()
+        .take(512)
+        .position(|&b| b == 0)
+        .context("bzImage version string is not terminated")?;
+    let version =
+        std::str::from_utf8(&tail[..end]).context("bzImage version string is not text")?;
     let release = version.split_whitespace().next().unwrap_or("");
     if release.is_empty() {
         bail!("bzImage has an empty version string");
@@ -121,21 +137,37 @@ impl Kernel {
         if !path.exists() {
             bail!("kernel {} does not exist; {FIX}", path.display());
         }
-        let vmlinuz = if path.is_dir() { path.join("vmlinuz") } else { path.to_path_buf() };
-        let image = std::fs::read(&vmlinuz).with_context(|| format!("cannot read kernel image {}; {FIX}", vmlinuz.display()))?;
-        let release = bzimage_release(&image).with_context(|| format!("kernel image {} is unusable; {FIX}", vmlinuz.display()))?;
+        let vmlinuz = if path.is_dir() {
+            path.join("vmlinuz")
+        } else {
+            path.to_path_buf()
+        };
+        let image = std::fs::read(&vmlinuz)
+            .with_context(|| format!("cannot read kernel image {}; {FIX}", vmlinuz.display()))?;
+        let release = bzimage_release(&image)
+            .with_context(|| format!("kernel image {} is unusable; {FIX}", vmlinuz.display()))?;
         let dir = vmlinuz.parent().unwrap_or(Path::new("."));
         let config = [dir.join("config"), dir.join(format!("config-{release}"))]
             .into_iter()
             .find(|p| p.is_file())
             .with_context(|| format!("no kernel config beside {} (expected `config` or `config-{release}`); the guest needs it for libbpf; {FIX}", vmlinuz.display()))?;
-        let text = std::fs::read_to_string(&config).with_context(|| format!("cannot read kernel config {}", config.display()))?;
+        let text = std::fs::read_to_string(&config)
+            .with_context(|| format!("cannot read kernel config {}", config.display()))?;
         let check = check_config(&text);
         if !check.is_fit() {
-            let list: Vec<String> = check.missing_required.iter().map(|(n, why)| format!("{n} ({why})")).collect();
+            let list: Vec<String> = check
+                .missing_required
+                .iter()
+                .map(|(n, why)| format!("{n} ({why})"))
+                .collect();
             bail!("kernel {release} lacks {}; {FIX}", list.join(", "));
         }
-        Ok(Kernel { release, vmlinuz, config, origin })
+        Ok(Kernel {
+            release,
+            vmlinuz,
+            config,
+            origin,
+        })
     }
 }
 
@@ -157,7 +189,10 @@ pub fn compare_releases(a: &str, b: &str) -> Ordering {
     let (ca, cb) = (chunks(a), chunks(b));
     for (x, y) in ca.iter().zip(cb.iter()) {
         let ord = match (x, y) {
-            ((true, x), (true, y)) => x.parse::<u64>().unwrap_or(0).cmp(&y.parse::<u64>().unwrap_or(0)),
+            ((true, x), (true, y)) => x
+                .parse::<u64>()
+                .unwrap_or(0)
+                .cmp(&y.parse::<u64>().unwrap_or(0)),
             ((_, x), (_, y)) => x.cmp(y),
         };
         if ord != Ordering::Equal {
@@ -169,13 +204,15 @@ pub fn compare_releases(a: &str, b: &str) -> Ordering {
 
 /// The user's kernel cache: `$CUSTOS_CACHE_DIR` or `~/.cache/custos`, then `kernels/`.
 pub fn cache_dir() -> PathBuf {
-    let base = std::env::var_os("CUSTOS_CACHE_DIR").map(PathBuf::from).unwrap_or_else(|| {
-        std::env::var_os("XDG_CACHE_HOME")
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-            .unwrap_or_else(|| PathBuf::from("/var/cache"))
-            .join("custos")
-    });
+    let base = std::env::var_os("CUSTOS_CACHE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            std::env::var_os("XDG_CACHE_HOME")
+                .map(PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+                .unwrap_or_else(|| PathBuf::from("/var/cache"))
+                .join("custos")
+        });
     base.join("kernels")
 }
 
@@ -186,7 +223,12 @@ pub fn shared_dirs() -> Vec<PathBuf> {
     if let Some(dir) = std::env::var_os("CUSTOS_SHARED_KERNELS") {
         return vec![PathBuf::from(dir)];
     }
-    checkout_ancestors().into_iter().map(|dir| dir.join("shared").join("kernels")).find(|d| d.is_dir()).into_iter().collect()
+    checkout_ancestors()
+        .into_iter()
+        .map(|dir| dir.join("shared").join("kernels"))
+        .find(|d| d.is_dir())
+        .into_iter()
+        .collect()
 }
 
 /// Directories the Custos checkout may be in or under, nearest first: the
@@ -194,7 +236,11 @@ pub fn shared_dirs() -> Vec<PathBuf> {
 /// in the checkout's `target/`).
 pub(crate) fn checkout_ancestors() -> Vec<PathBuf> {
     let starts = [std::env::current_dir().ok(), std::env::current_exe().ok()];
-    starts.into_iter().flatten().flat_map(|s| s.ancestors().map(Path::to_path_buf).collect::<Vec<_>>()).collect()
+    starts
+        .into_iter()
+        .flatten()
+        .flat_map(|s| s.ancestors().map(Path::to_path_buf).collect::<Vec<_>>())
+        .collect()
 }
 
 /// A kernel directory that could not be used, and why.
@@ -209,24 +255,40 @@ pub struct Rejected {
 pub fn discover(cache: &Path, shared: &[PathBuf]) -> (Vec<Kernel>, Vec<Rejected>) {
     let mut found = Vec::new();
     let mut rejected = Vec::new();
-    let roots = std::iter::once((cache.to_path_buf(), KernelOrigin::Cache)).chain(shared.iter().map(|d| (d.clone(), KernelOrigin::Shared)));
+    let roots = std::iter::once((cache.to_path_buf(), KernelOrigin::Cache))
+        .chain(shared.iter().map(|d| (d.clone(), KernelOrigin::Shared)));
     for (root, origin) in roots {
-        let Ok(entries) = std::fs::read_dir(&root) else { continue };
-        let mut dirs: Vec<PathBuf> = entries.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.is_dir()).collect();
+        let Ok(entries) = std::fs::read_dir(&root) else {
+            continue;
+        };
+        let mut dirs: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .filter(|p| p.is_dir())
+            .collect();
         dirs.sort();
         for dir in dirs {
             // A half-written download is not a kernel yet.
-            if dir.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')) {
+            if dir
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+            {
                 continue;
             }
             match Kernel::open(&dir, origin.clone()) {
                 Ok(k) => found.push(k),
-                Err(e) => rejected.push(Rejected { path: dir, reason: format!("{e:#}") }),
+                Err(e) => rejected.push(Rejected {
+                    path: dir,
+                    reason: format!("{e:#}"),
+                }),
             }
         }
     }
     // Newest first; on a tie the cache (fresh download) beats the shared copy.
-    found.sort_by(|a, b| compare_releases(&b.release, &a.release).then((a.origin != KernelOrigin::Cache).cmp(&(b.origin != KernelOrigin::Cache))));
+    found.sort_by(|a, b| {
+        compare_releases(&b.release, &a.release)
+            .then((a.origin != KernelOrigin::Cache).cmp(&(b.origin != KernelOrigin::Cache)))
+    });
     (found, rejected)
 }
 
@@ -241,10 +303,25 @@ impl Kernel {
     /// The network modules' files in load order, when all are there.
     pub fn network_modules(&self) -> Option<Vec<PathBuf>> {
         let dir = self.vmlinuz.parent()?.join(NETWORK_MODULES_DIR);
-        let files: Vec<PathBuf> = std::fs::read_dir(&dir).ok()?.flatten().map(|e| e.path()).collect();
+        let files: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .ok()?
+            .flatten()
+            .map(|e| e.path())
+            .collect();
         NETWORK_MODULES
             .iter()
-            .map(|name| files.iter().find(|f| f.file_name().is_some_and(|n| n.to_string_lossy().strip_prefix(name).is_some_and(|r| r.starts_with(".ko")))).cloned())
+            .map(|name| {
+                files
+                    .iter()
+                    .find(|f| {
+                        f.file_name().is_some_and(|n| {
+                            n.to_string_lossy()
+                                .strip_prefix(name)
+                                .is_some_and(|r| r.starts_with(".ko"))
+                        })
+                    })
+                    .cloned()
+            })
             .collect()
     }
 }
@@ -277,12 +354,23 @@ mod tests {
     fn config_with_everything_built_in_is_fit() {
         let check = check_config(FIT);
         assert!(check.is_fit());
-        assert_eq!(check.missing_wanted.iter().map(|m| m.0.as_str()).collect::<Vec<_>>(), ["CONFIG_FUNCTION_TRACER"]);
+        assert_eq!(
+            check
+                .missing_wanted
+                .iter()
+                .map(|m| m.0.as_str())
+                .collect::<Vec<_>>(),
+            ["CONFIG_FUNCTION_TRACER"]
+        );
     }
 
     #[test]
     fn sched_ext_off_module_or_absent_is_unfit() {
-        for variant in ["# CONFIG_SCHED_CLASS_EXT is not set\n", "CONFIG_SCHED_CLASS_EXT=m\n", ""] {
+        for variant in [
+            "# CONFIG_SCHED_CLASS_EXT is not set\n",
+            "CONFIG_SCHED_CLASS_EXT=m\n",
+            "",
+        ] {
             let text = FIT.replace("CONFIG_SCHED_CLASS_EXT=y\n", variant);
             let check = check_config(&text);
             assert!(!check.is_fit(), "{variant:?} must be unfit");
@@ -317,7 +405,10 @@ mod tests {
 
     #[test]
     fn bzimage_release_is_read_from_the_header() {
-        assert_eq!(bzimage_release(&fake_bzimage("7.3.1-cloud-amd64")).unwrap(), "7.3.1-cloud-amd64");
+        assert_eq!(
+            bzimage_release(&fake_bzimage("7.3.1-cloud-amd64")).unwrap(),
+            "7.3.1-cloud-amd64"
+        );
         assert!(bzimage_release(b"garbage").is_err());
         let mut bad = fake_bzimage("x");
         bad[0x202] = b'X';
@@ -338,8 +429,14 @@ mod tests {
     #[test]
     fn releases_compare_numerically() {
         assert_eq!(compare_releases("7.10.1", "7.9.30"), Ordering::Greater);
-        assert_eq!(compare_releases("7.2.13+deb14-cloud-amd64", "7.2.9+deb14-cloud-amd64"), Ordering::Greater);
-        assert_eq!(compare_releases("7.2.13+deb14-cloud-amd64", "7.2.13+deb14-cloud-amd64"), Ordering::Equal);
+        assert_eq!(
+            compare_releases("7.2.13+deb14-cloud-amd64", "7.2.9+deb14-cloud-amd64"),
+            Ordering::Greater
+        );
+        assert_eq!(
+            compare_releases("7.2.13+deb14-cloud-amd64", "7.2.13+deb14-cloud-amd64"),
+            Ordering::Equal
+        );
         assert_eq!(compare_releases("6.12.1", "7.0.0"), Ordering::Less);
     }
 
@@ -355,14 +452,34 @@ mod tests {
         let cache = tempfile::tempdir().unwrap();
         let shared = tempfile::tempdir().unwrap();
         write_kernel(cache.path(), "7.2.9-cloud-amd64", FIT);
-        write_kernel(cache.path(), "7.4.0-cloud-amd64", &FIT.replace("CONFIG_SCHED_CLASS_EXT=y", "# CONFIG_SCHED_CLASS_EXT is not set"));
+        write_kernel(
+            cache.path(),
+            "7.4.0-cloud-amd64",
+            &FIT.replace(
+                "CONFIG_SCHED_CLASS_EXT=y",
+                "# CONFIG_SCHED_CLASS_EXT is not set",
+            ),
+        );
         write_kernel(shared.path(), "7.3.0-cloud-amd64", FIT);
         std::fs::create_dir_all(cache.path().join(".partial-7.5.0")).unwrap();
         let (found, rejected) = discover(cache.path(), &[shared.path().to_path_buf()]);
-        let names: Vec<_> = found.iter().map(|k| (k.release.as_str(), k.origin.clone())).collect();
-        assert_eq!(names, [("7.3.0-cloud-amd64", KernelOrigin::Shared), ("7.2.9-cloud-amd64", KernelOrigin::Cache)]);
+        let names: Vec<_> = found
+            .iter()
+            .map(|k| (k.release.as_str(), k.origin.clone()))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("7.3.0-cloud-amd64", KernelOrigin::Shared),
+                ("7.2.9-cloud-amd64", KernelOrigin::Cache)
+            ]
+        );
         assert_eq!(rejected.len(), 1);
-        assert!(rejected[0].reason.contains("CONFIG_SCHED_CLASS_EXT"), "{}", rejected[0].reason);
+        assert!(
+            rejected[0].reason.contains("CONFIG_SCHED_CLASS_EXT"),
+            "{}",
+            rejected[0].reason
+        );
     }
 
     #[test]
@@ -378,14 +495,29 @@ mod tests {
     #[test]
     fn missing_or_corrupt_kernels_name_the_fix() {
         let dir = tempfile::tempdir().unwrap();
-        let err = format!("{:#}", Kernel::open(&dir.path().join("nope"), KernelOrigin::Explicit).unwrap_err());
-        assert!(err.contains("does not exist") && err.contains("custos vm kernel"), "{err}");
+        let err = format!(
+            "{:#}",
+            Kernel::open(&dir.path().join("nope"), KernelOrigin::Explicit).unwrap_err()
+        );
+        assert!(
+            err.contains("does not exist") && err.contains("custos vm kernel"),
+            "{err}"
+        );
         let junk = dir.path().join("vmlinuz");
         std::fs::write(&junk, b"not a kernel at all").unwrap();
-        let err = format!("{:#}", Kernel::open(&junk, KernelOrigin::Explicit).unwrap_err());
-        assert!(err.contains("bzImage") && err.contains("custos vm kernel"), "{err}");
+        let err = format!(
+            "{:#}",
+            Kernel::open(&junk, KernelOrigin::Explicit).unwrap_err()
+        );
+        assert!(
+            err.contains("bzImage") && err.contains("custos vm kernel"),
+            "{err}"
+        );
         std::fs::write(&junk, fake_bzimage("7.0.0")).unwrap();
-        let err = format!("{:#}", Kernel::open(&junk, KernelOrigin::Explicit).unwrap_err());
+        let err = format!(
+            "{:#}",
+            Kernel::open(&junk, KernelOrigin::Explicit).unwrap_err()
+        );
         assert!(err.contains("no kernel config"), "{err}");
     }
 }

@@ -36,12 +36,24 @@ struct PrivateApt {
 
 impl PrivateApt {
     fn new(source: &Source) -> Result<PrivateApt> {
-        let dir = tempfile::Builder::new().prefix("custos-apt-").tempdir().context("cannot create a private apt directory")?;
+        let dir = tempfile::Builder::new()
+            .prefix("custos-apt-")
+            .tempdir()
+            .context("cannot create a private apt directory")?;
         let p = dir.path();
-        for sub in ["lists/partial", "cache/archives/partial", "sources.list.d", "preferences.d", "download"] {
+        for sub in [
+            "lists/partial",
+            "cache/archives/partial",
+            "sources.list.d",
+            "preferences.d",
+            "download",
+        ] {
             std::fs::create_dir_all(p.join(sub))?;
         }
-        std::fs::write(p.join("sources.list"), format!("deb {} {} main\n", source.mirror, source.suite))?;
+        std::fs::write(
+            p.join("sources.list"),
+            format!("deb {} {} main\n", source.mirror, source.suite),
+        )?;
         std::fs::write(p.join("status"), "")?;
         Ok(PrivateApt { dir })
     }
@@ -71,7 +83,11 @@ impl PrivateApt {
             .output()
             .with_context(|| format!("cannot run {tool}; is apt installed?"))?;
         if !out.status.success() {
-            bail!("{tool} {} failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+            bail!(
+                "{tool} {} failed: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
         }
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
@@ -85,7 +101,11 @@ pub fn versioned_image(depends_output: &str, metapackage: &str) -> Option<String
         .lines()
         .filter_map(|l| l.trim().strip_prefix("Depends:"))
         .map(|d| d.trim().trim_matches(|c| c == '<' || c == '>'))
-        .find(|d| d.starts_with("linux-image-") && d.ends_with(flavour) && d[12..].starts_with(|c: char| c.is_ascii_digit()))
+        .find(|d| {
+            d.starts_with("linux-image-")
+                && d.ends_with(flavour)
+                && d[12..].starts_with(|c: char| c.is_ascii_digit())
+        })
         .map(str::to_string)
 }
 
@@ -93,11 +113,22 @@ pub fn versioned_image(depends_output: &str, metapackage: &str) -> Option<String
 /// either layout Debian has used (`boot/` or `usr/lib/modules/<release>/`).
 pub fn find_in_package(root: &Path, release: &str) -> Option<(PathBuf, PathBuf)> {
     let layouts = [
-        (root.join(format!("boot/vmlinuz-{release}")), root.join(format!("boot/config-{release}"))),
-        (root.join(format!("usr/lib/modules/{release}/vmlinuz")), root.join(format!("usr/lib/modules/{release}/config"))),
-        (root.join(format!("lib/modules/{release}/vmlinuz")), root.join(format!("lib/modules/{release}/config"))),
+        (
+            root.join(format!("boot/vmlinuz-{release}")),
+            root.join(format!("boot/config-{release}")),
+        ),
+        (
+            root.join(format!("usr/lib/modules/{release}/vmlinuz")),
+            root.join(format!("usr/lib/modules/{release}/config")),
+        ),
+        (
+            root.join(format!("lib/modules/{release}/vmlinuz")),
+            root.join(format!("lib/modules/{release}/config")),
+        ),
     ];
-    layouts.into_iter().find(|(v, c)| v.is_file() && c.is_file())
+    layouts
+        .into_iter()
+        .find(|(v, c)| v.is_file() && c.is_file())
 }
 
 /// The file of module `name` (`name.ko`, maybe compressed) under `dir`.
@@ -109,7 +140,11 @@ fn find_module(dir: &Path, name: &str) -> Option<std::path::PathBuf> {
             if let Some(m) = find_module(&p, name) {
                 return Some(m);
             }
-        } else if p.file_name().is_some_and(|n| n.to_string_lossy().strip_prefix(name).is_some_and(|rest| rest.starts_with(".ko"))) {
+        } else if p.file_name().is_some_and(|n| {
+            n.to_string_lossy()
+                .strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(".ko"))
+        }) {
             return Some(p);
         }
     }
@@ -120,11 +155,19 @@ fn find_module(dir: &Path, name: &str) -> Option<std::path::PathBuf> {
 /// there already) and returns it. Progress goes to stderr.
 pub fn download_newest(source: &Source, cache: &Path) -> Result<Kernel> {
     let apt = PrivateApt::new(source)?;
-    eprintln!("custos vm kernel: reading Debian {} package lists from {} (private apt state)…", source.suite, source.mirror);
-    apt.run("apt-get", &["-q", "update"]).context("cannot read Debian's package lists")?;
+    eprintln!(
+        "custos vm kernel: reading Debian {} package lists from {} (private apt state)…",
+        source.suite, source.mirror
+    );
+    apt.run("apt-get", &["-q", "update"])
+        .context("cannot read Debian's package lists")?;
     let depends = apt.run("apt-cache", &["depends", &source.metapackage])?;
-    let image_pkg = versioned_image(&depends, &source.metapackage)
-        .with_context(|| format!("{} in Debian {} depends on no versioned kernel image", source.metapackage, source.suite))?;
+    let image_pkg = versioned_image(&depends, &source.metapackage).with_context(|| {
+        format!(
+            "{} in Debian {} depends on no versioned kernel image",
+            source.metapackage, source.suite
+        )
+    })?;
     let release = image_pkg.trim_start_matches("linux-image-").to_string();
     eprintln!("custos vm kernel: newest is {release} ({image_pkg})");
 
@@ -149,20 +192,34 @@ pub fn download_newest(source: &Source, cache: &Path) -> Result<Kernel> {
         let deb = std::fs::read_dir(&download)?
             .filter_map(|e| e.ok())
             .map(|e| e.path())
-            .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&format!("{pkg}_"))))
+            .find(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with(&format!("{pkg}_")))
+            })
             .with_context(|| format!("apt-get download {pkg} left no .deb"))?;
-        let status = Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&unpacked).status().context("cannot run dpkg-deb")?;
+        let status = Command::new("dpkg-deb")
+            .arg("-x")
+            .arg(&deb)
+            .arg(&unpacked)
+            .status()
+            .context("cannot run dpkg-deb")?;
         if !status.success() {
             bail!("dpkg-deb could not unpack {}", deb.display());
         }
         Ok(())
     };
-    for pkg in [format!("linux-binary-{release}"), format!("linux-base-{release}"), image_pkg.clone()] {
+    for pkg in [
+        format!("linux-binary-{release}"),
+        format!("linux-base-{release}"),
+        image_pkg.clone(),
+    ] {
         if let Err(e) = fetch(&pkg) {
             notes.push(format!("{e:#}"));
             continue;
         }
-        let Some((vmlinuz, config)) = find_in_package(&unpacked, &release) else { continue };
+        let Some((vmlinuz, config)) = find_in_package(&unpacked, &release) else {
+            continue;
+        };
         // The modules live in a package of their own now (in linux-image-* before).
         let modules_root = unpacked.join("usr/lib/modules").join(&release);
         if find_module(&modules_root, crate::kernel::NETWORK_MODULES[0]).is_none() {
@@ -173,11 +230,19 @@ pub fn download_newest(source: &Source, cache: &Path) -> Result<Kernel> {
         let text = std::fs::read_to_string(&config)?;
         let check = check_config(&text);
         if !check.is_fit() {
-            let names: Vec<_> = check.missing_required.iter().map(|m| m.0.as_str()).collect();
-            bail!("Debian's newest cloud kernel {release} lacks {}", names.join(", "));
+            let names: Vec<_> = check
+                .missing_required
+                .iter()
+                .map(|m| m.0.as_str())
+                .collect();
+            bail!(
+                "Debian's newest cloud kernel {release} lacks {}",
+                names.join(", ")
+            );
         }
         // Write under a dot-name and rename, so a crash never leaves a half kernel that looks whole.
-        std::fs::create_dir_all(cache).with_context(|| format!("cannot create {}", cache.display()))?;
+        std::fs::create_dir_all(cache)
+            .with_context(|| format!("cannot create {}", cache.display()))?;
         let partial = cache.join(format!(".partial-{release}"));
         let _ = std::fs::remove_dir_all(&partial);
         std::fs::create_dir_all(&partial)?;
@@ -197,10 +262,16 @@ pub fn download_newest(source: &Source, cache: &Path) -> Result<Kernel> {
         }
         let _ = std::fs::remove_dir_all(&target);
         std::fs::rename(&partial, &target)?;
-        eprintln!("custos vm kernel: cached {} in {}", release, target.display());
+        eprintln!(
+            "custos vm kernel: cached {} in {}",
+            release,
+            target.display()
+        );
         return Kernel::open(&target, KernelOrigin::Cache);
     }
-    notes.push(format!("the packages held no vmlinuz and config for {release}"));
+    notes.push(format!(
+        "the packages held no vmlinuz and config for {release}"
+    ));
     bail!(notes.join("; "))
 }
 
@@ -215,7 +286,10 @@ pub fn provision(source: &Source, offline: bool) -> Result<Kernel> {
         }
     }
     let k = kernel::select_default().context("and no kernel from Debian either")?;
-    eprintln!("custos vm kernel: falling back to {} ({})", k.release, k.origin);
+    eprintln!(
+        "custos vm kernel: falling back to {} ({})",
+        k.release, k.origin
+    );
     Ok(k)
 }
 
@@ -226,10 +300,16 @@ mod tests {
     #[test]
     fn the_versioned_image_is_found_in_apt_cache_depends_output() {
         let out = "linux-image-cloud-amd64\n  Depends: linux-base-cloud-amd64\n  Depends: linux-image-7.2.13+deb14-cloud-amd64\n";
-        assert_eq!(versioned_image(out, "linux-image-cloud-amd64").as_deref(), Some("linux-image-7.2.13+deb14-cloud-amd64"));
+        assert_eq!(
+            versioned_image(out, "linux-image-cloud-amd64").as_deref(),
+            Some("linux-image-7.2.13+deb14-cloud-amd64")
+        );
         // Virtual packages come in angle brackets.
         let out = "linux-image-cloud-amd64\n  Depends: <linux-image-7.3.1-cloud-amd64>\n";
-        assert_eq!(versioned_image(out, "linux-image-cloud-amd64").as_deref(), Some("linux-image-7.3.1-cloud-amd64"));
+        assert_eq!(
+            versioned_image(out, "linux-image-cloud-amd64").as_deref(),
+            Some("linux-image-7.3.1-cloud-amd64")
+        );
         // Another flavour, or a non-versioned dependency, is not it.
         let out = "x\n  Depends: linux-image-7.2.13+deb14-amd64\n  Depends: linux-image-cloud-amd64-dbg\n";
         assert_eq!(versioned_image(out, "linux-image-cloud-amd64"), None);
@@ -237,7 +317,13 @@ mod tests {
 
     #[test]
     fn both_package_layouts_are_recognised() {
-        for (img, cfg) in [("boot/vmlinuz-7.0.0", "boot/config-7.0.0"), ("usr/lib/modules/7.0.0/vmlinuz", "usr/lib/modules/7.0.0/config")] {
+        for (img, cfg) in [
+            ("boot/vmlinuz-7.0.0", "boot/config-7.0.0"),
+            (
+                "usr/lib/modules/7.0.0/vmlinuz",
+                "usr/lib/modules/7.0.0/config",
+            ),
+        ] {
             let root = tempfile::tempdir().unwrap();
             for f in [img, cfg] {
                 let p = root.path().join(f);

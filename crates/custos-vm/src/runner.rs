@@ -110,7 +110,11 @@ pub struct VmOutput {
 #[derive(Debug)]
 pub enum VmError {
     /// The run hit its timeout; QEMU was killed.
-    Timeout { after: Duration, booted: bool, log_tail: String },
+    Timeout {
+        after: Duration,
+        booted: bool,
+        log_tail: String,
+    },
     /// The guest ended without running the command to completion.
     GuestFailed { reason: String, log_tail: String },
     /// Ctrl-C; QEMU was killed.
@@ -120,13 +124,21 @@ pub enum VmError {
 impl fmt::Display for VmError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            VmError::Timeout { after, booted, log_tail } => {
+            VmError::Timeout {
+                after,
+                booted,
+                log_tail,
+            } => {
                 let stage = if *booted {
                     "the command was still running"
                 } else {
                     "the guest had not booted: is the kernel bootable? `custos vm kernel` provisions a known-good one"
                 };
-                write!(f, "VM timed out after {} s ({stage}); QEMU killed", after.as_secs())?;
+                write!(
+                    f,
+                    "VM timed out after {} s ({stage}); QEMU killed",
+                    after.as_secs()
+                )?;
                 if !log_tail.is_empty() {
                     write!(f, "\nlast lines of the VM log:\n{log_tail}")?;
                 }
@@ -182,10 +194,16 @@ impl GuestGuard {
         // SAFETY: pipe2 fills two fds we then own; close-on-exec keeps the
         // write end out of every other child.
         if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            return Err(std::io::Error::last_os_error()).context("creating the guest watchdog's pipe");
+            return Err(std::io::Error::last_os_error())
+                .context("creating the guest watchdog's pipe");
         }
         // SAFETY: both fds were just created and are owned here only.
-        let (read, write) = unsafe { (std::os::fd::OwnedFd::from_raw_fd(fds[0]), std::os::fd::OwnedFd::from_raw_fd(fds[1])) };
+        let (read, write) = unsafe {
+            (
+                std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+                std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+            )
+        };
         let watchdog = Command::new("sh")
             .arg("-c")
             .arg(format!("read _ ; kill -s KILL -- -{pgid} 2>/dev/null"))
@@ -195,7 +213,11 @@ impl GuestGuard {
             .process_group(0)
             .spawn()
             .context("starting the guest watchdog")?;
-        Ok(GuestGuard { pgid, watchdog, _pipe: write })
+        Ok(GuestGuard {
+            pgid,
+            watchdog,
+            _pipe: write,
+        })
     }
 
     fn kill(&self) {
@@ -229,7 +251,11 @@ fn tmp_top_dir(path: &Path) -> Option<PathBuf> {
 /// exit code. Setup failures are reported apart from the command's stderr.
 fn guest_script(ctl: &Path, spec: &VmSpec, command: &[String], path_env: &str) -> String {
     let q = |p: &Path| sh_quote(&p.to_string_lossy());
-    let cwd = spec.cwd.clone().or_else(|| std::env::current_dir().ok()).unwrap_or_else(|| PathBuf::from("/"));
+    let cwd = spec
+        .cwd
+        .clone()
+        .or_else(|| std::env::current_dir().ok())
+        .unwrap_or_else(|| PathBuf::from("/"));
     // A checkout under /tmp (CI's, say) would vanish under the guest's tmpfs
     // with the binaries and scripts in it: its top directory there is kept
     // like a share, first, so deeper shares land on top of it.
@@ -237,14 +263,20 @@ fn guest_script(ctl: &Path, spec: &VmSpec, command: &[String], path_env: &str) -
     shares.extend(spec.shares.iter().map(|p| q(p)));
     shares.push(q(ctl));
     let shares = shares.join(" ");
-    let mut env = vec![("PATH".to_string(), path_env.to_string()), ("HOME".to_string(), "/root".to_string())];
+    let mut env = vec![
+        ("PATH".to_string(), path_env.to_string()),
+        ("HOME".to_string(), "/root".to_string()),
+    ];
     for var in ["RUST_BACKTRACE", "RUST_LOG", "TERM"] {
         if let Ok(v) = std::env::var(var) {
             env.push((var.to_string(), v));
         }
     }
     env.extend(spec.env.iter().cloned());
-    let exports: String = env.iter().map(|(k, v)| format!("export {k}={}\n", sh_quote(v))).collect();
+    let exports: String = env
+        .iter()
+        .map(|(k, v)| format!("export {k}={}\n", sh_quote(v)))
+        .collect();
     let argv: Vec<String> = command.iter().map(|a| sh_quote(a)).collect();
     format!(
         r#"#!/bin/sh
@@ -283,7 +315,13 @@ echo $? > "$ctl/rc.partial" && mv "$ctl/rc.partial" "$ctl/rc"
         config = q(&spec.kernel.config),
         // --tap: the NIC's driver (modules only in this kernel).
         modules = match spec.tap {
-            Some(_) => spec.kernel.network_modules().unwrap_or_default().iter().map(|m| format!("  PATH=\"$PATH:/usr/sbin:/sbin\" insmod {}\n", q(m))).collect::<String>(),
+            Some(_) => spec
+                .kernel
+                .network_modules()
+                .unwrap_or_default()
+                .iter()
+                .map(|m| format!("  PATH=\"$PATH:/usr/sbin:/sbin\" insmod {}\n", q(m)))
+                .collect::<String>(),
             None => String::new(),
         },
         cwd = q(&cwd),
@@ -299,7 +337,9 @@ struct Tail {
 
 impl Tail {
     fn pump(&mut self, out: &mut dyn Write) -> std::io::Result<()> {
-        let Ok(mut f) = std::fs::File::open(&self.path) else { return Ok(()) };
+        let Ok(mut f) = std::fs::File::open(&self.path) else {
+            return Ok(());
+        };
         f.seek(SeekFrom::Start(self.offset))?;
         let mut buf = Vec::new();
         f.read_to_end(&mut buf)?;
@@ -324,7 +364,10 @@ fn kvm_verdict_path() -> PathBuf {
 }
 
 fn host_key() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string()
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .unwrap_or_default()
+        .trim()
+        .to_string()
 }
 
 fn kvm_worth_trying(mode: KvmMode) -> bool {
@@ -332,8 +375,13 @@ fn kvm_worth_trying(mode: KvmMode) -> bool {
         KvmMode::Off => false,
         KvmMode::On => true,
         KvmMode::Auto => {
-            let openable = std::fs::OpenOptions::new().read(true).write(true).open("/dev/kvm").is_ok();
-            let known_bad = std::fs::read_to_string(kvm_verdict_path()).is_ok_and(|v| v.lines().next() == Some(host_key().as_str()));
+            let openable = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open("/dev/kvm")
+                .is_ok();
+            let known_bad = std::fs::read_to_string(kvm_verdict_path())
+                .is_ok_and(|v| v.lines().next() == Some(host_key().as_str()));
             openable && !known_bad
         }
     }
@@ -346,11 +394,18 @@ pub fn run(spec: &VmSpec, command: &[String], streams: Streams) -> Result<VmOutp
     }
     for share in &spec.shares {
         if !share.is_absolute() || !share.is_dir() {
-            bail!("--share {} must be an existing directory given by absolute path", share.display());
+            bail!(
+                "--share {} must be an existing directory given by absolute path",
+                share.display()
+            );
         }
     }
     if let Some(tap) = &spec.tap {
-        if tap.is_empty() || !tap.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b)) {
+        if tap.is_empty()
+            || !tap
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+        {
             bail!("--tap {tap:?}: a network device name (letters, digits, '_', '.', '-')");
         }
         if !Path::new("/sys/class/net").join(tap).exists() {
@@ -366,15 +421,25 @@ pub fn run(spec: &VmSpec, command: &[String], streams: Streams) -> Result<VmOutp
         }
     }
     let tools = tools::locate()?;
-    let ctl = tempfile::Builder::new().prefix("custos-vm-").tempdir().context("cannot create the VM control directory")?;
+    let ctl = tempfile::Builder::new()
+        .prefix("custos-vm-")
+        .tempdir()
+        .context("cannot create the VM control directory")?;
     let path_env = tools.path_env.to_string_lossy().into_owned();
-    std::fs::write(ctl.path().join("guest.sh"), guest_script(ctl.path(), spec, command, &path_env))?;
+    std::fs::write(
+        ctl.path().join("guest.sh"),
+        guest_script(ctl.path(), spec, command, &path_env),
+    )?;
 
     let use_kvm = kvm_worth_trying(spec.kvm);
     match boot(spec, &tools, ctl.path(), streams, use_kvm) {
         Err(e) if use_kvm && spec.kvm == KvmMode::Auto && kvm_failure(&e) => {
             let why = match e.downcast_ref::<VmError>() {
-                Some(VmError::GuestFailed { log_tail, .. }) => log_tail.lines().find(|l| l.to_lowercase().contains("kvm")).unwrap_or("").to_string(),
+                Some(VmError::GuestFailed { log_tail, .. }) => log_tail
+                    .lines()
+                    .find(|l| l.to_lowercase().contains("kvm"))
+                    .unwrap_or("")
+                    .to_string(),
                 _ => String::new(),
             };
             if !spec.quiet {
@@ -385,7 +450,15 @@ pub fn run(spec: &VmSpec, command: &[String], streams: Streams) -> Result<VmOutp
                 let _ = std::fs::create_dir_all(dir);
             }
             let _ = std::fs::write(verdict, format!("{}\n{why}\n", host_key()));
-            for f in ["started", "stdout", "stderr", "rc", "setup.log", "setup-failed", "vng.log"] {
+            for f in [
+                "started",
+                "stdout",
+                "stderr",
+                "rc",
+                "setup.log",
+                "setup-failed",
+                "vng.log",
+            ] {
                 let _ = std::fs::remove_file(ctl.path().join(f));
             }
             boot(spec, &tools, ctl.path(), streams, false)
@@ -398,8 +471,17 @@ pub fn run(spec: &VmSpec, command: &[String], streams: Streams) -> Result<VmOutp
 fn kvm_stopped_the_guest(log: &str) -> Option<&str> {
     // Console output and QEMU's stderr share the file, so a line may start
     // with another writer's bytes (NULs, seen here).
-    const MARKS: [&str; 3] = ["KVM internal error", "error: kvm run failed", "KVM: entry failed"];
-    log.lines().find_map(|l| MARKS.iter().find_map(|m| l.find(m)).map(|i| l[i..].trim_end()))
+    const MARKS: [&str; 3] = [
+        "KVM internal error",
+        "error: kvm run failed",
+        "KVM: entry failed",
+    ];
+    log.lines().find_map(|l| {
+        MARKS
+            .iter()
+            .find_map(|m| l.find(m))
+            .map(|i| l[i..].trim_end())
+    })
 }
 
 /// A KVM attempt that died before the guest started, blaming KVM.
@@ -407,7 +489,13 @@ fn kvm_failure(e: &anyhow::Error) -> bool {
     matches!(e.downcast_ref::<VmError>(), Some(VmError::GuestFailed { log_tail, .. }) if log_tail.to_lowercase().contains("kvm"))
 }
 
-fn boot(spec: &VmSpec, tools: &tools::Tools, ctl: &Path, streams: Streams, kvm: bool) -> Result<VmOutput> {
+fn boot(
+    spec: &VmSpec,
+    tools: &tools::Tools,
+    ctl: &Path,
+    streams: Streams,
+    kvm: bool,
+) -> Result<VmOutput> {
     let mut append = vec![GUEST_CMDLINE.to_string()];
     append.extend(spec.append.iter().cloned());
     let mut cmd = Command::new(&tools.vng);
@@ -419,7 +507,8 @@ fn boot(spec: &VmSpec, tools: &tools::Tools, ctl: &Path, streams: Streams, kvm: 
         // flips its static keys, another vCPU can execute the patch's int3
         // and the guest oopses ("Oops: int3" in try_to_wake_up). Slower, but
         // the kernel under test stays sound.
-        cmd.arg("--disable-kvm").arg("--qemu-opts=-accel tcg,thread=single");
+        cmd.arg("--disable-kvm")
+            .arg("--qemu-opts=-accel tcg,thread=single");
     }
     if let Some(model) = &spec.cpu_model {
         // After virtme-ng's own -cpu: QEMU takes the last one.
@@ -428,13 +517,23 @@ fn boot(spec: &VmSpec, tools: &tools::Tools, ctl: &Path, streams: Streams, kvm: 
     if let Some(tap) = &spec.tap {
         cmd.arg(format!("--qemu-opts=-netdev tap,id=custosnet,ifname={tap},script=no,downscript=no -device virtio-net-pci,netdev=custosnet"));
     }
-    cmd.args(["--cpus", &spec.cpus.to_string(), "--memory", &spec.memory, "--user", "root"]);
+    cmd.args([
+        "--cpus",
+        &spec.cpus.to_string(),
+        "--memory",
+        &spec.memory,
+        "--user",
+        "root",
+    ]);
     cmd.arg("--rwdir").arg(ctl);
     for share in &spec.shares {
         cmd.arg("--rwdir").arg(share);
     }
     cmd.arg("--append").arg(append.join(" "));
-    cmd.arg("--").arg(format!("sh {}", sh_quote(&ctl.join("guest.sh").to_string_lossy())));
+    cmd.arg("--").arg(format!(
+        "sh {}",
+        sh_quote(&ctl.join("guest.sh").to_string_lossy())
+    ));
     let log = std::fs::File::create(ctl.join("vng.log"))?;
     cmd.env("PATH", &tools.path_env)
         .stdin(Stdio::null())
@@ -446,20 +545,25 @@ fn boot(spec: &VmSpec, tools: &tools::Tools, ctl: &Path, streams: Streams, kvm: 
         let accel = if kvm { "KVM" } else { "QEMU emulation" };
         eprintln!(
             "custos vm: booting {} ({}, {accel}, {} CPUs, {})…",
-            spec.kernel.release,
-            spec.kernel.origin,
-            spec.cpus,
-            spec.memory
+            spec.kernel.release, spec.kernel.origin, spec.cpus, spec.memory
         );
     }
     let start = Instant::now();
-    let mut child = cmd.spawn().with_context(|| format!("cannot start {}", tools.vng.display()))?;
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("cannot start {}", tools.vng.display()))?;
     let pgid = child.id() as i32;
     let guard = GuestGuard::start(pgid)?;
     let kill = || guard.kill();
 
-    let mut out = Tail { path: ctl.join("stdout"), offset: 0 };
-    let mut err = Tail { path: ctl.join("stderr"), offset: 0 };
+    let mut out = Tail {
+        path: ctl.join("stdout"),
+        offset: 0,
+    };
+    let mut err = Tail {
+        path: ctl.join("stderr"),
+        offset: 0,
+    };
     let mut boot_time = None;
     let mut last_note = Instant::now();
     let mut last_kvm_check = Instant::now();
@@ -470,11 +574,17 @@ fn boot(spec: &VmSpec, tools: &tools::Tools, ctl: &Path, streams: Streams, kvm: 
         if boot_time.is_none() && ctl.join("started").exists() {
             boot_time = Some(start.elapsed());
             if !spec.quiet {
-                eprintln!("custos vm: command started after {:.1} s", start.elapsed().as_secs_f64());
+                eprintln!(
+                    "custos vm: command started after {:.1} s",
+                    start.elapsed().as_secs_f64()
+                );
             }
         }
         if boot_time.is_none() && !spec.quiet && last_note.elapsed() >= Duration::from_secs(5) {
-            eprintln!("custos vm: still booting ({} s)…", start.elapsed().as_secs());
+            eprintln!(
+                "custos vm: still booting ({} s)…",
+                start.elapsed().as_secs()
+            );
             last_note = Instant::now();
         }
         if streams == Streams::Forward {
@@ -507,17 +617,27 @@ fn boot(spec: &VmSpec, tools: &tools::Tools, ctl: &Path, streams: Streams, kvm: 
         if start.elapsed() >= spec.timeout {
             kill();
             let _ = child.wait();
-            return Err(VmError::Timeout { after: spec.timeout, booted: boot_time.is_some(), log_tail: log_tail(&ctl.join("vng.log"), 15) }.into());
+            return Err(VmError::Timeout {
+                after: spec.timeout,
+                booted: boot_time.is_some(),
+                log_tail: log_tail(&ctl.join("vng.log"), 15),
+            }
+            .into());
         }
         std::thread::sleep(Duration::from_millis(50));
     };
     // vng is gone; make sure nothing it started lingers.
     kill();
 
-    let rc = std::fs::read_to_string(ctl.join("rc")).ok().and_then(|s| s.trim().parse::<i32>().ok());
+    let rc = std::fs::read_to_string(ctl.join("rc"))
+        .ok()
+        .and_then(|s| s.trim().parse::<i32>().ok());
     let Some(code) = rc else {
         let reason = if ctl.join("setup-failed").exists() {
-            format!("guest setup failed before the command ran:\n{}", log_tail(&ctl.join("setup.log"), 20))
+            format!(
+                "guest setup failed before the command ran:\n{}",
+                log_tail(&ctl.join("setup.log"), 20)
+            )
         } else if boot_time.is_some() {
             format!("the guest stopped before the command finished (vng exited with {status})")
         } else {
@@ -529,11 +649,22 @@ fn boot(spec: &VmSpec, tools: &tools::Tools, ctl: &Path, streams: Streams, kvm: 
             tail = format!("{tail}\nlast kernel messages:\n{kernel}");
         }
         // The control directory goes away with the run; a dead guest's whole console stays.
-        let kept = std::env::temp_dir().join(format!("custos-vm-console-{}-{}.log", std::process::id(), start.elapsed().as_millis()));
+        let kept = std::env::temp_dir().join(format!(
+            "custos-vm-console-{}-{}.log",
+            std::process::id(),
+            start.elapsed().as_millis()
+        ));
         if std::fs::copy(ctl.join("vng.log"), &kept).is_ok() {
-            tail = format!("{tail}\nthe whole console log is kept in {}", kept.display());
+            tail = format!(
+                "{tail}\nthe whole console log is kept in {}",
+                kept.display()
+            );
         }
-        return Err(VmError::GuestFailed { reason, log_tail: tail }.into());
+        return Err(VmError::GuestFailed {
+            reason,
+            log_tail: tail,
+        }
+        .into());
     };
     let (stdout, stderr) = match streams {
         Streams::Forward => {
@@ -541,9 +672,18 @@ fn boot(spec: &VmSpec, tools: &tools::Tools, ctl: &Path, streams: Streams, kvm: 
             err.pump(&mut std::io::stderr())?;
             (Vec::new(), Vec::new())
         }
-        Streams::Capture => (std::fs::read(ctl.join("stdout")).unwrap_or_default(), std::fs::read(ctl.join("stderr")).unwrap_or_default()),
+        Streams::Capture => (
+            std::fs::read(ctl.join("stdout")).unwrap_or_default(),
+            std::fs::read(ctl.join("stderr")).unwrap_or_default(),
+        ),
     };
-    Ok(VmOutput { code, stdout, stderr, boot_time: boot_time.unwrap_or_default(), used_kvm: kvm })
+    Ok(VmOutput {
+        code,
+        stdout,
+        stderr,
+        boot_time: boot_time.unwrap_or_default(),
+        used_kvm: kvm,
+    })
 }
 
 #[cfg(test)]
@@ -554,22 +694,41 @@ mod tests {
     fn a_guest_kvm_stopped_is_recognised_in_the_log() {
         // As QEMU 7.2 logged it here (a BMI2 instruction in the kernel's decompressor).
         let log = "Probing EDD (edd=off to disable)... ok\r\r\n\n\0\0\0KVM internal error. Suberror: 1\nextra data[0]: 0x0000000000000001\nemulation failure\nRAX=000000000c692990";
-        assert_eq!(kvm_stopped_the_guest(log), Some("KVM internal error. Suberror: 1"));
-        assert!(kvm_failure(&VmError::GuestFailed { reason: String::new(), log_tail: log.into() }.into()));
-        assert_eq!(kvm_stopped_the_guest("Linux version 7.2.13\nrun-init\n"), None);
+        assert_eq!(
+            kvm_stopped_the_guest(log),
+            Some("KVM internal error. Suberror: 1")
+        );
+        assert!(kvm_failure(
+            &VmError::GuestFailed {
+                reason: String::new(),
+                log_tail: log.into()
+            }
+            .into()
+        ));
+        assert_eq!(
+            kvm_stopped_the_guest("Linux version 7.2.13\nrun-init\n"),
+            None
+        );
     }
 
     #[test]
     fn quoting_survives_quotes_and_spaces() {
         assert_eq!(sh_quote("a b"), "'a b'");
         assert_eq!(sh_quote("it's"), r"'it'\''s'");
-        let out = Command::new("sh").arg("-c").arg(format!("printf %s {}", sh_quote("x'y \"$HOME\" `z`"))).output().unwrap();
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(format!("printf %s {}", sh_quote("x'y \"$HOME\" `z`")))
+            .output()
+            .unwrap();
         assert_eq!(out.stdout, b"x'y \"$HOME\" `z`");
     }
 
     #[test]
     fn a_checkout_under_tmp_keeps_its_top_directory() {
-        assert_eq!(tmp_top_dir(Path::new("/tmp/ci/main/crates/custos")), Some(PathBuf::from("/tmp/ci")));
+        assert_eq!(
+            tmp_top_dir(Path::new("/tmp/ci/main/crates/custos")),
+            Some(PathBuf::from("/tmp/ci"))
+        );
         assert_eq!(tmp_top_dir(Path::new("/tmp")), None);
         assert_eq!(tmp_top_dir(Path::new("/work/main")), None);
         assert_eq!(tmp_top_dir(Path::new("/tmpx/a")), None);

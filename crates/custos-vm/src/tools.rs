@@ -10,9 +10,14 @@ use std::path::{Path, PathBuf};
 
 /// Directories that may hold the tools, in search order.
 fn search_dirs() -> Vec<PathBuf> {
-    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH").map(|p| std::env::split_paths(&p).collect()).unwrap_or_default();
+    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect())
+        .unwrap_or_default();
     let explicit = std::env::var_os("CUSTOS_TOOLS_DIR").map(PathBuf::from);
-    for dir in explicit.into_iter().chain(crate::kernel::checkout_ancestors()) {
+    for dir in explicit
+        .into_iter()
+        .chain(crate::kernel::checkout_ancestors())
+    {
         for tools in [dir.clone(), dir.join(".tools")] {
             for bin in ["venv/bin", "cargo/bin"] {
                 let candidate = tools.join(bin);
@@ -31,7 +36,8 @@ fn find(name: &str, dirs: &[PathBuf]) -> Option<PathBuf> {
 
 fn is_executable(p: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
-    p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    p.metadata()
+        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// The tools, and the PATH to give vng so it finds the rest.
@@ -54,5 +60,8 @@ pub fn locate() -> Result<Tools> {
     }
     // vng spawns virtiofsd and QEMU by name, so the directories we found them in go first.
     let path_env = std::env::join_paths(&dirs)?;
-    Ok(Tools { vng: vng.expect("checked above"), path_env })
+    Ok(Tools {
+        vng: vng.expect("checked above"),
+        path_env,
+    })
 }

@@ -15,7 +15,10 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 #[derive(Parser)]
-#[command(name = "custos-workload", about = "Workloads for Custos tests and benchmarks; one JSON result on stdout")]
+#[command(
+    name = "custos-workload",
+    about = "Workloads for Custos tests and benchmarks; one JSON result on stdout"
+)]
 struct Cli {
     #[command(subcommand)]
     workload: Workload,
@@ -74,9 +77,16 @@ fn main() {
     let result = match cli.workload {
         Workload::PipePingpong { iterations } => pingpong(Channel::Pipe, iterations),
         Workload::UnixPingpong { iterations } => pingpong(Channel::Unix, iterations),
-        Workload::ForkExec { iterations, program } => fork_exec(iterations, &program),
+        Workload::ForkExec {
+            iterations,
+            program,
+        } => fork_exec(iterations, &program),
         Workload::Cpu { units } => cpu(units),
-        Workload::Storm { procs, seconds, path } => storm(procs, Duration::from_secs_f64(seconds), &path),
+        Workload::Storm {
+            procs,
+            seconds,
+            path,
+        } => storm(procs, Duration::from_secs_f64(seconds), &path),
         Workload::Tree { dir, files, fanout } => tree(&dir, files, fanout),
     };
     match result {
@@ -129,7 +139,12 @@ fn pingpong(channel: Channel, iterations: u64) -> Result<serde_json::Value> {
         Channel::Unix => {
             let mut s = [0; 2];
             // SAFETY: socketpair(2) fills the two-element array.
-            unsafe { check(libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, s.as_mut_ptr()), "socketpair")? };
+            unsafe {
+                check(
+                    libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, s.as_mut_ptr()),
+                    "socketpair",
+                )?
+            };
             (s[0], s[1], s[1], s[0])
         }
     };
@@ -165,8 +180,13 @@ fn pingpong(channel: Channel, iterations: u64) -> Result<serde_json::Value> {
         let t = Instant::now();
         // SAFETY: one-byte reads and writes on fds we own.
         unsafe {
-            if libc::write(p_w, &byte as *const u8 as *const libc::c_void, 1) != 1 || libc::read(p_r, &mut byte as *mut u8 as *mut libc::c_void, 1) != 1 {
-                bail!("ping-pong partner went away: {}", std::io::Error::last_os_error());
+            if libc::write(p_w, &byte as *const u8 as *const libc::c_void, 1) != 1
+                || libc::read(p_r, &mut byte as *mut u8 as *mut libc::c_void, 1) != 1
+            {
+                bail!(
+                    "ping-pong partner went away: {}",
+                    std::io::Error::last_os_error()
+                );
             }
         }
         lat.push(t.elapsed().as_nanos() as u64);
@@ -184,7 +204,9 @@ fn pingpong(channel: Channel, iterations: u64) -> Result<serde_json::Value> {
         Channel::Pipe => "pipe-pingpong",
         Channel::Unix => "unix-pingpong",
     };
-    Ok(json!({ "workload": name, "iterations": iterations, "total_ns": total.as_nanos() as u64, "round_trip": latency_summary(lat) }))
+    Ok(
+        json!({ "workload": name, "iterations": iterations, "total_ns": total.as_nanos() as u64, "round_trip": latency_summary(lat) }),
+    )
 }
 
 fn fork_exec(iterations: u64, program: &str) -> Result<serde_json::Value> {
@@ -195,17 +217,24 @@ fn fork_exec(iterations: u64, program: &str) -> Result<serde_json::Value> {
     let total = Instant::now();
     for _ in 0..iterations {
         let t = Instant::now();
-        let status = std::process::Command::new(program).status().with_context(|| format!("cannot exec {program}"))?;
+        let status = std::process::Command::new(program)
+            .status()
+            .with_context(|| format!("cannot exec {program}"))?;
         if !status.success() {
             bail!("{program} exited with {status}");
         }
         lat.push(t.elapsed().as_nanos() as u64);
     }
-    Ok(json!({ "workload": "fork-exec", "iterations": iterations, "total_ns": total.elapsed().as_nanos() as u64, "latency": latency_summary(lat) }))
+    Ok(
+        json!({ "workload": "fork-exec", "iterations": iterations, "total_ns": total.elapsed().as_nanos() as u64, "latency": latency_summary(lat) }),
+    )
 }
 
 fn cpu_time_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: clock_gettime fills ts.
     unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -221,7 +250,9 @@ fn cpu(units: u64) -> Result<serde_json::Value> {
         x ^= x >> 7;
         x ^= x << 17;
     }
-    Ok(json!({ "workload": "cpu", "units": units, "wall_ns": start.elapsed().as_nanos() as u64, "cpu_ns": cpu_time_ns() - cpu0, "checksum": x }))
+    Ok(
+        json!({ "workload": "cpu", "units": units, "wall_ns": start.elapsed().as_nanos() as u64, "cpu_ns": cpu_time_ns() - cpu0, "checksum": x }),
+    )
 }
 
 fn storm(procs: u32, duration: Duration, path: &std::path::Path) -> Result<serde_json::Value> {
@@ -281,14 +312,20 @@ fn tree(dir: &std::path::Path, files: u64, fanout: u64) -> Result<serde_json::Va
     let start = Instant::now();
     let mut dirs = 0;
     for i in 0..files {
-        let sub = dir.join(format!("d{:03}", i / fanout / fanout)).join(format!("d{:03}", (i / fanout) % fanout));
+        let sub = dir
+            .join(format!("d{:03}", i / fanout / fanout))
+            .join(format!("d{:03}", (i / fanout) % fanout));
         if i % fanout == 0 {
-            std::fs::create_dir_all(&sub).with_context(|| format!("cannot create {}", sub.display()))?;
+            std::fs::create_dir_all(&sub)
+                .with_context(|| format!("cannot create {}", sub.display()))?;
             dirs += 1;
         }
-        std::fs::write(sub.join(format!("f{i}")), b"x").with_context(|| format!("cannot write in {}", sub.display()))?;
+        std::fs::write(sub.join(format!("f{i}")), b"x")
+            .with_context(|| format!("cannot write in {}", sub.display()))?;
     }
-    Ok(json!({ "workload": "tree", "dir": dir, "files": files, "dirs": dirs, "wall_ns": start.elapsed().as_nanos() as u64 }))
+    Ok(
+        json!({ "workload": "tree", "dir": dir, "files": files, "dirs": dirs, "wall_ns": start.elapsed().as_nanos() as u64 }),
+    )
 }
 
 #[cfg(test)]
@@ -301,7 +338,10 @@ mod tests {
             let v = pingpong(ch, 200).unwrap();
             assert_eq!(v["iterations"], 200);
             let rt = &v["round_trip"];
-            assert!(rt["p50_ns"].as_u64().unwrap() > 0 && rt["p50_ns"].as_u64() <= rt["max_ns"].as_u64());
+            assert!(
+                rt["p50_ns"].as_u64().unwrap() > 0
+                    && rt["p50_ns"].as_u64() <= rt["max_ns"].as_u64()
+            );
         }
     }
 
@@ -314,7 +354,12 @@ mod tests {
 
     #[test]
     fn storm_counts_the_syscalls_of_every_process() {
-        let v = storm(2, Duration::from_millis(200), std::path::Path::new("/proc/self/stat")).unwrap();
+        let v = storm(
+            2,
+            Duration::from_millis(200),
+            std::path::Path::new("/proc/self/stat"),
+        )
+        .unwrap();
         assert!(v["syscalls"].as_u64().unwrap() >= 2 * 2 * 256, "{v}");
     }
 
@@ -335,6 +380,10 @@ mod tests {
     }
 
     fn walk(d: &std::path::Path) -> usize {
-        std::fs::read_dir(d).unwrap().map(|e| e.unwrap().path()).map(|p| if p.is_dir() { walk(&p) } else { 1 }).sum()
+        std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .map(|p| if p.is_dir() { walk(&p) } else { 1 })
+            .sum()
     }
 }

@@ -50,7 +50,10 @@ pub fn run(cmd: CollectCmd) -> Result<i32> {
         true => {
             // The store seals its batches with the key that seals the stream.
             let seal_key = match cmd.db.is_some() && !cmd.collect.no_seal {
-                true => Some(custos_seal::SealKey::open(cmd.collect.seal_key.as_deref(), "custos collect")?),
+                true => Some(custos_seal::SealKey::open(
+                    cmd.collect.seal_key.as_deref(),
+                    "custos collect",
+                )?),
                 false => None,
             };
             Some(custos_store::sink::LiveSink::start(
@@ -66,7 +69,11 @@ pub fn run(cmd: CollectCmd) -> Result<i32> {
     let kafka = match kafka {
         Some(opts) => {
             let target = custos_fleet::sink::KafkaTarget::connect(opts)?;
-            Some(custos_store::sink::LiveSink::spawn("custos-kafka-sink", target, cmd.sink_buffer_mb << 20)?)
+            Some(custos_store::sink::LiveSink::spawn(
+                "custos-kafka-sink",
+                target,
+                cmd.sink_buffer_mb << 20,
+            )?)
         }
         None => None,
     };
@@ -74,7 +81,12 @@ pub fn run(cmd: CollectCmd) -> Result<i32> {
     // Kafka sink drops rather than wait through an outage, so it is not the
     // one that falls behind for long).
     let (writer, done, store, kafka): (Box<dyn Write + Send>, _, _, _) = match (store, kafka) {
-        (Some((s, sw)), Some((k, kw))) => (Box::new(custos_collector::cli::Tee(Box::new(sw), Box::new(kw))), s.lines_done.clone(), Some(s), Some(k)),
+        (Some((s, sw)), Some((k, kw))) => (
+            Box::new(custos_collector::cli::Tee(Box::new(sw), Box::new(kw))),
+            s.lines_done.clone(),
+            Some(s),
+            Some(k),
+        ),
         (Some((s, sw)), None) => (Box::new(sw), s.lines_done.clone(), Some(s), None),
         (None, Some((k, kw))) => (Box::new(kw), k.lines_done.clone(), None, Some(k)),
         (None, None) => unreachable!("one sink at least"),

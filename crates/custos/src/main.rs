@@ -13,7 +13,11 @@ mod verify;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Parser)]
-#[command(name = "custos", version, about = "Complete Linux provenance under the super producer attack")]
+#[command(
+    name = "custos",
+    version,
+    about = "Complete Linux provenance under the super producer attack"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

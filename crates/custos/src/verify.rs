@@ -20,7 +20,11 @@ pub const TAMPERED: i32 = 3;
 #[derive(Args, Debug)]
 pub struct VerifyArgs {
     /// The stream (JSON Lines, or an archive: `.zst`, `.gz`); `-` reads stdin.
-    #[arg(value_name = "FILE", required_unless_present = "db", conflicts_with = "db")]
+    #[arg(
+        value_name = "FILE",
+        required_unless_present = "db",
+        conflicts_with = "db"
+    )]
     pub file: Option<PathBuf>,
     /// Verify a store instead: every ingest's chain of sealed batches, and
     /// that no loss record it holds was removed from the losses table.
@@ -38,9 +42,12 @@ pub struct VerifyArgs {
 
 pub fn run(args: VerifyArgs) -> Result<i32> {
     let pinned = match &args.key {
-        Some(k) if std::path::Path::new(k).is_file() => {
-            Some(std::fs::read_to_string(k).with_context(|| format!("reading the key file {k}"))?.trim().to_string())
-        }
+        Some(k) if std::path::Path::new(k).is_file() => Some(
+            std::fs::read_to_string(k)
+                .with_context(|| format!("reading the key file {k}"))?
+                .trim()
+                .to_string(),
+        ),
         other => other.clone(),
     };
     if let Some(db) = &args.db {
@@ -52,7 +59,9 @@ pub fn run(args: VerifyArgs) -> Result<i32> {
     let mut line = Vec::with_capacity(4096);
     loop {
         line.clear();
-        let n = input.read_until(b'\n', &mut line).with_context(|| format!("reading {}", file.display()))?;
+        let n = input
+            .read_until(b'\n', &mut line)
+            .with_context(|| format!("reading {}", file.display()))?;
         if n == 0 {
             break;
         }
@@ -75,7 +84,10 @@ fn verify_db(db: &std::path::Path, pinned: Option<&str>, json: bool) -> Result<i
         println!("{}", serde_json::to_string_pretty(&reports)?);
     } else {
         for r in &reports {
-            print_report(&format!("{} ingest {} ({})", db.display(), r.ingest, r.source), &r.report);
+            print_report(
+                &format!("{} ingest {} ({})", db.display(), r.ingest, r.source),
+                &r.report,
+            );
         }
         if reports.is_empty() {
             println!("{}: no ingests", db.display());
@@ -87,7 +99,10 @@ fn verify_db(db: &std::path::Path, pinned: Option<&str>, json: bool) -> Result<i
 fn print_report(name: &str, r: &Report) {
     let key = r.key.as_deref().unwrap_or("none");
     if r.intact {
-        println!("{name}: intact: {} lines in {} sealed batches, signed by key {key}", r.lines, r.batches_verified);
+        println!(
+            "{name}: intact: {} lines in {} sealed batches, signed by key {key}",
+            r.lines, r.batches_verified
+        );
         return;
     }
     println!(
@@ -105,9 +120,17 @@ fn print_report(name: &str, r: &Report) {
             at.push_str(&format!(", lines {a}-{b}"));
         }
         match (f.first_time_ns, f.last_time_ns) {
-            (Some(t0), Some(t1)) => at.push_str(&format!(", {} to {}", custos_store::timefmt::format_ns(t0), custos_store::timefmt::format_ns(t1))),
-            (Some(t), None) => at.push_str(&format!(", from {}", custos_store::timefmt::format_ns(t))),
-            (None, Some(t)) => at.push_str(&format!(", until {}", custos_store::timefmt::format_ns(t))),
+            (Some(t0), Some(t1)) => at.push_str(&format!(
+                ", {} to {}",
+                custos_store::timefmt::format_ns(t0),
+                custos_store::timefmt::format_ns(t1)
+            )),
+            (Some(t), None) => {
+                at.push_str(&format!(", from {}", custos_store::timefmt::format_ns(t)))
+            }
+            (None, Some(t)) => {
+                at.push_str(&format!(", until {}", custos_store::timefmt::format_ns(t)))
+            }
             (None, None) => {}
         }
         println!("  {}{at}: {}", f.kind, f.message);

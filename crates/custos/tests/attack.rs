@@ -22,14 +22,22 @@ use std::process::Command;
 use serde_json::Value;
 
 fn custos(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_custos")).args(args).output().expect("run custos");
-    assert!(out.status.success(), "custos {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(env!("CARGO_BIN_EXE_custos"))
+        .args(args)
+        .output()
+        .expect("run custos");
+    assert!(
+        out.status.success(),
+        "custos {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// The final stats record and the loss records of a stream.
 fn account(stream: &Path) -> (Value, Vec<Value>) {
-    let text = std::fs::read_to_string(stream).unwrap_or_else(|e| panic!("{}: {e}", stream.display()));
+    let text =
+        std::fs::read_to_string(stream).unwrap_or_else(|e| panic!("{}: {e}", stream.display()));
     let mut fin = None;
     let mut losses = Vec::new();
     for line in text.lines() {
@@ -39,11 +47,15 @@ fn account(stream: &Path) -> (Value, Vec<Value>) {
             losses.push(serde_json::from_str(line).unwrap());
         }
     }
-    (fin.unwrap_or_else(|| panic!("{}: no final stats", stream.display())), losses)
+    (
+        fin.unwrap_or_else(|| panic!("{}: no final stats", stream.display())),
+        losses,
+    )
 }
 
 fn n(v: &Value, k: &str) -> u64 {
-    v[k].as_u64().unwrap_or_else(|| panic!("{k} missing in {v}"))
+    v[k].as_u64()
+        .unwrap_or_else(|| panic!("{k} missing in {v}"))
 }
 
 /// One VM at a time: the tests of this file share the machine.
@@ -65,7 +77,16 @@ fn run_guest(sched_args: &str, runs: &str) -> tempfile::TempDir {
     );
     let _vm = serial();
     let run = Command::new(bin)
-        .args(["vm", "run", "-q", "--cpus", "1", "--timeout", "1500", "--share"])
+        .args([
+            "vm",
+            "run",
+            "-q",
+            "--cpus",
+            "1",
+            "--timeout",
+            "1500",
+            "--share",
+        ])
         .arg(out.path())
         .args(["--", "sh", "-c"])
         .arg(format!("{env} bash {}", script.display()))
@@ -82,7 +103,11 @@ const START_ORDERS: [&str; 3] = ["sched-first", "collector-first", "restart"];
 #[test]
 fn every_skip_is_in_band_and_every_start_order_protects_the_consumer() {
     let sched_args = std::env::var("CUSTOS_SCHED_ARGS").unwrap_or_default();
-    let runs = if sched_args.is_empty() { "skips sched-first collector-first restart" } else { "attack skips sched-first collector-first restart" };
+    let runs = if sched_args.is_empty() {
+        "skips sched-first collector-first restart"
+    } else {
+        "attack skips sched-first collector-first restart"
+    };
     let out = run_guest(&sched_args, runs);
     let o = out.path();
     if !sched_args.is_empty() {
@@ -94,69 +119,156 @@ fn every_skip_is_in_band_and_every_start_order_protects_the_consumer() {
 
 #[test]
 fn the_learned_policy_loses_nothing_of_an_attack_in_any_start_order() {
-    let out = run_guest("--policy learned", "attack sched-first collector-first restart");
+    let out = run_guest(
+        "--policy learned",
+        "attack sched-first collector-first restart",
+    );
     let o = out.path();
     the_attack_is_found_and_nothing_lost(o);
     every_start_order_protects_the_consumer(o);
     let log = std::fs::read_to_string(o.join("attack.sched.log")).unwrap();
-    assert!(log.contains("learned policy:"), "the scheduler did not run the learned policy: {log}");
+    assert!(
+        log.contains("learned policy:"),
+        "the scheduler did not run the learned policy: {log}"
+    );
 }
 
 fn the_attack_is_found_and_nothing_lost(o: &Path) {
     // The attack: nothing lost, and every step found by a query.
     let (attack, in_band) = account(&o.join("attack.jsonl"));
-    assert!(n(&attack, "produced") > 50_000, "the flood hardly ran: {attack}");
-    assert_eq!(n(&attack, "dropped") + n(&attack, "unnumbered") + n(&attack, "incomplete"), 0, "events lost under custos sched: {attack}");
-    assert!(in_band.is_empty(), "nothing was lost, yet the stream has loss records: {in_band:?}");
+    assert!(
+        n(&attack, "produced") > 50_000,
+        "the flood hardly ran: {attack}"
+    );
+    assert_eq!(
+        n(&attack, "dropped") + n(&attack, "unnumbered") + n(&attack, "incomplete"),
+        0,
+        "events lost under custos sched: {attack}"
+    );
+    assert!(
+        in_band.is_empty(),
+        "nothing was lost, yet the stream has loss records: {in_band:?}"
+    );
     let db = o.join("attack.db");
     let db = db.to_str().unwrap();
-    custos(&["ingest", "-q", "--db", db, o.join("attack.jsonl").to_str().unwrap()]);
+    custos(&[
+        "ingest",
+        "-q",
+        "--db",
+        db,
+        o.join("attack.jsonl").to_str().unwrap(),
+    ]);
     let v = "/tmp/reliability/victim";
-    let endpoint = format!("127.0.0.1:{}", std::fs::read_to_string(o.join("attack.port")).unwrap().trim());
+    let endpoint = format!(
+        "127.0.0.1:{}",
+        std::fs::read_to_string(o.join("attack.port"))
+            .unwrap()
+            .trim()
+    );
     let names = |dir: &str, file: &str| -> (Vec<String>, Value) {
-        let a: Value = serde_json::from_str(&custos(&["query", "--db", db, "--json", dir, &format!("{v}/{file}")])).unwrap();
-        (a["nodes"].as_array().unwrap().iter().map(|n| n["name"].as_str().unwrap_or("").to_string()).collect(), serde_json::json!({"complete": a["complete"], "losses": a["losses"]}))
+        let a: Value = serde_json::from_str(&custos(&[
+            "query",
+            "--db",
+            db,
+            "--json",
+            dir,
+            &format!("{v}/{file}"),
+        ]))
+        .unwrap();
+        (
+            a["nodes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|n| n["name"].as_str().unwrap_or("").to_string())
+                .collect(),
+            serde_json::json!({"complete": a["complete"], "losses": a["losses"]}),
+        )
     };
     let (behind_archive, _) = names("ancestors", "archive.tar");
     for s in ["id_rsa", "shadow", "db.conf", "wallet"] {
-        assert!(behind_archive.contains(&format!("{v}/secret/{s}")), "the archive does not hold {s}: {behind_archive:?}");
+        assert!(
+            behind_archive.contains(&format!("{v}/secret/{s}")),
+            "the archive does not hold {s}: {behind_archive:?}"
+        );
     }
-    assert!(behind_archive.iter().any(|n| n == "/usr/bin/tar"), "{behind_archive:?}");
+    assert!(
+        behind_archive.iter().any(|n| n == "/usr/bin/tar"),
+        "{behind_archive:?}"
+    );
     let (from_archive, _) = names("descendants", "archive.tar");
-    assert!(from_archive.contains(&endpoint), "the upload to {endpoint} is missing: {from_archive:?}");
+    assert!(
+        from_archive.contains(&endpoint),
+        "the upload to {endpoint} is missing: {from_archive:?}"
+    );
     let (behind_download, _) = names("ancestors", "suspicious.sh");
-    assert!(behind_download.contains(&endpoint), "the download from {endpoint} is missing: {behind_download:?}");
+    assert!(
+        behind_download.contains(&endpoint),
+        "the download from {endpoint} is missing: {behind_download:?}"
+    );
     let (behind_overwrite, complete) = names("ancestors", "maintenance.sh");
-    assert!(behind_overwrite.contains(&format!("{v}/suspicious.sh")), "{behind_overwrite:?}");
+    assert!(
+        behind_overwrite.contains(&format!("{v}/suspicious.sh")),
+        "{behind_overwrite:?}"
+    );
     assert!(behind_overwrite.contains(&endpoint), "{behind_overwrite:?}");
-    assert_eq!(complete["complete"], true, "nothing was lost, so the answer is complete: {complete}");
-
+    assert_eq!(
+        complete["complete"], true,
+        "nothing was lost, so the answer is complete: {complete}"
+    );
 }
 
 fn skips_are_in_band(o: &Path) {
     // The default scheduler: syscalls skipped, all of them in loss records.
     let (skips, losses) = account(&o.join("skips.jsonl"));
-    assert!(n(&skips, "unnumbered") > 0, "the default scheduler skipped nothing: {skips}");
+    assert!(
+        n(&skips, "unnumbered") > 0,
+        "the default scheduler skipped nothing: {skips}"
+    );
     let in_band = |bound: bool| -> u64 {
-        losses.iter().filter(|l| l["category"] == "skipped" && l["upper_bound"].as_bool().unwrap_or(false) == bound).map(|l| n(l, "count")).sum()
+        losses
+            .iter()
+            .filter(|l| {
+                l["category"] == "skipped" && l["upper_bound"].as_bool().unwrap_or(false) == bound
+            })
+            .map(|l| n(l, "count"))
+            .sum()
     };
     assert_eq!(in_band(false), n(&skips, "skipped"), "exact skips in-band");
-    assert!(in_band(true) >= n(&skips, "skipped_bound"), "the bound in-band covers the final bound: {skips}");
-    assert!(losses.iter().filter(|l| l["category"] == "skipped" && !l["upper_bound"].as_bool().unwrap_or(false)).all(|l| l["cpu"].is_u64()));
-
+    assert!(
+        in_band(true) >= n(&skips, "skipped_bound"),
+        "the bound in-band covers the final bound: {skips}"
+    );
+    assert!(losses
+        .iter()
+        .filter(|l| l["category"] == "skipped" && !l["upper_bound"].as_bool().unwrap_or(false))
+        .all(|l| l["cpu"].is_u64()));
 }
 
 fn every_start_order_protects_the_consumer(o: &Path) {
     for order in START_ORDERS {
         let (s, _) = account(&o.join(format!("{order}.jsonl")));
-        let info: Value = serde_json::from_str(&std::fs::read_to_string(o.join(format!("{order}.json"))).unwrap()).unwrap();
-        assert!(n(&s, "produced") > 50_000, "{order}: the flood hardly ran: {s}");
+        let info: Value = serde_json::from_str(
+            &std::fs::read_to_string(o.join(format!("{order}.json"))).unwrap(),
+        )
+        .unwrap();
+        assert!(
+            n(&s, "produced") > 50_000,
+            "{order}: the flood hardly ran: {s}"
+        );
         assert_eq!(info["sched_ext_state"], "enabled", "{order}: {info}");
-        assert_eq!(n(&s, "dropped") + n(&s, "unnumbered"), 0, "{order}: events lost: {s}");
+        assert_eq!(
+            n(&s, "dropped") + n(&s, "unnumbered"),
+            0,
+            "{order}: events lost: {s}"
+        );
         let marker = std::fs::read_to_string(o.join(format!("{order}.jsonl")))
             .unwrap()
             .lines()
-            .any(|l| l.contains("\"path\":\"/tmp/reliability/marker\"") && l.contains("\"critical\":true"));
+            .any(|l| {
+                l.contains("\"path\":\"/tmp/reliability/marker\"")
+                    && l.contains("\"critical\":true")
+            });
         assert!(marker, "{order}: the marker's open-for-write is missing");
     }
 }

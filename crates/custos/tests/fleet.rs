@@ -15,13 +15,40 @@ use std::process::Command;
 
 /// Runs `custos fleet ingest` until the topic is quiet; returns whether it
 /// succeeded and its report.
-fn run_ingest(broker: &KafkaBroker, ch: &ClickHouseServer, topic: &str, group: &str, db: &str) -> (bool, String) {
+fn run_ingest(
+    broker: &KafkaBroker,
+    ch: &ClickHouseServer,
+    topic: &str,
+    group: &str,
+    db: &str,
+) -> (bool, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_custos"))
-        .args(["fleet", "ingest", "--kafka", &broker.bootstrap(), "--topic", topic, "--clickhouse", &ch.url()])
-        .args(["--group", group, "--clickhouse-db", db, "--batch-secs", "0.3", "--stop-when-idle", "2"])
+        .args([
+            "fleet",
+            "ingest",
+            "--kafka",
+            &broker.bootstrap(),
+            "--topic",
+            topic,
+            "--clickhouse",
+            &ch.url(),
+        ])
+        .args([
+            "--group",
+            group,
+            "--clickhouse-db",
+            db,
+            "--batch-secs",
+            "0.3",
+            "--stop-when-idle",
+            "2",
+        ])
         .output()
         .unwrap();
-    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 fn ingest(broker: &KafkaBroker, ch: &ClickHouseServer, topic: &str, group: &str) -> String {
@@ -39,7 +66,8 @@ fn fleet_ingest_stores_the_topic_once() {
     let mut stream = Vec::new();
     let report = synth::generate(&SynthConfig::scaled(11, 0.0005), &mut stream, |_| {}).unwrap();
 
-    let target = KafkaTarget::connect(KafkaOptions::new(&broker.bootstrap(), topic, "cli-host")).unwrap();
+    let target =
+        KafkaTarget::connect(KafkaOptions::new(&broker.bootstrap(), topic, "cli-host")).unwrap();
     let (sink, mut w) = LiveSink::spawn("custos-kafka-sink", target, 1 << 20).unwrap();
     w.write_all(&stream).unwrap();
     drop(w);
@@ -56,9 +84,14 @@ fn fleet_ingest_stores_the_topic_once() {
 
     // A table of another schema where ours should be: refused at the start, saying why.
     ch.execute("CREATE DATABASE other").unwrap();
-    ch.execute("CREATE TABLE other.events (host String, id UInt64) ENGINE = MergeTree ORDER BY id").unwrap();
+    ch.execute("CREATE TABLE other.events (host String, id UInt64) ENGINE = MergeTree ORDER BY id")
+        .unwrap();
     let (ok, stderr) = run_ingest(&broker, &ch, topic, "g3", "other");
-    assert!(!ok && stderr.contains("table other.events is not the fleet's") && stderr.contains("kafka_topic"), "{stderr}");
+    assert!(
+        !ok && stderr.contains("table other.events is not the fleet's")
+            && stderr.contains("kafka_topic"),
+        "{stderr}"
+    );
 }
 
 /// The whole way for real: `custos collect --kafka` records a command with
@@ -73,12 +106,30 @@ fn a_recording_reaches_clickhouse_through_kafka() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("events.jsonl");
     let run = Command::new(env!("CARGO_BIN_EXE_custos"))
-        .args(["collect", "--kafka", &broker.bootstrap(), "--topic", topic, "--host-id", "recorded-host", "-o"])
+        .args([
+            "collect",
+            "--kafka",
+            &broker.bootstrap(),
+            "--topic",
+            topic,
+            "--host-id",
+            "recorded-host",
+            "-o",
+        ])
         .arg(&out)
-        .args(["--", "sh", "-c", "cat /etc/hostname >/dev/null; ls / >/dev/null"])
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "cat /etc/hostname >/dev/null; ls / >/dev/null",
+        ])
         .output()
         .unwrap();
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
     let mut want: Vec<u64> = std::fs::read_to_string(&out)
         .unwrap()
         .lines()
@@ -87,11 +138,20 @@ fn a_recording_reaches_clickhouse_through_kafka() {
         .map(|l| l["id"].as_u64().unwrap())
         .collect();
     want.sort_unstable();
-    assert!(want.len() > 50, "a recording of a few commands: {} events", want.len());
+    assert!(
+        want.len() > 50,
+        "a recording of a few commands: {} events",
+        want.len()
+    );
 
     ingest(&broker, &ch, topic, "g");
-    let got = ch.query_u64("SELECT id FROM custos.events WHERE host = 'recorded-host' ORDER BY id").unwrap();
-    assert_eq!(got, want, "ClickHouse holds the recording's events, each once");
+    let got = ch
+        .query_u64("SELECT id FROM custos.events WHERE host = 'recorded-host' ORDER BY id")
+        .unwrap();
+    assert_eq!(
+        got, want,
+        "ClickHouse holds the recording's events, each once"
+    );
 }
 
 /// A host-only network for the VM: a TAP device with the host's address,
@@ -102,9 +162,17 @@ impl Tap {
     fn create(name: &'static str, host_cidr: &str) -> Tap {
         let ip = |args: &[&str]| Command::new("ip").args(args).output().expect("run ip");
         let _ = ip(&["link", "del", name]); // left by a killed run
-        for args in [&["tuntap", "add", "dev", name, "mode", "tap"][..], &["addr", "add", host_cidr, "dev", name], &["link", "set", name, "up"]] {
+        for args in [
+            &["tuntap", "add", "dev", name, "mode", "tap"][..],
+            &["addr", "add", host_cidr, "dev", name],
+            &["link", "set", name, "up"],
+        ] {
             let out = ip(args);
-            assert!(out.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+            assert!(
+                out.status.success(),
+                "ip {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
         Tap(name)
     }
@@ -162,7 +230,16 @@ fn two_machines_provenance_joins_at_the_connection_between_them() {
          open(sys.argv[2], 'wb').write(data)\n"
     );
     let host = Command::new(bin)
-        .args(["collect", "--kafka", &broker.bootstrap(), "--topic", topic, "--host-id", "host", "-o"])
+        .args([
+            "collect",
+            "--kafka",
+            &broker.bootstrap(),
+            "--topic",
+            topic,
+            "--host-id",
+            "host",
+            "-o",
+        ])
         .arg(d.join("host.jsonl"))
         .args(["--", "python3", "-c", &server])
         .arg(&port_file)
@@ -174,8 +251,15 @@ fn two_machines_provenance_joins_at_the_connection_between_them() {
     let mut host = Reaped(host);
     let t = std::time::Instant::now();
     while !port_file.exists() {
-        assert!(host.0.try_wait().unwrap().is_none(), "the host's collector ended: {}", std::fs::read_to_string(d.join("host-collect.log")).unwrap());
-        assert!(t.elapsed().as_secs() < 120, "the host's server never listened");
+        assert!(
+            host.0.try_wait().unwrap().is_none(),
+            "the host's collector ended: {}",
+            std::fs::read_to_string(d.join("host-collect.log")).unwrap()
+        );
+        assert!(
+            t.elapsed().as_secs() < 120,
+            "the host's server never listened"
+        );
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     let port = std::fs::read_to_string(&port_file).unwrap();
@@ -193,7 +277,18 @@ fn two_machines_provenance_joins_at_the_connection_between_them() {
     // The VM's side: its own kernel, its own collector.
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guest/fleet.sh");
     let vm = Command::new(bin)
-        .args(["vm", "run", "-q", "--cpus", "1", "--timeout", "900", "--tap", "custos-fleet0", "--share"])
+        .args([
+            "vm",
+            "run",
+            "-q",
+            "--cpus",
+            "1",
+            "--timeout",
+            "900",
+            "--tap",
+            "custos-fleet0",
+            "--share",
+        ])
         .arg(&d)
         .args(["--", "sh"])
         .arg(&script)
@@ -204,11 +299,26 @@ fn two_machines_provenance_joins_at_the_connection_between_them() {
         .expect("run custos vm");
     let stdout = String::from_utf8_lossy(&vm.stdout);
     let log = |f: &str| std::fs::read_to_string(d.join(f)).unwrap_or_default();
-    assert!(stdout.contains("done yes") && stdout.contains("net.rc 0"), "stdout: {stdout}\nstderr: {}", String::from_utf8_lossy(&vm.stderr));
-    assert!(stdout.contains("collect.rc 0"), "the VM's collector: {}", log("vm-collect.log"));
+    assert!(
+        stdout.contains("done yes") && stdout.contains("net.rc 0"),
+        "stdout: {stdout}\nstderr: {}",
+        String::from_utf8_lossy(&vm.stderr)
+    );
+    assert!(
+        stdout.contains("collect.rc 0"),
+        "the VM's collector: {}",
+        log("vm-collect.log")
+    );
     let status = host.0.wait().unwrap();
-    assert!(status.success(), "the host's collector: {}", log("host-collect.log"));
-    assert_eq!(std::fs::read_to_string(&received).unwrap(), "a secret of the vm's\n");
+    assert!(
+        status.success(),
+        "the host's collector: {}",
+        log("host-collect.log")
+    );
+    assert_eq!(
+        std::fs::read_to_string(&received).unwrap(),
+        "a secret of the vm's\n"
+    );
 
     // Each machine recorded its end, with both addresses.
     let end = |file: &str, syscall: &[&str]| -> serde_json::Value {
@@ -216,7 +326,11 @@ fn two_machines_provenance_joins_at_the_connection_between_them() {
             .unwrap()
             .lines()
             .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-            .find(|e| syscall.contains(&e["syscall"].as_str().unwrap_or("")) && e["laddr"].is_string() && e["laddr"].as_str().unwrap().starts_with("10.77.0."))
+            .find(|e| {
+                syscall.contains(&e["syscall"].as_str().unwrap_or(""))
+                    && e["laddr"].is_string()
+                    && e["laddr"].as_str().unwrap().starts_with("10.77.0.")
+            })
             .unwrap_or_else(|| panic!("no {syscall:?} on the host-only network in {file}"))
     };
     let connect = end("vm.jsonl", &["connect"]);
@@ -226,30 +340,94 @@ fn two_machines_provenance_joins_at_the_connection_between_them() {
 
     // One graph of both machines.
     let out = Command::new(bin)
-        .args(["fleet", "ingest", "--kafka", &broker.bootstrap(), "--topic", topic, "--clickhouse", &ch.url()])
-        .args(["--group", "g", "--batch-secs", "0.3", "--stop-when-idle", "3", "--graph-dir"])
+        .args([
+            "fleet",
+            "ingest",
+            "--kafka",
+            &broker.bootstrap(),
+            "--topic",
+            topic,
+            "--clickhouse",
+            &ch.url(),
+        ])
+        .args([
+            "--group",
+            "g",
+            "--batch-secs",
+            "0.3",
+            "--stop-when-idle",
+            "3",
+            "--graph-dir",
+        ])
         .arg(d.join("graphs"))
         .output()
         .unwrap();
-    assert!(out.status.success(), "fleet ingest: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "fleet ingest: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // Across the outage: each machine's events in ClickHouse once, or counted lost in-band.
     for (h, file) in [("host", "host.jsonl"), ("vm", "vm.jsonl")] {
-        let recorded = log(file).lines().filter(|l| l.starts_with(r#"{"type":"event""#)).count() as u64;
+        let recorded = log(file)
+            .lines()
+            .filter(|l| l.starts_with(r#"{"type":"event""#))
+            .count() as u64;
         let q = |sql: String| ch.query_u64(&sql).unwrap()[0];
-        let (stored, unique) = (q(format!("SELECT count() FROM custos.events WHERE host = '{h}'")), q(format!("SELECT uniqExact(boot, id) FROM custos.events WHERE host = '{h}'")));
-        let lost = q(format!("SELECT sum(count) FROM custos.losses WHERE host = '{h}' AND category = 'kafka'"));
+        let (stored, unique) = (
+            q(format!(
+                "SELECT count() FROM custos.events WHERE host = '{h}'"
+            )),
+            q(format!(
+                "SELECT uniqExact(boot, id) FROM custos.events WHERE host = '{h}'"
+            )),
+        );
+        let lost = q(format!(
+            "SELECT sum(count) FROM custos.losses WHERE host = '{h}' AND category = 'kafka'"
+        ));
         assert_eq!(stored, unique, "{h}: no event twice");
-        assert_eq!(stored + lost, recorded, "{h}: every recorded event stored or counted lost ({stored} + {lost})");
+        assert_eq!(
+            stored + lost,
+            recorded,
+            "{h}: every recorded event stored or counted lost ({stored} + {lost})"
+        );
         eprintln!("{h}: {recorded} events recorded, {stored} stored, {lost} counted lost in the broker's outage");
     }
     let secret = format!("vm:{}", d.join("vm-secret").display());
-    let out = Command::new(bin).args(["query", "--clickhouse", &ch.url(), "--json", "descendants", &secret]).output().unwrap();
+    let out = Command::new(bin)
+        .args([
+            "query",
+            "--clickhouse",
+            &ch.url(),
+            "--json",
+            "descendants",
+            &secret,
+        ])
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "query: {text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "query: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let answer: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let names: Vec<&str> = answer["nodes"].as_array().unwrap().iter().map(|n| n["name"].as_str().unwrap()).collect();
+    let names: Vec<&str> = answer["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["name"].as_str().unwrap())
+        .collect();
     let wrote = format!("host:{}", received.display());
-    assert!(names.contains(&wrote.as_str()), "the host's file descends from the VM's secret: {names:?}");
+    assert!(
+        names.contains(&wrote.as_str()),
+        "the host's file descends from the VM's secret: {names:?}"
+    );
     let notes = answer["notes"].to_string();
-    assert!(notes.contains("crossed hosts") && !notes.contains(": joined by port and time") && !notes.contains("possible other ends"), "{notes}");
+    assert!(
+        notes.contains("crossed hosts")
+            && !notes.contains(": joined by port and time")
+            && !notes.contains("possible other ends"),
+        "{notes}"
+    );
 }

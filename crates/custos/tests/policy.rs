@@ -45,7 +45,16 @@ fn the_learned_policy_runs_falls_back_and_trains_online_in_the_kernel() {
 
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guest/learned.sh");
     let run = Command::new(bin)
-        .args(["vm", "run", "-q", "--cpus", "1", "--timeout", "900", "--share"])
+        .args([
+            "vm",
+            "run",
+            "-q",
+            "--cpus",
+            "1",
+            "--timeout",
+            "900",
+            "--share",
+        ])
         .arg(dir)
         .args(["--", "sh"])
         .arg(&script)
@@ -56,15 +65,28 @@ fn the_learned_policy_runs_falls_back_and_trains_online_in_the_kernel() {
     let stdout = String::from_utf8_lossy(&run.stdout);
     let stderr = String::from_utf8_lossy(&run.stderr);
     let r: BTreeMap<&str, &str> = stdout.lines().filter_map(|l| l.split_once(' ')).collect();
-    assert_eq!(r.get("done"), Some(&"yes"), "stdout: {stdout}\nstderr: {stderr}");
+    assert_eq!(
+        r.get("done"),
+        Some(&"yes"),
+        "stdout: {stdout}\nstderr: {stderr}"
+    );
 
     // Corrupt: runs, static, and the log and the stats say why.
     assert_eq!(r["corrupt.rc"], "0", "{}", log(dir, "corrupt.log"));
     let corrupt_log = log(dir, "corrupt.log");
-    assert!(corrupt_log.contains("falling back to the static policy"), "{corrupt_log}");
+    assert!(
+        corrupt_log.contains("falling back to the static policy"),
+        "{corrupt_log}"
+    );
     assert!(corrupt_log.contains("checksum mismatch"), "{corrupt_log}");
     let s = stats(dir, "corrupt-stats.json");
-    assert!(s["policy"].as_str().unwrap().starts_with("static (learned unavailable"), "{s}");
+    assert!(
+        s["policy"]
+            .as_str()
+            .unwrap()
+            .starts_with("static (learned unavailable"),
+        "{s}"
+    );
     assert_eq!(s["inferences"], 0, "{s}");
 
     // Without pressure the budgeted queues are masked: the network never
@@ -80,7 +102,10 @@ fn the_learned_policy_runs_falls_back_and_trains_online_in_the_kernel() {
     assert_eq!(r["learned.attached"], "yes", "{}", log(dir, "learned.log"));
     assert_eq!(r["learned.rc"], "0", "{}", log(dir, "learned.log"));
     let s = stats(dir, "learned-stats.json");
-    assert!(s["policy"].as_str().unwrap().starts_with("learned ("), "{s}");
+    assert!(
+        s["policy"].as_str().unwrap().starts_with("learned ("),
+        "{s}"
+    );
     assert_eq!(s["policy_generation"], 1, "{s}");
     assert!(s["inferences"].as_u64().unwrap() > 0, "{s}");
     assert_eq!(s["learned_fallbacks"], 0, "{s}");
@@ -97,23 +122,45 @@ fn the_learned_policy_runs_falls_back_and_trains_online_in_the_kernel() {
     // In-process training: epochs pushed new weights and saved the model.
     assert_eq!(r["inproc.rc"], "0", "{}", log(dir, "inproc.log"));
     let s = stats(dir, "inproc-stats.json");
-    assert!(s["policy_generation"].as_u64().unwrap() >= 2, "{s}\n{}", log(dir, "inproc.log"));
+    assert!(
+        s["policy_generation"].as_u64().unwrap() >= 2,
+        "{s}\n{}",
+        log(dir, "inproc.log")
+    );
     assert!(s["transitions"].as_u64().unwrap() > 1000, "{s}");
     Model::load(&dir.join("inproc.json")).expect("the trained model is a valid model file");
 
     // External trainer: it pushed into the running scheduler's maps.
-    assert_eq!(r["external.train_rc"], "0", "{}", log(dir, "external-train.log"));
+    assert_eq!(
+        r["external.train_rc"],
+        "0",
+        "{}",
+        log(dir, "external-train.log")
+    );
     assert_eq!(r["external.rc"], "0", "{}", log(dir, "external-sched.log"));
     let s = stats(dir, "external-stats.json");
-    assert!(s["policy_generation"].as_u64().unwrap() >= 2, "{s}\n{}", log(dir, "external-train.log"));
+    assert!(
+        s["policy_generation"].as_u64().unwrap() >= 2,
+        "{s}\n{}",
+        log(dir, "external-train.log")
+    );
     let trained = Model::load(&dir.join("external.json")).unwrap();
     assert!(trained.trained.epochs >= 1, "{:?}", trained.trained);
 
     // Feedback controller: it decided, and under pressure it budgeted.
-    assert_eq!(r["feedback.attached"], "yes", "{}", log(dir, "feedback.log"));
+    assert_eq!(
+        r["feedback.attached"],
+        "yes",
+        "{}",
+        log(dir, "feedback.log")
+    );
     assert_eq!(r["feedback.rc"], "0", "{}", log(dir, "feedback.log"));
     let s = stats(dir, "feedback-stats.json");
     assert_eq!(s["policy"], "feedback", "{s}");
     assert_eq!(s["inferences"], 0, "{s}");
-    assert!(s["policy_to_budgeted"].as_u64().unwrap() > 0, "{s}\n{}", log(dir, "feedback-collect.log"));
+    assert!(
+        s["policy_to_budgeted"].as_u64().unwrap() > 0,
+        "{s}\n{}",
+        log(dir, "feedback-collect.log")
+    );
 }

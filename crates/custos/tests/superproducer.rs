@@ -21,21 +21,28 @@ const WORKERS: u32 = 16;
 const RUNS: u32 = 3;
 
 fn n(r: &Value, k: &str) -> u64 {
-    r[k].as_u64().unwrap_or_else(|| panic!("{k} missing in {r}"))
+    r[k].as_u64()
+        .unwrap_or_else(|| panic!("{k} missing in {r}"))
 }
 
 /// Events lost, and the share of all events that happened, in percent.
 fn lost(r: &Value) -> (u64, f64) {
     assert!(n(r, "produced") > 100_000, "the workload hardly ran: {r}");
     let lost = n(r, "dropped") + n(r, "unnumbered");
-    (lost, 100.0 * lost as f64 / (n(r, "produced") + n(r, "unnumbered")) as f64)
+    (
+        lost,
+        100.0 * lost as f64 / (n(r, "produced") + n(r, "unnumbered")) as f64,
+    )
 }
 
 #[test]
 fn custos_loses_nothing_under_the_super_producer_where_the_default_scheduler_does() {
     let bin = Path::new(env!("CARGO_BIN_EXE_custos"));
     let bin_dir = bin.parent().unwrap();
-    assert!(bin_dir.join("custos-workload").exists(), "build the workspace first (make build)");
+    assert!(
+        bin_dir.join("custos-workload").exists(),
+        "build the workspace first (make build)"
+    );
     let out = tempfile::tempdir().unwrap();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/superproducer-guest.sh");
     let env = format!(
@@ -44,7 +51,16 @@ fn custos_loses_nothing_under_the_super_producer_where_the_default_scheduler_doe
         out.path().display()
     );
     let run = Command::new(bin)
-        .args(["vm", "run", "-q", "--cpus", "1", "--timeout", "1800", "--share"])
+        .args([
+            "vm",
+            "run",
+            "-q",
+            "--cpus",
+            "1",
+            "--timeout",
+            "1800",
+            "--share",
+        ])
         .arg(out.path())
         .args(["--", "sh", "-c"])
         .arg(format!("{env} bash {}", script.display()))
@@ -52,7 +68,11 @@ fn custos_loses_nothing_under_the_super_producer_where_the_default_scheduler_doe
         .expect("run custos vm");
     let stdout = String::from_utf8_lossy(&run.stdout);
     let stderr = String::from_utf8_lossy(&run.stderr);
-    assert_eq!(run.status.code(), Some(0), "stdout: {stdout}\nstderr: {stderr}");
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "stdout: {stdout}\nstderr: {stderr}"
+    );
     eprintln!("{stdout}");
 
     let results: Vec<Value> = std::fs::read_to_string(out.path().join("results.jsonl"))
@@ -60,9 +80,14 @@ fn custos_loses_nothing_under_the_super_producer_where_the_default_scheduler_doe
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    let of = |name: &str| -> Vec<&Value> { results.iter().filter(|r| r["scheduler"] == name).collect() };
+    let of =
+        |name: &str| -> Vec<&Value> { results.iter().filter(|r| r["scheduler"] == name).collect() };
     let (default, custos) = (of("default"), of("custos"));
-    assert_eq!(default.len(), RUNS as usize, "default runs; stdout: {stdout}");
+    assert_eq!(
+        default.len(),
+        RUNS as usize,
+        "default runs; stdout: {stdout}"
+    );
     assert_eq!(custos.len(), RUNS as usize, "custos runs; stdout: {stdout}");
 
     // The attack works: the default scheduler loses more than 5 % every time.
@@ -75,8 +100,16 @@ fn custos_loses_nothing_under_the_super_producer_where_the_default_scheduler_doe
     for r in &custos {
         assert_eq!(r["sched_ext_state"], "enabled", "{r}");
         assert_eq!(r["marker_delivered"], true, "{r}");
-        assert_eq!(n(r, "dropped"), 0, "custos: records refused by full rings: {r}");
-        assert_eq!(n(r, "unnumbered"), 0, "custos: syscalls no copy of the program saw: {r}");
+        assert_eq!(
+            n(r, "dropped"),
+            0,
+            "custos: records refused by full rings: {r}"
+        );
+        assert_eq!(
+            n(r, "unnumbered"),
+            0,
+            "custos: syscalls no copy of the program saw: {r}"
+        );
         assert_eq!(lost(r).0, 0, "{r}");
     }
 }

@@ -33,7 +33,11 @@ impl Run {
     }
 
     pub fn final_stats(&self) -> &Value {
-        self.lines.iter().rev().find(|l| l["type"] == "stats" && l["final"] == true).expect("final stats record")
+        self.lines
+            .iter()
+            .rev()
+            .find(|l| l["type"] == "stats" && l["final"] == true)
+            .expect("final stats record")
     }
 }
 
@@ -53,7 +57,10 @@ pub fn run_collector(opts: Options, out: &Path, workload: impl FnOnce()) -> Run 
     }
     workload();
     stop.store(true, Ordering::SeqCst);
-    let summary = handle.join().expect("collector thread").expect("collector run");
+    let summary = handle
+        .join()
+        .expect("collector thread")
+        .expect("collector run");
     let lines = BufReader::new(File::open(out).unwrap())
         .lines()
         .map(|l| serde_json::from_str(&l.unwrap()).expect("every line is JSON"))
@@ -62,11 +69,18 @@ pub fn run_collector(opts: Options, out: &Path, workload: impl FnOnce()) -> Run 
 }
 
 pub fn quiet_options() -> Options {
-    Options { stats_interval: None, ..Options::default() }
+    Options {
+        stats_interval: None,
+        ..Options::default()
+    }
 }
 
 pub fn sh(script: &str) -> std::process::ExitStatus {
-    std::process::Command::new("bash").arg("-c").arg(script).status().expect("run bash")
+    std::process::Command::new("bash")
+        .arg("-c")
+        .arg(script)
+        .status()
+        .expect("run bash")
 }
 
 /// The stream's ordering guarantee (docs/event-schema.md, "Order"): lines in
@@ -80,7 +94,12 @@ pub fn assert_causal_order(run: &Run) {
         let (time, cpu, first, last) = match l["type"].as_str() {
             Some("event") => {
                 let seq = l["seq"].as_u64().unwrap();
-                (l["time_ns"].as_u64().unwrap(), l["cpu"].as_u64().unwrap(), seq, seq)
+                (
+                    l["time_ns"].as_u64().unwrap(),
+                    l["cpu"].as_u64().unwrap(),
+                    seq,
+                    seq,
+                )
             }
             Some("loss") => (
                 l["start_ns"].as_u64().unwrap(),
@@ -90,7 +109,10 @@ pub fn assert_causal_order(run: &Run) {
             ),
             _ => continue,
         };
-        assert!(time >= last_time, "a line older than the one before it ({last_time}): {l}");
+        assert!(
+            time >= last_time,
+            "a line older than the one before it ({last_time}): {l}"
+        );
         last_time = time;
         let prev = last_seq.insert(cpu, last).unwrap_or(0);
         assert!(first > prev, "cpu {cpu}: number {first} after {prev}: {l}");
@@ -104,5 +126,10 @@ pub fn assert_causal_order(run: &Run) {
             }
         }
     }
-    assert_eq!(run.final_stats()["out_of_order"], 0, "{}", run.final_stats());
+    assert_eq!(
+        run.final_stats()["out_of_order"],
+        0,
+        "{}",
+        run.final_stats()
+    );
 }

@@ -43,15 +43,24 @@ struct Args {
 fn main() -> Result<()> {
     let args = Args::parse();
     let mut stream = Vec::new();
-    let report = synth::generate(&SynthConfig::scaled(args.seed, args.scale), &mut stream, |_| {})?;
+    let report = synth::generate(
+        &SynthConfig::scaled(args.seed, args.scale),
+        &mut stream,
+        |_| {},
+    )?;
     let raw_bytes = stream.len() as u64;
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(6));
     gz.write_all(&stream)?;
     let gzip_bytes = gz.finish()?.len() as u64;
-    eprintln!("fleet-bench: {} lines, {} events, {raw_bytes} bytes ({gzip_bytes} gzip)", report.lines, report.events);
+    eprintln!(
+        "fleet-bench: {} lines, {} events, {raw_bytes} bytes ({gzip_bytes} gzip)",
+        report.lines, report.events
+    );
 
     let ch = match args.zstd {
-        true => ClickHouseServer::start_with("<compression><case><method>zstd</method></case></compression>")?,
+        true => ClickHouseServer::start_with(
+            "<compression><case><method>zstd</method></case></compression>",
+        )?,
         false => ClickHouseServer::start()?,
     };
     let broker = KafkaBroker::start(args.partitions as u32)?;
@@ -68,22 +77,41 @@ fn main() -> Result<()> {
     drop(w);
     let sent = sink.finish()?;
     let sink_secs = start.elapsed().as_secs_f64();
-    ensure!(sent.delivered == report.lines && sent.dropped_lines == 0, "the sink lost lines: {sent:?}");
-    eprintln!("fleet-bench: sink: {:.0} events/s ({sink_secs:.2} s)", report.events as f64 / sink_secs);
+    ensure!(
+        sent.delivered == report.lines && sent.dropped_lines == 0,
+        "the sink lost lines: {sent:?}"
+    );
+    eprintln!(
+        "fleet-bench: sink: {:.0} events/s ({sink_secs:.2} s)",
+        report.events as f64 / sink_secs
+    );
 
     // Leg 2: the ingest of the full topic, busy time only (not the idle wait at the end).
     let mut opts = IngestOptions::new(&broker.bootstrap(), topic, &ch.url());
     opts.batch_lines = args.batch_lines;
     opts.stop_when_idle = Some(Duration::from_secs(3));
     let got = Ingester::connect(opts)?.run(&AtomicBool::new(false))?;
-    ensure!(got.events == report.events, "ingested {} of {} events", got.events, report.events);
+    ensure!(
+        got.events == report.events,
+        "ingested {} of {} events",
+        got.events,
+        report.events
+    );
     let ingest_secs = got.busy.as_secs_f64();
-    eprintln!("fleet-bench: ingest: {:.0} events/s ({ingest_secs:.2} s, {} batches)", report.events as f64 / ingest_secs, got.batches);
+    eprintln!(
+        "fleet-bench: ingest: {:.0} events/s ({ingest_secs:.2} s, {} batches)",
+        report.events as f64 / ingest_secs,
+        got.batches
+    );
 
     // What ClickHouse keeps: every table's active parts, and the events
     // table's columns (the raw line against the typed ones).
-    let client = clickhouse::Client::default().with_url(ch.url()).with_validation(false);
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let client = clickhouse::Client::default()
+        .with_url(ch.url())
+        .with_validation(false);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     let tables: Vec<(String, u64, u64, u64)> = rt.block_on(
         client
             .query("SELECT table, sum(rows), sum(bytes_on_disk), sum(data_uncompressed_bytes) FROM system.parts WHERE database = 'custos' AND active GROUP BY table ORDER BY table")
@@ -97,10 +125,19 @@ fn main() -> Result<()> {
     let disk: u64 = tables.iter().map(|t| t.2).sum();
     // Merged into one part per partition (what the table settles to).
     for t in custos_fleet::schema::TABLES {
-        rt.block_on(client.query(&format!("OPTIMIZE TABLE custos.{t} FINAL")).execute())?;
+        rt.block_on(
+            client
+                .query(&format!("OPTIMIZE TABLE custos.{t} FINAL"))
+                .execute(),
+        )?;
     }
-    let merged: u64 =
-        rt.block_on(client.query("SELECT sum(bytes_on_disk) FROM system.parts WHERE database = 'custos' AND active").fetch_one())?;
+    let merged: u64 = rt.block_on(
+        client
+            .query(
+                "SELECT sum(bytes_on_disk) FROM system.parts WHERE database = 'custos' AND active",
+            )
+            .fetch_one(),
+    )?;
     let line_col = columns.iter().find(|c| c.0 == "line").map_or(0, |c| c.1);
     let per = |b: u64| b as f64 / report.events as f64;
     let results = json!({

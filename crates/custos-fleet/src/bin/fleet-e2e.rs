@@ -22,7 +22,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(Parser)]
-#[command(about = "The fleet end to end: throughput, latency, duplicates after a broker restart, a cross-host query")]
+#[command(
+    about = "The fleet end to end: throughput, latency, duplicates after a broker restart, a cross-host query"
+)]
 struct Args {
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -39,7 +41,11 @@ struct Args {
 fn main() -> Result<()> {
     let args = Args::parse();
     let mut stream = Vec::new();
-    let report = synth::generate(&SynthConfig::scaled(args.seed, args.scale), &mut stream, |_| {})?;
+    let report = synth::generate(
+        &SynthConfig::scaled(args.seed, args.scale),
+        &mut stream,
+        |_| {},
+    )?;
     let ch = ClickHouseServer::start()?;
     let mut broker = KafkaBroker::start(2)?;
     let topic = "custos-e2e";
@@ -60,9 +66,17 @@ fn main() -> Result<()> {
     // Throughput: from the first line written to the last event queryable,
     // with the broker SIGKILLed a third of the way and restarted.
     let start = Instant::now();
-    let (sink, mut w) = LiveSink::spawn("custos-kafka-sink", KafkaTarget::connect(KafkaOptions::new(&broker.bootstrap(), topic, "bench-host"))?, 64 << 20)?;
+    let (sink, mut w) = LiveSink::spawn(
+        "custos-kafka-sink",
+        KafkaTarget::connect(KafkaOptions::new(&broker.bootstrap(), topic, "bench-host"))?,
+        64 << 20,
+    )?;
     let third = stream.len() / 3;
-    let cut = third + stream[third..].iter().position(|&b| b == b'\n').map_or(0, |p| p + 1);
+    let cut = third
+        + stream[third..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(0, |p| p + 1);
     w.write_all(&stream[..cut])?;
     std::thread::sleep(Duration::from_millis(500));
     broker.kill();
@@ -73,22 +87,35 @@ fn main() -> Result<()> {
     let sent = sink.finish()?;
     loop {
         let stored = count("SELECT count() FROM custos.events WHERE host = 'bench-host'")?;
-        let counted = count("SELECT sum(count) FROM custos.losses WHERE host = 'bench-host' AND category = 'kafka'")?;
+        let counted = count(
+            "SELECT sum(count) FROM custos.losses WHERE host = 'bench-host' AND category = 'kafka'",
+        )?;
         if stored + counted >= report.events {
             break;
         }
-        ensure!(start.elapsed() < Duration::from_secs(600), "events never arrived: {stored} stored, {counted} counted lost of {}", report.events);
+        ensure!(
+            start.elapsed() < Duration::from_secs(600),
+            "events never arrived: {stored} stored, {counted} counted lost of {}",
+            report.events
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     let secs = start.elapsed().as_secs_f64();
     let stored = count("SELECT count() FROM custos.events WHERE host = 'bench-host'")?;
-    let duplicates = stored - count("SELECT uniqExact(host, boot, id) FROM custos.events WHERE host = 'bench-host'")?;
-    let kafka_lost = count("SELECT sum(count) FROM custos.losses WHERE host = 'bench-host' AND category = 'kafka'")?;
+    let duplicates = stored
+        - count("SELECT uniqExact(host, boot, id) FROM custos.events WHERE host = 'bench-host'")?;
+    let kafka_lost = count(
+        "SELECT sum(count) FROM custos.losses WHERE host = 'bench-host' AND category = 'kafka'",
+    )?;
     eprintln!("fleet-e2e: {stored} events stored, {kafka_lost} counted lost, {duplicates} duplicates, {secs:.2} s ({sent:?})");
 
     // Latency: one event at a time, from the write into the sink to a
     // ClickHouse answer holding it (polled every 5 ms).
-    let (probe_sink, mut pw) = LiveSink::spawn("custos-kafka-sink", KafkaTarget::connect(KafkaOptions::new(&broker.bootstrap(), topic, "probe-host"))?, 1 << 20)?;
+    let (probe_sink, mut pw) = LiveSink::spawn(
+        "custos-kafka-sink",
+        KafkaTarget::connect(KafkaOptions::new(&broker.bootstrap(), topic, "probe-host"))?,
+        1 << 20,
+    )?;
     let mut lat = Vec::new();
     for i in 1..=args.probes {
         let line = format!(
@@ -98,8 +125,14 @@ fn main() -> Result<()> {
         let t = Instant::now();
         pw.write_all(format!("{line}\n").as_bytes())?;
         pw.flush()?;
-        while count(&format!("SELECT count() FROM custos.events WHERE host = 'probe-host' AND id = {i}"))? == 0 {
-            ensure!(t.elapsed() < Duration::from_secs(60), "probe {i} never arrived");
+        while count(&format!(
+            "SELECT count() FROM custos.events WHERE host = 'probe-host' AND id = {i}"
+        ))? == 0
+        {
+            ensure!(
+                t.elapsed() < Duration::from_secs(60),
+                "probe {i} never arrived"
+            );
             std::thread::sleep(Duration::from_millis(5));
         }
         lat.push(t.elapsed().as_secs_f64() * 1000.0);
@@ -111,29 +144,48 @@ fn main() -> Result<()> {
 
     // A cross-host query: three hosts' streams, the secret's descendants.
     for (host, lines) in fleet_streams() {
-        let (s, mut w) = LiveSink::spawn("custos-kafka-sink", KafkaTarget::connect(KafkaOptions::new(&broker.bootstrap(), topic, host))?, 1 << 20)?;
+        let (s, mut w) = LiveSink::spawn(
+            "custos-kafka-sink",
+            KafkaTarget::connect(KafkaOptions::new(&broker.bootstrap(), topic, host))?,
+            1 << 20,
+        )?;
         w.write_all(lines.as_bytes())?;
         drop(w);
         s.finish()?;
     }
     let t = Instant::now();
-    while count("SELECT count() FROM custos.nodes WHERE host = 'host-b' AND name = '/srv/received'")? == 0 {
-        ensure!(t.elapsed() < Duration::from_secs(60), "host-b's graph never arrived");
+    while count(
+        "SELECT count() FROM custos.nodes WHERE host = 'host-b' AND name = '/srv/received'",
+    )? == 0
+    {
+        ensure!(
+            t.elapsed() < Duration::from_secs(60),
+            "host-b's graph never arrived"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let mut query_ms = Vec::new();
     for _ in 0..5 {
         let t = Instant::now();
         let mut fleet = Fleet::connect(&ch.url(), "custos")?;
-        let d = fleet.ancestry("host-a:/etc/secret", Direction::Descendants, None, Window::default())?;
+        let d = fleet.ancestry(
+            "host-a:/etc/secret",
+            Direction::Descendants,
+            None,
+            Window::default(),
+        )?;
         query_ms.push(t.elapsed().as_secs_f64() * 1000.0);
-        ensure!(d.nodes.iter().any(|n| n.name == "host-b:/srv/received"), "the query did not cross hosts");
+        ensure!(
+            d.nodes.iter().any(|n| n.name == "host-b:/srv/received"),
+            "the query did not cross hosts"
+        );
     }
     query_ms.sort_by(f64::total_cmp);
     stop.store(true, Ordering::SeqCst);
     let ingested = ingester.join().expect("the ingester thread")?;
 
-    let disk = count("SELECT sum(bytes_on_disk) FROM system.parts WHERE database = 'custos' AND active")?;
+    let disk =
+        count("SELECT sum(bytes_on_disk) FROM system.parts WHERE database = 'custos' AND active")?;
     let results = json!({
         "command": "bench/fleet/run.sh (fleet-e2e --scale 0.01 --probes 50)",
         "events": report.events,

@@ -54,7 +54,12 @@ fn cpu_seconds() -> (f64, f64) {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
     // Fields after the command's closing parenthesis: utime and stime are the 12th and 13th.
     let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let f: Vec<f64> = after.split_whitespace().skip(11).take(2).filter_map(|v| v.parse().ok()).collect();
+    let f: Vec<f64> = after
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|v| v.parse().ok())
+        .collect();
     match f[..] {
         // Clock ticks; 100 per second on Linux.
         [u, s] => (u / 100.0, s / 100.0),
@@ -113,10 +118,15 @@ fn median(v: &mut [f64]) -> f64 {
 
 fn main() -> Result<()> {
     let args = Args::parse();
-    std::fs::create_dir_all(&args.work).with_context(|| format!("creating {}", args.work.display()))?;
+    std::fs::create_dir_all(&args.work)
+        .with_context(|| format!("creating {}", args.work.display()))?;
     let jsonl = args.work.join("events.jsonl");
     let db = args.work.join("store.db");
-    let cfg = if args.scale >= 1.0 { SynthConfig::lpm(args.seed) } else { SynthConfig::scaled(args.seed, args.scale) };
+    let cfg = if args.scale >= 1.0 {
+        SynthConfig::lpm(args.seed)
+    } else {
+        SynthConfig::scaled(args.seed, args.scale)
+    };
     let meta_path = args.work.join("generated.json");
     if let Some(node) = args.profile_node {
         let conn = custos_store::schema::open_ro(&db)?;
@@ -133,59 +143,93 @@ fn main() -> Result<()> {
         return Ok(());
     }
 
-    let (report_links, report_chains, events, lines, gzip_bytes, zstd_bytes, jsonl_bytes, gen_s) = if args.queries_only || args.reuse_stream {
-        let m: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&meta_path).context("--queries-only needs a previous run")?)?;
-        let links: Vec<(String, u64)> = serde_json::from_value(m["link_outputs"].clone())?;
-        let chains: Vec<String> = serde_json::from_value(m["chain_outputs"].clone())?;
-        let zstd_bytes = match m["zstd_bytes"].as_u64() {
-            Some(z) => z,
-            // A stream kept by a version that did not measure it.
-            None => {
-                eprintln!("store-bench: compressing the kept stream with zstd -{ARCHIVE_ZSTD_LEVEL} to size it");
-                let mut enc = zstd::stream::write::Encoder::new(Counter(0), ARCHIVE_ZSTD_LEVEL)?;
-                std::io::copy(&mut std::fs::File::open(&jsonl)?, &mut enc)?;
-                let z = enc.finish()?.0;
-                let mut m = m.clone();
-                m["zstd_bytes"] = json!(z);
-                std::fs::write(&meta_path, serde_json::to_string_pretty(&m)?)?;
-                z
+    let (report_links, report_chains, events, lines, gzip_bytes, zstd_bytes, jsonl_bytes, gen_s) =
+        if args.queries_only || args.reuse_stream {
+            let m: serde_json::Value = serde_json::from_str(
+                &std::fs::read_to_string(&meta_path)
+                    .context("--queries-only needs a previous run")?,
+            )?;
+            let links: Vec<(String, u64)> = serde_json::from_value(m["link_outputs"].clone())?;
+            let chains: Vec<String> = serde_json::from_value(m["chain_outputs"].clone())?;
+            let zstd_bytes = match m["zstd_bytes"].as_u64() {
+                Some(z) => z,
+                // A stream kept by a version that did not measure it.
+                None => {
+                    eprintln!("store-bench: compressing the kept stream with zstd -{ARCHIVE_ZSTD_LEVEL} to size it");
+                    let mut enc =
+                        zstd::stream::write::Encoder::new(Counter(0), ARCHIVE_ZSTD_LEVEL)?;
+                    std::io::copy(&mut std::fs::File::open(&jsonl)?, &mut enc)?;
+                    let z = enc.finish()?.0;
+                    let mut m = m.clone();
+                    m["zstd_bytes"] = json!(z);
+                    std::fs::write(&meta_path, serde_json::to_string_pretty(&m)?)?;
+                    z
+                }
+            };
+            (
+                links,
+                chains,
+                m["events"].as_u64().unwrap_or(0),
+                m["lines"].as_u64().unwrap_or(0),
+                m["gzip_bytes"].as_u64().unwrap_or(0),
+                zstd_bytes,
+                m["jsonl_bytes"].as_u64().unwrap_or(0),
+                m["generate_seconds"].as_f64().unwrap_or(f64::NAN),
+            )
+        } else {
+            if args.scale >= 1.0 && args.work.join("generated.json").exists() {
+                eprintln!(
+                    "store-bench: note: --reuse-stream would skip regenerating {}",
+                    jsonl.display()
+                );
             }
+            eprintln!(
+                "store-bench: generating ~{} events (seed {}) into {}",
+                cfg.units * 19,
+                args.seed,
+                jsonl.display()
+            );
+            let t = Instant::now();
+            let file = BufWriter::with_capacity(4 << 20, std::fs::File::create(&jsonl)?);
+            let gz = flate2::write::GzEncoder::new(Counter(0), flate2::Compression::default());
+            let zst = zstd::stream::write::Encoder::new(Counter(0), ARCHIVE_ZSTD_LEVEL)?;
+            let mut tee = Tee(file, Tee(gz, zst));
+            let expect = cfg.units * 19;
+            let mut last = Instant::now();
+            let report = synth::generate(&cfg, &mut tee, |ev| {
+                if last.elapsed() >= Duration::from_secs(5) {
+                    eprintln!(
+                        "store-bench: generated {ev} events ({:.0}%)",
+                        100.0 * ev as f64 / expect as f64
+                    );
+                    last = Instant::now();
+                }
+            })?;
+            let Tee(mut file, Tee(gz, zst)) = tee;
+            file.flush()?;
+            let gzip_bytes = gz.finish()?.0;
+            let zstd_bytes = zst.finish()?.0;
+            let jsonl_bytes = std::fs::metadata(&jsonl)?.len();
+            let gen_s = t.elapsed().as_secs_f64();
+            eprintln!("store-bench: {} events, {} lines, {jsonl_bytes} bytes JSONL, {gzip_bytes} bytes gzip, {gen_s:.0}s", report.events, report.lines);
+            std::fs::write(
+                &meta_path,
+                serde_json::to_string_pretty(&json!({
+                    "events": report.events, "lines": report.lines, "gzip_bytes": gzip_bytes, "zstd_bytes": zstd_bytes, "jsonl_bytes": jsonl_bytes,
+                    "link_outputs": report.link_outputs, "chain_outputs": report.chain_outputs, "generate_seconds": gen_s,
+                }))?,
+            )?;
+            (
+                report.link_outputs,
+                report.chain_outputs,
+                report.events,
+                report.lines,
+                gzip_bytes,
+                zstd_bytes,
+                jsonl_bytes,
+                gen_s,
+            )
         };
-        (links, chains, m["events"].as_u64().unwrap_or(0), m["lines"].as_u64().unwrap_or(0), m["gzip_bytes"].as_u64().unwrap_or(0), zstd_bytes, m["jsonl_bytes"].as_u64().unwrap_or(0), m["generate_seconds"].as_f64().unwrap_or(f64::NAN))
-    } else {
-        if args.scale >= 1.0 && args.work.join("generated.json").exists() {
-            eprintln!("store-bench: note: --reuse-stream would skip regenerating {}", jsonl.display());
-        }
-        eprintln!("store-bench: generating ~{} events (seed {}) into {}", cfg.units * 19, args.seed, jsonl.display());
-        let t = Instant::now();
-        let file = BufWriter::with_capacity(4 << 20, std::fs::File::create(&jsonl)?);
-        let gz = flate2::write::GzEncoder::new(Counter(0), flate2::Compression::default());
-        let zst = zstd::stream::write::Encoder::new(Counter(0), ARCHIVE_ZSTD_LEVEL)?;
-        let mut tee = Tee(file, Tee(gz, zst));
-        let expect = cfg.units * 19;
-        let mut last = Instant::now();
-        let report = synth::generate(&cfg, &mut tee, |ev| {
-            if last.elapsed() >= Duration::from_secs(5) {
-                eprintln!("store-bench: generated {ev} events ({:.0}%)", 100.0 * ev as f64 / expect as f64);
-                last = Instant::now();
-            }
-        })?;
-        let Tee(mut file, Tee(gz, zst)) = tee;
-        file.flush()?;
-        let gzip_bytes = gz.finish()?.0;
-        let zstd_bytes = zst.finish()?.0;
-        let jsonl_bytes = std::fs::metadata(&jsonl)?.len();
-        let gen_s = t.elapsed().as_secs_f64();
-        eprintln!("store-bench: {} events, {} lines, {jsonl_bytes} bytes JSONL, {gzip_bytes} bytes gzip, {gen_s:.0}s", report.events, report.lines);
-        std::fs::write(
-            &meta_path,
-            serde_json::to_string_pretty(&json!({
-                "events": report.events, "lines": report.lines, "gzip_bytes": gzip_bytes, "zstd_bytes": zstd_bytes, "jsonl_bytes": jsonl_bytes,
-                "link_outputs": report.link_outputs, "chain_outputs": report.chain_outputs, "generate_seconds": gen_s,
-            }))?,
-        )?;
-        (report.link_outputs, report.chain_outputs, report.events, report.lines, gzip_bytes, zstd_bytes, jsonl_bytes, gen_s)
-    };
 
     let mut ingest_s = f64::NAN;
     if !args.queries_only {
@@ -194,7 +238,12 @@ fn main() -> Result<()> {
         }
         // Sealed, as `custos ingest` is by default (docs/tamper-evidence.md).
         let (key, _) = custos_seal::SealKey::load_or_create(&args.work.join("seal.key"))?;
-        let opts = IngestOptions { batch_lines: args.batch, source: jsonl.display().to_string(), seal_key: Some(key), ..Default::default() };
+        let opts = IngestOptions {
+            batch_lines: args.batch,
+            source: jsonl.display().to_string(),
+            seal_key: Some(key),
+            ..Default::default()
+        };
         let mut ing = Ingestor::open(&db, opts)?;
         let mut input = BufReader::with_capacity(256 << 10, std::fs::File::open(&jsonl)?);
         let mut buf = Vec::with_capacity(1024);
@@ -234,12 +283,18 @@ fn main() -> Result<()> {
             );
             return Ok(());
         }
-        std::fs::write(args.work.join("ingest.json"), serde_json::to_string_pretty(&json!({"ingest_seconds": ingest_s, "summary": summary}))?)?;
+        std::fs::write(
+            args.work.join("ingest.json"),
+            serde_json::to_string_pretty(&json!({"ingest_seconds": ingest_s, "summary": summary}))?,
+        )?;
     } else if let Ok(t) = std::fs::read_to_string(args.work.join("ingest.json")) {
         let v: serde_json::Value = serde_json::from_str(&t)?;
         ingest_s = v["ingest_seconds"].as_f64().unwrap_or(f64::NAN);
     }
-    let db_bytes = std::fs::metadata(&db)?.len() + std::fs::metadata(format!("{}-wal", db.display())).map(|m| m.len()).unwrap_or(0);
+    let db_bytes = std::fs::metadata(&db)?.len()
+        + std::fs::metadata(format!("{}-wal", db.display()))
+            .map(|m| m.len())
+            .unwrap_or(0);
 
     let conn = custos_store::schema::open_ro(&db)?;
     let nodes: i64 = custos_store::nodes::count(&conn)?;
@@ -257,7 +312,10 @@ fn main() -> Result<()> {
         }
     }
     let worst_node = worst.0;
-    eprintln!("store-bench: worst-case node {worst_node} ({}) has {} ancestors", worst.2, worst.1);
+    eprintln!(
+        "store-bench: worst-case node {worst_node} ({}) has {} ancestors",
+        worst.2, worst.1
+    );
 
     // The ancestry query proper (LPM's measure): the set of ancestors of one node.
     let cold_ok = drop_caches();
@@ -277,7 +335,13 @@ fn main() -> Result<()> {
     let mut with_edges = Vec::new();
     for _ in 0..11 {
         let t = Instant::now();
-        let (d, _) = query::traverse(&conn, &[worst_node], Direction::Ancestors, None, Window::default())?;
+        let (d, _) = query::traverse(
+            &conn,
+            &[worst_node],
+            Direction::Ancestors,
+            None,
+            Window::default(),
+        )?;
         with_edges.push(ms(t.elapsed()));
         assert_eq!(d.len() - 1, worst.1);
     }
@@ -285,7 +349,13 @@ fn main() -> Result<()> {
     let mut full = Vec::new();
     for _ in 0..5 {
         let t = Instant::now();
-        let a = query::ancestry(&conn, &worst_node.to_string(), Direction::Ancestors, None, Window::default())?;
+        let a = query::ancestry(
+            &conn,
+            &worst_node.to_string(),
+            Direction::Ancestors,
+            None,
+            Window::default(),
+        )?;
         full.push(ms(t.elapsed()));
         assert_eq!(a.nodes.len() - 1, worst.1);
     }
@@ -295,7 +365,13 @@ fn main() -> Result<()> {
     let mut answer = Vec::new();
     for _ in 0..5 {
         let t = Instant::now();
-        let a = query::ancestry(&conn, &worst.2, Direction::Ancestors, None, Window::default())?;
+        let a = query::ancestry(
+            &conn,
+            &worst.2,
+            Direction::Ancestors,
+            None,
+            Window::default(),
+        )?;
         let text = custos_store::render::text(&a);
         answer.push(ms(t.elapsed()));
         assert_eq!(a.nodes.len() - 1, worst.1);
@@ -322,7 +398,9 @@ fn main() -> Result<()> {
 
     // 100 random nodes, cold (after dropping caches, each run touching new pages) and warm.
     let mut rng = Rng::new(args.seed ^ 0xA5A5);
-    let sample: Vec<i64> = (0..100).map(|_| rng.range(1, max_node as u64) as i64).collect();
+    let sample: Vec<i64> = (0..100)
+        .map(|_| rng.range(1, max_node as u64) as i64)
+        .collect();
     drop_caches();
     let conn = custos_store::schema::open_ro(&db)?;
     let mut cold = Vec::new();
@@ -339,7 +417,8 @@ fn main() -> Result<()> {
         query::ancestor_ids(&conn, *n)?;
         warm_r.push(ms(t.elapsed()));
     }
-    let (med_cold, med_warm, med_size) = (median(&mut cold), median(&mut warm_r), median(&mut sizes));
+    let (med_cold, med_warm, med_size) =
+        (median(&mut cold), median(&mut warm_r), median(&mut sizes));
     eprintln!("store-bench: 100 random nodes: median {med_warm:.3} ms warm, {med_cold:.3} ms cold, median {med_size} ancestors");
 
     let command = format!(
@@ -384,7 +463,10 @@ fn main() -> Result<()> {
     if let Some(dir) = args.results.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    std::fs::write(&args.results, serde_json::to_string_pretty(&results)? + "\n")?;
+    std::fs::write(
+        &args.results,
+        serde_json::to_string_pretty(&results)? + "\n",
+    )?;
     eprintln!("store-bench: wrote {}", args.results.display());
     println!("{}", serde_json::to_string_pretty(&results)?);
     Ok(())
