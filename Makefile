@@ -6,7 +6,7 @@ CUSTOS := target/release/custos
 export BPF_CLANG ?= clang-19
 export PATH := $(CURDIR)/.tools/cargo/bin:$(CURDIR)/.tools/venv/bin:$(PATH)
 
-.PHONY: all deps build kernel demo test clean
+.PHONY: all deps build kernel demo test lint clean
 
 all: build
 
@@ -23,9 +23,18 @@ kernel: build
 demo: kernel
 	@scripts/demo.sh
 
-test: kernel
-	$(CARGO) test --release --workspace
-	.tools/venv/bin/python -m pytest -q bench/harness/tests
+# The gates first: they fail in seconds, not after the 45 minutes of tests.
+lint: deps
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
+
+# Every suite runs and reports its failures even when an earlier one failed
+# (a failure in one crate must not hide another's); make still exits non-zero.
+test: lint kernel
+	@rc=0; \
+	$(CARGO) test --release --workspace --no-fail-fast || rc=1; \
+	.tools/venv/bin/python -m pytest -q bench/harness/tests || rc=1; \
+	exit $$rc
 
 clean:
 	$(CARGO) clean

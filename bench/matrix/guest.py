@@ -34,6 +34,22 @@ WORK = Path("/tmp/matrix")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
+def nginx_temp_paths(d):
+    """nginx's temp directories under d: its built-in ones (/var/lib/nginx/body, ...) sit on the host's
+    root, which the guest sees read-only, and exist only where nginx once ran on the host, so a fresh
+    machine's nginx could not start. One directive per temp-using module nginx was built with."""
+    build = subprocess.run(["nginx", "-V"], capture_output=True, text=True).stderr
+    directives = []
+    for module, directive in [("client_body", "client_body_temp_path"), ("proxy", "proxy_temp_path"),
+                              ("fastcgi", "fastcgi_temp_path"), ("uwsgi", "uwsgi_temp_path"),
+                              ("scgi", "scgi_temp_path")]:
+        if module != "client_body" and f"--without-http_{module}_module" in build:
+            continue
+        (d / "temp" / module).mkdir(parents=True, exist_ok=True)
+        directives.append(f"{directive} {d}/temp/{module};")
+    return " ".join(directives)
+
+
 class RunFailed(Exception):
     pass
 
@@ -107,7 +123,7 @@ class Workloads:
             (d / "nginx.conf").write_text(
                 f"daemon off; worker_processes 1; pid {d}/nginx.pid; error_log {d}/error.log;\n"
                 "events { worker_connections 256; }\n"
-                f"http {{ access_log off; server {{ listen 127.0.0.1:18080; root {d}/www; }} }}\n")
+                f"http {{ access_log off; {nginx_temp_paths(d)} server {{ listen 127.0.0.1:18080; root {d}/www; }} }}\n")
         elif name == "compile" and not self.libbpf_src:
             raise RunFailed("no libbpf source tree (run.py passes libbpf-sys's from `cargo metadata`)")
         self.ready.add(name)

@@ -260,7 +260,7 @@ mod tests {
     #[test]
     fn the_kernel_network_matches_the_rust_reference_bit_for_bit() {
         let mut probe = PolicyProbe::load().unwrap();
-        let mut rng = rand::rngs::StdRng::seed_from_u64(0xC057_05);
+        let mut rng = rand::rngs::StdRng::seed_from_u64(0x00C0_5705);
         let mut tested = 0;
         let shapes = [
             (1, 2, 127),

@@ -401,17 +401,14 @@ fn pin_policy_maps(skel: &mut BpfSkel<'_>, pin_dir: &Path) -> Result<PathBuf> {
     Ok(dir)
 }
 
+/// The learner thread and the flag that stops it.
+type Learner = (
+    std::thread::JoinHandle<Result<LearnerReport>>,
+    Arc<AtomicBool>,
+);
+
 /// The learner thread, when this run records or trains.
-fn start_learner(
-    args: &SchedArgs,
-    config: &Config,
-    maps: PolicyMaps,
-) -> Result<
-    Option<(
-        std::thread::JoinHandle<Result<LearnerReport>>,
-        Arc<AtomicBool>,
-    )>,
-> {
+fn start_learner(args: &SchedArgs, config: &Config, maps: PolicyMaps) -> Result<Option<Learner>> {
     if args.record_transitions.is_none() && !args.train {
         return Ok(None);
     }

@@ -669,16 +669,28 @@ impl Reach {
     }
 }
 
-fn finish(
-    conn: &Connection,
-    query: String,
+/// What a query walked: where it started, each node's depth, the edges and
+/// the rows of touches it found.
+struct Walk {
     start: Vec<i64>,
     depth: NodeMap<u32>,
     edges: Vec<EdgeInfo>,
     rows: Vec<TouchRow>,
+}
+
+fn finish(
+    conn: &Connection,
+    query: String,
+    walk: Walk,
     path: Option<String>,
     reach: Reach,
 ) -> Result<Answer> {
+    let Walk {
+        start,
+        depth,
+        edges,
+        rows,
+    } = walk;
     let nodes = by_depth(node_infos(conn, &depth)?);
     // The span is when the answer's causal facts happened: its edge times. A
     // long-lived node (a user, a header first read hours ago) does not stretch
@@ -741,10 +753,12 @@ pub fn ancestry(
     finish(
         conn,
         format!("{what} {spec}"),
-        start,
-        depth,
-        edges,
-        vec![],
+        Walk {
+            start,
+            depth,
+            edges,
+            rows: vec![],
+        },
         None,
         reach,
     )
@@ -771,10 +785,12 @@ pub fn path(conn: &Connection, a: &str, b: &str) -> Result<Answer> {
             return finish(
                 conn,
                 format!("path {a} {b}"),
-                start,
-                depth,
-                edges,
-                vec![],
+                Walk {
+                    start,
+                    depth,
+                    edges,
+                    rows: vec![],
+                },
                 Some(label),
                 Reach::Found,
             );
@@ -786,10 +802,12 @@ pub fn path(conn: &Connection, a: &str, b: &str) -> Result<Answer> {
     finish(
         conn,
         format!("path {a} {b}"),
-        vec![],
-        depth,
-        vec![],
-        vec![],
+        Walk {
+            start: vec![],
+            depth,
+            edges: vec![],
+            rows: vec![],
+        },
         Some("no causal path".into()),
         Reach::Found,
     )
@@ -908,10 +926,12 @@ fn touch_answer(
     finish(
         conn,
         query,
-        start,
-        depth,
-        edges,
-        rows,
+        Walk {
+            start,
+            depth,
+            edges,
+            rows,
+        },
         None,
         Reach::After(window),
     )

@@ -1456,7 +1456,7 @@ mod tests {
             (Vec::new(), String::new(), 0i32, false, false);
         for c in inner.chars() {
             if in_str {
-                in_str = !(c == '"' && !esc);
+                in_str = c != '"' || esc;
                 esc = c == '\\' && !esc;
             } else {
                 match c {
@@ -1584,7 +1584,7 @@ mod tests {
             4 => {
                 // A repeated member, or the members in another order.
                 if let Some(mut m) = members(l) {
-                    if r.next_u64() % 2 == 0 {
+                    if r.next_u64().is_multiple_of(2) {
                         let i = pick(r, m.len());
                         let at = pick(r, m.len() + 1);
                         m.insert(at, m[i].clone());
@@ -1603,7 +1603,7 @@ mod tests {
                     .collect();
                 let ws = [&b" "[..], b"\t", b"  ", b"\r\n"][pick(r, 4)];
                 match at.get(pick(r, at.len().max(1))) {
-                    Some(&i) if r.next_u64() % 4 != 0 => {
+                    Some(&i) if !r.next_u64().is_multiple_of(4) => {
                         drop(b.splice(i + 1..i + 1, ws.iter().copied()))
                     }
                     _ => b.splice(0..0, ws.iter().copied()).for_each(drop),

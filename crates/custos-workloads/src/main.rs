@@ -273,7 +273,7 @@ fn storm(procs: u32, duration: Duration, path: &std::path::Path) -> Result<serde
             let mut ops: u64 = 0;
             let deadline = start + duration;
             unsafe {
-                while ops % 256 != 0 || Instant::now() < deadline {
+                while !ops.is_multiple_of(256) || Instant::now() < deadline {
                     let fd = libc::openat(libc::AT_FDCWD, cpath.as_ptr(), libc::O_RDONLY);
                     if fd >= 0 {
                         libc::close(fd);
