@@ -1452,6 +1452,12 @@ static __always_inline struct file *ring_file(struct io_ring_ctx *ctx, __u32 slo
 	struct io_rsrc_node **nodes;
 	struct io_rsrc_node *node = NULL;
 
+	/* The registered-file table took this shape in 6.13: on a kernel
+	 * where it has another, registered files go unnamed (the request is
+	 * still recorded) rather than the whole collector failing to load. */
+	if (!bpf_core_field_exists(struct io_rsrc_node, file_ptr) ||
+	    !bpf_core_field_exists(struct io_file_table, data))
+		return NULL;
 	if (!ctx || slot >= ctx->file_table.data.nr)
 		return NULL;
 	nodes = ctx->file_table.data.nodes;
