@@ -177,6 +177,7 @@ fn open_and_load<'obj>(
     opts: &Options,
     hooks: Hooks,
     fork: bool,
+    uring: bool,
     reuse_pins: bool,
 ) -> Result<MainSkel<'obj>> {
     let mut open = MainSkelBuilder::default()
@@ -238,8 +239,15 @@ fn open_and_load<'obj>(
     ] {
         prog.set_autoload(hooks.file_open);
     }
+    p.custos_io_uring_complete.set_autoload(uring);
+    p.custos_io_uring_submit.set_autoload(uring);
     open.load()
         .context("loading the BPF programs into the kernel")
+}
+
+/// Whether this kernel has io_uring (its sysctl exists with it, since 6.6).
+fn io_uring_in_kernel() -> bool {
+    Path::new("/proc/sys/kernel/io_uring_disabled").exists()
 }
 
 fn read_cpu_states(skel: &MainSkel) -> Result<Vec<custos_cpu_state>> {
@@ -326,6 +334,19 @@ pub fn collect<W: Write>(
     };
     // Births are recorded where they happen when process creation is traced.
     let fork = selected(&["clone", "clone3", "fork", "vfork"]);
+    // io_uring requests, as their twins are selected (an io_uring-only twin
+    // such as fsync goes with the file category). Where the kernel has no
+    // io_uring there is nothing to miss.
+    let uring_ops: Vec<&crate::uring::UringOp> = crate::uring::URING_OPS
+        .iter()
+        .filter(|o| match syscalls::by_name(o.twin) {
+            Some(s) => available.iter().any(|a| a.nr == s.nr),
+            None => available
+                .iter()
+                .any(|a| a.category == syscalls::Category::File),
+        })
+        .collect();
+    let uring = !uring_ops.is_empty() && io_uring_in_kernel();
     let mut storage = MaybeUninit::uninit();
     let mut fallback_storage = MaybeUninit::uninit();
     let lsm_wanted = opts.lsm != LsmMode::Off && hooks.any();
@@ -337,7 +358,7 @@ pub fn collect<W: Write>(
     let (skel, hooks) = match lsm_ok {
         Ok(()) => {
             let quiet = libbpf_rs::set_print(None);
-            let attempt = open_and_load(&mut storage, opts, hooks, fork, reuse_pins);
+            let attempt = open_and_load(&mut storage, opts, hooks, fork, uring, reuse_pins);
             libbpf_rs::set_print(quiet);
             match attempt {
                 Ok(skel) => (skel, hooks),
@@ -347,7 +368,14 @@ pub fn collect<W: Write>(
                     }
                     eprintln!("custos collect: notice: BPF-LSM hooks refused by this kernel ({:#}); exec and open are traced by tracepoints only", e);
                     (
-                        open_and_load(&mut fallback_storage, opts, Hooks::NONE, fork, reuse_pins)?,
+                        open_and_load(
+                            &mut fallback_storage,
+                            opts,
+                            Hooks::NONE,
+                            fork,
+                            uring,
+                            reuse_pins,
+                        )?,
                         Hooks::NONE,
                     )
                 }
@@ -364,7 +392,7 @@ pub fn collect<W: Write>(
                 eprintln!("custos collect: notice: BPF-LSM hooks unavailable ({why}); exec and open are traced by tracepoints only");
             }
             (
-                open_and_load(&mut storage, opts, Hooks::NONE, fork, reuse_pins)?,
+                open_and_load(&mut storage, opts, Hooks::NONE, fork, uring, reuse_pins)?,
                 Hooks::NONE,
             )
         }
@@ -378,7 +406,22 @@ pub fn collect<W: Write>(
             .with_context(|| format!("configuring syscall {}", s.name))?;
     }
 
-    let mut links: Vec<Link> = Vec::with_capacity(2 * SYSCALL_COPIES + 1 + 3 * HOOK_COPIES);
+    for o in &uring_ops {
+        let spec = o.spec();
+        // SAFETY: plain-old-data struct viewed as bytes.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                (&spec as *const crate::bpf_skel::types::custos_uring_op).cast::<u8>(),
+                std::mem::size_of_val(&spec),
+            )
+        };
+        skel.maps
+            .io_uring_ops
+            .update(&(o.op as u32).to_ne_bytes(), bytes, MapFlags::ANY)
+            .with_context(|| format!("configuring io_uring op {}", o.name))?;
+    }
+
+    let mut links: Vec<Link> = Vec::with_capacity(2 * SYSCALL_COPIES + 3 + 3 * HOOK_COPIES);
     for [enter, exit] in syscall_copies(&skel) {
         links.push(
             enter
@@ -396,6 +439,20 @@ pub fn collect<W: Write>(
             .attach()
             .context("attaching to sched:sched_process_exit (tp_btf)")?,
     );
+    if uring {
+        links.push(
+            skel.progs
+                .custos_io_uring_complete
+                .attach()
+                .context("attaching to io_uring:io_uring_complete (tp_btf)")?,
+        );
+        links.push(
+            skel.progs
+                .custos_io_uring_submit
+                .attach()
+                .context("attaching to io_uring:io_uring_submit_req (tp_btf)")?,
+        );
+    }
     let [fork_copies, bprm_copies, open_copies] = hook_copies(&skel);
     for prog in fork_copies.into_iter().filter(|_| fork) {
         links.push(
@@ -964,10 +1021,14 @@ impl SkipCounters {
         let copies = syscall_copies(skel);
         let enter = copies.iter().map(|[enter, _]| misses(enter)).collect();
         let exit = copies.iter().map(|[_, exit]| misses(exit)).collect();
+        // The io_uring programs have one copy each (they run with
+        // preemption off): their skips are lost runs, like a hook's.
         let hook_first_skips = hook_copies(skel)
             .iter()
             .map(|copies| misses(copies[0]))
-            .sum();
+            .sum::<u64>()
+            + misses(&skel.progs.custos_io_uring_complete)
+            + misses(&skel.progs.custos_io_uring_submit);
         let states = match ours_first {
             Some(states) => states,
             None => read_cpu_states(skel)?,

@@ -589,7 +589,15 @@ impl<W: Write> Consumer<W> {
     /// runs once per event and is most of the consumer's cost.
     fn render(&mut self, ev: &custos_event, a: Attrs, incomplete: bool, out: &mut Vec<u8>) {
         let sc = syscalls::by_nr(ev.nr as u32);
+        let uring = (ev.nr == HOOK_IO_URING)
+            .then(|| crate::uring::by_op(ev.args[1]))
+            .flatten();
         let (name, category) = match (ev.nr, sc) {
+            // Named as its syscall twin, so the store applies it as one.
+            (HOOK_IO_URING, _) => match uring {
+                Some(u) => (u.twin, u.category().as_str()),
+                None => ("io_uring:unknown", "file"),
+            },
             (HOOK_BPRM_CHECK, _) => ("lsm:bprm_check_security", "process"),
             (HOOK_FILE_OPEN, _) => ("lsm:file_open", "file"),
             (HOOK_FORK, _) => ("sched:process_fork", "process"),
@@ -711,6 +719,22 @@ impl<W: Write> Consumer<W> {
             }
         } else if ev.nr == HOOK_FILE_OPEN {
             args.u64("flags", ev.open_flags as u64);
+        } else if let Some(u) = uring {
+            // The fd the request named or made; a registered file has none.
+            let uring_fd = ev.args[0] as i64;
+            if uring_fd >= 0 {
+                if u.flags & URING_RET_FD == 0 {
+                    args.i64("fd", uring_fd);
+                }
+                fd = Some(uring_fd);
+            } else if u.flags & URING_RET_FD != 0 && has_ret && ev.ret >= 0 {
+                // Made into a registered slot: no fd, and the result is
+                // not one (the store must not take it for fd 0).
+                fd = Some(-1);
+            }
+            if u.flags & URING_OPEN != 0 {
+                args.u64("flags", ev.open_flags as u64);
+            }
         }
         args.end();
         if let Some(p) = &path {
@@ -744,6 +768,22 @@ impl<W: Write> Consumer<W> {
         }
         if let Some(fd) = fd {
             j.i64("fd", fd);
+        }
+        if ev.nr == HOOK_IO_URING {
+            j.raw("via", b"\"io_uring\"");
+            j.str(
+                "io_uring_op",
+                uring.map_or(b"unknown".as_slice(), |u| u.name.as_bytes()),
+            );
+            if uring.is_none() {
+                j.u64("io_uring_opcode", ev.args[1]);
+            }
+            if ev.args[2] & URING_EV_FIXED_FILE != 0 {
+                j.raw("registered_file", b"true");
+            }
+            if ev.args[2] & URING_EV_AT_SUBMIT != 0 {
+                j.raw("at_submit", b"true");
+            }
         }
         if sc.is_some_and(|s| s.creates_task()) && has_ret && ev.ret > 0 {
             j.i64("child_pid", ev.ret);

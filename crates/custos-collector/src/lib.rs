@@ -23,6 +23,7 @@ pub use custos_seal as seal;
 pub mod intf;
 pub mod stats;
 pub mod syscalls;
+pub mod uring;
 pub mod workflows;
 pub mod writer;
 

@@ -501,6 +501,23 @@ pub static SYSCALLS: &[Syscall] = &[
         FDP
     ),
     sc!("removexattr", 197, File, false, [Path, Skip]),
+    // io_uring: the calls themselves; their requests are recorded as the
+    // syscalls they stand for (uring.rs).
+    sc!("io_uring_setup", 425, File, false, [Uint("entries"), Skip]),
+    sc!(
+        "io_uring_enter",
+        426,
+        File,
+        false,
+        [Fd, Uint("to_submit"), Uint("min_complete"), Uint("flags")]
+    ),
+    sc!(
+        "io_uring_register",
+        427,
+        File,
+        false,
+        [Fd, Uint("opcode"), Skip, Uint("nr_args")]
+    ),
     // ipc
     sc!("pipe", 22, Ipc, false, [FdPair]),
     sc!("pipe2", 293, Ipc, false, [FdPair, Int("flags")]),

@@ -874,7 +874,11 @@ impl Graph {
         key: Key<'_>,
     ) -> Result<()> {
         self.proc_node(db, boot, ev)?;
-        self.proc_mut(boot, ev.pid).fds.insert(fd, key.into_owned());
+        // A file made into an io_uring's registered slot has no fd (-1):
+        // its requests name it themselves.
+        if fd >= 0 {
+            self.proc_mut(boot, ev.pid).fds.insert(fd, key.into_owned());
+        }
         Ok(())
     }
 

@@ -26,6 +26,37 @@ typedef long long __s64;
 #define CUSTOS_HOOK_BPRM_CHECK     1000
 #define CUSTOS_HOOK_FILE_OPEN      1001
 #define CUSTOS_HOOK_FORK           1002 /* a new process, before it can run */
+/* An io_uring request, recorded as its syscall twin (args: see below). */
+#define CUSTOS_HOOK_IO_URING       1003
+
+/*
+ * io_uring requests: opcodes index the io_uring_ops table, filled by user
+ * space from its opcode table (uring.rs). An io_uring event carries
+ * args[0] = the fd the request named (-1: not known, or a registered file),
+ * args[1] = the opcode, args[2] = CUSTOS_URING_EV_* flags.
+ */
+#define CUSTOS_URING_MAX_OPS       256
+/* args[2] of an io_uring event. */
+#define CUSTOS_URING_EV_FIXED_FILE 1 /* the request named a registered file (IOSQE_FIXED_FILE) */
+#define CUSTOS_URING_EV_AT_SUBMIT  2 /* recorded at submission: it posts no CQE on success
+                                        (IOSQE_CQE_SKIP_SUCCESS), so it has no result */
+
+enum custos_uring_op_flags {
+	CUSTOS_URING_FILE       = 1 << 0, /* req->file is the object acted on */
+	CUSTOS_URING_RW         = 1 << 1, /* read/write: path only on first use */
+	CUSTOS_URING_WRITE      = 1 << 2, /* RW: this is the write direction */
+	CUSTOS_URING_RET_FD     = 1 << 3, /* the result is a new fd (or a registered slot) */
+	CUSTOS_URING_SOCK       = 1 << 4, /* a socket: its peer and own addresses */
+	CUSTOS_URING_CLOSE      = 1 << 5, /* close: the fd is in struct io_close */
+	CUSTOS_URING_OPEN       = 1 << 6, /* open: flags in struct io_open (write intent) */
+	CUSTOS_URING_NO_PATHS   = 1 << 7, /* path strings not captured: delivered incomplete */
+};
+
+struct custos_uring_op {
+	__u8 traced;
+	__u8 critical;       /* always on the reserved ring */
+	__u16 flags;         /* enum custos_uring_op_flags */
+};
 
 /* The event id is (cpu << CUSTOS_ID_CPU_SHIFT) | seq. */
 #define CUSTOS_ID_CPU_SHIFT        48

@@ -397,9 +397,8 @@ static __always_inline __u32 put_file_path(struct attr_buf *b, __u32 off, __u8 k
  * (one probe read, for the array element: the verifier cannot type an
  * element at a variable index): each probe-read helper call costs tens of
  * nanoseconds, a fault-safe load about one. */
-static __always_inline struct file *fd_file(__s64 fd)
+static __always_inline struct file *fd_file_of(struct task_struct *t, __s64 fd)
 {
-	struct task_struct *t = bpf_get_current_task_btf();
 	struct files_struct *files;
 	struct fdtable *fdt;
 	struct file **fds;
@@ -416,6 +415,11 @@ static __always_inline struct file *fd_file(__s64 fd)
 	fds = fdt->fd;
 	bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]);
 	return f;
+}
+
+static __always_inline struct file *fd_file(__s64 fd)
+{
+	return fd_file_of(bpf_get_current_task_btf(), fd);
 }
 
 /* A relative user path: also record the directory it is relative to. */
@@ -466,7 +470,9 @@ __noinline __u32 put_sockaddr(struct attr_buf *b, __u32 off, __u64 uaddr, __u32 
 #define S_IFMT_VAL    00170000
 #define S_IFSOCK_VAL  0140000
 
-__noinline __u32 put_local_addr(struct attr_buf *b, __u32 off, __u64 file)
+/* @peer: the address of the other end (ATTR_ADDR, once connected), else
+ * the socket's own (ATTR_LADDR). */
+__noinline __u32 put_sock_addr(struct attr_buf *b, __u32 off, __u64 file, __u32 peer)
 {
 	/* A plain integer in, as the verifier wants of a global function's args. */
 	struct file *f = (struct file *)file;
@@ -474,6 +480,7 @@ __noinline __u32 put_local_addr(struct attr_buf *b, __u32 off, __u64 file)
 	struct sock *sk;
 	__u16 family, port;
 	__u32 o, len;
+	__u8 kind = peer ? CUSTOS_ATTR_ADDR : CUSTOS_ATTR_LADDR;
 
 	if (!b || !f || (BPF_CORE_READ(f, f_inode, i_mode) & S_IFMT_VAL) != S_IFSOCK_VAL)
 		return off;
@@ -482,12 +489,17 @@ __noinline __u32 put_local_addr(struct attr_buf *b, __u32 off, __u64 file)
 	if (!sk)
 		return off;
 	family = BPF_CORE_READ(sk, __sk_common.skc_family);
-	port = BPF_CORE_READ(sk, __sk_common.skc_num);
+	if (peer) {
+		port = BPF_CORE_READ(sk, __sk_common.skc_dport); /* network order */
+		port = (port >> 8) | ((port & 0xff) << 8);
+	} else {
+		port = BPF_CORE_READ(sk, __sk_common.skc_num);
+	}
 	if (port == 0 || (family != AF_INET_VAL && family != AF_INET6_VAL))
 		return off;
 	len = family == AF_INET_VAL ? 16 : 28;
 	if (off > CUSTOS_ATTR_DATA_MAX - 4 - 28)
-		return put_cut(b, off, CUSTOS_ATTR_LADDR);
+		return put_cut(b, off, kind);
 	o = (off + 4) & ATTR_MASK;
 	for (int i = 0; i < 28; i++)
 		b->data[(o + i) & ATTR_MASK] = 0;
@@ -496,15 +508,22 @@ __noinline __u32 put_local_addr(struct attr_buf *b, __u32 off, __u64 file)
 	b->data[(o + 2) & ATTR_MASK] = port >> 8;
 	b->data[(o + 3) & ATTR_MASK] = port & 0xff;
 	if (family == AF_INET_VAL) {
-		__u32 a = BPF_CORE_READ(sk, __sk_common.skc_rcv_saddr);
+		__u32 a = peer ? BPF_CORE_READ(sk, __sk_common.skc_daddr) :
+				 BPF_CORE_READ(sk, __sk_common.skc_rcv_saddr);
 
 		__builtin_memcpy(&b->data[(o + 4) & ATTR_MASK], &a, sizeof(a));
 	} else {
-		struct in6_addr a6 = BPF_CORE_READ(sk, __sk_common.skc_v6_rcv_saddr);
+		struct in6_addr a6 = peer ? BPF_CORE_READ(sk, __sk_common.skc_v6_daddr) :
+					    BPF_CORE_READ(sk, __sk_common.skc_v6_rcv_saddr);
 
 		__builtin_memcpy(&b->data[(o + 8) & ATTR_MASK], &a6, sizeof(a6));
 	}
-	return put_tlv_hdr(b, off, CUSTOS_ATTR_LADDR, 0, len);
+	return put_tlv_hdr(b, off, kind, 0, len);
+}
+
+static __always_inline __u32 put_local_addr(struct attr_buf *b, __u32 off, __u64 file)
+{
+	return put_sock_addr(b, off, file, 0);
 }
 
 /* ---- features and submission ---- */
@@ -588,9 +607,8 @@ static __always_inline void sample_availability(struct custos_cpu_state *cs)
 
 /* Direct loads through the BTF-typed current task: the verifier turns them
  * into fault-safe loads, far cheaper than one probe-read helper call each. */
-static __always_inline void fill_task(struct custos_event *e)
+static __always_inline void fill_task_of(struct custos_event *e, struct task_struct *t)
 {
-	struct task_struct *t = bpf_get_current_task_btf();
 	const struct cred *cred = t->cred;
 	struct nsproxy *ns = t->nsproxy;
 	struct css_set *cgroups = t->cgroups;
@@ -782,7 +800,7 @@ static __always_inline void count_only(void)
 		__sync_fetch_and_add(&cs->counted, 1);
 }
 
-static __always_inline struct custos_event *new_event(__u32 nr)
+static __always_inline struct custos_event *new_event_of(__u32 nr, struct task_struct *t)
 {
 	__u32 zero = 0;
 	struct custos_event *e = bpf_map_lookup_elem(&event_scratch, &zero);
@@ -791,8 +809,13 @@ static __always_inline struct custos_event *new_event(__u32 nr)
 		return NULL;
 	__builtin_memset(e, 0, sizeof(*e));
 	e->nr = nr;
-	fill_task(e);
+	fill_task_of(e, t);
 	return e;
+}
+
+static __always_inline struct custos_event *new_event(__u32 nr)
+{
+	return new_event_of(nr, bpf_get_current_task_btf());
 }
 
 static __always_inline struct attr_buf *scratch_attrs(void)
@@ -1389,3 +1412,231 @@ out:
 HOOK_COPY(0)
 HOOK_COPY(1)
 HOOK_COPY(2)
+
+/* ---- io_uring: requests the kernel runs without their syscalls ---- */
+
+/*
+ * A process can open, read, write, connect and send through an io_uring
+ * without making those syscalls: io_uring_enter (or none at all, with a
+ * polling submission thread) hands the kernel requests, which it runs
+ * inline, from task work or in an iou-wrk worker thread. Each request is
+ * recorded once, as its syscall twin with the same fields, at the
+ * tracepoint where its result is posted (io_uring_complete): there the
+ * request's file is assigned (a registered file too) and its result known.
+ * Failures are posted there as well, including those io_uring_req_failed
+ * reports (a failed request always posts its CQE). A request that posts no
+ * CQE on success (IOSQE_CQE_SKIP_SUCCESS) is recorded at submission
+ * instead, with its file and without a result.
+ *
+ * The actor is the task that submitted the request (the ring's task
+ * context), not the worker that ran it nor whoever runs the task work.
+ * One program per tracepoint: it runs with preemption off, so no other
+ * run of it can be parked on this CPU (see SYSCALL_COPY); the kernel's
+ * count of its skipped runs is reported with the hooks'.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, CUSTOS_URING_MAX_OPS);
+	__type(key, __u32);
+	__type(value, struct custos_uring_op);
+} io_uring_ops SEC(".maps");
+
+/* FFS_NOWAIT | FFS_ISREG: flag bits below a registered file's pointer. */
+#define URING_FFS_BITS 3UL
+/* IORING_FILE_INDEX_ALLOC: the kernel picks the slot and returns it. */
+#define URING_FILE_INDEX_ALLOC (~0U)
+
+/* The ring's registered file in @slot. */
+static __always_inline struct file *ring_file(struct io_ring_ctx *ctx, __u32 slot)
+{
+	struct io_rsrc_node **nodes;
+	struct io_rsrc_node *node = NULL;
+
+	/* The registered-file table took this shape in 6.13: on a kernel
+	 * where it has another, registered files go unnamed (the request is
+	 * still recorded) rather than the whole collector failing to load. */
+	if (!bpf_core_field_exists(struct io_rsrc_node, file_ptr) ||
+	    !bpf_core_field_exists(struct io_file_table, data))
+		return NULL;
+	if (!ctx || slot >= ctx->file_table.data.nr)
+		return NULL;
+	nodes = ctx->file_table.data.nodes;
+	bpf_probe_read_kernel(&node, sizeof(node), &nodes[slot]);
+	if (!node)
+		return NULL;
+	return (struct file *)(bpf_core_cast(node, struct io_rsrc_node)->file_ptr & ~URING_FFS_BITS);
+}
+
+/* The file an open or accept made: a new fd (@res) in the submitter's
+ * table, or a registered slot (file_slot is the slot + 1; with
+ * IORING_FILE_INDEX_ALLOC the result is the slot). @fd: the new fd, or -1. */
+static __always_inline struct file *new_file(struct io_kiocb *req, struct io_ring_ctx *ctx,
+					     struct task_struct *task, __u32 opcode, long res,
+					     __s32 *fd)
+{
+	__u32 slot = 0;
+
+	if (opcode == IORING_OP_OPENAT || opcode == IORING_OP_OPENAT2)
+		slot = bpf_core_cast(req, struct io_open)->file_slot;
+	else if (opcode == IORING_OP_ACCEPT)
+		slot = bpf_core_cast(req, struct io_accept)->file_slot;
+	else if (opcode == IORING_OP_SOCKET)
+		slot = bpf_core_cast(req, struct io_socket)->file_slot;
+	if (!slot) {
+		*fd = res;
+		return fd_file_of(task, res);
+	}
+	return ring_file(ctx, slot == URING_FILE_INDEX_ALLOC ? res : slot - 1);
+}
+
+static __always_inline int uring_event(struct io_kiocb *req, long res, int at_submit)
+{
+	struct task_struct *task = NULL;
+	const struct custos_uring_op *op;
+	struct io_uring_task *tctx;
+	struct io_ring_ctx *ctx;
+	struct custos_event *e;
+	struct attr_buf *b;
+	struct file *f = NULL;
+	__u32 opcode, off = 0;
+	__u64 rflags;
+	__s32 fd = -1;
+	int critical;
+
+	if (!req)
+		return 0; /* an auxiliary CQE (multishot, msg_ring) of no request */
+	opcode = req->opcode;
+	op = bpf_map_lookup_elem(&io_uring_ops, &opcode);
+	if (!op || !op->traced)
+		return 0;
+	tctx = req->tctx;
+	if (tctx)
+		task = tctx->task;
+	if (!task)
+		task = bpf_get_current_task_btf();
+	if (task->tgid == collector_tgid)
+		return 0;
+	if (features_only) {
+		count_only();
+		return 0;
+	}
+	e = new_event_of(CUSTOS_HOOK_IO_URING, task);
+	b = scratch_attrs();
+	if (!e || !b)
+		return 0;
+	ctx = req->ctx;
+	rflags = req->flags;
+	critical = op->critical;
+	e->args[1] = opcode;
+	if (rflags & REQ_F_FIXED_FILE)
+		e->args[2] |= CUSTOS_URING_EV_FIXED_FILE;
+	if (at_submit) {
+		e->args[2] |= CUSTOS_URING_EV_AT_SUBMIT;
+		e->flags |= CUSTOS_EV_NO_RET;
+	} else {
+		e->ret = res;
+	}
+
+	if (op->flags & CUSTOS_URING_FILE) {
+		if (!at_submit) {
+			/* Read, not loaded: the helpers below take plain numbers. */
+			f = BPF_CORE_READ(req, file);
+		} else if (rflags & REQ_F_FIXED_FILE) {
+			f = ring_file(ctx, req->cqe.fd); /* not yet assigned: the sqe's slot */
+		} else {
+			fd = req->cqe.fd; /* the sqe's fd, until the result replaces it */
+			f = fd_file_of(task, fd);
+		}
+	} else if ((op->flags & CUSTOS_URING_RET_FD) && !at_submit && res >= 0) {
+		f = new_file(req, ctx, task, opcode, res, &fd);
+	} else if (op->flags & CUSTOS_URING_CLOSE) {
+		if (!bpf_core_cast(req, struct io_close)->file_slot)
+			fd = bpf_core_cast(req, struct io_close)->fd;
+	}
+	e->args[0] = (__u64)(__s64)fd;
+	if (op->flags & CUSTOS_URING_OPEN) {
+		e->open_flags = bpf_core_cast(req, struct io_open)->how.flags;
+		if (WRITE_INTENT(e->open_flags))
+			critical = 1;
+	}
+	if (f)
+		set_file_identity(e, f);
+	if (op->flags & CUSTOS_URING_NO_PATHS)
+		e->flags |= CUSTOS_EV_ATTRS_LOST; /* says so rather than look complete */
+
+	if (f && (op->flags & CUSTOS_URING_RW)) {
+		/* The same first-use map as the syscalls: the first read of a
+		 * file by a process is the edge, whichever way it read. */
+		struct rw_key k = {};
+		__u8 one = 1;
+
+		k.ino = e->ino;
+		k.dev = e->dev;
+		k.tgid = e->pid;
+		k.write = !!(op->flags & CUSTOS_URING_WRITE);
+		if (!bpf_map_lookup_elem(&rw_seen, &k)) {
+			bpf_map_update_elem(&rw_seen, &k, &one, BPF_ANY);
+			e->flags |= CUSTOS_EV_FIRST;
+			off = put_file_path(b, off, CUSTOS_ATTR_FILE_PATH, f);
+		}
+	} else if (f) {
+		off = put_file_path(b, off, CUSTOS_ATTR_FILE_PATH, f);
+	}
+	if (f && (op->flags & CUSTOS_URING_SOCK)) {
+		/* Every time: a registered socket has no fd for the store's
+		 * table, so each send and receive names its peer itself. */
+		off = put_sock_addr(b, off, (__u64)f, 1);
+		off = put_sock_addr(b, off, (__u64)f, 0);
+	}
+	b->hdr.len = off;
+	return submit(e, b, critical);
+}
+
+/* Requests linked after one another run one after the other. A linked
+ * request that posts no CQE is recorded when the one before it posts its
+ * result, so that it comes after what it may use (the read before its
+ * write); a chain of such requests at the head of a link, at submission. */
+#define URING_LINK_WALK 8
+
+SEC("tp_btf/io_uring_complete")
+int BPF_PROG(custos_io_uring_complete, void *ctx_, void *req_, struct io_uring_cqe *cqe)
+{
+	struct io_kiocb *req = bpf_core_cast(req_, struct io_kiocb);
+	struct io_kiocb *next;
+	int i;
+
+	bpf_preempt_disable();
+	uring_event(req, cqe->res, 0);
+	/* A failure cancels the rest of the chain: each posts its CQE then. */
+	if (req && cqe->res >= 0) {
+		next = req->link;
+		for (i = 0; i < URING_LINK_WALK && next && (next->flags & REQ_F_CQE_SKIP); i++) {
+			uring_event(next, 0, 1);
+			next = next->link;
+		}
+	}
+	bpf_preempt_enable();
+	return 0;
+}
+
+SEC("tp_btf/io_uring_submit_req")
+int BPF_PROG(custos_io_uring_submit, struct io_kiocb *req)
+{
+	struct io_kiocb *prev;
+	int i;
+
+	/* Only the requests that will post no CQE if they succeed. */
+	if (!(req->flags & REQ_F_CQE_SKIP))
+		return 0;
+	/* In a link behind a request that posts its result: recorded then. */
+	prev = req->ctx->submit_state.link.head;
+	for (i = 0; i < URING_LINK_WALK && prev; i++) {
+		if (!(prev->flags & REQ_F_CQE_SKIP))
+			return 0;
+		prev = prev->link;
+	}
+	bpf_preempt_disable();
+	uring_event(req, 0, 1);
+	bpf_preempt_enable();
+	return 0;
+}

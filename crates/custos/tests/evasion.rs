@@ -1,0 +1,429 @@
+//! Evasion (issue 30): what a process does without the usual syscalls is
+//! in the graph. Each test runs an exfiltration under the real collector on
+//! this machine's kernel (read a secret, send it to a loopback server, write
+//! a copy) and asks the store for the secret's descendants: they must reach
+//! the server's address and the copy, and the answer must be complete.
+//! Needs root; run under the host collector's lock.
+
+use std::io::Read;
+use std::path::Path;
+use std::process::Command;
+
+/// One collector per machine: the tests that start one take turns.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// The workload's parameters, passed to the re-run test binary.
+const WORKLOAD_ENV: &str = "CUSTOS_EVASION_WORKLOAD";
+
+/// The exfiltration through io_uring alone: no open, read, socket, connect,
+/// send or write syscall; only io_uring_setup, _enter and _register.
+mod uring {
+    use io_uring::{opcode, squeue, types, IoUring};
+    use std::ffi::CString;
+    use std::io;
+    use std::os::unix::ffi::OsStrExt;
+    use std::path::Path;
+
+    fn cstr(p: &Path) -> CString {
+        CString::new(p.as_os_str().as_bytes()).unwrap()
+    }
+
+    fn loopback(port: u16) -> libc::sockaddr_in {
+        libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: port.to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from_be_bytes([127, 0, 0, 1]).to_be(),
+            },
+            sin_zero: [0; 8],
+        }
+    }
+
+    /// One request, waited for; its result.
+    fn run(ring: &mut IoUring, entry: squeue::Entry, what: &str) -> io::Result<i32> {
+        // SAFETY: every buffer the entries point to outlives the wait below.
+        unsafe { ring.submission().push(&entry) }.expect("room in the ring");
+        ring.submit_and_wait(1)?;
+        let cqe = ring.completion().next().expect("a completion");
+        if cqe.result() < 0 {
+            return Err(io::Error::other(format!(
+                "{what}: {}",
+                io::Error::from_raw_os_error(-cqe.result())
+            )));
+        }
+        Ok(cqe.result())
+    }
+
+    /// Plain fds, one request at a time.
+    pub fn plain(secret: &Path, copy: &Path, port: u16) -> io::Result<()> {
+        let mut ring = IoUring::new(8)?;
+        let at = types::Fd(libc::AT_FDCWD);
+        let (secret, copy) = (cstr(secret), cstr(copy));
+        let mut buf = vec![0u8; 65536];
+        let fd = run(
+            &mut ring,
+            opcode::OpenAt::new(at, secret.as_ptr())
+                .flags(libc::O_RDONLY)
+                .build(),
+            "open the secret",
+        )?;
+        let n = run(
+            &mut ring,
+            opcode::Read::new(types::Fd(fd), buf.as_mut_ptr(), buf.len() as u32).build(),
+            "read",
+        )?;
+        let sock = run(
+            &mut ring,
+            opcode::Socket::new(libc::AF_INET, libc::SOCK_STREAM, 0).build(),
+            "socket",
+        )?;
+        let addr = loopback(port);
+        run(
+            &mut ring,
+            opcode::Connect::new(
+                types::Fd(sock),
+                (&addr as *const libc::sockaddr_in).cast(),
+                std::mem::size_of_val(&addr) as u32,
+            )
+            .build(),
+            "connect",
+        )?;
+        run(
+            &mut ring,
+            opcode::Send::new(types::Fd(sock), buf.as_ptr(), n as u32).build(),
+            "send",
+        )?;
+        let out = run(
+            &mut ring,
+            opcode::OpenAt::new(at, copy.as_ptr())
+                .flags(libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC)
+                .mode(0o600)
+                .build(),
+            "open the copy",
+        )?;
+        run(
+            &mut ring,
+            opcode::Write::new(types::Fd(out), buf.as_ptr(), n as u32).build(),
+            "write",
+        )?;
+        for f in [fd, sock, out] {
+            run(&mut ring, opcode::Close::new(types::Fd(f)).build(), "close")?;
+        }
+        Ok(())
+    }
+
+    /// Registered files only (no fd is ever made), and the read, send and
+    /// write linked in one submission; the write posts no completion when
+    /// it succeeds (IOSQE_CQE_SKIP_SUCCESS), a nop linked after it does.
+    pub fn registered_linked(secret: &Path, copy: &Path, port: u16) -> io::Result<()> {
+        let len = std::fs::metadata(secret)?.len() as u32;
+        let mut ring = IoUring::new(8)?;
+        ring.submitter().register_files_sparse(4)?;
+        let slot = |i| Some(types::DestinationSlot::try_from_slot_target(i).unwrap());
+        let at = types::Fd(libc::AT_FDCWD);
+        let (secret, copy) = (cstr(secret), cstr(copy));
+        let mut buf = vec![0u8; len as usize];
+        run(
+            &mut ring,
+            opcode::OpenAt::new(at, secret.as_ptr())
+                .flags(libc::O_RDONLY)
+                .file_index(slot(0))
+                .build(),
+            "open the secret",
+        )?;
+        run(
+            &mut ring,
+            opcode::OpenAt::new(at, copy.as_ptr())
+                .flags(libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC)
+                .mode(0o600)
+                .file_index(slot(1))
+                .build(),
+            "open the copy",
+        )?;
+        run(
+            &mut ring,
+            opcode::Socket::new(libc::AF_INET, libc::SOCK_STREAM, 0)
+                .file_index(slot(2))
+                .build(),
+            "socket",
+        )?;
+        let addr = loopback(port);
+        run(
+            &mut ring,
+            opcode::Connect::new(
+                types::Fixed(2),
+                (&addr as *const libc::sockaddr_in).cast(),
+                std::mem::size_of_val(&addr) as u32,
+            )
+            .build(),
+            "connect",
+        )?;
+        let chain = [
+            opcode::Read::new(types::Fixed(0), buf.as_mut_ptr(), len)
+                .build()
+                .flags(squeue::Flags::IO_LINK)
+                .user_data(1),
+            opcode::Send::new(types::Fixed(2), buf.as_ptr(), len)
+                .build()
+                .flags(squeue::Flags::IO_LINK)
+                .user_data(2),
+            opcode::Write::new(types::Fixed(1), buf.as_ptr(), len)
+                .build()
+                .flags(squeue::Flags::IO_LINK | squeue::Flags::SKIP_SUCCESS)
+                .user_data(3),
+            // Completes once the write has: the write itself says nothing.
+            opcode::Nop::new().build().user_data(4),
+        ];
+        // SAFETY: buf outlives the wait below.
+        unsafe { ring.submission().push_multiple(&chain) }.expect("room in the ring");
+        ring.submit_and_wait(3)?;
+        let results: Vec<(u64, i32)> = ring
+            .completion()
+            .map(|c| (c.user_data(), c.result()))
+            .collect();
+        if results != [(1, len as i32), (2, len as i32), (4, 0)] {
+            return Err(io::Error::other(format!(
+                "the linked read and send: {results:?}"
+            )));
+        }
+        for i in 0..3 {
+            run(
+                &mut ring,
+                opcode::Close::new(types::Fixed(i)).build(),
+                "close",
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// The workload, when the test binary is run again under the collector
+/// (see `exfiltrate`); ignored in a normal run.
+#[test]
+#[ignore = "the workload the evasion tests run under the collector"]
+fn workload_entry() {
+    let Ok(spec) = std::env::var(WORKLOAD_ENV) else {
+        return;
+    };
+    let parts: Vec<&str> = spec.split('\n').collect();
+    let [variant, secret, copy, port] = parts[..] else {
+        panic!("{WORKLOAD_ENV}: {spec:?}");
+    };
+    let (secret, copy, port) = (Path::new(secret), Path::new(copy), port.parse().unwrap());
+    match variant {
+        "uring_plain" => uring::plain(secret, copy, port),
+        "uring_registered_linked" => uring::registered_linked(secret, copy, port),
+        _ => panic!("unknown workload {variant}"),
+    }
+    .unwrap();
+}
+
+/// What a run left: the stream's events and the secret's descendants.
+struct Run {
+    events: Vec<serde_json::Value>,
+    descendants: serde_json::Value,
+    secret: String,
+    copy: String,
+    endpoint: String,
+    received: Vec<u8>,
+    sent: Vec<u8>,
+    _dir: tempfile::TempDir,
+}
+
+/// Runs `variant` under `custos collect --db`, a loopback server in this
+/// process receiving what it sends, and asks the store for the
+/// descendants of the secret.
+fn exfiltrate(variant: &str) -> Run {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().canonicalize().unwrap();
+    let secret = d.join("secret.bin");
+    let copy = d.join("copy.bin");
+    let sent: Vec<u8> = (0..2000u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(&secret, &sent).unwrap();
+    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = server.local_addr().unwrap().port();
+    let receiver = std::thread::spawn(move || {
+        let (mut conn, _) = server.accept().unwrap();
+        let mut got = Vec::new();
+        conn.read_to_end(&mut got).unwrap();
+        got
+    });
+    let out = d.join("events.jsonl");
+    let db = d.join("store.db");
+    let run = Command::new(env!("CARGO_BIN_EXE_custos"))
+        .args([
+            "collect",
+            "--no-seal",
+            "--stats-interval",
+            "0",
+            "-o",
+            out.to_str().unwrap(),
+            "--db",
+            db.to_str().unwrap(),
+            "--",
+        ])
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "workload_entry",
+            "--ignored",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env(
+            WORKLOAD_ENV,
+            format!(
+                "{variant}\n{}\n{}\n{port}",
+                secret.display(),
+                copy.display()
+            ),
+        )
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{variant}: {}\n{}",
+        text(&run.stdout),
+        text(&run.stderr)
+    );
+    let received = receiver.join().unwrap();
+    let events = std::fs::read_to_string(&out)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .collect();
+    let q = Command::new(env!("CARGO_BIN_EXE_custos"))
+        .args([
+            "query",
+            "--db",
+            db.to_str().unwrap(),
+            "--json",
+            "descendants",
+        ])
+        .arg(&secret)
+        .output()
+        .unwrap();
+    assert!(q.status.success(), "{}", text(&q.stderr));
+    Run {
+        events,
+        descendants: serde_json::from_slice(&q.stdout).unwrap(),
+        secret: secret.display().to_string(),
+        copy: copy.display().to_string(),
+        endpoint: format!("127.0.0.1:{port}"),
+        received,
+        sent,
+        _dir: dir,
+    }
+}
+
+impl Run {
+    /// The io_uring events of the workload (a `via` the syscalls lack).
+    fn uring_events(&self) -> Vec<&serde_json::Value> {
+        self.events
+            .iter()
+            .filter(|e| e["type"] == "event" && e["via"] == "io_uring")
+            .collect()
+    }
+
+    /// The io_uring event of `syscall` whose `key` is `value`.
+    fn uring_event(&self, syscall: &str, key: &str, value: &str) -> &serde_json::Value {
+        self.uring_events()
+            .into_iter()
+            .find(|e| e["syscall"] == syscall && e[key] == value)
+            .unwrap_or_else(|| {
+                panic!(
+                    "no io_uring {syscall} with {key} {value} in {:#?}",
+                    self.uring_events()
+                )
+            })
+    }
+
+    /// The secret's descendants reach the server's address and the copy,
+    /// and the answer is complete; the account balanced.
+    fn assert_found(&self) {
+        assert_eq!(self.received, self.sent, "the server got the secret");
+        assert_eq!(std::fs::read(&self.copy).unwrap(), self.sent, "the copy");
+        let names: Vec<&str> = self.descendants["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["name"].as_str().unwrap_or(""))
+            .collect();
+        assert!(
+            names.contains(&self.copy.as_str()),
+            "descendants of the secret lack the copy: {names:?}"
+        );
+        assert!(
+            names.contains(&self.endpoint.as_str()),
+            "descendants of the secret lack {}: {names:?}",
+            self.endpoint
+        );
+        assert_eq!(
+            self.descendants["complete"], true,
+            "{}",
+            self.descendants["losses"]
+        );
+        let last = self
+            .events
+            .iter()
+            .rev()
+            .find(|l| l["type"] == "stats")
+            .unwrap();
+        assert_eq!(last["final"], true);
+        assert_eq!(last["invariant_holds"], true, "{last}");
+        // The submitter is the actor, never an io_uring worker thread.
+        let uring = self.uring_events();
+        assert!(!uring.is_empty());
+        let pid = uring[0]["pid"].clone();
+        for e in &uring {
+            assert_eq!(e["pid"], pid, "{e}");
+            let comm = e["comm"].as_str().unwrap();
+            assert!(!comm.starts_with("iou-"), "{e}");
+        }
+    }
+}
+
+#[test]
+fn an_io_uring_exfiltration_is_found_step_by_step() {
+    let _g = serial();
+    let r = exfiltrate("uring_plain");
+    r.assert_found();
+    // Each step is its syscall twin, with the twin's fields.
+    let open = r.uring_event("openat", "path", &r.secret);
+    assert!(open["fd"].as_i64().unwrap() >= 0, "{open}");
+    let read = r.uring_event("read", "path", &r.secret);
+    assert_eq!(read["ret"], 2000, "{read}");
+    assert_eq!(read["io_uring_op"], "read");
+    let send = r.uring_event("sendto", "addr", &r.endpoint);
+    assert_eq!(send["ret"], 2000, "{send}");
+    r.uring_event("connect", "addr", &r.endpoint);
+    let copy = r.uring_event("openat", "path", &r.copy);
+    assert_eq!(copy["critical"], true, "an open for writing: {copy}");
+    let write = r.uring_event("write", "path", &r.copy);
+    assert_eq!(write["ret"], 2000, "{write}");
+}
+
+#[test]
+fn registered_files_and_linked_requests_still_name_their_files() {
+    let _g = serial();
+    let r = exfiltrate("uring_registered_linked");
+    r.assert_found();
+    let read = r.uring_event("read", "path", &r.secret);
+    assert_eq!(read["registered_file"], true, "{read}");
+    assert_eq!(read["ret"], 2000, "{read}");
+    let send = r.uring_event("sendto", "addr", &r.endpoint);
+    assert_eq!(send["registered_file"], true, "{send}");
+    // Its success posts no completion: recorded as it was submitted.
+    let write = r.uring_event("write", "path", &r.copy);
+    assert_eq!(write["registered_file"], true, "{write}");
+    assert_eq!(write["at_submit"], true, "{write}");
+    assert!(write.get("ret").is_none(), "{write}");
+}
