@@ -175,7 +175,18 @@ pub fn create(o: &Output<'_>) -> Result<File> {
         Existing::Replace => opts.write(true).create(true).truncate(true),
         Existing::Append => opts.append(true).create(true),
     };
-    opts.open(o.path).with_context(|| match o.existing {
+    let opened = match opts.open(o.path) {
+        // Not a file of ours (/dev/null, a FIFO): written to, as check() allowed.
+        Err(e)
+            if o.existing == Existing::Refuse
+                && e.kind() == std::io::ErrorKind::AlreadyExists
+                && std::fs::metadata(o.path).is_ok_and(|m| !m.is_file() && !m.is_dir()) =>
+        {
+            OpenOptions::new().write(true).open(o.path)
+        }
+        r => r,
+    };
+    opened.with_context(|| match o.existing {
         Existing::Refuse if o.path.exists() => format!(
             "{} {}: the file exists and is left as it is (add --force to replace it)",
             o.flag,
@@ -225,6 +236,7 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&old).unwrap(), "kept\n");
         create(&out(&new, Existing::Refuse)).unwrap();
         assert!(new.exists());
+        create(&out(Path::new("/dev/null"), Existing::Refuse)).unwrap();
     }
 
     #[test]
