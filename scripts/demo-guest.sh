@@ -29,7 +29,7 @@ echo "demo: building the flood's tree ($files files)" >&2
 run() { # scheduler
   local s=$1 collector sched= start end pids=()
   rm -rf /sys/fs/bpf/custos
-  "$bin/custos" collect -o "$out/$s.jsonl" --events-ring-kb "$ring_kb" --attrs-ring-kb "$ring_kb" \
+  "$bin/custos" collect --force -o "$out/$s.jsonl" --events-ring-kb "$ring_kb" --attrs-ring-kb "$ring_kb" \
     --critical-ring-kb "$ring_kb" --stats-interval 0 2>"$out/$s.collect.log" &
   collector=$!
   wait_for '[ -e /sys/fs/bpf/custos/global_features ]' 300 || { echo "the collector did not start" >&2; cat "$out/$s.collect.log" >&2; exit 1; }

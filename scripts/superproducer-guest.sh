@@ -73,7 +73,7 @@ run() { # name tag workers [custos sched args...]
   local name=$1 tag=$2 workers=$3; shift 3
   local events="$out/$tag.jsonl"
   rm -rf /sys/fs/bpf/custos /tmp/custos-marker
-  "$bin/custos" collect -o "$events" --events-ring-kb "$ring_kb" --attrs-ring-kb "$ring_kb" \
+  "$bin/custos" collect --force -o "$events" --events-ring-kb "$ring_kb" --attrs-ring-kb "$ring_kb" \
     --critical-ring-kb "$ring_kb" --stats-interval 0 2>"$out/$tag.collect.log" &
   local collector=$! sched=
   wait_for '[ -e /sys/fs/bpf/custos/global_features ]' 100 || { echo "collector did not start" >&2; return 1; }

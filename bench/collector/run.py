@@ -79,7 +79,7 @@ class Custos:
 
     def __init__(self, work, extra=(), output="/dev/null"):
         self.err = open(work / "custos.stderr", "w+")
-        self.proc = subprocess.Popen([str(CUSTOS), "collect", "-o", str(output), "--stats-interval", "0", *extra],
+        self.proc = subprocess.Popen([str(CUSTOS), "collect", "--force", "-o", str(output), "--stats-interval", "0", *extra],
                                      stderr=self.err, stdout=subprocess.DEVNULL)
         # Ready once it has published itself as the running collector, which
         # it does after attaching its programs (the pins outlive a

@@ -269,7 +269,7 @@ class Collector:
         d = self.d
         if self.name == "custos":
             kb = str(self.ring_kb)
-            self.proc = start_custos_collect(["-o", d / "events.jsonl", "--events-ring-kb", kb, "--attrs-ring-kb", kb,
+            self.proc = start_custos_collect(["--force", "-o", d / "events.jsonl", "--events-ring-kb", kb, "--attrs-ring-kb", kb,
                                               "--critical-ring-kb", kb, "--stats-interval", "0"],
                                              d / "collect.log", "the Custos collector")
         elif self.name == "bpftrace":

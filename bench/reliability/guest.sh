@@ -34,7 +34,7 @@ until_true() { # condition, tenths of a second
 collector=
 start_collector() { # name
   rm -f "$work/attached" "$work/detach"
-  "$bin/custos" collect -o "$out/$1.jsonl" --events-ring-kb "$ring_kb" --attrs-ring-kb "$ring_kb" \
+  "$bin/custos" collect --force -o "$out/$1.jsonl" --events-ring-kb "$ring_kb" --attrs-ring-kb "$ring_kb" \
     --critical-ring-kb "$ring_kb" --stats-interval 0 -- \
     sh -c "touch $work/attached; until [ -e $work/detach ]; do sleep 0.1; done" 2>>"$out/$1.collect.log" &
   collector=$!

@@ -59,7 +59,7 @@ def pipeline_once(d: Path):
     events, db = d / "events.jsonl", d / "custos.db"
     work = (f"cd {d} && echo secret > src.txt && sort src.txt > mid.txt && tr a-z A-Z < mid.txt > up.txt && "
             "cat up.txt > out.txt && cp out.txt copy.txt && mv copy.txt final.txt")
-    custos("collect", "-o", events, "--stats-interval", "0", "--", "sh", "-c", work)
+    custos("collect", "--force", "-o", events, "--stats-interval", "0", "--", "sh", "-c", work)
     custos("ingest", "-q", "--db", db, events)
     names = query_names(db, "ancestors", d / "final.txt")
     missing = [w for w in PIPELINE_WANT if not any(n == w or n.endswith(w) for n in names)]

@@ -1,6 +1,5 @@
 //! `custos collect`: options and entry point.
 
-use std::fs::File;
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
@@ -9,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
+use custos_output::{Existing, Output};
 
 use crate::collector::{collect, LsmMode, Options};
 use crate::seal::{SealKey, Sealer};
@@ -22,6 +22,10 @@ pub struct CollectArgs {
     /// (absent with --db or --archive: only there).
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// Replace an existing -o FILE (and --archive FILE). Without it an
+    /// existing file is refused and left as it is: it may be a previous recording.
+    #[arg(long)]
+    pub force: bool,
     /// Only these syscalls: comma-separated names or categories (process, file,
     /// network, credential, module, mount, memory, ipc). Default: the whole set.
     #[arg(long, value_name = "LIST")]
@@ -117,6 +121,43 @@ impl CollectArgs {
         }
         Ok(())
     }
+
+    /// What an existing file at -o (or another output of this run) means.
+    pub fn existing(&self) -> Existing {
+        Existing::unless_forced(self.force)
+    }
+
+    /// Every option checked, and every file this run will write (-o and the
+    /// caller's `outputs`), before anything is attached, created or truncated.
+    pub fn validate(&self, outputs: &[Output<'_>]) -> Result<()> {
+        if self.stats_interval < 0.0 || !self.stats_interval.is_finite() {
+            anyhow::bail!("--stats-interval must be a number of seconds ≥ 0");
+        }
+        if let Some(secs) = self.duration {
+            if !(secs > 0.0 && secs.is_finite()) {
+                anyhow::bail!("--duration must be a positive number of seconds");
+            }
+        }
+        if self.reorder_buffer_mb == 0 || self.reorder_buffer_mb > 1 << 20 {
+            anyhow::bail!("--reorder-buffer-mb must be between 1 and 1048576");
+        }
+        if self.output_buffer_mb == 0 || self.output_buffer_mb > 1 << 20 {
+            anyhow::bail!("--output-buffer-mb must be between 1 and 1048576");
+        }
+        if !self.no_seal && self.seal_every == 0 {
+            anyhow::bail!("--seal-every must be at least 1 line");
+        }
+        crate::syscalls::select(self.syscalls.as_deref())?;
+        crate::collector::check_ring_kb("critical", self.critical_ring_kb)?;
+        crate::collector::check_ring_kb("events", self.events_ring_kb)?;
+        crate::collector::check_ring_kb("attrs", self.attrs_ring_kb)?;
+        let mut all: Vec<Output<'_>> = Vec::with_capacity(outputs.len() + 1);
+        if let Some(p) = &self.output {
+            all.push(Output::new("-o/--output", p, self.existing()));
+        }
+        all.extend_from_slice(outputs);
+        custos_output::check(&all, &[])
+    }
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -163,9 +204,9 @@ pub fn run_with_sink(
         return Ok(0);
     }
     args.check_features_only(&[("--db/--archive", sink.is_some())])?;
-    let stats_interval = if args.stats_interval < 0.0 || !args.stats_interval.is_finite() {
-        anyhow::bail!("--stats-interval must be a number of seconds ≥ 0");
-    } else if args.stats_interval == 0.0 {
+    // Before the output is created: a bad option must not cost an old recording.
+    args.validate(&[])?;
+    let stats_interval = if args.stats_interval == 0.0 {
         None
     } else {
         Some(Duration::from_secs_f64(args.stats_interval))
@@ -185,22 +226,15 @@ pub fn run_with_sink(
         workflows: !args.no_workflows,
     };
     // No buffering here: the OffloadWriter below hands these whole chunks.
-    let output: Option<Box<dyn Write + Send>> = match &args.output {
-        Some(p) if p.as_os_str() != "-" => {
-            Some(Box::new(File::create(p).with_context(|| {
-                format!("creating output file {}", p.display())
-            })?))
-        }
-        Some(_) => Some(Box::new(std::io::stdout())),
-        None if sink.is_some() || args.features_only => None,
-        None => Some(Box::new(std::io::stdout())),
-    };
-    if args.reorder_buffer_mb == 0 || args.reorder_buffer_mb > 1 << 20 {
-        anyhow::bail!("--reorder-buffer-mb must be between 1 and 1048576");
-    }
-    if args.output_buffer_mb == 0 || args.output_buffer_mb > 1 << 20 {
-        anyhow::bail!("--output-buffer-mb must be between 1 and 1048576");
-    }
+    let output: Option<Box<dyn Write + Send>> =
+        match &args.output {
+            Some(p) if p.as_os_str() != "-" => Some(Box::new(custos_output::create(
+                &Output::new("-o/--output", p, args.existing()),
+            )?)),
+            Some(_) => Some(Box::new(std::io::stdout())),
+            None if sink.is_some() || args.features_only => None,
+            None => Some(Box::new(std::io::stdout())),
+        };
     // The last stage counts the lines it is done with: the sink when there is one.
     let (sink, lines_done, writer_counts) = match sink {
         Some((s, done)) => (Some(s), done, None),
@@ -224,9 +258,6 @@ pub fn run_with_sink(
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
     }
     if let Some(secs) = args.duration {
-        if !(secs > 0.0 && secs.is_finite()) {
-            anyhow::bail!("--duration must be a positive number of seconds");
-        }
         std::thread::spawn(move || {
             std::thread::sleep(Duration::from_secs_f64(secs));
             STOP.store(true, Ordering::SeqCst);

@@ -139,7 +139,7 @@ fn host_root() -> Result<(u32, u64)> {
     Ok((major << 20 | minor, m.ino()))
 }
 
-fn check_ring_kb(name: &str, kb: u32) -> Result<u32> {
+pub(crate) fn check_ring_kb(name: &str, kb: u32) -> Result<u32> {
     let bytes = (kb as u64) * 1024;
     let page = 4096u64;
     if bytes < page || !bytes.is_power_of_two() || bytes > (1 << 30) {

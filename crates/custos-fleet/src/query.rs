@@ -1137,6 +1137,7 @@ pub fn graph(args: GraphArgs) -> Result<i32> {
         .clickhouse
         .as_deref()
         .context("--clickhouse is needed to ask the fleet")?;
+    args.check_outputs(&[])?;
     let mut fleet = Fleet::connect(url, &args.fleet.clickhouse_db)?;
     let a = answer(&mut fleet, &args.query, args.container.as_deref())?;
     custos_store::cli::draw(&args, a)

@@ -110,8 +110,9 @@ pub struct SchedArgs {
     pub availability_high: f64,
 
     /// Which policy puts tasks in queues: the static thresholds below, or the
-    /// learned integer network (seed 000 §4.2) from --model. A learned policy
-    /// whose model cannot be used falls back to static, and says so.
+    /// learned integer network (seed 000 §4.2) from --model. A model named
+    /// by --model that cannot be used is an error; the shipped model, if it
+    /// cannot be used, falls back to static, and says so.
     #[arg(long, value_enum, default_value_t = PolicyKind::Static)]
     pub policy: PolicyKind,
 

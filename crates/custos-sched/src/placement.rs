@@ -921,6 +921,14 @@ fn record(args: &RecordArgs) -> Result<i32> {
         .ring_kb
         .checked_mul(1024)
         .context("--ring-kb is too large")?;
+    custos_output::check(
+        &[custos_output::Output::new(
+            "-o/--out",
+            &args.out,
+            custos_output::Existing::Replace,
+        )],
+        &[],
+    )?;
     let mut out = BufWriter::new(
         File::create(&args.out).with_context(|| format!("cannot create {}", args.out.display()))?,
     );
@@ -1031,6 +1039,16 @@ pub fn train(args: &TrainPlacementArgs) -> Result<TrainPlacementReport> {
         Some(n) => n,
         None => possible_cpus()?,
     };
+    // Where the model goes, checked before training (not after it).
+    let inputs: Vec<&std::path::Path> = args.recordings.iter().map(PathBuf::as_path).collect();
+    custos_output::check(
+        &[custos_output::Output::new(
+            "-o/--out",
+            &args.out,
+            custos_output::Existing::Replace,
+        )],
+        &inputs,
+    )?;
     // Two passes over the recordings, so that memory holds only the windows
     // trained on (--max-windows of them), not the recordings: the first
     // counts windows and reports bad lines, the second keeps every

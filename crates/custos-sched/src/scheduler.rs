@@ -96,8 +96,9 @@ pub struct PolicyChoice {
     pub description: String,
 }
 
-/// --policy learned with a model that cannot be used falls back to static
-/// and says why; only training needs a usable start, so there it is an error.
+/// --policy learned with a model that cannot be used: the shipped model
+/// falls back to static and says why; a model the user named (--model) is
+/// an error, as is any for training, which needs a usable start.
 fn choose_policy(args: &SchedArgs, nr_queues: u32) -> Result<PolicyChoice> {
     if args.policy != PolicyKind::Learned {
         if args.train {
@@ -144,6 +145,10 @@ fn choose_policy(args: &SchedArgs, nr_queues: u32) -> Result<PolicyChoice> {
         }),
         (Ok(None), false) => unreachable!("without --model the shipped model is loaded"),
         (Err(e), true) => Err(e.context("--train cannot start from this model")),
+        // Asked for by name: running another policy instead would not be what was asked.
+        (Err(e), false) if args.model.is_some() => Err(e.context(format!(
+            "--model {name}: the learned policy cannot use it (leave out --model for the shipped model, or fix the file)"
+        ))),
         (Err(e), false) => {
             warn!("learned policy unavailable, falling back to the static policy: {e:#}");
             Ok(PolicyChoice {
@@ -239,6 +244,22 @@ impl Config {
             );
         }
         let policy = choose_policy(args, nr_queues)?;
+        // The files this run writes, checked before anything is attached. A
+        // model, transitions or statistics of an earlier run are replaced:
+        // these are re-made by running again, not evidence.
+        let outputs: Vec<custos_output::Output<'_>> = [
+            ("--record-transitions", &args.record_transitions),
+            ("--save-model", &args.save_model),
+            ("--stats-json", &args.stats_json),
+        ]
+        .into_iter()
+        .filter_map(|(flag, p)| {
+            p.as_deref()
+                .map(|p| custos_output::Output::new(flag, p, custos_output::Existing::Replace))
+        })
+        .collect();
+        let model_input: Vec<&std::path::Path> = args.model.as_deref().into_iter().collect();
+        custos_output::check(&outputs, &model_input)?;
         let emit_transitions =
             args.record_transitions.is_some() || args.train || args.emit_transitions;
         let explore_pct = args.explore_pct.unwrap_or(if args.train { 5 } else { 0 });
@@ -1035,5 +1056,44 @@ mod tests {
         assert_eq!(c.placement_limits.stale_ns, 5_000_000);
         assert!(config(&["--placement-model", good.to_str().unwrap()]).is_err());
         assert!(config(&["--placement", "gru", "--placement-stale-ms", "0"]).is_err());
+    }
+
+    /// A model the user named and the policy cannot use is an error, before
+    /// anything is attached; the shipped model needs no file.
+    #[test]
+    fn a_named_model_that_cannot_be_used_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing.json");
+        let corrupt = dir.path().join("corrupt.json");
+        std::fs::write(&corrupt, "{\"not\": \"a model\"}").unwrap();
+        for bad in [&missing, &corrupt] {
+            let e = config(&["--policy", "learned", "--model", bad.to_str().unwrap()])
+                .err()
+                .unwrap_or_else(|| panic!("{} accepted", bad.display()));
+            let msg = format!("{e:#}");
+            assert!(
+                msg.contains("--model") && msg.contains(bad.to_str().unwrap()),
+                "{msg}"
+            );
+        }
+        let c = config(&["--policy", "learned"]).unwrap();
+        assert_eq!(
+            c.policy.kind,
+            PolicyKind::Learned,
+            "{}",
+            c.policy.description
+        );
+        // Writing the statistics over the model read is refused.
+        let model = dir.path().join("model.json");
+        let m = custos_policy::model::Model::from_bytes(
+            custos_policy::model::DEFAULT_MODEL,
+            custos_policy::model::DEFAULT_MODEL_NAME,
+        )
+        .unwrap();
+        m.save(&model).unwrap();
+        let before = std::fs::read(&model).unwrap();
+        let p = model.to_str().unwrap();
+        assert!(config(&["--policy", "learned", "--model", p, "--stats-json", p]).is_err());
+        assert_eq!(std::fs::read(&model).unwrap(), before);
     }
 }

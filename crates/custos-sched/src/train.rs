@@ -168,6 +168,23 @@ pub fn run(args: TrainArgs) -> Result<i32> {
     if !matches!(args.weight_bits, 4 | 8) {
         bail!("--weight-bits must be 8 or 4 (got {})", args.weight_bits);
     }
+    // Where the model goes, checked before training (not after it).
+    if let Some(out) = &args.out {
+        let inputs: Vec<&std::path::Path> = args
+            .recordings
+            .iter()
+            .chain(&args.from)
+            .map(PathBuf::as_path)
+            .collect();
+        custos_output::check(
+            &[custos_output::Output::new(
+                "--out",
+                out,
+                custos_output::Existing::Replace,
+            )],
+            &inputs,
+        )?;
+    }
     if args.inference_cost {
         return run_inference_cost(args);
     }

@@ -3,8 +3,9 @@
 //! for every line it emits; `custos ingest --archive` does the same for its input.
 
 use anyhow::{bail, Context, Result};
+use custos_output::{Existing, Output};
 use std::fs::File;
-use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
 enum Sink {
@@ -24,24 +25,35 @@ pub struct Recorder {
     lines: u64,
 }
 
+/// The compression an archive's name picks; an error for any other name.
+/// Checked before the file is created (the CLIs call it from their checks).
+pub fn check_name(path: &Path) -> Result<()> {
+    let name = path.to_string_lossy();
+    if name.ends_with(".zst") || name.ends_with(".zstd") || name.ends_with(".gz") {
+        return Ok(());
+    }
+    bail!(
+        "archive {}: name must end in .zst or .gz (that picks the compression)",
+        path.display()
+    )
+}
+
 impl Recorder {
-    pub fn create(path: &Path) -> Result<Self> {
+    /// Creates the archive at `path`; an existing file there is as `existing`
+    /// says (the CLIs have checked the path with custos_output::check).
+    pub fn create(path: &Path, existing: Existing) -> Result<Self> {
+        // The name first: a wrong one must not empty the file it names.
+        check_name(path)?;
         let name = path.to_string_lossy();
-        let file =
-            File::create(path).with_context(|| format!("creating archive {}", path.display()))?;
+        let file = custos_output::create(&Output::new("--archive", path, existing))?;
         let out = BufWriter::with_capacity(1 << 20, file);
-        let sink = if name.ends_with(".zst") || name.ends_with(".zstd") {
-            Sink::Zstd(zstd::stream::write::Encoder::new(out, ZSTD_LEVEL).context("starting zstd")?)
-        } else if name.ends_with(".gz") {
+        let sink = if name.ends_with(".gz") {
             Sink::Gzip(flate2::write::GzEncoder::new(
                 out,
                 flate2::Compression::default(),
             ))
         } else {
-            bail!(
-                "archive {}: name must end in .zst or .gz (that picks the compression)",
-                path.display()
-            );
+            Sink::Zstd(zstd::stream::write::Encoder::new(out, ZSTD_LEVEL).context("starting zstd")?)
         };
         Ok(Self {
             sink,
@@ -85,30 +97,28 @@ impl Recorder {
     }
 }
 
+/// An input stream, buffered (its buffer can be looked at without reading).
+pub type Input = BufReader<Box<dyn Read + Send>>;
+
 /// Opens an input stream: `-` is stdin; `.zst`/`.gz` files are decompressed.
-pub fn open_input(path: &Path) -> Result<Box<dyn BufRead + Send>> {
-    if path.as_os_str() == "-" {
-        return Ok(Box::new(BufReader::with_capacity(
-            1 << 20,
-            std::io::stdin(),
-        )));
-    }
-    let file = File::open(path).with_context(|| format!("opening input {}", path.display()))?;
-    let name = path.to_string_lossy();
-    Ok(if name.ends_with(".zst") || name.ends_with(".zstd") {
-        Box::new(BufReader::with_capacity(
-            1 << 20,
-            zstd::stream::read::Decoder::new(file)
-                .with_context(|| format!("reading zstd {}", path.display()))?,
-        ))
-    } else if name.ends_with(".gz") {
-        Box::new(BufReader::with_capacity(
-            1 << 20,
-            flate2::read::MultiGzDecoder::new(file),
-        ))
+pub fn open_input(path: &Path) -> Result<Input> {
+    let raw: Box<dyn Read + Send> = if path.as_os_str() == "-" {
+        Box::new(std::io::stdin())
     } else {
-        Box::new(BufReader::with_capacity(1 << 20, file))
-    })
+        let file = File::open(path).with_context(|| format!("opening input {}", path.display()))?;
+        let name = path.to_string_lossy();
+        if name.ends_with(".zst") || name.ends_with(".zstd") {
+            Box::new(
+                zstd::stream::read::Decoder::new(file)
+                    .with_context(|| format!("reading zstd {}", path.display()))?,
+            )
+        } else if name.ends_with(".gz") {
+            Box::new(flate2::read::MultiGzDecoder::new(file))
+        } else {
+            Box::new(file)
+        }
+    };
+    Ok(BufReader::with_capacity(1 << 20, raw))
 }
 
 #[cfg(test)]
@@ -121,7 +131,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         for name in ["a.jsonl.zst", "a.jsonl.gz"] {
             let p = dir.path().join(name);
-            let mut r = Recorder::create(&p).unwrap();
+            let mut r = Recorder::create(&p, Existing::Refuse).unwrap();
             for i in 0..1000 {
                 r.write_line(&format!("{{\"type\":\"event\",\"id\":{i}}}"))
                     .unwrap();
@@ -133,6 +143,15 @@ mod tests {
             assert!(s.lines().nth(999).unwrap().contains("999"));
             assert!(std::fs::metadata(&p).unwrap().len() < s.len() as u64 / 4);
         }
-        assert!(Recorder::create(&dir.path().join("a.jsonl")).is_err());
+        // A wrong name is refused before the file is touched.
+        let raw = dir.path().join("a.jsonl");
+        std::fs::write(&raw, "kept\n").unwrap();
+        assert!(Recorder::create(&raw, Existing::Replace).is_err());
+        assert_eq!(std::fs::read_to_string(&raw).unwrap(), "kept\n");
+        // An existing archive only when asked to replace it.
+        let zst = dir.path().join("a.jsonl.zst");
+        let before = std::fs::read(&zst).unwrap();
+        assert!(Recorder::create(&zst, Existing::Refuse).is_err());
+        assert_eq!(std::fs::read(&zst).unwrap(), before);
     }
 }

@@ -2,12 +2,14 @@
 
 use crate::archive::{open_input, Recorder};
 use crate::ingest::{IngestOptions, Ingestor};
+use crate::linereader::{LineReader, Msg};
 use crate::query::{self, Answer, Direction, Window};
 use crate::render;
 use crate::timefmt::parse_time;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
-use std::io::{BufRead, Write};
+use custos_output::{Existing, Output};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -28,6 +30,14 @@ pub struct IngestArgs {
     /// Also record the input stream, compressed, to this file (`.zst` or `.gz`).
     #[arg(long)]
     pub archive: Option<PathBuf>,
+    /// Replace an existing --archive file (without it, an existing file is
+    /// refused and left as it is: it may be an earlier recording).
+    #[arg(long)]
+    pub force: bool,
+    /// A longer line is not read whole: it is counted and kept in the
+    /// rejects table as its first 4096 bytes and its length, and the ingest goes on.
+    #[arg(long, default_value_t = crate::linereader::DEFAULT_MAX_LINE_BYTES, value_name = "BYTES")]
+    pub max_line_bytes: u64,
     /// Only record the archive (needs --archive); no database is touched.
     /// The cheapest way to keep everything; ingest the archive later.
     #[arg(long, requires = "archive")]
@@ -52,6 +62,58 @@ pub struct IngestArgs {
     /// Do not seal the committed batches.
     #[arg(long, conflicts_with = "seal_key")]
     pub no_seal: bool,
+}
+
+impl IngestArgs {
+    /// The inputs; none is stdin.
+    fn inputs(&self) -> Vec<PathBuf> {
+        match self.inputs.is_empty() {
+            true => vec![PathBuf::from("-")],
+            false => self.inputs.clone(),
+        }
+    }
+
+    /// Every option, every input and every file this run writes (the
+    /// archive, the store), checked before any of them is opened.
+    pub fn validate(&self) -> Result<()> {
+        if self.batch == 0 {
+            bail!("--batch must be at least 1 line");
+        }
+        if self.batch_interval_ms == 0 {
+            bail!("--batch-interval-ms must be at least 1");
+        }
+        if !(1024..=1 << 30).contains(&self.max_line_bytes) {
+            bail!(
+                "--max-line-bytes must be between 1024 and 1073741824 (SQLite's limit on a value; got {})",
+                self.max_line_bytes
+            );
+        }
+        let inputs = self.inputs();
+        if inputs.iter().filter(|p| p.as_os_str() == "-").count() > 1 {
+            bail!("stdin (-) is named more than once");
+        }
+        if self.archive.is_some() && !self.archive_only && inputs.len() > 1 {
+            bail!("--archive records one stream; give one input per run");
+        }
+        for input in inputs.iter().filter(|p| p.as_os_str() != "-") {
+            std::fs::File::open(input).with_context(|| format!("input {}", input.display()))?;
+        }
+        let mut outputs = Vec::new();
+        if let Some(a) = &self.archive {
+            crate::archive::check_name(a)?;
+            outputs.push(Output::new(
+                "--archive",
+                a,
+                Existing::unless_forced(self.force),
+            ));
+        }
+        if !self.archive_only {
+            // The store grows with every ingest: an existing one is the point.
+            outputs.push(Output::new("--db", &self.store.db, Existing::Append));
+        }
+        let inputs: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
+        custos_output::check(&outputs, &inputs)
+    }
 }
 
 #[derive(Args, Debug, Clone, Default)]
@@ -173,7 +235,8 @@ pub struct GraphArgs {
     pub store: StoreArg,
     #[command(flatten)]
     pub fleet: FleetArg,
-    /// Output prefix: writes PREFIX.dot and PREFIX.svg, or PREFIX.json.
+    /// Output prefix: writes PREFIX.dot and PREFIX.svg, or PREFIX.json
+    /// (replacing them: a picture is made again from the store at will).
     #[arg(long, short, default_value = "provenance")]
     pub output: PathBuf,
     #[arg(long, value_enum, default_value = "dot")]
@@ -281,9 +344,38 @@ pub fn graph(args: GraphArgs) -> Result<i32> {
     if !hide.is_empty() && args.format == GraphFormat::ProvJson {
         bail!("--hide shapes a picture; PROV-JSON keeps the whole answer (leave out --hide or use --format dot)");
     }
+    args.check_outputs(&[&args.store.db])?;
     let conn = crate::schema::open_ro(&args.store.db)?;
     let a = answer(&conn, &args.query, args.container.as_deref())?;
     draw(&args, a)
+}
+
+impl GraphArgs {
+    /// The files this answer is drawn into (PREFIX.dot and .svg, or .json).
+    fn outputs(&self) -> Vec<PathBuf> {
+        let exts: &[&str] = match self.format {
+            GraphFormat::ProvJson => &[".json"],
+            GraphFormat::Dot => &[".dot", ".svg"],
+        };
+        exts.iter()
+            .map(|ext| {
+                let mut p = self.output.clone().into_os_string();
+                p.push(ext);
+                p.into()
+            })
+            .collect()
+    }
+
+    /// The pictures are checked before the store is asked (a wrong -o costs
+    /// no long query) and must not be what is read (`inputs`: the store).
+    pub fn check_outputs(&self, inputs: &[&Path]) -> Result<()> {
+        let paths = self.outputs();
+        let outputs: Vec<Output<'_>> = paths
+            .iter()
+            .map(|p| Output::new("-o/--output", p, Existing::Replace))
+            .collect();
+        custos_output::check(&outputs, inputs)
+    }
 }
 
 /// Writes an answer as `custos graph` does (DOT and SVG, or PROV-JSON).
@@ -360,51 +452,39 @@ pub fn render_svg(dot_path: &Path, svg_path: &Path) -> Result<()> {
     Ok(())
 }
 
-enum Msg {
-    Line(Vec<u8>),
-    Failed(anyhow::Error),
-}
-
-fn spawn_reader(mut input: Box<dyn BufRead + Send>, name: String) -> mpsc::Receiver<Msg> {
-    let (tx, rx) = mpsc::sync_channel(1 << 16);
-    std::thread::spawn(move || {
-        let mut buf = Vec::with_capacity(4096);
-        loop {
-            buf.clear();
-            match input.read_until(b'\n', &mut buf) {
-                Ok(0) => break,
-                Ok(_) => {
-                    if buf.last() == Some(&b'\n') {
-                        buf.pop();
-                    }
-                    if tx.send(Msg::Line(buf.clone())).is_err() {
-                        break;
-                    }
-                }
-                Err(e) => {
-                    let _ = tx.send(Msg::Failed(
-                        anyhow::Error::new(e).context(format!("reading {name}")),
-                    ));
-                    break;
-                }
-            }
+/// Hands one line from the reader to the store; `offset` follows the
+/// stream's bytes of the lines handed over.
+fn feed(ing: &mut Ingestor, msg: Msg, offset: &mut u64, limit: u64) -> Result<Option<crate::Ack>> {
+    let ack = match msg {
+        Msg::Line { text, len } => {
+            *offset += len;
+            ing.push_bytes(&text)?
         }
-    });
-    rx
+        Msg::Overlong {
+            head,
+            line_bytes,
+            len,
+        } => {
+            *offset += len;
+            ing.push_overlong(&head, line_bytes, limit)?
+        }
+        Msg::Failed(e) => return Err(e),
+    };
+    Ok(ack)
 }
 
 pub fn ingest(args: IngestArgs) -> Result<i32> {
-    let inputs = if args.inputs.is_empty() {
-        vec![PathBuf::from("-")]
-    } else {
-        args.inputs.clone()
-    };
+    // Before anything is opened: a bad option must not cost an old archive.
+    args.validate()?;
+    let inputs = args.inputs();
     if args.archive_only {
         return archive_only(
             &inputs,
             args.archive
                 .as_deref()
                 .context("--archive-only needs --archive FILE")?,
+            Existing::unless_forced(args.force),
+            args.max_line_bytes,
         );
     }
     // Ctrl-C / SIGTERM on a live stream: commit what was read, then stop.
@@ -414,16 +494,18 @@ pub fn ingest(args: IngestArgs) -> Result<i32> {
         ctrlc::set_handler(move || stop.store(true, std::sync::atomic::Ordering::SeqCst))
             .context("installing the Ctrl-C handler")?;
     }
-    if args.archive.is_some() && inputs.len() > 1 {
-        bail!("--archive records one stream; give one input per run");
-    }
+    let limit = args.max_line_bytes;
     for input in inputs {
         let name = input.display().to_string();
         let reader = open_input(&input)?;
-        let archive = args.archive.as_deref().map(Recorder::create).transpose()?;
+        let archive = args
+            .archive
+            .as_deref()
+            .map(|a| Recorder::create(a, Existing::unless_forced(args.force)))
+            .transpose()?;
         let opts = IngestOptions {
-            batch_lines: args.batch.max(1),
-            batch_interval: Duration::from_millis(args.batch_interval_ms.max(1)),
+            batch_lines: args.batch,
+            batch_interval: Duration::from_millis(args.batch_interval_ms),
             source: name.clone(),
             archive,
             reorder_window_ns: args.reorder_window_ms.saturating_mul(1_000_000),
@@ -437,7 +519,7 @@ pub fn ingest(args: IngestArgs) -> Result<i32> {
             ..Default::default()
         };
         let mut ing = Ingestor::open(&args.store.db, opts)?;
-        let rx = spawn_reader(reader, name.clone());
+        let lines = LineReader::spawn(reader, name.clone(), limit);
         let quiet = args.quiet;
         let ack = |a: Option<crate::Ack>| {
             if let (Some(a), false) = (a, quiet) {
@@ -451,22 +533,38 @@ pub fn ingest(args: IngestArgs) -> Result<i32> {
         };
         let started = Instant::now();
         let mut last_progress = Instant::now();
-        let mut interrupted = false;
+        let mut interrupted = None;
+        // Bytes of the stream (decompressed) in the lines handed to the store.
+        let mut offset = 0u64;
+        let mut failed = None;
         loop {
             if stop.load(std::sync::atomic::Ordering::SeqCst) {
-                interrupted = true;
+                // Every line already read goes in too: from a pipe it could
+                // not be read again.
+                let stopped = lines.stop(|m| match feed(&mut ing, m, &mut offset, limit) {
+                    Ok(a) => {
+                        ack(a);
+                        Ok(())
+                    }
+                    Err(e) => {
+                        failed = Some(e);
+                        Ok(())
+                    }
+                })?;
+                interrupted = Some(stopped);
                 break;
             }
-            match rx.recv_timeout(Duration::from_millis(args.batch_interval_ms.clamp(1, 200))) {
-                Ok(Msg::Line(l)) => ack(ing
-                    .push_bytes(&l)
-                    .with_context(|| format!("{name}: ingesting"))?),
-                Ok(Msg::Failed(e)) => {
-                    // Keep what was read: commit it, then report the read error.
-                    ack(ing.commit()?);
-                    let _ = ing.finish();
-                    return Err(e);
-                }
+            match lines
+                .rx
+                .recv_timeout(Duration::from_millis(args.batch_interval_ms.clamp(1, 200)))
+            {
+                Ok(m) => match feed(&mut ing, m, &mut offset, limit) {
+                    Ok(a) => ack(a),
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
+                },
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
             }
@@ -482,16 +580,32 @@ pub fn ingest(args: IngestArgs) -> Result<i32> {
                 last_progress = Instant::now();
             }
         }
+        if let Some(e) = failed {
+            // Keep what was read: commit it, then report the error.
+            ack(ing.commit()?);
+            let _ = ing.finish();
+            return Err(e.context(format!("{name}: ingesting")));
+        }
         let (s, last) = ing.finish()?;
         ack(last);
-        if interrupted {
+        if let Some(stopped) = &interrupted {
             eprintln!(
-                "custos ingest: {name}: interrupted; everything read so far is committed (line {})",
-                s.lines
+                "custos ingest: {name}: interrupted; committed all {} lines read ({} of them still queued when the signal came); a re-run resumes at byte {offset} of the {}stream{}",
+                s.lines,
+                stopped.drained,
+                if name.ends_with(".zst") || name.ends_with(".zstd") || name.ends_with(".gz") {
+                    "decompressed "
+                } else {
+                    ""
+                },
+                match stopped.partial_bytes {
+                    0 => String::new(),
+                    n => format!("; {n} bytes of an unfinished line after it were read and not stored"),
+                }
             );
         }
         eprintln!(
-            "custos ingest: {name}: {} lines in {:.1}s: {} new events, {} already stored, {} loss records ({} events lost), {} malformed lines skipped{}, {} nodes and {} edges added{}",
+            "custos ingest: {name}: {} lines in {:.1}s: {} new events, {} already stored, {} loss records ({} events lost), {} malformed lines skipped{}{}, {} nodes and {} edges added{}",
             s.lines,
             s.seconds,
             s.events_new,
@@ -500,6 +614,10 @@ pub fn ingest(args: IngestArgs) -> Result<i32> {
             s.lost_events,
             s.malformed,
             if s.malformed > 0 { " (kept in the rejects table)" } else { "" },
+            match s.overlong {
+                0 => String::new(),
+                n => format!(", {n} of them longer than --max-line-bytes"),
+            },
             s.graph.nodes,
             s.graph.edges,
             if s.graph.unresolved_io > 0 {
@@ -514,7 +632,7 @@ pub fn ingest(args: IngestArgs) -> Result<i32> {
                 s.out_of_window
             );
         }
-        if interrupted {
+        if interrupted.is_some() {
             return Ok(130);
         }
     }
@@ -522,28 +640,32 @@ pub fn ingest(args: IngestArgs) -> Result<i32> {
 }
 
 /// `custos ingest --archive-only`: compress the stream(s) into one archive.
-fn archive_only(inputs: &[PathBuf], archive: &Path) -> Result<i32> {
-    let mut rec = Recorder::create(archive)?;
+fn archive_only(inputs: &[PathBuf], archive: &Path, existing: Existing, limit: u64) -> Result<i32> {
+    let mut rec = Recorder::create(archive, existing)?;
     let started = Instant::now();
     let mut raw_bytes = 0u64;
+    let mut overlong = 0u64;
     for input in inputs {
-        let mut reader = open_input(input)?;
-        let mut buf = Vec::with_capacity(4096);
-        loop {
-            buf.clear();
-            let n = reader
-                .read_until(b'\n', &mut buf)
-                .with_context(|| format!("reading {}", input.display()))?;
-            if n == 0 {
-                break;
+        let lines = LineReader::spawn(open_input(input)?, input.display().to_string(), limit);
+        for m in lines.rx.iter() {
+            // Kept byte for byte where possible; a non-UTF-8 line is kept
+            // lossily, a line over the limit as its head (both counted by ingest later).
+            match m {
+                Msg::Line { text, len } => {
+                    raw_bytes += len;
+                    rec.write_line(&String::from_utf8_lossy(&text))?;
+                }
+                Msg::Overlong { head, len, .. } => {
+                    raw_bytes += len;
+                    overlong += 1;
+                    rec.write_line(&String::from_utf8_lossy(&head))?;
+                }
+                Msg::Failed(e) => return Err(e),
             }
-            raw_bytes += n as u64;
-            if buf.last() == Some(&b'\n') {
-                buf.pop();
-            }
-            // Kept byte for byte where possible; a non-UTF-8 line is kept lossily (and counted by ingest later).
-            rec.write_line(&String::from_utf8_lossy(&buf))?;
         }
+    }
+    if overlong > 0 {
+        eprintln!("custos ingest: warning: {overlong} lines longer than --max-line-bytes were archived as their first bytes only");
     }
     let lines = rec.finish()?;
     let size = std::fs::metadata(archive).map(|m| m.len()).unwrap_or(0);

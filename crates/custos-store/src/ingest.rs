@@ -36,6 +36,9 @@ pub struct IngestSummary {
     pub losses_new: u64,
     pub lost_events: u64,
     pub malformed: u64,
+    /// Of the malformed lines, those longer than `--max-line-bytes`: kept
+    /// in `rejects` as their first bytes, never read whole.
+    pub overlong: u64,
     pub unknown_types: u64,
     /// Events that arrived older than events already applied (later than the
     /// reorder window allows): applied late, so their edges may be missing.
@@ -438,7 +441,8 @@ impl Ingestor {
                 if fresh == 1 {
                     self.raw.keep_other(line);
                     self.summary.losses_new += 1;
-                    self.summary.lost_events += l.count;
+                    // Each count is at most i64::MAX (record.rs): their sum may not be.
+                    self.summary.lost_events = self.summary.lost_events.saturating_add(l.count);
                 }
             }
             Ok(Record::Boot(id)) => {
@@ -490,6 +494,37 @@ impl Ingestor {
                 Ok(None)
             }
         }
+    }
+
+    /// A line longer than the limit, of which only `head` was kept: counted
+    /// and kept as a reject (its first bytes and its length), like any
+    /// malformed line; the archive gets the head, so its lines stay the input's.
+    pub fn push_overlong(
+        &mut self,
+        head: &[u8],
+        line_bytes: u64,
+        limit: u64,
+    ) -> Result<Option<Ack>> {
+        self.line_no += 1;
+        self.summary.lines += 1;
+        self.summary.overlong += 1;
+        let head = String::from_utf8_lossy(head);
+        if let Some(a) = self.opts.archive.as_mut() {
+            a.write_line(&head)?;
+        }
+        self.begin()?;
+        self.batch_lines += 1;
+        self.reject(
+            &head,
+            &format!(
+                "a line of {line_bytes} bytes, longer than --max-line-bytes {limit}; its first {} bytes are kept",
+                head.len()
+            ),
+        )?;
+        if self.batch_lines >= self.opts.batch_lines {
+            return self.commit();
+        }
+        Ok(None)
     }
 
     fn reject(&mut self, line: &str, msg: &str) -> Result<()> {

@@ -14,6 +14,7 @@ pub mod cli;
 pub mod effects;
 pub mod graph;
 pub mod ingest;
+pub mod linereader;
 pub mod nodes;
 pub mod query;
 pub mod rawseg;

@@ -474,6 +474,18 @@ fn need<T>(v: Option<T>, kind: &str, field: &str) -> Result<T, String> {
     v.ok_or_else(|| format!("{kind} record lacks required field `{field}`"))
 }
 
+/// A count, sequence number, id or time the store keeps as an SQLite
+/// integer (i64): larger would be stored wrapped, as a negative number.
+fn in_range(v: u64, kind: &str, field: &str) -> Result<u64, String> {
+    match i64::try_from(v) {
+        Ok(_) => Ok(v),
+        Err(_) => Err(format!(
+            "{kind} record's `{field}` {v} is past the store's range (at most {})",
+            i64::MAX
+        )),
+    }
+}
+
 /// Parses one line. Errors are messages for the user (the caller adds the line number).
 pub fn parse_line(text: &str) -> Result<Record<'_>, String> {
     // The collector's plain lines take the fast path; serde decides the rest.
@@ -505,8 +517,8 @@ fn record(l: Line<'_>) -> Result<Record<'_>, String> {
     let owned = |s: Option<Str<'_>>| s.map(|s| s.0.into_owned());
     match &*kind {
         "event" => {
-            let id = need(l.id, "event", "id")?;
-            let time_ns = need(l.time_ns, "event", "time_ns")?;
+            let id = in_range(need(l.id, "event", "id")?, "event", "id")?;
+            let time_ns = in_range(need(l.time_ns, "event", "time_ns")?, "event", "time_ns")?;
             let pid = need(l.pid, "event", "pid")?;
             let syscall = syscall_name(need(l.syscall, "event", "syscall")?.0);
             Ok(Record::Event(
@@ -556,16 +568,26 @@ fn record(l: Line<'_>) -> Result<Record<'_>, String> {
             ))
         }
         "loss" => {
-            let start_ns = need(l.start_ns, "loss", "start_ns")?;
-            let end_ns = need(l.end_ns, "loss", "end_ns")?;
+            let start_ns = in_range(need(l.start_ns, "loss", "start_ns")?, "loss", "start_ns")?;
+            let end_ns = in_range(need(l.end_ns, "loss", "end_ns")?, "loss", "end_ns")?;
+            for (field, v) in [("first_seq", l.first_seq), ("last_seq", l.last_seq)] {
+                v.map(|v| in_range(v, "loss", field)).transpose()?;
+            }
             if end_ns < start_ns {
                 return Err(format!(
                     "loss record has end_ns {end_ns} before start_ns {start_ns}"
                 ));
             }
             let count = match (l.count, l.first_seq, l.last_seq) {
-                (Some(c), _, _) => c,
-                (None, Some(f), Some(t)) if t >= f => t - f + 1,
+                (Some(c), _, _) => in_range(c, "loss", "count")?,
+                (None, Some(f), Some(t)) if t < f => {
+                    return Err(format!("loss record has last_seq {t} before first_seq {f}"))
+                }
+                // Both in range, so the span (at most i64::MAX + 1) is a u64;
+                // past i64::MAX it could not be stored.
+                (None, Some(f), Some(t)) => {
+                    in_range(t - f + 1, "loss", "count (last_seq - first_seq + 1)")?
+                }
                 _ => {
                     return Err(
                         "loss record lacks `count` (and first_seq/last_seq to derive it)".into(),
@@ -590,7 +612,7 @@ fn record(l: Line<'_>) -> Result<Record<'_>, String> {
         "boot" => Ok(Record::Boot(need(owned(l.boot_id), "boot", "boot_id")?)),
         "stats" => Ok(Record::Stats {
             boot_id: owned(l.boot_id),
-            time_ns: need(l.time_ns, "stats", "time_ns")?,
+            time_ns: in_range(need(l.time_ns, "stats", "time_ns")?, "stats", "time_ns")?,
         }),
         other => Ok(Record::Other(other.to_string())),
     }
@@ -599,6 +621,65 @@ fn record(l: Line<'_>) -> Result<Record<'_>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Counts, spans, ids and times past what the store can hold are
+    /// rejected with the reason, never wrapped into a wrong or negative number.
+    #[test]
+    fn numbers_past_the_store_s_range_are_rejected_not_wrapped() {
+        let max = u64::MAX;
+        let big = i64::MAX as u64 + 1;
+        // The count of a loss record with these fields, or why it is rejected.
+        let loss = |fields: &str| {
+            parse_line(&format!(
+                r#"{{"type":"loss","cpu":0,"category":"events","start_ns":1,"end_ns":2,{fields}}}"#
+            ))
+            .map(|r| match r {
+                Record::Loss(l) => l.count,
+                r => panic!("{r:?}"),
+            })
+        };
+        let bad = [
+            // last_seq - first_seq + 1 wraps to 0 at u64::MAX.
+            (format!(r#""first_seq":0,"last_seq":{max}"#), "last_seq"),
+            (format!(r#""first_seq":0,"last_seq":{}"#, i64::MAX), "count"),
+            (format!(r#""count":{big}"#), "count"),
+            (format!(r#""count":{max}"#), "count"),
+            (
+                r#""first_seq":9,"last_seq":4"#.to_string(),
+                "before first_seq",
+            ),
+            (
+                format!(r#""count":1,"first_seq":{big},"last_seq":{big}"#),
+                "first_seq",
+            ),
+        ];
+        for (fields, why) in bad {
+            let e = loss(&fields).expect_err(&fields);
+            assert!(e.contains(why), "{fields}: {e}");
+        }
+        // A negative count is not a count.
+        assert!(loss(r#""count":-5"#).is_err());
+        let e = parse_line(&format!(
+            r#"{{"type":"loss","cpu":0,"start_ns":1,"end_ns":{big},"count":1}}"#
+        ))
+        .expect_err("end_ns");
+        assert!(e.contains("end_ns"), "{e}");
+        // The widest span that fits is kept exactly.
+        assert_eq!(
+            loss(&format!(r#""first_seq":1,"last_seq":{}"#, i64::MAX)),
+            Ok(i64::MAX as u64)
+        );
+        for field in ["id", "time_ns"] {
+            let line = format!(
+                r#"{{"type":"event","id":1,"time_ns":1,"pid":1,"syscall":"read","{field}":{max}}}"#
+            )
+            .replacen(&format!(r#""{field}":1,"#), "", 1);
+            let e = parse_line(&line).expect_err(&line);
+            assert!(e.contains(field), "{e}");
+        }
+        let e = parse_line(&format!(r#"{{"type":"stats","time_ns":{big}}}"#)).expect_err("stats");
+        assert!(e.contains("time_ns"), "{e}");
+    }
 
     #[test]
     fn parses_event_and_loss() {

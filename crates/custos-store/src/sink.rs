@@ -149,12 +149,14 @@ impl LiveSink {
     /// `seal_key`: seal the store's batches (tamper.rs).
     pub fn start(
         db: Option<&Path>,
-        archive: Option<&Path>,
+        archive: Option<(&Path, custos_output::Existing)>,
         source: &str,
         buffer_bytes: usize,
         seal_key: Option<custos_seal::SealKey>,
     ) -> Result<(LiveSink, SinkWriter)> {
-        let recorder = archive.map(Recorder::create).transpose()?;
+        let recorder = archive
+            .map(|(path, existing)| Recorder::create(path, existing))
+            .transpose()?;
         // The collector writes its stream in causal order (docs/event-schema.md),
         // so the store applies it as it comes: no reorder window to hold.
         let opts = IngestOptions {
@@ -266,7 +268,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("s.db");
         let zst = dir.path().join("s.jsonl.zst");
-        let (sink, mut w) = LiveSink::start(Some(&db), Some(&zst), "test", 16, None).unwrap();
+        let (sink, mut w) = LiveSink::start(
+            Some(&db),
+            Some((&zst, custos_output::Existing::Refuse)),
+            "test",
+            16,
+            None,
+        )
+        .unwrap();
         let second = EVENT
             .replace(r#""id":1"#, r#""id":2"#)
             .replace(r#""seq":1"#, r#""seq":2"#);

@@ -9,6 +9,7 @@
 
 use anyhow::Result;
 use clap::Args;
+use custos_output::{Existing, Output};
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -40,11 +41,26 @@ pub fn run(cmd: CollectCmd) -> Result<i32> {
         ("--kafka", cmd.kafka.kafka.is_some()),
     ])?;
     let kafka = cmd.kafka.options()?;
-    if cmd.db.is_none() && cmd.archive.is_none() && kafka.is_none() {
-        return custos_collector::cli::run(cmd.collect);
-    }
     if cmd.sink_buffer_mb == 0 || cmd.sink_buffer_mb > 1 << 20 {
         anyhow::bail!("--sink-buffer-mb must be between 1 and 1048576");
+    }
+    // Every option and every file this run writes, before the store or the
+    // archive is opened: a typo must not cost an earlier recording.
+    let existing = cmd.collect.existing();
+    if !cmd.collect.list_syscalls {
+        let mut outputs = Vec::new();
+        if let Some(db) = &cmd.db {
+            // The store grows with every run: an existing one is the point.
+            outputs.push(Output::new("--db", db, Existing::Append));
+        }
+        if let Some(a) = &cmd.archive {
+            custos_store::archive::check_name(a)?;
+            outputs.push(Output::new("--archive", a, existing));
+        }
+        cmd.collect.validate(&outputs)?;
+    }
+    if cmd.db.is_none() && cmd.archive.is_none() && kafka.is_none() {
+        return custos_collector::cli::run(cmd.collect);
     }
     let store = match cmd.db.is_some() || cmd.archive.is_some() {
         true => {
@@ -58,7 +74,7 @@ pub fn run(cmd: CollectCmd) -> Result<i32> {
             };
             Some(custos_store::sink::LiveSink::start(
                 cmd.db.as_deref(),
-                cmd.archive.as_deref(),
+                cmd.archive.as_deref().map(|a| (a, existing)),
                 "custos collect",
                 cmd.sink_buffer_mb << 20,
                 seal_key,

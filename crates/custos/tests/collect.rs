@@ -853,3 +853,97 @@ fn scripted_chains_under(login_shell: &str) {
         "the store lists the chain as the stream has it"
     );
 }
+
+/// SIGTERM in the middle of a flood: the collector drains and accounts for
+/// everything (produced = delivered + dropped in its final stats and on
+/// stderr) and the file ends with a whole line, the final seal.
+#[test]
+fn sigterm_mid_flood_drains_accounts_and_ends_on_a_whole_line() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("events.jsonl");
+    let mut collector = Command::new(env!("CARGO_BIN_EXE_custos"))
+        .args(["collect", "--stats-interval", "0", "-o"])
+        .arg(&out)
+        .args(["--events-ring-kb", "64", "--attrs-ring-kb", "64"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Attached: the stream has begun.
+    let t0 = std::time::Instant::now();
+    while std::fs::metadata(&out).map_or(0, |m| m.len()) == 0 {
+        assert!(t0.elapsed().as_secs() < 60, "the collector never started");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let flood: Vec<_> = (0..4)
+        .map(|_| {
+            Command::new("dd")
+                .args(["if=/dev/zero", "of=/dev/null", "bs=1", "count=100000000"])
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    // Mid-flood: the stream is growing fast.
+    let grown = std::fs::metadata(&out).unwrap().len() + (8 << 20);
+    while std::fs::metadata(&out).unwrap().len() < grown {
+        assert!(
+            t0.elapsed().as_secs() < 120,
+            "the flood never reached the stream"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let term = Command::new("kill")
+        .args(["-TERM", &collector.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let status = collector.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut collector.stderr.take().unwrap(), &mut err).unwrap();
+    for mut p in flood {
+        let _ = p.kill();
+        let _ = p.wait();
+    }
+    assert_eq!(status.code(), Some(0), "{err}");
+    let n = |after: &str| -> u64 {
+        err.split(after)
+            .nth(1)
+            .unwrap_or_else(|| panic!("{after}: {err}"))
+            .split(|c: char| !c.is_ascii_digit())
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let (produced, delivered, dropped) = (
+        n("custos collect: produced "),
+        n(" = delivered "),
+        n(" + dropped "),
+    );
+    assert_eq!(produced, delivered + dropped, "{err}");
+    assert!(produced > 100_000, "a flood: {err}");
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(text.ends_with('\n'), "the last line is whole");
+    let last_lines: Vec<serde_json::Value> = text
+        .lines()
+        .rev()
+        .take(3)
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(last_lines[0]["type"], "seal");
+    assert_eq!(last_lines[0]["final"], true);
+    let stats = text
+        .lines()
+        .rev()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|l| l["type"] == "stats")
+        .unwrap();
+    assert_eq!(stats["final"], true);
+    assert_eq!(stats["invariant_holds"], true);
+    assert_eq!(stats["produced"].as_u64().unwrap(), produced);
+    assert_eq!(
+        stats["produced"].as_u64().unwrap(),
+        stats["delivered"].as_u64().unwrap() + stats["dropped"].as_u64().unwrap()
+    );
+}

@@ -1,7 +1,7 @@
 //! The learned queue policy in the sched_ext VM (issue 10), one boot
 //! (tests/guest/learned.sh): a model's network decides in the kernel (a
-//! given model, and the shipped one without --model), a corrupt model falls
-//! back to the static policy and says so, the network is masked while
+//! given model, and the shipped one without --model), a corrupt model named
+//! by --model is an error, the network is masked while
 //! there is no provenance pressure, and online
 //! training, in the scheduler and by `custos train --online` beside it,
 //! visibly replaces the kernel's weights (their generation grows); the
@@ -71,23 +71,12 @@ fn the_learned_policy_runs_falls_back_and_trains_online_in_the_kernel() {
         "stdout: {stdout}\nstderr: {stderr}"
     );
 
-    // Corrupt: runs, static, and the log and the stats say why.
-    assert_eq!(r["corrupt.rc"], "0", "{}", log(dir, "corrupt.log"));
+    // Corrupt, named by --model: refused before attaching, saying why.
+    assert_eq!(r["corrupt.rc"], "1", "{}", log(dir, "corrupt.log"));
     let corrupt_log = log(dir, "corrupt.log");
-    assert!(
-        corrupt_log.contains("falling back to the static policy"),
-        "{corrupt_log}"
-    );
+    assert!(corrupt_log.contains("--model"), "{corrupt_log}");
     assert!(corrupt_log.contains("checksum mismatch"), "{corrupt_log}");
-    let s = stats(dir, "corrupt-stats.json");
-    assert!(
-        s["policy"]
-            .as_str()
-            .unwrap()
-            .starts_with("static (learned unavailable"),
-        "{s}"
-    );
-    assert_eq!(s["inferences"], 0, "{s}");
+    assert!(!dir.join("corrupt-stats.json").exists());
 
     // Without pressure the budgeted queues are masked: the network never
     // runs, and nobody is budgeted (unmasked, the shipped model budgeted

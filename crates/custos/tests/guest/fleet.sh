@@ -13,7 +13,7 @@ ip link set lo up
 ip addr add "$GUEST_IP/24" dev "$NIC" && ip link set "$NIC" up
 echo "net.rc $?"
 echo "a secret of the vm's" > "$OUT/vm-secret"
-"$B/custos" collect --kafka "$BROKER" --topic "$TOPIC" --host-id vm -o "$OUT/vm.jsonl" -- python3 -c '
+"$B/custos" collect --kafka "$BROKER" --topic "$TOPIC" --host-id vm --force -o "$OUT/vm.jsonl" -- python3 -c '
 import socket, sys, time
 data = open(sys.argv[1], "rb").read()
 for attempt in range(60):  # the link may take a moment to come up

@@ -46,7 +46,7 @@ pressured_load() { # seconds
 }
 BARE="--no-consumer-preempt --no-overflow-hold"
 
-# A corrupt model: the scheduler runs on, with the static policy, and says why.
+# A corrupt model named by --model: an error before anything is attached.
 $B/custos sched --policy learned --model "$OUT/corrupt.json" --duration 4 \
 	--stats-json "$OUT/corrupt-stats.json" >"$OUT/corrupt.log" 2>&1
 echo "corrupt.rc $?"
