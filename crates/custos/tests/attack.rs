@@ -12,9 +12,9 @@
 //! - the scheduler protects the consumer whichever starts first, and after a
 //!   collector restart.
 //!
-//! The learned policy (the shipped model) is asked the same, in a run of
-//! its own; `CUSTOS_SCHED_ARGS="--policy feedback" cargo test --release
-//! --test attack` asks it of another configuration.
+//! The learned policy (the shipped model) is asked the attack, in a run of
+//! its own; `CUSTOS_SCHED_ARGS="--policy learned" cargo test --release
+//! --test attack` asks the attack and every start order of any configuration.
 
 use std::path::Path;
 use std::process::Command;
@@ -117,15 +117,16 @@ fn every_skip_is_in_band_and_every_start_order_protects_the_consumer() {
     every_start_order_protects_the_consumer(o);
 }
 
+/// The start orders run under the static policy only: which of scheduler and
+/// collector starts first is met by the consumer protection, which no policy
+/// changes. Asking them of the learned policy too cost three more floods (11
+/// of make test's minutes on the slow emulator of 2026-11-27);
+/// `CUSTOS_SCHED_ARGS="--policy learned"` runs them for it on demand.
 #[test]
-fn the_learned_policy_loses_nothing_of_an_attack_in_any_start_order() {
-    let out = run_guest(
-        "--policy learned",
-        "attack sched-first collector-first restart",
-    );
+fn the_learned_policy_loses_nothing_of_an_attack() {
+    let out = run_guest("--policy learned", "attack");
     let o = out.path();
     the_attack_is_found_and_nothing_lost(o);
-    every_start_order_protects_the_consumer(o);
     let log = std::fs::read_to_string(o.join("attack.sched.log")).unwrap();
     assert!(
         log.contains("learned policy:"),

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# make test's suites in two lanes side by side. QEMU emulates a guest on one
+# host thread, so one VM leaves the second core idle; the VM suites of the
+# custos crate run in a lane of their own beside everything else (the host
+# tests, the other crates' VM suites, pytest). Host collector tests (pinned
+# maps: one collector per machine) are all in the second lane, one at a time.
+#
+# Every suite runs and reports its failures even when another failed; the
+# exit status is non-zero if any did. The VM lane's output is printed when
+# it ends (target/test-vm-lane.log), so the two lanes do not interleave.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+CARGO=${CARGO:-cargo}
+PY=.tools/venv/bin/python
+
+# The custos crate's VM suites: together about as long as the other lane.
+VM_LANE=(attack superproducer demo policy)
+
+log() { echo "[make test $(date +%H:%M:%S)] $*"; }
+
+# Build once, so the lanes run tests rather than compete for the compiler.
+log "building the tests"
+$CARGO test --release --workspace --no-run || exit 1
+
+# Every other test target of the workspace, by name.
+mapfile -t REST < <($CARGO metadata --no-deps --format-version 1 | $PY -c '
+import json, sys
+lane = set(sys.argv[1:])
+names = sorted({t["name"] for p in json.load(sys.stdin)["packages"]
+                for t in p["targets"] if "test" in t["kind"]} - lane)
+print("\n".join(names))' "${VM_LANE[@]}")
+[ ${#REST[@]} -gt 0 ] || { echo "no test targets found" >&2; exit 1; }
+
+vm_args=()
+for t in "${VM_LANE[@]}"; do vm_args+=(--test "$t"); done
+rest_args=()
+for t in "${REST[@]}"; do rest_args+=(--test "$t"); done
+
+mkdir -p target
+vm_log=target/test-vm-lane.log
+log "lane 1 (VM suites of the custos crate: ${VM_LANE[*]}) starts; its output goes to $vm_log"
+rm -f target/test-vm-lane.rc
+# A process group of its own, so that whatever ends this script ends the
+# lane's tests and their VMs too.
+setsid bash -c '"$@" >"$0" 2>&1; echo $? >target/test-vm-lane.rc' \
+  "$vm_log" $CARGO test --release --workspace --no-fail-fast "${vm_args[@]}" &
+vm_pid=$!
+trap 'kill -- -$vm_pid 2>/dev/null' EXIT
+trap 'exit 130' INT TERM
+
+rc=0
+log "lane 2: the libraries, binaries and doc tests"
+$CARGO test --release --workspace --no-fail-fast --lib --bins || rc=1
+$CARGO test --release --workspace --no-fail-fast --doc || rc=1
+log "lane 2: the other test suites (${REST[*]})"
+$CARGO test --release --workspace --no-fail-fast "${rest_args[@]}" || rc=1
+log "lane 2: the evaluation harness (pytest)"
+$PY -m pytest -q bench/harness/tests || rc=1
+log "lane 2 done (rc $rc); waiting for lane 1"
+
+wait $vm_pid
+vm_rc=$(cat target/test-vm-lane.rc 2>/dev/null || echo 1)
+log "lane 1 done (rc $vm_rc); its output:"
+cat "$vm_log"
+[ "$vm_rc" = 0 ] || rc=1
+log "make test: $([ $rc = 0 ] && echo passed || echo FAILED)"
+exit $rc
