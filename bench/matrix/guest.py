@@ -234,6 +234,9 @@ def start_custos_collect(args, log_path, what):
     return proc
 
 
+BPFTRACE_READY = "custos-bench: traced table filled"
+
+
 def bpftrace_program(names):
     """bpftrace printing the syscalls Custos records: one line per syscall
     exit (time, pid, tid, comm, number, return value), plus the path of
@@ -244,7 +247,8 @@ def bpftrace_program(names):
         table[name] = int(nr)
     ids = sorted(table[n] for n in names if n in table)
     init = " ".join(f"@traced[{i}] = 1;" for i in ids)
-    return (f"BEGIN {{ {init} }}\n"
+    # BEGIN says when the table is full: until then every syscall is filtered out.
+    return (f"BEGIN {{ {init} printf(\"{BPFTRACE_READY}\\n\"); }}\n"
             "tracepoint:raw_syscalls:sys_exit /@traced[args->id]/ {\n"
             '  printf("%llu %d %d %s %ld %ld\\n", nsecs, pid, tid, comm, args->id, args->ret);\n}\n'
             'tracepoint:syscalls:sys_enter_openat { printf("%llu %d %s openat %s\\n", nsecs, tid, comm, str(args->filename)); }\n'
@@ -278,13 +282,13 @@ class Collector:
             env = dict(os.environ, **(extra_env or {}))
             self.proc = subprocess.Popen(["bpftrace", "-o", d / "bpftrace.out", d / "trace.bt"],
                                          stdout=subprocess.DEVNULL, stderr=open(d / "bpftrace.err", "w"), env=env)
-            # bpftrace announces its probes once attached; BEGIN then fills the id table.
+            # Ready once BEGIN has filled the id table (a fixed sleep after
+            # "Attaching" was too short on a slow emulator: nothing traced).
             out = d / "bpftrace.out"
-            wait_for(lambda: (out.exists() and "Attaching" in out.read_text(errors="replace")[:200])
-                     or self.proc.poll() is not None, 180, "bpftrace did not attach")
+            wait_for(lambda: (out.exists() and BPFTRACE_READY in out.read_text(errors="replace")[:1 << 20])
+                     or self.proc.poll() is not None, 180, "bpftrace did not attach and fill its table")
             if self.proc.poll() is not None:
                 raise RunFailed(f"bpftrace exited: {(d / 'bpftrace.err').read_text()[-500:]}")
-            time.sleep(0.5)
         elif self.name == "auditd":
             (d / "audit").mkdir(exist_ok=True)
             (d / "audit" / "auditd.conf").write_text(
@@ -486,7 +490,11 @@ def drain_rate(collector, names, params):
     size0 = out.stat().st_size if out.exists() else 0
     t0 = time.monotonic()
     os.kill(c.proc.pid, signal.SIGCONT)
-    last_size, last_growth = size0, t0
+    # The first write may take a while on a slow emulator (a resumed process,
+    # a buffered writer); after it, 2 s without growth ends the drain.
+    wait_for(lambda: (out.stat().st_size if out.exists() else 0) != size0, 60,
+             f"{collector} wrote nothing after it was resumed")
+    last_size, last_growth = out.stat().st_size, time.monotonic()
     while time.monotonic() - last_growth < 2.0:
         time.sleep(0.05)
         size = out.stat().st_size if out.exists() else 0
@@ -494,8 +502,8 @@ def drain_rate(collector, names, params):
             last_size, last_growth = size, time.monotonic()
     drain_s = last_growth - t0
     r = c.finish()
-    if drain_s <= 0 or not r["delivered"]:
-        raise RunFailed(f"{collector}: nothing drained")
+    if not r["delivered"]:
+        raise RunFailed(f"{collector}: nothing drained ({last_size - size0} bytes written)")
     return {"collector": collector, "drain_s": drain_s, "delivered": r["delivered"], "dropped": r["dropped"],
             "rate_eps": r["delivered"] / drain_s, "boot": params["boot"], "started": t0}
 
