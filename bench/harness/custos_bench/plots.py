@@ -92,3 +92,41 @@ def subset_picture(names: list, z, chosen: list, title: str, stem: Path):
     ax2.set_ylabel("Ward distance")
     ax2.set_title("clustering")
     return _save(fig, stem)
+
+
+def runs_with_intervals(groups: dict, title: str, ylabel: str, stem: Path, order: list = None,
+                        symlog: bool = False):
+    """groups: {label: {series: [value per run]}}: every run as a dot, the
+    mean as a bar with its 95 % t-interval, so a reader sees the spread a
+    single bar would hide. symlog: a scale that shows 0 and 70 % together."""
+    from .results import mean_interval
+
+    labels = list(groups)
+    present = {s for g in groups.values() for s in g}
+    series = [s for s in order if s in present] if order else sorted(present)
+    width = 0.8 / max(1, len(series))
+    fig, ax = plt.subplots(figsize=(1.8 + 1.3 * len(labels) * max(1, len(series)) / 2, 3.8))
+    colors = plt.get_cmap("tab10").colors
+    for i, s in enumerate(series):
+        for j, label in enumerate(labels):
+            values = groups[label].get(s)
+            if not values:
+                continue
+            x = j + i * width
+            m, lo, hi = mean_interval(values)
+            ax.bar(x, m, width * 0.9, color=colors[i % len(colors)], alpha=0.35,
+                   label=s if j == 0 or s not in ax.get_legend_handles_labels()[1] else None)
+            if lo is not None:
+                ax.errorbar(x, m, yerr=[[m - max(lo, 0)], [hi - m]], color="black", capsize=3, linewidth=1)
+            jitter = [x + width * 0.25 * ((k % 5) - 2) / 2 for k in range(len(values))]
+            ax.scatter(jitter, values, s=10, color=colors[i % len(colors)], zorder=3)
+    ax.set_xticks([j + width * (len(series) - 1) / 2 for j in range(len(labels))], labels,
+                  rotation=20 if len(labels) > 3 else 0)
+    if symlog:
+        ax.set_yscale("symlog", linthresh=0.01)
+        top = max((v for g in groups.values() for vs in g.values() for v in vs), default=1)
+        ax.set_ylim(0, max(1.0, top) * 3)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend()
+    return _save(fig, stem)

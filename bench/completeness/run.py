@@ -1,0 +1,213 @@
+#!/usr/bin/env python3
+"""Completeness under the super producer (issue 29): how often, and how much,
+the collector loses under the kernel's default scheduler and under Custos,
+on 1, 2 and 4 vCPUs, through floods and through a stalled consumer.
+
+    bench/completeness/run.py                      # every cell, 5 interleaved runs each
+    bench/completeness/run.py --cpus 2 --floods find16 --pauses 0 2000 --runs 5
+    bench/completeness/run.py --quick              # one run of each, 1 vCPU: checks the harness
+    bench/completeness/run.py --report             # results.json and pictures from the runs on disk
+
+A cell is a vCPU count, a flood and a consumer stall; each cell is one boot
+of the sched_ext VM running scripts/superproducer-guest.sh, which alternates
+the default scheduler and `custos sched` run by run (SP_ORDER=interleaved)
+so that a drift of the emulator's speed hits both alike. Loss is the
+collector's exact account: records refused by full rings ("dropped") plus
+syscalls the kernel skipped ("unnumbered"), as a share of all events.
+
+Per cell and scheduler, results.json has every run's loss, the mean loss
+with its 95 % t-interval, and the runs that lost anything as k of n with its
+exact (Clopper-Pearson) interval: 0 of 5 means "lossy in at most 52 % of
+runs", not "never". loss.svg/png show every run beside the mean.
+
+Cells already on disk (out/<cell>/results.jsonl with every planned run) are
+not run again: a long run can be stopped and resumed; --fresh redoes them.
+The VM's vCPUs run in turns on one host thread (no KVM here), so the
+consumer's vCPU stands still while another runs: a harsher stall than real
+hardware. Needs `make build`; --quick took 8 min on the slow emulator of
+2026-11-27, a run pair on more vCPUs takes longer.
+"""
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "harness"))
+from custos_bench import plots, results, vm  # noqa: E402
+from custos_bench.paths import ROOT  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+OUT = HERE / "out"
+SCRIPT = ROOT / "scripts" / "superproducer-guest.sh"
+
+# name: (SP_WORKLOAD, workers). find: `find -exec cat` over 4000 files per
+# worker; exec: fork+exec of /bin/true, 400 per worker; storm: open+close
+# for 15 s per worker.
+FLOODS = {
+    "find16": ("find", 16),
+    "find64": ("find", 64),
+    "exec16": ("exec", 16),
+    "storm16": ("storm", 16),
+}
+SCHEDULERS = ("default", "custos")
+
+
+def cell_name(cpus, flood, pause_ms, policy):
+    return f"cpus{cpus}-{flood}-pause{pause_ms}-{policy}"
+
+
+def plan(args):
+    """Every cell: the floods on every vCPU count without a stall, and the
+    stalls on the first flood (issue 29: find x16 with the consumer stopped
+    0.5 and 2 s)."""
+    cells = []
+    for cpus in args.cpus:
+        for policy in args.policies:
+            for flood in args.floods:
+                for pause in (args.pauses if flood == args.floods[0] else [0]):
+                    cells.append({"cpus": cpus, "flood": flood, "pause_ms": pause, "policy": policy})
+    return cells
+
+
+def read_rows(path: Path):
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def loss_pct(r):
+    total = r["produced"] + r["unnumbered"]
+    return 100.0 * (r["dropped"] + r["unnumbered"]) / total if total else 0.0
+
+
+def summarise(rows):
+    """One scheduler's runs of one cell: losses, mean with interval, and
+    how many runs lost anything, with its exact interval."""
+    bad = [r for r in rows if r.get("produced") is None or r.get("unnumbered") is None or r.get("dropped") is None]
+    if bad:
+        raise ValueError(f"runs without the collector's account (did the collector stop cleanly?): {bad}")
+    losses = [loss_pct(r) for r in rows]
+    mean, lo, hi = results.mean_interval(losses)
+    lossy = sum(1 for r in rows if r["dropped"] + r["unnumbered"] > 0)
+    p_lo, p_hi = results.proportion_interval(lossy, len(rows))
+    return {
+        "runs": len(rows),
+        "loss_pct": losses,
+        "lost_events": [r["dropped"] + r["unnumbered"] for r in rows],
+        "dropped": [r["dropped"] for r in rows],
+        "unnumbered": [r["unnumbered"] for r in rows],
+        "loss_pct_mean": mean,
+        "loss_pct_ci95": [lo, hi],
+        "runs_with_loss": lossy,
+        "runs_with_loss_ci95": [p_lo, p_hi],
+        "marker_delivered": sum(1 for r in rows if r.get("marker_delivered")),
+        "runtime_ms": [r["runtime_ms"] for r in rows],
+        "sched_ext_enabled": sum(1 for r in rows if r.get("sched_ext_state") == "enabled"),
+    }
+
+
+def run_cell(cell, runs, share: Path):
+    workload, workers = FLOODS[cell["flood"]]
+    sched_args = "" if cell["policy"] == "static" else f"--policy {cell['policy']}"
+    env = (f"CUSTOS_BIN={ROOT / 'target/release'} SP_OUT={share} SP_SCHEDULERS='{' '.join(SCHEDULERS)}' "
+           f"SP_RUNS={runs} SP_ORDER=interleaved SP_KEEP_EVENTS=0 SP_WORKLOAD={workload} "
+           f"SP_WORKERS={workers} SP_PAUSE_MS={cell['pause_ms']}")
+    # A guard against a hung guest: a run pair took 8 min on one vCPU of the
+    # slow emulator; more vCPUs run in turns, so the budget grows with them.
+    timeout = 300 + runs * len(SCHEDULERS) * 600 * cell["cpus"]
+    # The guest's table goes to stderr: a line per run as it ends.
+    vm.run_script(f"{env} bash {SCRIPT} {sched_args} >&2\n", share, timeout_s=timeout, cpus=cell["cpus"],
+                  mem="2G")
+
+
+def report(cells, runs, command):
+    summary, groups = [], {}
+    for cell in cells:
+        name = cell_name(**cell)
+        rows = read_rows(OUT / name / "results.jsonl")
+        if not rows:
+            continue
+        entry = dict(cell, name=name)
+        for s in SCHEDULERS:
+            mine = [r for r in rows if r["scheduler"] == s]
+            if mine:
+                entry[s] = summarise(mine)
+        summary.append(entry)
+        label = f"{cell['cpus']} vCPU{'s' if cell['cpus'] > 1 else ''}, {cell['flood']}" + \
+            (f", stall {cell['pause_ms'] / 1000:g} s" if cell["pause_ms"] else "") + \
+            (f", {cell['policy']}" if cell["policy"] != "static" else "")
+        groups[label] = {s: entry[s]["loss_pct"] for s in SCHEDULERS if s in entry}
+    if not summary:
+        raise SystemExit("no runs on disk: run the cells first")
+    custos_runs = sum(c["custos"]["runs"] for c in summary if "custos" in c)
+    custos_lossy = sum(c["custos"]["runs_with_loss"] for c in summary if "custos" in c)
+    default_min = min((min(c["default"]["loss_pct"]) for c in summary if "default" in c), default=None)
+    doc = {
+        "command": command,
+        "runs_per_cell": runs,
+        "cells": summary,
+        "custos_runs_total": custos_runs,
+        "custos_runs_with_loss": custos_lossy,
+        "default_min_loss_pct": default_min if default_min is not None else float("nan"),
+        "note": "loss = (dropped + unnumbered) / (produced + unnumbered); intervals are 95 %",
+    }
+    required = ["command", "runs_per_cell", "custos_runs_total", "custos_runs_with_loss", "default_min_loss_pct"]
+    results.write_results(HERE / "results.json", doc, required)
+    plots.runs_with_intervals(groups, "Loss under the super producer (every run; mean, 95 % interval)",
+                              "events lost, % (symlog)", HERE / "loss", order=list(SCHEDULERS), symlog=True)
+    rows = []
+    for c in summary:
+        for s in SCHEDULERS:
+            if s in c:
+                m = c[s]
+                lo, hi = m["loss_pct_ci95"]
+                ci = f"[{lo:.3g}, {hi:.3g}]" if lo is not None else "-"
+                rows.append((c["name"], s, m["runs"], f"{m['loss_pct_mean']:.3g}", ci,
+                             f"{m['runs_with_loss']}/{m['runs']}"))
+    print(results.table(rows, ["cell", "scheduler", "runs", "loss % mean", "95 % interval", "lossy runs"]))
+    print(f"wrote {HERE / 'results.json'}, {HERE / 'loss.svg'} and loss.png", file=sys.stderr)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cpus", type=int, nargs="+", default=[1, 2, 4])
+    ap.add_argument("--floods", nargs="+", default=list(FLOODS), choices=list(FLOODS))
+    ap.add_argument("--pauses", type=int, nargs="+", default=[0, 500, 2000],
+                    help="consumer stalls (ms, SIGSTOP 2 s into the flood), on the first flood")
+    ap.add_argument("--policies", nargs="+", default=["static"], choices=["static", "feedback", "learned"])
+    ap.add_argument("--runs", type=int, default=5, help="runs of each scheduler per cell, interleaved")
+    ap.add_argument("--quick", action="store_true", help="1 vCPU, find16, no stall, one run of each")
+    ap.add_argument("--fresh", action="store_true", help="run cells again even if their runs are on disk")
+    ap.add_argument("--report", action="store_true", help="do not run: summarise the runs on disk")
+    args = ap.parse_args(sys.argv[1:])
+    if args.quick:
+        args.cpus, args.floods, args.pauses, args.policies, args.runs = [1], ["find16"], [0], ["static"], 1
+    if args.runs < 1 or any(c not in (1, 2, 4, 8) for c in args.cpus) or any(p < 0 for p in args.pauses):
+        ap.error("--runs must be at least 1, --cpus of 1, 2, 4 or 8, --pauses not negative")
+    command = "bench/completeness/run.py " + " ".join(sys.argv[1:])
+    cells = plan(args)
+    failed = []
+    if not args.report:
+        for i, cell in enumerate(cells, 1):
+            share = OUT / cell_name(**cell)
+            done = read_rows(share / "results.jsonl")
+            if not args.fresh and len(done) == args.runs * len(SCHEDULERS):
+                print(f"[{i}/{len(cells)}] {share.name}: on disk", file=sys.stderr)
+                continue
+            print(f"[{i}/{len(cells)}] {share.name}: {args.runs} run(s) of each scheduler", file=sys.stderr)
+            shutil.rmtree(share, ignore_errors=True)
+            try:
+                run_cell(cell, args.runs, share)
+            except vm.VmFailed as e:
+                # The other cells still run; the runs this one finished are
+                # reported, and the bench fails at the end.
+                print(f"[{i}/{len(cells)}] {share.name}: FAILED: {e}", file=sys.stderr)
+                failed.append(share.name)
+    report(cells, args.runs, command.strip())
+    if failed:
+        raise SystemExit(f"cells that failed (their logs are in {OUT}): {', '.join(failed)}")
+
+
+if __name__ == "__main__":
+    main()
