@@ -76,7 +76,8 @@ pub enum Arg {
     AddrLenPtr,
     /// open(2) flags (`flags`): write intent makes the event critical.
     OpenFlags,
-    /// mmap/mprotect protection (`prot`): only PROT_EXEC is traced.
+    /// mmap/mprotect protection (`prot`): PROT_EXEC is traced, and mmap of
+    /// a file whatever its protection (SPEC_FILE_MAP).
     Prot,
     /// int[2] the kernel fills with two new fds (`read_fd`, `write_fd` / `fds`).
     FdPair,
@@ -529,7 +530,8 @@ pub static SYSCALLS: &[Syscall] = &[
         [Path, Uint("flags")],
         SPEC_PATH_RAW
     ),
-    // memory (executable mappings only)
+    // memory: executable mappings, and mappings of files (a read of the
+    // file; shared and writable, a write with no write syscall after it)
     sc!(
         "mmap",
         9,
@@ -543,7 +545,7 @@ pub static SYSCALLS: &[Syscall] = &[
             Fd,
             Uint("offset")
         ],
-        SPEC_PROT_EXEC | FDP
+        SPEC_PROT_EXEC | SPEC_FILE_MAP | FDP
     ),
     sc!(
         "mprotect",

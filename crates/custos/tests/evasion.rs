@@ -204,6 +204,175 @@ mod uring {
     }
 }
 
+/// The exfiltration with syscalls that move data without read, send or
+/// write: sendfile, splice through a pipe, copy_file_range, and memory
+/// mappings (a shared writable mapping writes the copy with no syscall).
+mod plainfd {
+    use std::ffi::CString;
+    use std::io;
+    use std::os::unix::ffi::OsStrExt;
+    use std::path::Path;
+
+    fn check(what: &str, r: libc::c_long) -> io::Result<libc::c_long> {
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::other(format!("{what}: {e}")));
+        }
+        Ok(r)
+    }
+
+    fn open(p: &Path, flags: libc::c_int) -> io::Result<libc::c_int> {
+        let c = CString::new(p.as_os_str().as_bytes()).unwrap();
+        // SAFETY: c is a valid C string for the call.
+        let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC, 0o600) };
+        Ok(check("open", fd.into())? as libc::c_int)
+    }
+
+    /// A socket connected to 127.0.0.1:port.
+    fn connect(port: u16) -> io::Result<libc::c_int> {
+        let addr = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: port.to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from_be_bytes([127, 0, 0, 1]).to_be(),
+            },
+            sin_zero: [0; 8],
+        };
+        // SAFETY: plain syscalls on a new fd and a valid sockaddr_in.
+        unsafe {
+            let s = check(
+                "socket",
+                libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0).into(),
+            )? as libc::c_int;
+            check(
+                "connect",
+                libc::connect(
+                    s,
+                    (&addr as *const libc::sockaddr_in).cast(),
+                    std::mem::size_of_val(&addr) as u32,
+                )
+                .into(),
+            )?;
+            Ok(s)
+        }
+    }
+
+    fn close(fd: libc::c_int) {
+        // SAFETY: fd is ours.
+        unsafe { libc::close(fd) };
+    }
+
+    fn len(p: &Path) -> io::Result<usize> {
+        Ok(std::fs::metadata(p)?.len() as usize)
+    }
+
+    /// sendfile from the secret to the socket, copy_file_range to the copy.
+    pub fn sendfile(secret: &Path, copy: &Path, port: u16) -> io::Result<()> {
+        let n = len(secret)?;
+        let src = open(secret, libc::O_RDONLY)?;
+        let s = connect(port)?;
+        let dst = open(copy, libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC)?;
+        // SAFETY: fds are ours; offsets are in-out pointers to locals.
+        unsafe {
+            let mut off: libc::off_t = 0;
+            let sent = check(
+                "sendfile",
+                libc::sendfile(s, src, &mut off, n) as libc::c_long,
+            )?;
+            let (mut i, mut o): (libc::loff_t, libc::loff_t) = (0, 0);
+            let copied = check(
+                "copy_file_range",
+                libc::copy_file_range(src, &mut i, dst, &mut o, n, 0) as libc::c_long,
+            )?;
+            if sent as usize != n || copied as usize != n {
+                return Err(io::Error::other(format!(
+                    "sent {sent}, copied {copied} of {n}"
+                )));
+            }
+        }
+        close(s);
+        close(dst);
+        close(src);
+        Ok(())
+    }
+
+    /// splice: secret → pipe → socket, then secret → pipe → copy.
+    pub fn splice(secret: &Path, copy: &Path, port: u16) -> io::Result<()> {
+        let n = len(secret)?;
+        let src = open(secret, libc::O_RDONLY)?;
+        let s = connect(port)?;
+        let dst = open(copy, libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC)?;
+        let mut p = [0 as libc::c_int; 2];
+        // SAFETY: fds are ours; offsets are in-out pointers to locals.
+        unsafe {
+            check("pipe", libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC).into())?;
+            for (to, what) in [(s, "the socket"), (dst, "the copy")] {
+                let mut off: libc::loff_t = 0;
+                let into = libc::splice(src, &mut off, p[1], std::ptr::null_mut(), n, 0);
+                let out = libc::splice(p[0], std::ptr::null_mut(), to, std::ptr::null_mut(), n, 0);
+                if into as usize != n || out as usize != n {
+                    return Err(io::Error::other(format!(
+                        "splice to {what}: {into} in, {out} out of {n}: {}",
+                        io::Error::last_os_error()
+                    )));
+                }
+            }
+        }
+        for fd in [p[0], p[1], s, dst, src] {
+            close(fd);
+        }
+        Ok(())
+    }
+
+    /// The secret read through a private mapping, sent with send, the copy
+    /// written through a shared writable mapping (no write syscall).
+    pub fn mmap(secret: &Path, copy: &Path, port: u16) -> io::Result<()> {
+        let n = len(secret)?;
+        let src = open(secret, libc::O_RDONLY)?;
+        let dst = open(copy, libc::O_RDWR | libc::O_CREAT | libc::O_TRUNC)?;
+        let s = connect(port)?;
+        // SAFETY: mappings of n bytes of files at least n long; unmapped
+        // before return.
+        unsafe {
+            check("ftruncate", libc::ftruncate(dst, n as libc::off_t).into())?;
+            let r = libc::mmap(
+                std::ptr::null_mut(),
+                n,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+                src,
+                0,
+            );
+            let w = libc::mmap(
+                std::ptr::null_mut(),
+                n,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                dst,
+                0,
+            );
+            if r == libc::MAP_FAILED || w == libc::MAP_FAILED {
+                return Err(io::Error::other(format!(
+                    "mmap: {}",
+                    io::Error::last_os_error()
+                )));
+            }
+            let sent = check("send", libc::send(s, r, n, 0) as libc::c_long)?;
+            std::ptr::copy_nonoverlapping(r as *const u8, w as *mut u8, n);
+            check("msync", libc::msync(w, n, libc::MS_SYNC).into())?;
+            libc::munmap(r, n);
+            libc::munmap(w, n);
+            if sent as usize != n {
+                return Err(io::Error::other(format!("sent {sent} of {n}")));
+            }
+        }
+        for fd in [s, dst, src] {
+            close(fd);
+        }
+        Ok(())
+    }
+}
+
 /// The workload, when the test binary is run again under the collector
 /// (see `exfiltrate`); ignored in a normal run.
 #[test]
@@ -220,6 +389,9 @@ fn workload_entry() {
     match variant {
         "uring_plain" => uring::plain(secret, copy, port),
         "uring_registered_linked" => uring::registered_linked(secret, copy, port),
+        "sendfile" => plainfd::sendfile(secret, copy, port),
+        "splice" => plainfd::splice(secret, copy, port),
+        "mmap" => plainfd::mmap(secret, copy, port),
         _ => panic!("unknown workload {variant}"),
     }
     .unwrap();
@@ -379,7 +551,12 @@ impl Run {
             .unwrap();
         assert_eq!(last["final"], true);
         assert_eq!(last["invariant_holds"], true, "{last}");
-        // The submitter is the actor, never an io_uring worker thread.
+    }
+
+    /// assert_found, and the io_uring requests' actor is the submitter,
+    /// never an io_uring worker thread.
+    fn assert_found_through_io_uring(&self) {
+        self.assert_found();
         let uring = self.uring_events();
         assert!(!uring.is_empty());
         let pid = uring[0]["pid"].clone();
@@ -395,7 +572,7 @@ impl Run {
 fn an_io_uring_exfiltration_is_found_step_by_step() {
     let _g = serial();
     let r = exfiltrate("uring_plain");
-    r.assert_found();
+    r.assert_found_through_io_uring();
     // Each step is its syscall twin, with the twin's fields.
     let open = r.uring_event("openat", "path", &r.secret);
     assert!(open["fd"].as_i64().unwrap() >= 0, "{open}");
@@ -415,7 +592,7 @@ fn an_io_uring_exfiltration_is_found_step_by_step() {
 fn registered_files_and_linked_requests_still_name_their_files() {
     let _g = serial();
     let r = exfiltrate("uring_registered_linked");
-    r.assert_found();
+    r.assert_found_through_io_uring();
     let read = r.uring_event("read", "path", &r.secret);
     assert_eq!(read["registered_file"], true, "{read}");
     assert_eq!(read["ret"], 2000, "{read}");
@@ -426,4 +603,46 @@ fn registered_files_and_linked_requests_still_name_their_files() {
     assert_eq!(write["registered_file"], true, "{write}");
     assert_eq!(write["at_submit"], true, "{write}");
     assert!(write.get("ret").is_none(), "{write}");
+}
+
+impl Run {
+    /// The workload's event of `syscall`.
+    fn event(&self, syscall: &str) -> &serde_json::Value {
+        self.events
+            .iter()
+            .find(|e| e["type"] == "event" && e["syscall"] == syscall && e["via"].is_null())
+            .unwrap_or_else(|| panic!("no {syscall} event in the stream"))
+    }
+}
+
+#[test]
+fn sendfile_and_copy_file_range_carry_the_secret() {
+    let _g = serial();
+    let r = exfiltrate("sendfile");
+    r.assert_found();
+    assert_eq!(r.event("sendfile")["ret"], 2000);
+    assert_eq!(r.event("copy_file_range")["ret"], 2000);
+}
+
+#[test]
+fn splice_through_a_pipe_carries_the_secret() {
+    let _g = serial();
+    let r = exfiltrate("splice");
+    r.assert_found();
+    assert_eq!(r.event("splice")["ret"], 2000);
+}
+
+/// The copy is written through a shared writable mapping: no write
+/// syscall; the mapping itself is the write (recorded when it is made).
+#[test]
+fn a_shared_writable_mapping_carries_the_secret() {
+    let _g = serial();
+    let r = exfiltrate("mmap");
+    r.assert_found();
+    assert!(
+        !r.events
+            .iter()
+            .any(|e| e["syscall"] == "write" && e["path"] == r.copy.as_str()),
+        "the copy was written by a write syscall, not the mapping"
+    );
 }

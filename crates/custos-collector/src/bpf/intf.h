@@ -105,6 +105,7 @@ enum custos_spec_flags {
 	CUSTOS_SPEC_WRITE        = 1 << 8, /* RW: this is the write direction */
 	CUSTOS_SPEC_PATH_RAW     = 1 << 9, /* path_arg is not a file here (symlink target, mount source) */
 	CUSTOS_SPEC_LOCAL_ADDR   = 1 << 10, /* connect/accept: the socket's own address (ATTR_LADDR) */
+	CUSTOS_SPEC_FILE_MAP     = 1 << 11, /* mmap: also traced when it maps a file, whatever its prot */
 };
 
 struct custos_syscall_spec {

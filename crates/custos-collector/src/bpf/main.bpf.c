@@ -49,6 +49,7 @@ const volatile __u64 host_root_ino = 0;
 
 #define AT_FDCWD_VAL    -100
 #define PROT_EXEC_VAL   0x4
+#define MAP_ANONYMOUS_VAL 0x20
 #define O_ACCMODE_VAL   03
 #define O_CREAT_VAL     0100
 #define O_TRUNC_VAL     01000
@@ -217,6 +218,20 @@ static __always_inline __u64 arg_at(const __u64 *args, int i)
 	case 5: return args[5];
 	}
 	return 0;
+}
+
+/* Whether this call of a syscall that filters on its arguments is traced:
+ * mprotect when it makes memory executable; mmap then too, and whenever it
+ * maps a file (mmap(addr, len, prot, flags, fd, off)): a mapping reads the
+ * file, and a shared writable one writes it with no write syscall after. */
+static __always_inline bool args_traced(const struct custos_syscall_spec *spec, const __u64 *args)
+{
+	if (!(spec->flags & CUSTOS_SPEC_PROT_EXEC))
+		return true;
+	if (arg_at(args, spec->prot_arg) & PROT_EXEC_VAL)
+		return true;
+	return (spec->flags & CUSTOS_SPEC_FILE_MAP) && !(args[3] & MAP_ANONYMOUS_VAL) &&
+	       (int)args[4] >= 0;
 }
 
 /* ---- attribute builders (TLV into an attr_buf) ---- */
@@ -1019,8 +1034,7 @@ static __always_inline int sys_enter(struct pt_regs *regs, __u32 key,
 	now.args[3] = regs->r10;
 	now.args[4] = regs->r8;
 	now.args[5] = regs->r9;
-	if ((spec->flags & CUSTOS_SPEC_PROT_EXEC) &&
-	    !(arg_at(now.args, spec->prot_arg) & PROT_EXEC_VAL))
+	if (!args_traced(spec, now.args))
 		return 0;
 	if (spec->flags & CUSTOS_SPEC_NO_EXIT)
 		return emit_syscall(key, spec, now.args, 0, 0);
@@ -1127,8 +1141,7 @@ static __always_inline void note_unseen(__u32 phase, struct inflight *in, struct
 				args[3] = regs->r10;
 				args[4] = regs->r8;
 				args[5] = regs->r9;
-				lost = !(spec->flags & CUSTOS_SPEC_PROT_EXEC) ||
-				       (arg_at(args, spec->prot_arg) & PROT_EXEC_VAL);
+				lost = args_traced(spec, args);
 			}
 		}
 	}
