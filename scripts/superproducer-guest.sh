@@ -132,6 +132,9 @@ print("yes" if execd and opened else "no")
   # The in-band loss records (CPU, sequence range, ring, time window) stay;
   # the stream itself only if asked (SP_KEEP_EVENTS=1), it is large.
   grep -a '"type":"loss"' "$events" >"$out/$tag.loss.jsonl"
+  # The final stats record: the exact and bounded skip counts the loss
+  # records must add up to.
+  grep -a '"type":"stats"' "$events" | grep -a '"final":true' | tail -1 >"$out/$tag.collector-stats.json"
   local keep=${SP_KEEP_EVENTS:-1}
   [ "$keep" = 1 ] || [[ " $keep " == *" $name "* ]] || rm -f "$events"
   printf '%-8s %7s %10s %10s %9s %11s %7s %11s %8s %s\n' "$name" "$workers" "$produced" "$delivered" "$dropped" "$unnumbered" \

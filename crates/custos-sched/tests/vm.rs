@@ -128,6 +128,11 @@ fn boot() -> Result<Guest, String> {
             output.code
         ));
     }
+    let seconds: Vec<String> = results
+        .iter()
+        .filter_map(|(k, v)| Some(format!("{} {v} s", k.strip_prefix("seconds.")?)))
+        .collect();
+    eprintln!("the guest's sections: {}", seconds.join(", "));
     Ok(Guest {
         results,
         out,

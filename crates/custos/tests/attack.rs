@@ -7,10 +7,10 @@
 //!   curl's non-blocking connect, a script downloaded and copied over
 //!   another) is found step by step (under the static policy it is `make
 //!   demo`'s, tests/demo.rs);
-//! - under the default scheduler the syscalls the kernel skipped are all in
-//!   the loss records;
-//! - the scheduler protects the consumer whichever starts first, and after a
-//!   collector restart.
+//! - the scheduler protects the consumer when it starts before the
+//!   collector, and after a collector restart (the collector first is
+//!   tests/superproducer.rs's Custos run, which also checks that the default
+//!   scheduler's skips are all in the loss records: one flood each, not two).
 //!
 //! The learned policy (the shipped model) is asked the attack, in a run of
 //! its own; `CUSTOS_SCHED_ARGS="--policy learned" cargo test --release
@@ -97,30 +97,29 @@ fn run_guest(sched_args: &str, runs: &str) -> tempfile::TempDir {
     out
 }
 
-const START_ORDERS: [&str; 3] = ["sched-first", "collector-first", "restart"];
+const START_ORDERS: [&str; 2] = ["sched-first", "restart"];
 
 /// The attack under the static policy is `make demo`'s (tests/demo.rs).
 #[test]
-fn every_skip_is_in_band_and_every_start_order_protects_the_consumer() {
+fn every_start_order_protects_the_consumer() {
     let sched_args = std::env::var("CUSTOS_SCHED_ARGS").unwrap_or_default();
     let runs = if sched_args.is_empty() {
-        "skips sched-first collector-first restart"
+        "sched-first restart"
     } else {
-        "attack skips sched-first collector-first restart"
+        "attack sched-first restart"
     };
     let out = run_guest(&sched_args, runs);
     let o = out.path();
     if !sched_args.is_empty() {
         the_attack_is_found_and_nothing_lost(o);
     }
-    skips_are_in_band(o);
-    every_start_order_protects_the_consumer(o);
+    start_orders_protect_the_consumer(o);
 }
 
 /// The start orders run under the static policy only: which of scheduler and
 /// collector starts first is met by the consumer protection, which no policy
-/// changes. Asking them of the learned policy too cost three more floods (11
-/// of make test's minutes on the slow emulator of 2026-11-27);
+/// changes. Asking them of the learned policy too cost more floods (about 4
+/// of make test's minutes each on the slow emulator of 2026-11-27);
 /// `CUSTOS_SCHED_ARGS="--policy learned"` runs them for it on demand.
 #[test]
 fn the_learned_policy_loses_nothing_of_an_attack() {
@@ -219,34 +218,7 @@ fn the_attack_is_found_and_nothing_lost(o: &Path) {
     );
 }
 
-fn skips_are_in_band(o: &Path) {
-    // The default scheduler: syscalls skipped, all of them in loss records.
-    let (skips, losses) = account(&o.join("skips.jsonl"));
-    assert!(
-        n(&skips, "unnumbered") > 0,
-        "the default scheduler skipped nothing: {skips}"
-    );
-    let in_band = |bound: bool| -> u64 {
-        losses
-            .iter()
-            .filter(|l| {
-                l["category"] == "skipped" && l["upper_bound"].as_bool().unwrap_or(false) == bound
-            })
-            .map(|l| n(l, "count"))
-            .sum()
-    };
-    assert_eq!(in_band(false), n(&skips, "skipped"), "exact skips in-band");
-    assert!(
-        in_band(true) >= n(&skips, "skipped_bound"),
-        "the bound in-band covers the final bound: {skips}"
-    );
-    assert!(losses
-        .iter()
-        .filter(|l| l["category"] == "skipped" && !l["upper_bound"].as_bool().unwrap_or(false))
-        .all(|l| l["cpu"].is_u64()));
-}
-
-fn every_start_order_protects_the_consumer(o: &Path) {
+fn start_orders_protect_the_consumer(o: &Path) {
     for order in START_ORDERS {
         let (s, _) = account(&o.join(format!("{order}.jsonl")));
         let info: Value = serde_json::from_str(
