@@ -229,6 +229,35 @@ pub static SYSCALLS: &[Syscall] = &[
         true,
         [Long("request"), Int("target_pid"), Skip, Skip]
     ),
+    // Another process's memory, read or written without ptrace.
+    sc!(
+        "process_vm_readv",
+        310,
+        Process,
+        true,
+        [
+            Int("target_pid"),
+            Skip,
+            Uint("liovcnt"),
+            Skip,
+            Uint("riovcnt"),
+            Uint("flags")
+        ]
+    ),
+    sc!(
+        "process_vm_writev",
+        311,
+        Process,
+        true,
+        [
+            Int("target_pid"),
+            Skip,
+            Uint("liovcnt"),
+            Skip,
+            Uint("riovcnt"),
+            Uint("flags")
+        ]
+    ),
     sc!(
         "prctl",
         157,

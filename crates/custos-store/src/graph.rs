@@ -756,6 +756,45 @@ impl Graph {
         Ok(())
     }
 
+    /// Process `effect` took data from process `cause` (`ev` is the call
+    /// that moved it, by either): `effect` gets a version informed by the
+    /// current one of `cause`, which is then frozen like a writer, so what
+    /// `cause` does later is not behind what it passed on.
+    fn informed(
+        &mut self,
+        db: &mut Sql<'_>,
+        boot: i64,
+        ev: &Event,
+        effect: u32,
+        cause: u32,
+    ) -> Result<()> {
+        // The other process as the subject of a call of its own: only its
+        // pid (its name and user are its own, not the caller's).
+        let as_pid = |pid: u32| -> Event {
+            let mut e = ev.clone();
+            if pid != ev.pid {
+                e.pid = pid;
+                e.tid = pid;
+                e.comm = None;
+                e.uid = None;
+                e.euid = None;
+            }
+            e
+        };
+        let (cause_ev, effect_ev) = (as_pid(cause), as_pid(effect));
+        let c = self.proc_node(db, boot, &cause_ev)?;
+        self.proc_node(db, boot, &effect_ev)?;
+        if self.procs[&(boot, effect)].causes.contains(&c) {
+            return Ok(());
+        }
+        let e = self.proc_effect(db, boot, &effect_ev)?;
+        self.proc_mut(boot, cause).frozen = true;
+        if self.proc_mut(boot, effect).causes.insert(c) {
+            self.edge(db, e, c, EdgeKind::WasInformedBy, boot, ev)?;
+        }
+        Ok(())
+    }
+
     /// Process `ev.pid` wrote `key`; returns the new version if one was made.
     fn write(
         &mut self,
@@ -1068,6 +1107,38 @@ impl Graph {
                         self.write(db, boot, ev, &d, false, true)?;
                     }
                     _ => self.stats.unresolved_io += 1,
+                }
+            }
+            // One process writes another's memory or registers, or reads
+            // them: data flows between processes with no file between.
+            "ptrace" | "process_vm_writev" | "process_vm_readv" => {
+                // PTRACE_POKETEXT/DATA/USER, SETREGS, SETFPREGS, SETSIGINFO,
+                // SETREGSET write the tracee; PEEK*/GET* read it (the raw
+                // syscall stores a peeked word at `data` and returns 0).
+                const WRITES: [i64; 7] = [4, 5, 6, 13, 15, 0x4203, 0x4205];
+                const READS: [i64; 7] = [1, 2, 3, 12, 14, 0x4202, 0x4204];
+                let target = Self::fd_arg(ev, &["target_pid"])
+                    .filter(|t| *t > 0)
+                    .map(|t| t as u32);
+                let request = ev.arg_i64("request");
+                let into_target = match call {
+                    "process_vm_writev" => Some(true),
+                    "process_vm_readv" => Some(false),
+                    _ => request.and_then(|r| {
+                        WRITES
+                            .contains(&r)
+                            .then_some(true)
+                            .or(READS.contains(&r).then_some(false))
+                    }),
+                };
+                match (target, into_target) {
+                    (Some(t), Some(true)) if t != ev.pid => {
+                        self.informed(db, boot, ev, t, ev.pid)?
+                    }
+                    (Some(t), Some(false)) if t != ev.pid => {
+                        self.informed(db, boot, ev, ev.pid, t)?
+                    }
+                    _ => self.stats.no_graph_effect += 1,
                 }
             }
             "unlink" | "unlinkat" | "rmdir" => match &ev.path {

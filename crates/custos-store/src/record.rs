@@ -182,6 +182,10 @@ pub struct Args {
     uid: Option<i64>,
     euid: Option<i64>,
     fsuid: Option<i64>,
+    /// ptrace's request.
+    request: Option<i64>,
+    /// The process ptrace and process_vm_readv/writev act on.
+    target_pid: Option<i64>,
     /// `args.fds` of pipe/socketpair: its integer elements.
     pub fds: Vec<i64>,
 }
@@ -206,6 +210,8 @@ impl Args {
             "uid" => self.uid,
             "euid" => self.euid,
             "fsuid" => self.fsuid,
+            "request" => self.request,
+            "target_pid" => self.target_pid,
             _ => {
                 debug_assert!(false, "args.{name} is not parsed (add it to record::Args)");
                 None
@@ -287,6 +293,8 @@ impl<'de> Deserialize<'de> for Args {
                         "uid" => &mut a.uid,
                         "euid" => &mut a.euid,
                         "fsuid" => &mut a.fsuid,
+                        "request" => &mut a.request,
+                        "target_pid" => &mut a.target_pid,
                         "fds" => {
                             a.fds = map.next_value::<IntList>()?.0;
                             continue;
@@ -361,6 +369,9 @@ fn syscall_name(s: Cow<'_, str>) -> Cow<'static, str> {
         "sendfile",
         "splice",
         "copy_file_range",
+        "ptrace",
+        "process_vm_readv",
+        "process_vm_writev",
         "mmap2",
         "rmdir",
     ];

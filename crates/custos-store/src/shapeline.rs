@@ -126,7 +126,7 @@ impl Field {
 }
 
 /// The integer arguments of `Args`, by name, in the order of [`arg_slot`].
-const ARG_NAMES: [&[u8]; 16] = [
+const ARG_NAMES: [&[u8]; 18] = [
     b"fd",
     b"sockfd",
     b"oldfd",
@@ -143,6 +143,8 @@ const ARG_NAMES: [&[u8]; 16] = [
     b"uid",
     b"euid",
     b"fsuid",
+    b"request",
+    b"target_pid",
 ];
 
 fn arg_slot(a: &mut Args, k: u8) -> &mut Option<i64> {
@@ -162,7 +164,9 @@ fn arg_slot(a: &mut Args, k: u8) -> &mut Option<i64> {
         12 => &mut a.fd_out,
         13 => &mut a.uid,
         14 => &mut a.euid,
-        _ => &mut a.fsuid,
+        15 => &mut a.fsuid,
+        16 => &mut a.request,
+        _ => &mut a.target_pid,
     }
 }
 

@@ -373,6 +373,166 @@ mod plainfd {
     }
 }
 
+/// The exfiltration through another process's memory: the parent reads
+/// the secret and puts it into a forked child's memory, which sends it and
+/// writes the copy. Nothing passes between them but the memory write: no
+/// pipe, file or socket (the child polls its own buffer).
+mod memory {
+    use std::ffi::CString;
+    use std::io;
+    use std::os::unix::ffi::OsStrExt;
+    use std::path::Path;
+
+    fn err(what: &str) -> io::Error {
+        io::Error::other(format!("{what}: {}", io::Error::last_os_error()))
+    }
+
+    /// What the child does once the secret is in `buf` (`n` bytes, a flag
+    /// byte after them): only syscalls, no allocation (it is a fork of a
+    /// threaded process). 50 ms first, so its calls come well after the
+    /// one that filled its memory.
+    unsafe fn child(buf: *const u8, n: usize, copy: &CString, port: u16) -> ! {
+        // SAFETY: (the whole body) the buffer is n + 1 bytes; plain syscalls.
+        unsafe {
+            while std::ptr::read_volatile(buf.add(n)) != 1 {
+                libc::usleep(1000);
+            }
+            libc::usleep(50_000);
+            let addr = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: port.to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_be_bytes([127, 0, 0, 1]).to_be(),
+                },
+                sin_zero: [0; 8],
+            };
+            let s = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+            let ok = s >= 0
+                && libc::connect(
+                    s,
+                    (&addr as *const libc::sockaddr_in).cast(),
+                    std::mem::size_of_val(&addr) as u32,
+                ) == 0
+                && libc::send(s, buf.cast(), n, 0) == n as isize;
+            let fd = libc::open(
+                copy.as_ptr(),
+                libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+                0o600,
+            );
+            let ok = ok && fd >= 0 && libc::write(fd, buf.cast(), n) == n as isize;
+            libc::close(s);
+            libc::close(fd);
+            libc::_exit(if ok { 0 } else { 1 })
+        }
+    }
+
+    /// Waits for `pid` to end; an error unless it exited 0.
+    fn reap(pid: libc::pid_t) -> io::Result<()> {
+        let mut status = 0;
+        // SAFETY: pid is our child.
+        if unsafe { libc::waitpid(pid, &mut status, 0) } != pid {
+            return Err(err("waitpid"));
+        }
+        if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+            return Err(io::Error::other(format!(
+                "the child failed: status {status:#x}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The parent's part before the memory write: the secret, read with read(2).
+    fn read_secret(secret: &Path) -> io::Result<Vec<u8>> {
+        std::fs::read(secret)
+    }
+
+    /// process_vm_writev into the child's buffer (secret and flag at once).
+    pub fn vm_writev(secret: &Path, copy: &Path, port: u16) -> io::Result<()> {
+        let n = std::fs::metadata(secret)?.len() as usize;
+        let buf = vec![0u8; n + 1];
+        let copy = CString::new(copy.as_os_str().as_bytes()).unwrap();
+        // SAFETY: the child only runs `child`, which never returns.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return Err(err("fork"));
+        }
+        if pid == 0 {
+            // SAFETY: buf is n + 1 bytes in the child's copy of our memory.
+            unsafe { child(buf.as_ptr(), n, &copy, port) }
+        }
+        let mut data = read_secret(secret)?;
+        data.push(1);
+        let local = libc::iovec {
+            iov_base: data.as_mut_ptr().cast(),
+            iov_len: data.len(),
+        };
+        let remote = libc::iovec {
+            iov_base: buf.as_ptr() as *mut _,
+            iov_len: data.len(),
+        };
+        // SAFETY: both iovecs describe n + 1 bytes.
+        let wrote = unsafe { libc::process_vm_writev(pid, &local, 1, &remote, 1, 0) };
+        if wrote != data.len() as isize {
+            // SAFETY: our child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            return Err(err("process_vm_writev"));
+        }
+        reap(pid)
+    }
+
+    /// PTRACE_POKEDATA, word by word, into a child that asked to be traced
+    /// and stopped itself; PTRACE_CONT lets it go on.
+    pub fn ptrace(secret: &Path, copy: &Path, port: u16) -> io::Result<()> {
+        let n = std::fs::metadata(secret)?.len() as usize;
+        let words = n / 8 + 1; // the flag byte in the last word
+        let buf = vec![0u8; words * 8];
+        let copy = CString::new(copy.as_os_str().as_bytes()).unwrap();
+        // SAFETY: the child only stops itself and runs `child`.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return Err(err("fork"));
+        }
+        if pid == 0 {
+            // SAFETY: plain syscalls; buf is words * 8 >= n + 1 bytes.
+            unsafe {
+                libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0);
+                libc::raise(libc::SIGSTOP);
+                child(buf.as_ptr(), n, &copy, port)
+            }
+        }
+        let mut status = 0;
+        // SAFETY: our child, stopped by its SIGSTOP.
+        if unsafe { libc::waitpid(pid, &mut status, 0) } != pid || !libc::WIFSTOPPED(status) {
+            return Err(err("waitpid for the stopped child"));
+        }
+        let mut data = read_secret(secret)?;
+        data.resize(words * 8, 0);
+        data[n] = 1;
+        for (i, w) in data.chunks_exact(8).enumerate() {
+            let word = u64::from_ne_bytes(w.try_into().unwrap());
+            // SAFETY: each address is a word of the child's buffer.
+            let r = unsafe {
+                libc::ptrace(
+                    libc::PTRACE_POKEDATA,
+                    pid,
+                    buf.as_ptr().add(i * 8),
+                    word as usize,
+                )
+            };
+            if r < 0 {
+                // SAFETY: our child.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                return Err(err("PTRACE_POKEDATA"));
+            }
+        }
+        // SAFETY: our stopped tracee.
+        if unsafe { libc::ptrace(libc::PTRACE_CONT, pid, 0, 0) } < 0 {
+            return Err(err("PTRACE_CONT"));
+        }
+        reap(pid)
+    }
+}
+
 /// The workload, when the test binary is run again under the collector
 /// (see `exfiltrate`); ignored in a normal run.
 #[test]
@@ -392,6 +552,8 @@ fn workload_entry() {
         "sendfile" => plainfd::sendfile(secret, copy, port),
         "splice" => plainfd::splice(secret, copy, port),
         "mmap" => plainfd::mmap(secret, copy, port),
+        "process_vm_writev" => memory::vm_writev(secret, copy, port),
+        "ptrace" => memory::ptrace(secret, copy, port),
         _ => panic!("unknown workload {variant}"),
     }
     .unwrap();
@@ -645,4 +807,25 @@ fn a_shared_writable_mapping_carries_the_secret() {
             .any(|e| e["syscall"] == "write" && e["path"] == r.copy.as_str()),
         "the copy was written by a write syscall, not the mapping"
     );
+}
+
+/// The secret reaches the child only through process_vm_writev: the child
+/// is informed by the writer's version that read it.
+#[test]
+fn process_vm_writev_into_another_process_carries_the_secret() {
+    let _g = serial();
+    let r = exfiltrate("process_vm_writev");
+    r.assert_found();
+    let w = r.event("process_vm_writev");
+    assert_eq!(w["ret"], 2001, "{w}");
+    assert_eq!(w["critical"], true, "{w}");
+}
+
+/// The secret reaches a traced child only through PTRACE_POKEDATA.
+#[test]
+fn ptrace_pokes_into_a_tracee_carry_the_secret() {
+    let _g = serial();
+    let r = exfiltrate("ptrace");
+    r.assert_found();
+    assert_eq!(r.event("ptrace")["critical"], true);
 }
