@@ -19,6 +19,18 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// 127.0.0.1:port, where the test's server listens.
+fn loopback(port: u16) -> libc::sockaddr_in {
+    libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from_be_bytes([127, 0, 0, 1]).to_be(),
+        },
+        sin_zero: [0; 8],
+    }
+}
+
 /// The workload's parameters, passed to the re-run test binary.
 const WORKLOAD_ENV: &str = "CUSTOS_EVASION_WORKLOAD";
 
@@ -33,17 +45,6 @@ mod uring {
 
     fn cstr(p: &Path) -> CString {
         CString::new(p.as_os_str().as_bytes()).unwrap()
-    }
-
-    fn loopback(port: u16) -> libc::sockaddr_in {
-        libc::sockaddr_in {
-            sin_family: libc::AF_INET as libc::sa_family_t,
-            sin_port: port.to_be(),
-            sin_addr: libc::in_addr {
-                s_addr: u32::from_be_bytes([127, 0, 0, 1]).to_be(),
-            },
-            sin_zero: [0; 8],
-        }
     }
 
     /// One request, waited for; its result.
@@ -84,7 +85,7 @@ mod uring {
             opcode::Socket::new(libc::AF_INET, libc::SOCK_STREAM, 0).build(),
             "socket",
         )?;
-        let addr = loopback(port);
+        let addr = super::loopback(port);
         run(
             &mut ring,
             opcode::Connect::new(
@@ -154,7 +155,7 @@ mod uring {
                 .build(),
             "socket",
         )?;
-        let addr = loopback(port);
+        let addr = super::loopback(port);
         run(
             &mut ring,
             opcode::Connect::new(
@@ -230,14 +231,7 @@ mod plainfd {
 
     /// A socket connected to 127.0.0.1:port.
     fn connect(port: u16) -> io::Result<libc::c_int> {
-        let addr = libc::sockaddr_in {
-            sin_family: libc::AF_INET as libc::sa_family_t,
-            sin_port: port.to_be(),
-            sin_addr: libc::in_addr {
-                s_addr: u32::from_be_bytes([127, 0, 0, 1]).to_be(),
-            },
-            sin_zero: [0; 8],
-        };
+        let addr = super::loopback(port);
         // SAFETY: plain syscalls on a new fd and a valid sockaddr_in.
         unsafe {
             let s = check(
@@ -398,14 +392,7 @@ mod memory {
                 libc::usleep(1000);
             }
             libc::usleep(50_000);
-            let addr = libc::sockaddr_in {
-                sin_family: libc::AF_INET as libc::sa_family_t,
-                sin_port: port.to_be(),
-                sin_addr: libc::in_addr {
-                    s_addr: u32::from_be_bytes([127, 0, 0, 1]).to_be(),
-                },
-                sin_zero: [0; 8],
-            };
+            let addr = super::loopback(port);
             let s = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
             let ok = s >= 0
                 && libc::connect(
@@ -767,6 +754,16 @@ fn registered_files_and_linked_requests_still_name_their_files() {
     assert!(write.get("ret").is_none(), "{write}");
 }
 
+/// `exfiltrate(variant)`, one collector at a time, and `assert_found`.
+fn found(variant: &str) -> Run {
+    let r = {
+        let _g = serial();
+        exfiltrate(variant)
+    };
+    r.assert_found();
+    r
+}
+
 impl Run {
     /// The workload's event of `syscall`.
     fn event(&self, syscall: &str) -> &serde_json::Value {
@@ -779,18 +776,14 @@ impl Run {
 
 #[test]
 fn sendfile_and_copy_file_range_carry_the_secret() {
-    let _g = serial();
-    let r = exfiltrate("sendfile");
-    r.assert_found();
+    let r = found("sendfile");
     assert_eq!(r.event("sendfile")["ret"], 2000);
     assert_eq!(r.event("copy_file_range")["ret"], 2000);
 }
 
 #[test]
 fn splice_through_a_pipe_carries_the_secret() {
-    let _g = serial();
-    let r = exfiltrate("splice");
-    r.assert_found();
+    let r = found("splice");
     assert_eq!(r.event("splice")["ret"], 2000);
 }
 
@@ -798,9 +791,7 @@ fn splice_through_a_pipe_carries_the_secret() {
 /// syscall; the mapping itself is the write (recorded when it is made).
 #[test]
 fn a_shared_writable_mapping_carries_the_secret() {
-    let _g = serial();
-    let r = exfiltrate("mmap");
-    r.assert_found();
+    let r = found("mmap");
     assert!(
         !r.events
             .iter()
@@ -813,9 +804,7 @@ fn a_shared_writable_mapping_carries_the_secret() {
 /// is informed by the writer's version that read it.
 #[test]
 fn process_vm_writev_into_another_process_carries_the_secret() {
-    let _g = serial();
-    let r = exfiltrate("process_vm_writev");
-    r.assert_found();
+    let r = found("process_vm_writev");
     let w = r.event("process_vm_writev");
     assert_eq!(w["ret"], 2001, "{w}");
     assert_eq!(w["critical"], true, "{w}");
@@ -824,8 +813,6 @@ fn process_vm_writev_into_another_process_carries_the_secret() {
 /// The secret reaches a traced child only through PTRACE_POKEDATA.
 #[test]
 fn ptrace_pokes_into_a_tracee_carry_the_secret() {
-    let _g = serial();
-    let r = exfiltrate("ptrace");
-    r.assert_found();
+    let r = found("ptrace");
     assert_eq!(r.event("ptrace")["critical"], true);
 }
