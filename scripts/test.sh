@@ -14,9 +14,9 @@ CARGO=${CARGO:-cargo}
 PY=.tools/venv/bin/python
 
 # VM suites of the custos crate, chosen so the lanes end together: on the
-# slow emulator of 2026-11-27, about 38 min (attack 14, superproducer 8,
-# policy 9, demo 7) against 42 (host tests 9, sched VM 16, pytest 12, the
-# runner, fleet and LSM VM suites 5).
+# slow emulator of 2026-11-27, about 37 min (attack 11, superproducer 5,
+# policy 12, demo 9.5) against 37 (host tests and the other VM suites 27,
+# pytest about 10).
 VM_LANE=(attack superproducer policy demo)
 
 log() { echo "[make test $(date +%H:%M:%S)] $*"; }
