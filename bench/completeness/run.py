@@ -53,8 +53,8 @@ FLOODS = {
 SCHEDULERS = ("default", "custos")
 
 
-def cell_name(cpus, flood, pause_ms, policy):
-    return f"cpus{cpus}-{flood}-pause{pause_ms}-{policy}"
+def cell_name(cpus, flood, pause_ms, policy, files=4000):
+    return f"cpus{cpus}-{flood}-pause{pause_ms}-{policy}" + (f"-files{files}" if files != 4000 else "")
 
 
 def plan(args):
@@ -66,7 +66,8 @@ def plan(args):
         for policy in args.policies:
             for flood in args.floods:
                 for pause in (args.pauses if flood == args.floods[0] else [0]):
-                    cells.append({"cpus": cpus, "flood": flood, "pause_ms": pause, "policy": policy})
+                    cells.append({"cpus": cpus, "flood": flood, "pause_ms": pause, "policy": policy,
+                                  "files": args.files})
     return cells
 
 
@@ -112,7 +113,7 @@ def run_cell(cell, runs, share: Path):
     sched_args = "" if cell["policy"] == "static" else f"--policy {cell['policy']}"
     env = (f"CUSTOS_BIN={ROOT / 'target/release'} SP_OUT={share} SP_SCHEDULERS='{' '.join(SCHEDULERS)}' "
            f"SP_RUNS={runs} SP_ORDER=interleaved SP_KEEP_EVENTS=0 SP_WORKLOAD={workload} "
-           f"SP_WORKERS={workers} SP_PAUSE_MS={cell['pause_ms']}")
+           f"SP_WORKERS={workers} SP_PAUSE_MS={cell['pause_ms']} SP_FILES={cell['files']}")
     # A guard against a hung guest: a run pair took 8 min on one vCPU of the
     # slow emulator; more vCPUs run in turns, so the budget grows with them.
     timeout = 300 + runs * len(SCHEDULERS) * 600 * cell["cpus"]
@@ -177,14 +178,17 @@ def main():
                     help="consumer stalls (ms, SIGSTOP 2 s into the flood), on the first flood")
     ap.add_argument("--policies", nargs="+", default=["static"], choices=["static", "feedback", "learned"])
     ap.add_argument("--runs", type=int, default=5, help="runs of each scheduler per cell, interleaved")
+    ap.add_argument("--files", type=int, default=4000,
+                    help="files each find worker reads (a shorter flood at the same rate of events)")
     ap.add_argument("--quick", action="store_true", help="1 vCPU, find16, no stall, one run of each")
     ap.add_argument("--fresh", action="store_true", help="run cells again even if their runs are on disk")
     ap.add_argument("--report", action="store_true", help="do not run: summarise the runs on disk")
     args = ap.parse_args(sys.argv[1:])
     if args.quick:
         args.cpus, args.floods, args.pauses, args.policies, args.runs = [1], ["find16"], [0], ["static"], 1
-    if args.runs < 1 or any(c not in (1, 2, 4, 8) for c in args.cpus) or any(p < 0 for p in args.pauses):
-        ap.error("--runs must be at least 1, --cpus of 1, 2, 4 or 8, --pauses not negative")
+    if args.runs < 1 or any(c not in (1, 2, 4, 8) for c in args.cpus) or any(p < 0 for p in args.pauses) \
+            or args.files < 100:
+        ap.error("--runs must be at least 1, --cpus of 1, 2, 4 or 8, --pauses not negative, --files at least 100")
     command = "bench/completeness/run.py " + " ".join(sys.argv[1:])
     cells = plan(args)
     failed = []

@@ -36,7 +36,7 @@ def test_a_run_without_the_collectors_account_is_refused():
 
 def test_the_plan_puts_the_stalls_on_the_first_flood_only():
     args = type("A", (), {"cpus": [1, 2], "policies": ["static"], "floods": ["find16", "exec16"],
-                          "pauses": [0, 500, 2000]})
+                          "pauses": [0, 500, 2000], "files": 4000})
     cells = completeness.plan(args)
     assert len(cells) == 2 * (3 + 1)
     assert {c["pause_ms"] for c in cells if c["flood"] == "exec16"} == {0}
