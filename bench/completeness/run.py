@@ -189,7 +189,8 @@ def main():
     if args.runs < 1 or any(c not in (1, 2, 4, 8) for c in args.cpus) or any(p < 0 for p in args.pauses) \
             or args.files < 100:
         ap.error("--runs must be at least 1, --cpus of 1, 2, 4 or 8, --pauses not negative, --files at least 100")
-    command = "bench/completeness/run.py " + " ".join(sys.argv[1:])
+    # What reproduces the runs: --report and --fresh only say how.
+    command = "bench/completeness/run.py " + " ".join(a for a in sys.argv[1:] if a not in ("--report", "--fresh"))
     cells = plan(args)
     failed = []
     if not args.report:
