@@ -137,7 +137,8 @@ def report(cells, runs, command):
         summary.append(entry)
         label = f"{cell['cpus']} vCPU{'s' if cell['cpus'] > 1 else ''}, {cell['flood']}" + \
             (f", stall {cell['pause_ms'] / 1000:g} s" if cell["pause_ms"] else "") + \
-            (f", {cell['policy']}" if cell["policy"] != "static" else "")
+            (f", {cell['policy']}" if cell["policy"] != "static" else "") + \
+            (f", {cell['files']} files" if cell["files"] != 4000 else "")
         groups[label] = {s: entry[s]["loss_pct"] for s in SCHEDULERS if s in entry}
     if not summary:
         raise SystemExit("no runs on disk: run the cells first")
