@@ -3,7 +3,7 @@
 with repetitions in randomized order, in the sched_ext VM (one vCPU).
 
     bench/matrix/run.py            # the full matrix into bench/results (hours; resumable)
-    bench/matrix/run.py --quick    # the benchmark subset, small: about 10 minutes
+    bench/matrix/run.py --quick    # the benchmark subset, small: 3.5-15 minutes (the emulator's speed)
     bench/matrix/run.py --report-only   # redo the tables and pictures from runs.jsonl
 
 Every run is appended to OUT/runs.jsonl the moment it ends; run the same
