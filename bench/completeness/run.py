@@ -34,7 +34,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "harness"))
-from custos_bench import plots, results, vm  # noqa: E402
+from custos_bench import matrix, plots, results, vm  # noqa: E402
 from custos_bench.paths import ROOT  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -77,18 +77,13 @@ def read_rows(path: Path):
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def loss_pct(r):
-    total = r["produced"] + r["unnumbered"]
-    return 100.0 * (r["dropped"] + r["unnumbered"]) / total if total else 0.0
-
-
 def summarise(rows):
     """One scheduler's runs of one cell: losses, mean with interval, and
     how many runs lost anything, with its exact interval."""
     bad = [r for r in rows if r.get("produced") is None or r.get("unnumbered") is None or r.get("dropped") is None]
     if bad:
         raise ValueError(f"runs without the collector's account (did the collector stop cleanly?): {bad}")
-    losses = [loss_pct(r) for r in rows]
+    losses = [matrix.run_loss_pct(r) for r in rows]
     mean, lo, hi = results.mean_interval(losses)
     lossy = sum(1 for r in rows if r["dropped"] + r["unnumbered"] > 0)
     p_lo, p_hi = results.proportion_interval(lossy, len(rows))

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "harness"))
-from custos_bench import plots, results, vm  # noqa: E402
+from custos_bench import matrix, plots, results, vm  # noqa: E402
 from custos_bench.paths import CUSTOS, ROOT  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -86,17 +86,12 @@ def placement_stats(stats_json: Path):
     }
 
 
-def loss_pct(rec):
-    lost = rec["dropped"] + rec["unnumbered"]
-    return 100.0 * lost / (rec["produced"] + rec["unnumbered"]) if rec["produced"] + rec["unnumbered"] else 0.0
-
-
 def superproducer(path: Path):
     recs = [json.loads(l) for l in path.read_text().splitlines() if l.strip()]
     by = {}
     for r in recs:
         by.setdefault(r["scheduler"], []).append(r)
-    return {k: {"runs": len(v), "max_loss_pct": max(loss_pct(r) for r in v),
+    return {k: {"runs": len(v), "max_loss_pct": max(matrix.run_loss_pct(r) for r in v),
                 "marker_delivered": all(r["marker_delivered"] for r in v)} for k, v in by.items()}
 
 

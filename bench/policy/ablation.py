@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "harness"))
-from custos_bench import plots, results, vm  # noqa: E402
+from custos_bench import matrix, plots, results, vm  # noqa: E402
 from custos_bench.paths import CUSTOS, ROOT  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -133,11 +133,6 @@ def evaluate(protection, workers, exec_iterations):
     print(vm.run_script("\n".join(lines) + "\n", ev, timeout_s=7200, cpus=1), file=sys.stderr)
 
 
-def loss_pct(r):
-    total = r["produced"] + r["unnumbered"]
-    return 100.0 * (r["dropped"] + r["unnumbered"]) / total if total else 0.0
-
-
 def workload_order(key):
     """'find x16, protection on' before 'find x64, ...', the find floods first."""
     return not key.startswith("find"), int(key.split(",")[0].rsplit("x", 1)[1])
@@ -150,7 +145,7 @@ def report(command):
         workload, w, name = f.parent.name.split("-", 2)
         for line in f.read_text().splitlines():
             r = json.loads(line)
-            r.update(config=name, protection=protection, loss_pct=loss_pct(r))
+            r.update(config=name, protection=protection, loss_pct=matrix.run_loss_pct(r))
             stats = f.parent / "custos.sched.json"
             if stats.exists():
                 s = json.loads(stats.read_text())

@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "harness"))
-from custos_bench import plots, results, vm  # noqa: E402
+from custos_bench import matrix, plots, results, vm  # noqa: E402
 from custos_bench.paths import CUSTOS, ROOT  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -45,11 +45,6 @@ def inference_cost(*args):
     out = subprocess.run([str(CUSTOS), "train", "--inference-cost", *map(str, args)],
                          capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
-
-
-def loss_pct(r):
-    total = r["produced"] + r["unnumbered"]
-    return 100.0 * (r["dropped"] + r["unnumbered"]) / total if total else 0.0
 
 
 def main():
@@ -89,7 +84,7 @@ def main():
         for line in f.read_text().splitlines():
             r = json.loads(line)
             r["policy"] = policy
-            r["loss_pct"] = loss_pct(r)
+            r["loss_pct"] = matrix.run_loss_pct(r)
             stats = f.parent / (f"custos-w{r['workers']}-r{r['run']}.sched.json"
                                 if args.runs > 1 else "custos.sched.json")
             if stats.exists():

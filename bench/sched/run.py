@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "harness"))
-from custos_bench import plots, results, vm  # noqa: E402
+from custos_bench import matrix, plots, results, vm  # noqa: E402
 from custos_bench.paths import ROOT, TOOLS_BIN  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -59,13 +59,6 @@ def parse(lines):
     return out
 
 
-def loss_pct(r):
-    """Events that happened but were not recorded: refused by the full rings,
-    or never numbered because the kernel skipped the collector's program."""
-    happened = r["produced"] + r["unnumbered"]
-    return 100.0 * (r["dropped"] + r["unnumbered"]) / max(1, happened)
-
-
 def run_series(out, workers, runs, files, ring_kb):
     """The repeated super producer: `runs` runs of each scheduler per worker
     count, default and Custos alternating, all in one VM session on one vCPU."""
@@ -92,7 +85,7 @@ def summarize_series(rows, params, wall_s):
         per_run.append({
             "scheduler": r["scheduler"], "workers": r["workers"], "run": r["run"],
             "produced": r["produced"], "delivered": r["delivered"], "dropped": r["dropped"],
-            "unnumbered": r["unnumbered"], "loss_pct": loss_pct(r) if ok else None,
+            "unnumbered": r["unnumbered"], "loss_pct": matrix.run_loss_pct(r) if ok else None,
             "runtime_ms": r["runtime_ms"], "marker_delivered": r["marker_delivered"],
             "sched_ext_state": r["sched_ext_state"],
         })
@@ -158,7 +151,7 @@ def summarize(data, superproducer):
         s.setdefault(r["scheduler"], {}).update({
             "sp_runtime_ns": r["runtime_ms"] * 1_000_000, "sp_produced": r["produced"],
             "sp_delivered": r["delivered"], "sp_dropped": r["dropped"], "sp_unnumbered": r["unnumbered"],
-            "sp_loss_pct": loss_pct(r), "sp_marker_delivered": r["marker_delivered"],
+            "sp_loss_pct": matrix.run_loss_pct(r), "sp_marker_delivered": r["marker_delivered"],
             "sp_sched_ext_state": r["sched_ext_state"],
         })
     return s

@@ -32,6 +32,11 @@ def loss_pct(produced, dropped, unnumbered):
     return 100.0 * (dropped + unnumbered) / happened if happened else 0.0
 
 
+def run_loss_pct(r):
+    """loss_pct of one run's record (its produced, dropped, unnumbered)."""
+    return loss_pct(r["produced"], r["dropped"], r["unnumbered"])
+
+
 def load_runs(path: Path) -> pd.DataFrame:
     """runs.jsonl (one line per run, the last line of a key wins) as a table."""
     rows = {}

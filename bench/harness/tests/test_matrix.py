@@ -76,6 +76,7 @@ def test_loss_counts_refused_and_skipped_events_over_all_that_happened():
     assert matrix.loss_pct(1000, 700, 100) == pytest.approx(100 * 800 / 1100)
     assert matrix.loss_pct(3000, 0, 0) == 0.0
     assert np.isnan(matrix.loss_pct(None, None, None))
+    assert matrix.run_loss_pct({"produced": 1000, "dropped": 700, "unnumbered": 100}) == pytest.approx(100 * 800 / 1100)
 
 
 def test_cells_are_medians_normalized_to_the_default_scheduler(runs_file):
