@@ -1117,7 +1117,8 @@ impl Graph {
                 // syscall stores a peeked word at `data` and returns 0).
                 const WRITES: [i64; 7] = [4, 5, 6, 13, 15, 0x4203, 0x4205];
                 const READS: [i64; 7] = [1, 2, 3, 12, 14, 0x4202, 0x4204];
-                let target = Self::fd_arg(ev, &["target_pid"])
+                let target = ev
+                    .arg_i64("target_pid")
                     .filter(|t| *t > 0)
                     .map(|t| t as u32);
                 let request = ev.arg_i64("request");

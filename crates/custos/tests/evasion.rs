@@ -428,11 +428,6 @@ mod memory {
         Ok(())
     }
 
-    /// The parent's part before the memory write: the secret, read with read(2).
-    fn read_secret(secret: &Path) -> io::Result<Vec<u8>> {
-        std::fs::read(secret)
-    }
-
     /// process_vm_writev into the child's buffer (secret and flag at once).
     pub fn vm_writev(secret: &Path, copy: &Path, port: u16) -> io::Result<()> {
         let n = std::fs::metadata(secret)?.len() as usize;
@@ -447,7 +442,7 @@ mod memory {
             // SAFETY: buf is n + 1 bytes in the child's copy of our memory.
             unsafe { child(buf.as_ptr(), n, &copy, port) }
         }
-        let mut data = read_secret(secret)?;
+        let mut data = std::fs::read(secret)?;
         data.push(1);
         let local = libc::iovec {
             iov_base: data.as_mut_ptr().cast(),
@@ -492,7 +487,7 @@ mod memory {
         if unsafe { libc::waitpid(pid, &mut status, 0) } != pid || !libc::WIFSTOPPED(status) {
             return Err(err("waitpid for the stopped child"));
         }
-        let mut data = read_secret(secret)?;
+        let mut data = std::fs::read(secret)?;
         data.resize(words * 8, 0);
         data[n] = 1;
         for (i, w) in data.chunks_exact(8).enumerate() {
@@ -654,6 +649,14 @@ impl Run {
             .collect()
     }
 
+    /// The workload's event of `syscall` (a syscall, not an io_uring request).
+    fn event(&self, syscall: &str) -> &serde_json::Value {
+        self.events
+            .iter()
+            .find(|e| e["type"] == "event" && e["syscall"] == syscall && e["via"].is_null())
+            .unwrap_or_else(|| panic!("no {syscall} event in the stream"))
+    }
+
     /// The io_uring event of `syscall` whose `key` is `value`.
     fn uring_event(&self, syscall: &str, key: &str, value: &str) -> &serde_json::Value {
         self.uring_events()
@@ -702,10 +705,9 @@ impl Run {
         assert_eq!(last["invariant_holds"], true, "{last}");
     }
 
-    /// assert_found, and the io_uring requests' actor is the submitter,
-    /// never an io_uring worker thread.
-    fn assert_found_through_io_uring(&self) {
-        self.assert_found();
+    /// The io_uring requests' actor is the submitter, never an io_uring
+    /// worker thread.
+    fn assert_submitter_acts(&self) {
         let uring = self.uring_events();
         assert!(!uring.is_empty());
         let pid = uring[0]["pid"].clone();
@@ -717,11 +719,20 @@ impl Run {
     }
 }
 
+/// `exfiltrate(variant)`, one collector at a time, and `assert_found`.
+fn found(variant: &str) -> Run {
+    let r = {
+        let _g = serial();
+        exfiltrate(variant)
+    };
+    r.assert_found();
+    r
+}
+
 #[test]
 fn an_io_uring_exfiltration_is_found_step_by_step() {
-    let _g = serial();
-    let r = exfiltrate("uring_plain");
-    r.assert_found_through_io_uring();
+    let r = found("uring_plain");
+    r.assert_submitter_acts();
     // Each step is its syscall twin, with the twin's fields.
     let open = r.uring_event("openat", "path", &r.secret);
     assert!(open["fd"].as_i64().unwrap() >= 0, "{open}");
@@ -739,9 +750,8 @@ fn an_io_uring_exfiltration_is_found_step_by_step() {
 
 #[test]
 fn registered_files_and_linked_requests_still_name_their_files() {
-    let _g = serial();
-    let r = exfiltrate("uring_registered_linked");
-    r.assert_found_through_io_uring();
+    let r = found("uring_registered_linked");
+    r.assert_submitter_acts();
     let read = r.uring_event("read", "path", &r.secret);
     assert_eq!(read["registered_file"], true, "{read}");
     assert_eq!(read["ret"], 2000, "{read}");
@@ -752,26 +762,6 @@ fn registered_files_and_linked_requests_still_name_their_files() {
     assert_eq!(write["registered_file"], true, "{write}");
     assert_eq!(write["at_submit"], true, "{write}");
     assert!(write.get("ret").is_none(), "{write}");
-}
-
-/// `exfiltrate(variant)`, one collector at a time, and `assert_found`.
-fn found(variant: &str) -> Run {
-    let r = {
-        let _g = serial();
-        exfiltrate(variant)
-    };
-    r.assert_found();
-    r
-}
-
-impl Run {
-    /// The workload's event of `syscall`.
-    fn event(&self, syscall: &str) -> &serde_json::Value {
-        self.events
-            .iter()
-            .find(|e| e["type"] == "event" && e["syscall"] == syscall && e["via"].is_null())
-            .unwrap_or_else(|| panic!("no {syscall} event in the stream"))
-    }
 }
 
 #[test]
