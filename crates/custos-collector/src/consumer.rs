@@ -608,7 +608,20 @@ impl<W: Write> Consumer<W> {
         let file = (ev.flags & EV_HAS_FILE != 0).then_some((ev.dev, ev.ino));
         // Shared, not copied: most events (a read or write after the first)
         // name their file only through this map.
-        let file_path: Option<Rc<str>> = a.file_path.map(Rc::from);
+        let mut file_path: Option<Rc<str>> = a.file_path.map(Rc::from);
+        let memfd = sc.is_some_and(|s| s.name == "memfd_create") && has_ret && ev.ret >= 0;
+        if memfd {
+            // A memfd has no place in the tree: it is named as the kernel
+            // names its dentry (`memfd:NAME`), and with its inode, which
+            // every later event on it carries, that name stays its own.
+            file_path = a.path.as_deref().map(|n| Rc::from(format!("memfd:{n}")));
+        } else if file_path.as_deref() == Some("/") {
+            // The walk stopped at a pseudo file system's root: a name
+            // learnt when the file was made (a memfd's) is better.
+            if let Some(known) = file.and_then(|key| self.file_paths.get(&key)) {
+                file_path = Some(known.0.clone());
+            }
+        }
         let mut path = file_path
             .clone()
             .or_else(|| join_base(a.path.as_deref(), a.path_base.as_deref()).map(Rc::from));

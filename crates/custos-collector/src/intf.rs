@@ -41,6 +41,7 @@ pub const SPEC_WRITE: u16 = 1 << 8;
 pub const SPEC_PATH_RAW: u16 = 1 << 9;
 pub const SPEC_LOCAL_ADDR: u16 = 1 << 10;
 pub const SPEC_FILE_MAP: u16 = 1 << 11;
+pub const SPEC_RET_FD_ID: u16 = 1 << 12;
 
 pub const EV_CRITICAL: u16 = 1 << 0;
 pub const EV_HAS_ATTRS: u16 = 1 << 1;

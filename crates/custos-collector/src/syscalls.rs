@@ -555,9 +555,11 @@ pub static SYSCALLS: &[Syscall] = &[
         "memfd_create",
         319,
         Ipc,
-        false,
+        // Critical: the name it gives the memfd must reach the consumer
+        // before an exec of it (also critical, the same ring) is written.
+        true,
         [Path, Uint("flags")],
-        SPEC_PATH_RAW
+        SPEC_PATH_RAW | SPEC_RET_FD_ID
     ),
     // memory: executable mappings, and mappings of files (a read of the
     // file; shared and writable, a write with no write syscall after it)

@@ -97,6 +97,24 @@ fn file_key<'a>(ev: &Event, path: &'a str) -> Key<'a> {
     }
 }
 
+/// How the collector names a memfd (its dentry's name, `memfd:NAME`).
+const MEMFD: &str = "memfd:";
+
+/// The key of the memfd `name` that `ev` acted on. A memfd has no path,
+/// and any number of them may share a name: its inode (which every event
+/// on it carries) makes the name its own, for this boot. None for another
+/// name, or without an inode (then nothing says which memfd it was).
+fn memfd_key(boot: i64, ev: &Event, name: &str) -> Option<Key<'static>> {
+    match (name.starts_with(MEMFD), ev.dev, ev.inode) {
+        (true, Some(dev), Some(ino)) => Some(Key::new(
+            NodeKind::File,
+            boot,
+            format!("{name}:[{dev}:{ino}]"),
+        )),
+        _ => None,
+    }
+}
+
 fn attrs_json(a: &impl Serialize) -> String {
     serde_json::to_string(a).expect("attributes serialize")
 }
@@ -293,6 +311,10 @@ pub struct Graph {
     /// (randomly) and cloned, as drawing a fresh key per map cost more than the map.
     hasher: ahash::RandomState,
     pub stats: GraphStats,
+    /// Events whose meaning the graph could not take in (an exec whose
+    /// program nothing names), as (boot, cpu, seq, time): written by the
+    /// flush as losses, so an answer they may change says it may be incomplete.
+    pending_gaps: Vec<(i64, u32, u64, u64)>,
     /// Copies of the nodes and edges each flush writes, for a caller that
     /// keeps the graph in another store too (the fleet's ClickHouse); None:
     /// not asked for.
@@ -358,6 +380,7 @@ impl Graph {
             containers: Map::default(),
             hasher,
             stats: GraphStats::default(),
+            pending_gaps: Vec::new(),
             made: None,
         })
     }
@@ -381,6 +404,12 @@ impl Graph {
         }
         crate::nodes::write_pending(db, &mut self.node_codec, &mut self.pending_nodes)?;
         crate::causes::write_pending(db, &mut self.pending_causes)?;
+        let mut put_gap = db.prepare_cached(
+            "INSERT OR IGNORE INTO losses(boot, cpu, category, first_seq, last_seq, count, start_ns, end_ns) VALUES(?1,?2,'unresolved',?3,?3,1,?4,?4)",
+        )?;
+        for (boot, cpu, seq, t) in self.pending_gaps.drain(..) {
+            put_gap.execute(params![boot, cpu, seq as i64, t as i64])?;
+        }
         self.pending_edges.write(db)?;
         let mut put_head = db.prepare_cached(
             "INSERT OR REPLACE INTO heads(kind, scope, name, node, version, frozen, generator, deleted) VALUES(?1,?2,?3,?4,?5,?6,?7,?8)",
@@ -851,7 +880,14 @@ impl Graph {
             if p.starts_with("pipe:[") {
                 return Ok(Some(Key::new(NodeKind::Pipe, boot, p.as_str())));
             }
-            if !p.starts_with("socket:[") && !p.starts_with("anon_inode:") && p != "/" {
+            if let Some(k) = memfd_key(boot, ev, p) {
+                return Ok(Some(k));
+            }
+            if !p.starts_with("socket:[")
+                && !p.starts_with("anon_inode:")
+                && !p.starts_with(MEMFD)
+                && p != "/"
+            {
                 return Ok(Some(file_key(ev, p)));
             }
         }
@@ -868,6 +904,17 @@ impl Graph {
         // the event's own inode beats our possibly stale fd table.
         match from_table {
             Some(k) if k.kind == NodeKind::Socket as i64 => return Ok(Some(Key::owned(k))),
+            // The memfd its memfd_create bound to the fd, when the event
+            // is on that very inode (the stream may carry no name for it).
+            Some(k)
+                if k.name.starts_with(MEMFD)
+                    && ev
+                        .dev
+                        .zip(ev.inode)
+                        .is_some_and(|(d, i)| k.name.ends_with(&format!(":[{d}:{i}]"))) =>
+            {
+                return Ok(Some(Key::owned(k)))
+            }
             _ => {}
         }
         if let Some(key) = Self::anonymous(boot, ev) {
@@ -976,6 +1023,15 @@ impl Graph {
                         };
                         self.bind_fd(db, boot, ev, fd, key)?
                     }
+                    _ => self.stats.no_graph_effect += 1,
+                }
+            }
+            // The memfd is its creator's until written: its fd names it
+            // for the writes (and an execveat) that follow.
+            "memfd_create" => {
+                let key = ev.path.as_deref().and_then(|p| memfd_key(boot, ev, p));
+                match (returned_fd, key) {
+                    (Some(fd), Some(key)) => self.bind_fd(db, boot, ev, fd, key)?,
                     _ => self.stats.no_graph_effect += 1,
                 }
             }
@@ -1257,7 +1313,48 @@ impl Graph {
         Ok(())
     }
 
+    /// The file an exec ran: its path; a memfd by name and inode; for
+    /// `execveat(fd, "", .., AT_EMPTY_PATH)` (fexecve) the file of `fd` in
+    /// the caller's fd table; an unnamed file by its inode. None: nothing
+    /// names it.
+    fn program<'e>(
+        &mut self,
+        db: &mut Sql<'_>,
+        boot: i64,
+        ev: &'e Event,
+    ) -> Result<Option<Key<'e>>> {
+        const AT_EMPTY_PATH: i64 = 0x1000;
+        if let Some(p) = ev.path.as_deref() {
+            if let Some(k) = memfd_key(boot, ev, p) {
+                return Ok(Some(k));
+            }
+            // d_path's "/" for a file with no place in the tree, and
+            // names of pseudo files, are no path of the program.
+            let pseudo = p == "/"
+                || [MEMFD, "pipe:[", "socket:[", "anon_inode:"]
+                    .iter()
+                    .any(|k| p.starts_with(k));
+            if !pseudo {
+                return Ok(Some(file_key(ev, p)));
+            }
+        }
+        let at_fd = ev
+            .arg_i64("flags")
+            .is_some_and(|f| f & AT_EMPTY_PATH != 0)
+            .then(|| Self::fd_arg(ev, &["dirfd"]))
+            .flatten();
+        if let Some(fd) = at_fd {
+            if self.cached_proc(db, boot, ev.pid)? {
+                if let Some(k) = self.procs[&(boot, ev.pid)].fds.get(&fd) {
+                    return Ok(Some(Key::owned(k.clone())));
+                }
+            }
+        }
+        Ok(Self::anonymous(boot, ev))
+    }
+
     fn exec(&mut self, db: &mut Sql<'_>, boot: i64, ev: &Event) -> Result<()> {
+        let program = self.program(db, boot, ev)?;
         let old = self.proc_node(db, boot, ev)?;
         let name = ev
             .path
@@ -1285,10 +1382,18 @@ impl Graph {
         self.edge(db, node, old, EdgeKind::WasInformedBy, boot, ev)?;
         let mut causes = Set::with_hasher(self.hasher.clone());
         causes.insert(old);
-        if let Some(path) = &ev.path {
-            let exe = self.obj_cause(db, &file_key(ev, path), boot, ev)?;
-            self.edge(db, node, exe, EdgeKind::Used, boot, ev)?;
-            causes.insert(exe);
+        match program {
+            Some(key) => {
+                let exe = self.obj_cause(db, &key, boot, ev)?;
+                self.edge(db, node, exe, EdgeKind::Used, boot, ev)?;
+                causes.insert(exe);
+            }
+            // Lost attributes are a loss already (`incomplete`).
+            None if !ev.incomplete => {
+                let seq = ev.id & ((1 << 48) - 1);
+                self.pending_gaps.push((boot, ev.cpu, seq, ev.time_ns));
+            }
+            None => {}
         }
         let p = self.proc_mut(boot, ev.pid);
         p.node = node;

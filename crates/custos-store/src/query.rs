@@ -110,6 +110,10 @@ impl LossNote {
                 "{} events lost their paths, arguments or address",
                 self.count
             ),
+            "unresolved" => format!(
+                "{} execs whose program file nothing named (its origin is not in the graph)",
+                self.count
+            ),
             c if c.ends_with("upper bound") => format!("up to {} events lost ({c})", self.count),
             "skipped" => format!(
                 "{} events lost (syscalls skipped by the kernel)",

@@ -186,6 +186,8 @@ pub struct Args {
     request: Option<i64>,
     /// The process ptrace and process_vm_readv/writev act on.
     target_pid: Option<i64>,
+    /// execveat's dirfd: with AT_EMPTY_PATH, the file it runs.
+    dirfd: Option<i64>,
     /// `args.fds` of pipe/socketpair: its integer elements.
     pub fds: Vec<i64>,
 }
@@ -212,6 +214,7 @@ impl Args {
             "fsuid" => self.fsuid,
             "request" => self.request,
             "target_pid" => self.target_pid,
+            "dirfd" => self.dirfd,
             _ => {
                 debug_assert!(false, "args.{name} is not parsed (add it to record::Args)");
                 None
@@ -295,6 +298,7 @@ impl<'de> Deserialize<'de> for Args {
                         "fsuid" => &mut a.fsuid,
                         "request" => &mut a.request,
                         "target_pid" => &mut a.target_pid,
+                        "dirfd" => &mut a.dirfd,
                         "fds" => {
                             a.fds = map.next_value::<IntList>()?.0;
                             continue;

@@ -126,7 +126,7 @@ impl Field {
 }
 
 /// The integer arguments of `Args`, by name, in the order of [`arg_slot`].
-const ARG_NAMES: [&[u8]; 18] = [
+const ARG_NAMES: [&[u8]; 19] = [
     b"fd",
     b"sockfd",
     b"oldfd",
@@ -145,6 +145,7 @@ const ARG_NAMES: [&[u8]; 18] = [
     b"fsuid",
     b"request",
     b"target_pid",
+    b"dirfd",
 ];
 
 fn arg_slot(a: &mut Args, k: u8) -> &mut Option<i64> {
@@ -166,7 +167,8 @@ fn arg_slot(a: &mut Args, k: u8) -> &mut Option<i64> {
         14 => &mut a.euid,
         15 => &mut a.fsuid,
         16 => &mut a.request,
-        _ => &mut a.target_pid,
+        17 => &mut a.target_pid,
+        _ => &mut a.dirfd,
     }
 }
 

@@ -515,6 +515,73 @@ mod memory {
     }
 }
 
+/// Fileless exec: the program that does the exfiltration never exists as
+/// a file. A copy of this binary is written into a memfd and run from it
+/// with fexecve (glibc: `execveat(fd, "", .., AT_EMPTY_PATH)`); the program
+/// run from the memfd then reads the secret, sends it and writes the copy.
+mod fileless {
+    use std::ffi::CString;
+    use std::io::{self, Write};
+    use std::os::fd::FromRawFd;
+    use std::path::Path;
+
+    /// The memfd's name, as passed to memfd_create.
+    pub const NAME: &str = "payload";
+
+    /// Loads this binary into a memfd and runs it there as the
+    /// `memfd_payload` workload; returns only if the exec failed.
+    pub fn exec(secret: &Path, copy: &Path, port: u16) -> io::Result<()> {
+        let image = std::fs::read(std::env::current_exe()?)?;
+        let name = CString::new(NAME).unwrap();
+        // SAFETY: a valid C string; the fd is checked before use.
+        let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::other(format!(
+                "memfd_create: {}",
+                io::Error::last_os_error()
+            )));
+        }
+        // SAFETY: a new fd, owned by this File (an exec replaces us anyway).
+        let mut memfd = unsafe { std::fs::File::from_raw_fd(fd) };
+        memfd.write_all(&image)?;
+        let args = [
+            NAME,
+            "--exact",
+            "workload_entry",
+            "--ignored",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ];
+        let env = format!(
+            "{}=memfd_payload\n{}\n{}\n{port}",
+            super::WORKLOAD_ENV,
+            secret.display(),
+            copy.display()
+        );
+        let args: Vec<CString> = args.iter().map(|a| CString::new(*a).unwrap()).collect();
+        let env = [CString::new(env).unwrap()];
+        let mut argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+        argv.push(std::ptr::null());
+        let envp = [env[0].as_ptr(), std::ptr::null()];
+        // SAFETY: NULL-terminated arrays of valid C strings that outlive the call.
+        unsafe { libc::fexecve(fd, argv.as_ptr(), envp.as_ptr()) };
+        Err(io::Error::other(format!(
+            "fexecve: {}",
+            io::Error::last_os_error()
+        )))
+    }
+
+    /// What the program run from the memfd does: plain syscalls.
+    pub fn payload(secret: &Path, copy: &Path, port: u16) -> io::Result<()> {
+        let data = std::fs::read(secret)?;
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
+        s.write_all(&data)?;
+        drop(s);
+        std::fs::write(copy, &data)
+    }
+}
+
 /// The workload, when the test binary is run again under the collector
 /// (see `exfiltrate`); ignored in a normal run.
 #[test]
@@ -536,6 +603,8 @@ fn workload_entry() {
         "mmap" => plainfd::mmap(secret, copy, port),
         "process_vm_writev" => memory::vm_writev(secret, copy, port),
         "ptrace" => memory::ptrace(secret, copy, port),
+        "memfd_exec" => fileless::exec(secret, copy, port),
+        "memfd_payload" => fileless::payload(secret, copy, port),
         _ => panic!("unknown workload {variant}"),
     }
     .unwrap();
@@ -550,7 +619,25 @@ struct Run {
     endpoint: String,
     received: Vec<u8>,
     sent: Vec<u8>,
+    db: std::path::PathBuf,
     _dir: tempfile::TempDir,
+}
+
+/// `custos query --json WHAT TARGET` on the store at `db`.
+fn query(db: &Path, what: &str, target: &str) -> serde_json::Value {
+    let q = Command::new(env!("CARGO_BIN_EXE_custos"))
+        .args([
+            "query",
+            "--db",
+            db.to_str().unwrap(),
+            "--json",
+            what,
+            target,
+        ])
+        .output()
+        .unwrap();
+    assert!(q.status.success(), "{}", text(&q.stderr));
+    serde_json::from_slice(&q.stdout).unwrap()
 }
 
 /// Runs `variant` under `custos collect --db`, a loopback server in this
@@ -616,26 +703,15 @@ fn exfiltrate(variant: &str) -> Run {
         .lines()
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
         .collect();
-    let q = Command::new(env!("CARGO_BIN_EXE_custos"))
-        .args([
-            "query",
-            "--db",
-            db.to_str().unwrap(),
-            "--json",
-            "descendants",
-        ])
-        .arg(&secret)
-        .output()
-        .unwrap();
-    assert!(q.status.success(), "{}", text(&q.stderr));
     Run {
         events,
-        descendants: serde_json::from_slice(&q.stdout).unwrap(),
+        descendants: query(&db, "descendants", secret.to_str().unwrap()),
         secret: secret.display().to_string(),
         copy: copy.display().to_string(),
         endpoint: format!("127.0.0.1:{port}"),
         received,
         sent,
+        db,
         _dir: dir,
     }
 }
@@ -805,4 +881,54 @@ fn process_vm_writev_into_another_process_carries_the_secret() {
 fn ptrace_pokes_into_a_tracee_carry_the_secret() {
     let r = found("ptrace");
     assert_eq!(r.event("ptrace")["critical"], true);
+}
+
+/// Fileless exec: the secret's descendants are found through the program
+/// run from a memfd, and the graph says where that program came from: the
+/// process that fexecve started used the memfd (named by its name and
+/// inode, not by a path it never had), which the process that made it wrote.
+#[test]
+fn a_program_run_from_a_memfd_is_found_with_its_origin() {
+    const AT_EMPTY_PATH: i64 = 0x1000;
+    let r = found("memfd_exec");
+    let memfd = format!("memfd:{}", fileless::NAME);
+    let create = r.event("memfd_create");
+    assert_eq!(create["path"], memfd.as_str(), "{create}");
+    let exec = r.event("execveat");
+    assert_eq!(exec["ret"], 0, "{exec}");
+    assert_eq!(exec["args"]["dirfd"], create["fd"], "{exec}");
+    assert_ne!(exec["args"]["flags"].as_i64().unwrap() & AT_EMPTY_PATH, 0);
+    assert_eq!(exec["path"], memfd.as_str(), "{exec}");
+    assert_eq!(
+        exec["inode"], create["inode"],
+        "the memfd itself ran: {exec}"
+    );
+    // Where the copy came from reaches back to the memfd and its maker.
+    let a = query(&r.db, "ancestors", &r.copy);
+    assert_eq!(a["complete"], true, "{}", a["losses"]);
+    let nodes = a["nodes"].as_array().unwrap();
+    let named = |id: &serde_json::Value| {
+        nodes
+            .iter()
+            .find(|n| n["node"] == *id)
+            .map(|n| (n["kind"].as_str().unwrap(), n["name"].as_str().unwrap()))
+            .unwrap()
+    };
+    let memfd_name = format!("{memfd}:[{}:{}]", exec["dev"], exec["inode"]);
+    let edges = a["edges"].as_array().unwrap();
+    let ran = edges.iter().find(|e| {
+        e["kind"] == "used"
+            && named(&e["cause"]) == ("file", memfd_name.as_str())
+            && named(&e["effect"]) == ("process", memfd.as_str())
+    });
+    assert!(
+        ran.is_some(),
+        "no process used {memfd_name} in the copy's ancestors: {a:#}"
+    );
+    let made = edges.iter().any(|e| {
+        e["kind"] == "wasGeneratedBy"
+            && named(&e["effect"]) == ("file", memfd_name.as_str())
+            && named(&e["cause"]).0 == "process"
+    });
+    assert!(made, "nothing wrote {memfd_name}: {a:#}");
 }

@@ -106,6 +106,7 @@ enum custos_spec_flags {
 	CUSTOS_SPEC_PATH_RAW     = 1 << 9, /* path_arg is not a file here (symlink target, mount source) */
 	CUSTOS_SPEC_LOCAL_ADDR   = 1 << 10, /* connect/accept: the socket's own address (ATTR_LADDR) */
 	CUSTOS_SPEC_FILE_MAP     = 1 << 11, /* mmap: also traced when it maps a file, whatever its prot */
+	CUSTOS_SPEC_RET_FD_ID    = 1 << 12, /* identify the returned fd's file (dev/ino), no path walk */
 };
 
 struct custos_syscall_spec {

@@ -910,11 +910,17 @@ static __always_inline int emit_syscall(__u32 nr, const struct custos_syscall_sp
 		__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 
 		b = bpf_map_lookup_elem(&exec_attrs, &tgid);
+		if (ret == 0) {
+			/* The program now running, by identity too: a file with
+			 * no place in the tree (a memfd) is named by its inode. */
+			f = BPF_CORE_READ(t, mm, exe_file);
+			if (f)
+				set_file_identity(e, f);
+		}
 		if (b) {
 			off = b->hdr.len;
-			if (ret == 0)
-				off = put_file_path(b, off, CUSTOS_ATTR_FILE_PATH,
-						    BPF_CORE_READ(t, mm, exe_file));
+			if (f)
+				off = put_file_path(b, off, CUSTOS_ATTR_FILE_PATH, f);
 			b->hdr.len = off;
 			submit(e, b, 1);
 			bpf_map_delete_elem(&exec_attrs, &tgid);
@@ -945,6 +951,8 @@ static __always_inline int emit_syscall(__u32 nr, const struct custos_syscall_sp
 				    (void *)arg_at(args, spec->fdpair_arg));
 		f = fd_file(e->fd_pair[0]);
 	} else if ((spec->flags & CUSTOS_SPEC_RET_FD_PATH) && has_ret && ret >= 0)
+		f = fd_file(ret);
+	else if ((spec->flags & CUSTOS_SPEC_RET_FD_ID) && has_ret && ret >= 0)
 		f = fd_file(ret);
 	else if (spec->fd_arg >= 0)
 		f = fd_file((__s32)arg_at(args, spec->fd_arg));
@@ -1206,12 +1214,22 @@ static __always_inline int syscall_copy(int copy, __u32 phase, struct pt_regs *r
 {
 	const struct custos_syscall_spec *spec;
 	long id = phase == PHASE_ENTER ? arg : regs->orig_ax;
+	const struct custos_syscall_spec *parked;
 	struct inflight *in;
 
 	in = bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0,
 				  BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (copy && in && in->phase == phase)
 		return 0;
+	/* A successful exec returns under execve's number whatever the call
+	 * was (x86's set_personality_64bit "pretends that this comes from a
+	 * 64bit execve"): execveat's return is the exec parked at its entry.
+	 * Read by orig_ax alone, every successful execveat went unrecorded. */
+	if (phase == PHASE_EXIT && in && in->active && in->nr != id) {
+		parked = traced_spec(in->nr);
+		if (parked && (parked->flags & CUSTOS_SPEC_EXEC))
+			id = in->nr;
+	}
 	spec = traced_spec(id);
 	if (!spec) {
 		first_to_see(copy, phase, in, regs);
