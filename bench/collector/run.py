@@ -8,6 +8,10 @@ skipped under the 64-worker super producer in the sched_ext VM.
 
     sudo .tools/venv/bin/python bench/collector/run.py            # ~10 minutes
     sudo .tools/venv/bin/python bench/collector/run.py --no-vm --out /tmp/c.json   # host parts only
+    sudo .tools/venv/bin/python bench/collector/run.py --io-uring-only   # adds io_uring_overhead_ratio
+
+The io_uring part (issue 30) times a file copy made of io_uring requests
+(uring_copy.c) with and without the collector.
 
 Writes bench/collector/results.json, a table on stdout, and overhead.svg/.png
 and live.svg/.png beside it. Needs root, cc, `make build` (the VM part runs
@@ -38,7 +42,8 @@ REQUIRED = ["command", "added_ns_per_syscall", "untraced_added_ns_per_syscall",
             "ratio_custos_to_bpftrace", "ratio_custos_to_auditd",
             "live_max_events_per_s_zero_drop", "consumer_cpu_pct_at_live_max",
             "superproducer_skipped_syscalls",
-            "overload_produced", "overload_delivered", "overload_dropped"]
+            "overload_produced", "overload_delivered", "overload_dropped",
+            "io_uring_overhead_ratio"]
 
 
 def log(msg):
@@ -153,6 +158,77 @@ class Auditd:
         self.proc.wait(timeout=60)
         subprocess.run(["auditctl", "-e", "0"], check=False, stdout=subprocess.DEVNULL)
         return {}
+
+
+def build_uring_copy(work):
+    prog = work / "uring_copy"
+    subprocess.run(["cc", "-O2", "-Wall", "-o", str(prog), str(HERE / "uring_copy.c")], check=True)
+    return prog
+
+
+def uring_copy_ns(prog, src, dst, block):
+    """One copy of `src` through io_uring; (ns per request, requests)."""
+    out = subprocess.run([str(prog), str(src), str(dst), str(block)], check=True, capture_output=True, text=True)
+    ns, requests, copied = out.stdout.split()
+    if int(copied) != src.stat().st_size:
+        raise RuntimeError(f"uring_copy copied {copied} of {src.stat().st_size} bytes")
+    return float(ns), int(requests)
+
+
+def io_uring_overhead(work, rounds, size_mib=32, block=4096, copies=3):
+    """What the collector adds to a file copy made of io_uring requests
+    (issue 30: each request is an event, recorded from the io_uring
+    tracepoints). Rounds interleave a copy with nothing attached and one
+    under `custos collect` (its whole default set, JSON to /dev/null),
+    in alternating order; a round's sample per mode is the median of
+    `copies` copies. The ratio custos/none of each round, their mean and
+    its 95 % t interval."""
+    prog = build_uring_copy(work)
+    src, dst = work / "uring-src.bin", work / "uring-dst.bin"
+    with open(src, "wb") as f:
+        f.write(os.urandom(size_mib << 20))
+    uring_copy_ns(prog, src, dst, block)  # the page cache warm for both modes
+    samples = {"none": [], "custos": []}
+    accounts = []
+    for r in range(rounds):
+        for mode in (("none", "custos") if r % 2 == 0 else ("custos", "none")):
+            tracer = Custos(work) if mode == "custos" else None
+            try:
+                runs = [uring_copy_ns(prog, src, dst, block) for _ in range(copies)]
+            finally:
+                if tracer:
+                    acct = tracer.stop()
+            if tracer:
+                # The collector saw at least every request (it records the whole machine).
+                requests = sum(n for _, n in runs)
+                if acct["produced"] < requests:
+                    raise RuntimeError(f"custos produced {acct['produced']} events for {requests} io_uring requests")
+                accounts.append(acct)
+            samples[mode].append(results.median([ns for ns, _ in runs]))
+            log(f"io_uring round {r + 1}/{rounds} {mode:>6}: {samples[mode][-1]:.0f} ns per request")
+    ratios = [c / n for n, c in zip(samples["none"], samples["custos"])]
+    mean, lo, hi = results.mean_interval(ratios)
+    return {
+        "ratio": mean,
+        "ratio_interval_95": [lo, hi],
+        "ratios": ratios,
+        "median_ns_per_request": {m: results.median(v) for m, v in samples.items()},
+        "samples_ns_per_request": samples,
+        "custos_accounts": accounts,
+        "how": f"uring_copy.c: a {size_mib} MiB file (page cache) copied in {block}-byte IORING_OP_READ and "
+               f"IORING_OP_WRITE requests, each submitted and waited for alone; {copies} copies per mode and round "
+               f"(their median), {rounds} interleaved rounds in alternating order",
+    }
+
+
+def merge_io_uring(out, u, command):
+    """Adds the io_uring figure to an existing results file, keeping its
+    keys and the commit that made them; the new figure carries its own."""
+    res = json.loads(out.read_text())
+    res["io_uring_overhead_ratio"] = round(u["ratio"], 3)
+    res.setdefault("details", {})["io_uring"] = {**u, "command": command, "made_by": results.provenance()}
+    results.check_figures(res, ["io_uring_overhead_ratio"])
+    out.write_text(json.dumps(res, indent=2, sort_keys=True) + "\n")
 
 
 def loop_ns(loadgen, kind, n):
@@ -323,6 +399,8 @@ def main():
     ap.add_argument("--iterations", type=int, default=200_000)
     ap.add_argument("--no-vm", action="store_true", help="skip the VM run (its key is then missing: use another --out)")
     ap.add_argument("--out", type=Path, default=HERE / "results.json")
+    ap.add_argument("--io-uring-only", action="store_true",
+                    help="measure only the io_uring copy overhead and add it to --out, keeping its other figures")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench/collector: run as root (it loads BPF programs and starts auditd)")
@@ -332,6 +410,20 @@ def main():
         live = [p for p in g["consumer_pids"] if p and Path(f"/proc/{p}").exists()]
         if g["collector_running"] == 1 and live:
             sys.exit(f"bench/collector: a collector is running (pid {live[0]}); stop it first")
+    if args.io_uring_only:
+        if not args.out.exists():
+            sys.exit(f"bench/collector: --io-uring-only adds to {args.out}, which does not exist")
+        if not CUSTOS.exists():
+            sys.exit(f"bench/collector: {CUSTOS} is missing; run `make build` first")
+        with tempfile.TemporaryDirectory(prefix="custos-bench-", dir=ROOT / "target") as tmp:
+            u = io_uring_overhead(Path(tmp), args.rounds)
+        command = "sudo .tools/venv/bin/python bench/collector/run.py --io-uring-only" + (
+            f" --rounds {args.rounds}" if args.rounds != 5 else "")
+        merge_io_uring(args.out, u, command)
+        lo, hi = u["ratio_interval_95"]
+        print(results.table([("io_uring_overhead_ratio", u["ratio"]), ("95 % interval", f"{lo:.3f} - {hi:.3f}")],
+                            ["key", "value"]))
+        return
     if args.no_vm and args.out == HERE / "results.json":
         sys.exit("bench/collector: --no-vm leaves superproducer_skipped_syscalls out; write to another --out")
     ensure_tools()
@@ -344,6 +436,7 @@ def main():
         # What sealing the stream (on by default, docs/tamper-evidence.md) costs the consumer.
         drain_unsealed = drain_rate(loadgen, work, extra=["--no-seal"])
         over = overload(loadgen, work)
+        u = io_uring_overhead(work, args.rounds)
         sp = None if args.no_vm else superproducer_skips(work / "superproducer")
 
     med = {m: results.median(v) for m, v in openclose.items()}
@@ -366,7 +459,9 @@ def main():
         "overload_produced": over["produced"],
         "overload_delivered": over["delivered"],
         "overload_dropped": over["dropped"],
+        "io_uring_overhead_ratio": round(u["ratio"], 3),
         "details": {
+            "io_uring": u,
             "baseline_ns_per_openat_close": round(med["none"], 1),
             "median_ns_per_openat_close": {m: round(v, 1) for m, v in med.items()},
             "samples_ns_per_openat_close": openclose,

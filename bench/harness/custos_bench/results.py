@@ -69,6 +69,13 @@ def write_results(path: Path, results: dict, required: list):
     """Writes results.json after checking every required key is there and
     every headline figure is a finite number (a missing figure is an error,
     not a silent zero). The commit that made it is stamped in ("made_by")."""
+    check_figures(results, required)
+    results = {**results, "made_by": provenance()}
+    path.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+
+
+def check_figures(results: dict, required: list):
+    """Every required key is there, `command` a string, each other a finite number."""
     missing = [k for k in required if k not in results]
     if missing:
         raise ValueError(f"results lack {', '.join(missing)}")
@@ -79,8 +86,6 @@ def write_results(path: Path, results: dict, required: list):
                 raise ValueError("results need the command that reproduces them")
         elif not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
             raise ValueError(f"{k} must be a finite number, got {v!r}")
-    results = {**results, "made_by": provenance()}
-    path.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
 
 
 def table(rows, headers):
