@@ -1495,3 +1495,88 @@ fn a_workflow_is_listed_in_order_with_its_cause() {
         "re-ingest adds nothing"
     );
 }
+
+/// Fileless exec: a memfd made, written and run with
+/// `execveat(fd, "", .., AT_EMPTY_PATH)`. The exec names its program by
+/// path and inode when the stream has them, else the store finds it by the
+/// dirfd in its fd table; an exec whose program nothing names makes every
+/// answer over it say it may be incomplete.
+#[test]
+fn a_memfd_run_by_execveat_is_the_program_of_its_process() {
+    const AT_EMPTY_PATH: i64 = 0x1000;
+    let memfd = "memfd:payload:[1:77]";
+    for named in [true, false] {
+        let (_d, p) = db();
+        let mut s = Stream::new();
+        s.fork(1, "init", 10);
+        s.exec(10, "/usr/bin/loader");
+        s.read(10, "/usr/bin/cat");
+        let on_memfd = json!({"dev": 1, "inode": 77});
+        s.ev(
+            10,
+            "loader",
+            "memfd_create",
+            json!({"ret": 4, "fd": 4, "path": "memfd:payload", "dev": 1, "inode": 77}),
+        );
+        // The consumer names later events on the memfd's inode when it has
+        // seen memfd_create first; not always (another ring, another run).
+        let mut write = json!({"ret": 100, "args": {"fd": 4}});
+        let mut exec =
+            json!({"ret": 0, "args": {"dirfd": 4, "flags": AT_EMPTY_PATH}, "argv": ["cat"]});
+        for e in [&mut write, &mut exec] {
+            for (k, v) in on_memfd.as_object().unwrap() {
+                e[k] = v.clone();
+            }
+            if named {
+                e["path"] = json!("memfd:payload");
+            }
+        }
+        s.ev(10, "loader", "write", write);
+        s.ev(10, "loader", "execveat", exec);
+        s.write(10, "/tmp/out");
+        s.ingest(&p);
+        let conn = crate::schema::open_ro(&p).unwrap();
+        let a = ancestry(
+            &conn,
+            "/tmp/out",
+            Direction::Ancestors,
+            None,
+            Window::default(),
+        )
+        .unwrap();
+        let names = labels(&a);
+        assert!(
+            names.contains(&format!("{memfd} v1")),
+            "named {named}: {names:?}"
+        );
+        assert!(
+            names.contains(&"/usr/bin/cat v0".to_string()),
+            "named {named}: {names:?}"
+        );
+        assert!(a.complete, "named {named}: {:?}", a.losses);
+    }
+
+    // Nothing names the program (no path, no inode, no fd): a loss.
+    let (_d, p) = db();
+    let mut s = Stream::new();
+    s.fork(1, "init", 10);
+    s.ev(10, "x", "execve", json!({"ret": 0, "argv": ["x"]}));
+    s.write(10, "/tmp/out");
+    s.ingest(&p);
+    let conn = crate::schema::open_ro(&p).unwrap();
+    let a = ancestry(
+        &conn,
+        "/tmp/out",
+        Direction::Ancestors,
+        None,
+        Window::default(),
+    )
+    .unwrap();
+    assert!(!a.complete);
+    assert_eq!(a.losses[0].category, "unresolved", "{:?}", a.losses);
+    assert!(
+        a.losses[0].message().contains("program"),
+        "{}",
+        a.losses[0].message()
+    );
+}
