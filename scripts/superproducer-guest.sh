@@ -89,7 +89,10 @@ run() { # name tag workers [custos sched args...]
     wait_for '[ "$(cat /sys/kernel/sched_ext/state)" = enabled ]' 300 || { echo "scheduler did not attach" >&2; cat "$out/$tag.sched.log" >&2; return 1; }
   fi
   trace_start "$name"
-  local start end pids=()
+  local start end pids=() probe=
+  # The innocent task: wakes every 10 ms for 100 us of work, makes no traced
+  # syscall, and records how late it ran (issue 29: it must keep its pace).
+  "$bin/custos-workload" ticker >"$out/$tag.probe.json" & probe=$!
   start=$(date +%s%N)
   for _ in $(seq "$workers"); do
     case $workload in
@@ -104,9 +107,12 @@ run() { # name tag workers [custos sched args...]
   # The consumer stopped mid-flood, as by a lock or a page fault outside
   # the CPU: what the scheduler can do is hold the producers until it drains.
   [ "${SP_PAUSE_MS:-0}" -gt 0 ] &&
-    { (sleep 2; kill -STOP "$collector"; sleep "$(awk -v m="$SP_PAUSE_MS" 'BEGIN { print m / 1000 }')"; kill -CONT "$collector") & pids+=($!); }
+    { (sleep 2; kill -STOP "$collector"; echo "stopped $(date +%s%N)" >>"$out/$tag.pause.log"
+       sleep "$(awk -v m="$SP_PAUSE_MS" 'BEGIN { print m / 1000 }')"; kill -CONT "$collector"
+       echo "resumed $(date +%s%N)" >>"$out/$tag.pause.log") & pids+=($!); }
   wait "${pids[@]}"
   end=$(date +%s%N)
+  kill -INT "$probe"; wait "$probe"
   trace_stop "$name" "$out/$tag.trace"
   local state; state=$(cat /sys/kernel/sched_ext/state)
   [ -n "$sched" ] && { kill -INT "$sched"; wait "$sched"; }
@@ -140,9 +146,12 @@ print("yes" if execd and opened else "no")
   printf '%-8s %7s %10s %10s %9s %11s %7s %11s %8s %s\n' "$name" "$workers" "$produced" "$delivered" "$dropped" "$unnumbered" \
     "$(awk -v d="$dropped" -v u="$unnumbered" -v p="$produced" 'BEGIN { t = p + u; printf "%.1f%%", t ? 100 * (d + u) / t : 0 }')" \
     "$(( (end - start) / 1000000 )) ms" "$marker" "${state}"
-  printf '{"workload":"%s","scheduler":"%s","workers":%s,"run":%s,"produced":%s,"delivered":%s,"dropped":%s,"unnumbered":%s,"runtime_ms":%s,"marker_delivered":%s,"sched_ext_state":"%s"}\n' \
+  local probe_p50 probe_p99
+  probe_p50=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["p50_ns"])' "$out/$tag.probe.json" 2>/dev/null)
+  probe_p99=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["p99_ns"])' "$out/$tag.probe.json" 2>/dev/null)
+  printf '{"workload":"%s","scheduler":"%s","workers":%s,"run":%s,"produced":%s,"delivered":%s,"dropped":%s,"unnumbered":%s,"runtime_ms":%s,"marker_delivered":%s,"sched_ext_state":"%s","probe_p50_ns":%s,"probe_p99_ns":%s}\n' \
     "$workload" "$name" "$workers" "$run_no" "${produced:-null}" "${delivered:-null}" "${dropped:-null}" "${unnumbered:-null}" "$(( (end - start) / 1000000 ))" \
-    "$([ $marker = yes ] && echo true || echo false)" "$state" >>"$out/results.jsonl"
+    "$([ $marker = yes ] && echo true || echo false)" "$state" "${probe_p50:-null}" "${probe_p99:-null}" >>"$out/results.jsonl"
 }
 
 rm -f "$out/results.jsonl"

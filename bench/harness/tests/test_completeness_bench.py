@@ -40,3 +40,10 @@ def test_the_plan_puts_the_stalls_on_the_first_flood_only():
     cells = completeness.plan(args)
     assert len(cells) == 2 * (3 + 1)
     assert {c["pause_ms"] for c in cells if c["flood"] == "exec16"} == {0}
+
+
+def test_the_probe_ratio_is_median_over_median_and_absent_without_figures():
+    entry = {"default": {"probe_p99_ms": [10.0, 20.0, 30.0]}, "custos": {"probe_p99_ms": [25.0, 50.0, 5.0]}}
+    assert completeness.probe_ratio(entry) == 25.0 / 20.0
+    assert completeness.probe_ratio({"default": {"probe_p99_ms": []}, "custos": {"probe_p99_ms": [1.0]}}) is None
+    assert completeness.probe_ratio({"custos": {"probe_p99_ms": [1.0]}}) is None

@@ -61,6 +61,19 @@ enum Workload {
         #[arg(long, default_value = "/proc/self/stat")]
         path: PathBuf,
     },
+    /// An innocent task beside a flood: wakes every period (an absolute
+    /// deadline, clock_nanosleep, which no collector traces), spins the
+    /// work, and records how late each wake-up ran, until SIGINT/SIGTERM or
+    /// --seconds. It makes no traced syscall until it prints its result.
+    Ticker {
+        #[arg(long, default_value_t = 10.0)]
+        period_ms: f64,
+        #[arg(long, default_value_t = 100.0)]
+        work_us: f64,
+        /// Stop after this long at the latest.
+        #[arg(long, default_value_t = 3600.0)]
+        seconds: f64,
+    },
     /// Creates a directory tree of N files (for `find`-based super producers).
     Tree {
         dir: PathBuf,
@@ -88,6 +101,11 @@ fn main() {
             path,
         } => storm(procs, Duration::from_secs_f64(seconds), &path),
         Workload::Tree { dir, files, fanout } => tree(&dir, files, fanout),
+        Workload::Ticker {
+            period_ms,
+            work_us,
+            seconds,
+        } => ticker(period_ms, work_us, seconds),
     };
     match result {
         Ok(v) => println!("{v}"),
@@ -328,6 +346,80 @@ fn tree(dir: &std::path::Path, files: u64, fanout: u64) -> Result<serde_json::Va
     )
 }
 
+/// See `Workload::Ticker`. The latency of a wake-up is how long after its
+/// deadline the task ran; a deadline missed by more than a period is still
+/// one sample (the next deadline is the next period after now).
+fn ticker(period_ms: f64, work_us: f64, seconds: f64) -> Result<serde_json::Value> {
+    // Ranges, so that NaN fails each check too.
+    if !((f64::MIN_POSITIVE..=10_000.0).contains(&period_ms)
+        && (0.0..=period_ms * 1000.0).contains(&work_us))
+    {
+        bail!("--period-ms must be in (0, 10000] and --work-us in [0, the period]");
+    }
+    if !(f64::MIN_POSITIVE..=f64::MAX).contains(&seconds) {
+        bail!("--seconds must be positive");
+    }
+    static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    extern "C" fn on_signal(_: libc::c_int) {
+        STOP.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic (async-signal-safe).
+        unsafe { libc::signal(sig, on_signal as *const () as libc::sighandler_t) };
+    }
+    let now = || {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid timespec out-pointer.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    };
+    let period = (period_ms * 1e6) as u64;
+    let work = (work_us * 1e3) as u64;
+    let start = now();
+    let end = start + (seconds * 1e9) as u64;
+    let mut late = Vec::with_capacity(((seconds * 1e9) as u64 / period).min(1 << 20) as usize);
+    let mut deadline = start + period;
+    while !STOP.load(std::sync::atomic::Ordering::Relaxed) && deadline < end {
+        let ts = libc::timespec {
+            tv_sec: (deadline / 1_000_000_000) as libc::time_t,
+            tv_nsec: (deadline % 1_000_000_000) as libc::c_long,
+        };
+        // SAFETY: a valid timespec; EINTR (a signal) ends the loop above.
+        let r = unsafe {
+            libc::clock_nanosleep(
+                libc::CLOCK_MONOTONIC,
+                libc::TIMER_ABSTIME,
+                &ts,
+                std::ptr::null_mut(),
+            )
+        };
+        if r == libc::EINTR {
+            continue;
+        }
+        let woke = now();
+        late.push(woke.saturating_sub(deadline));
+        while now() < woke + work {
+            std::hint::spin_loop();
+        }
+        deadline += period;
+        let t = now();
+        if deadline <= t {
+            deadline = t + period - (t - deadline) % period;
+        }
+    }
+    if late.is_empty() {
+        bail!("stopped before its first wake-up");
+    }
+    let mut v = latency_summary(late.clone());
+    v["wakeups"] = json!(late.len());
+    v["period_ms"] = json!(period_ms);
+    v["work_us"] = json!(work_us);
+    Ok(v)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -385,5 +477,22 @@ mod tests {
             .map(|e| e.unwrap().path())
             .map(|p| if p.is_dir() { walk(&p) } else { 1 })
             .sum()
+    }
+
+    #[test]
+    fn the_ticker_refuses_bad_periods_and_reports_its_wakeups() {
+        assert!(ticker(0.0, 0.0, 1.0).is_err());
+        assert!(ticker(f64::NAN, 0.0, 1.0).is_err());
+        assert!(
+            ticker(10.0, 10_001.0, 1.0).is_err(),
+            "work longer than the period"
+        );
+        assert!(ticker(10.0, 100.0, 0.0).is_err());
+        let v = ticker(5.0, 50.0, 0.1).unwrap();
+        // 0.1 s of 5 ms periods: at most 20 wake-ups (fewer when a loaded
+        // machine makes it miss deadlines), each a latency sample.
+        let n = v["wakeups"].as_u64().unwrap();
+        assert!((1..=20).contains(&n), "{v}");
+        assert!(v["p99_ns"].as_u64().unwrap() >= v["p50_ns"].as_u64().unwrap());
     }
 }
