@@ -88,6 +88,12 @@ fn db() -> (tempfile::TempDir, PathBuf) {
     (d, p)
 }
 
+/// The ancestors of @of in the store at @db, over all time.
+fn ancestors_of(db: &Path, of: &str) -> Answer {
+    let conn = crate::schema::open_ro(db).unwrap();
+    ancestry(&conn, of, Direction::Ancestors, None, Window::default()).unwrap()
+}
+
 fn labels(a: &Answer) -> Vec<String> {
     let start: HashSet<i64> = a.start.iter().copied().collect();
     let mut v: Vec<String> = a
@@ -725,15 +731,7 @@ fn a_picture_sums_up_a_flood_of_loss_records() {
         s.loss(i as u32, 5, T0 + i * SEC / 4, T0 + 100 * SEC);
     }
     s.ingest(&p);
-    let conn = crate::schema::open_ro(&p).unwrap();
-    let a = ancestry(
-        &conn,
-        "/out/app.final",
-        Direction::Ancestors,
-        None,
-        Window::default(),
-    )
-    .unwrap();
+    let a = ancestors_of(&p, "/out/app.final");
     assert!(a.losses.len() > 10, "{}", a.losses.len());
     let dot = crate::render::dot(&a);
     let note = dot
@@ -808,15 +806,7 @@ fn dot_and_prov_json() {
     let mut s = build_stream();
     s.loss(0, 5, T0, T0 + 100 * SEC);
     s.ingest(&p);
-    let conn = crate::schema::open_ro(&p).unwrap();
-    let a = ancestry(
-        &conn,
-        "/out/app.final",
-        Direction::Ancestors,
-        None,
-        Window::default(),
-    )
-    .unwrap();
+    let a = ancestors_of(&p, "/out/app.final");
     let dot = crate::render::dot(&a);
     assert!(
         dot.contains("shape=box") && dot.contains("shape=ellipse") && dot.contains("shape=house")
@@ -889,15 +879,7 @@ fn out_of_order_delivery_is_applied_in_time_order() {
         json!({"ret": 5, "path": "/result"}),
     ));
     s.ingest(&p);
-    let conn = crate::schema::open_ro(&p).unwrap();
-    let a = ancestry(
-        &conn,
-        "/result",
-        Direction::Ancestors,
-        None,
-        Window::default(),
-    )
-    .unwrap();
+    let a = ancestors_of(&p, "/result");
     let l = labels(&a);
     assert!(
         l.contains(&"/shared v1".to_string()),
@@ -1563,15 +1545,7 @@ fn a_memfd_run_by_execveat_is_the_program_of_its_process() {
     s.ev(10, "x", "execve", json!({"ret": 0, "argv": ["x"]}));
     s.write(10, "/tmp/out");
     s.ingest(&p);
-    let conn = crate::schema::open_ro(&p).unwrap();
-    let a = ancestry(
-        &conn,
-        "/tmp/out",
-        Direction::Ancestors,
-        None,
-        Window::default(),
-    )
-    .unwrap();
+    let a = ancestors_of(&p, "/tmp/out");
     assert!(!a.complete);
     assert_eq!(a.losses[0].category, "unresolved", "{:?}", a.losses);
     assert!(

@@ -9,6 +9,17 @@ use std::io::Read;
 use std::path::Path;
 use std::process::Command;
 
+/// The test harness's arguments that run only `workload_entry`, the
+/// programs' entry point, in a child process.
+const ENTRY_ARGS: [&str; 6] = [
+    "--exact",
+    "workload_entry",
+    "--ignored",
+    "--nocapture",
+    "--test-threads",
+    "1",
+];
+
 /// One collector per machine: the tests that start one take turns.
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -544,15 +555,7 @@ mod fileless {
         // SAFETY: a new fd, owned by this File (an exec replaces us anyway).
         let mut memfd = unsafe { std::fs::File::from_raw_fd(fd) };
         memfd.write_all(&image)?;
-        let args = [
-            NAME,
-            "--exact",
-            "workload_entry",
-            "--ignored",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ];
+        let args = [&[NAME][..], &super::ENTRY_ARGS[..]].concat();
         let env = format!(
             "{}=memfd_payload\n{}\n{}\n{port}",
             super::WORKLOAD_ENV,
@@ -673,14 +676,7 @@ fn exfiltrate(variant: &str) -> Run {
             "--",
         ])
         .arg(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "workload_entry",
-            "--ignored",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
+        .args(ENTRY_ARGS)
         .env(
             WORKLOAD_ENV,
             format!(
