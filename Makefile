@@ -6,7 +6,7 @@ CUSTOS := target/release/custos
 export BPF_CLANG ?= clang-19
 export PATH := $(CURDIR)/.tools/cargo/bin:$(CURDIR)/.tools/venv/bin:$(PATH)
 
-.PHONY: all deps build kernel demo test lint clean
+.PHONY: all deps build kernel demo test lint clean fuzz fuzz-smoke
 
 all: build
 
@@ -34,6 +34,23 @@ lint: deps
 # emulates on one thread; the second core would idle).
 test: lint kernel
 	@scripts/test.sh
+
+# Fuzzing of the hand-written readers (fuzz/, bench/fuzz/README.md): each
+# target for FUZZ_SECONDS on the nightly toolchain; not part of `make test`.
+# New inputs go to a scratch corpus under fuzz/target (the committed seeds
+# in fuzz/corpus are read, not grown); crashes land in fuzz/artifacts.
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := line_parsers verify rawseg
+fuzz:
+	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz
+	cd fuzz && for t in $(FUZZ_TARGETS); do \
+		mkdir -p target/corpus/$$t && \
+		$(CARGO) +nightly fuzz run --release --debug-assertions $$t target/corpus/$$t corpus/$$t -- \
+			-max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 || exit 1; \
+	done
+
+fuzz-smoke:
+	$(MAKE) fuzz FUZZ_SECONDS=30
 
 clean:
 	$(CARGO) clean

@@ -512,6 +512,20 @@ pub fn parse_line(text: &str) -> Result<Record<'_>, String> {
     record(l)
 }
 
+/// The fast path's and serde's readings of a line (their `Debug` text;
+/// None: refused), for the differential fuzz target (fuzz/): the fast path
+/// may give up on any line, but what it reads serde must read the same.
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub fn fast_and_serde(text: &str) -> (Option<String>, Option<String>) {
+    (
+        fastline::fast_line(text).map(|l| format!("{l:?}")),
+        serde_json::from_str::<Line>(text)
+            .ok()
+            .map(|l| format!("{l:?}")),
+    )
+}
+
 /// A line of a known shape read by its plan from the values its cut found
 /// (rawseg.rs), as [`parse_line`] reads it; None where the fast path would
 /// give up on it (then [`parse_line`] decides).
