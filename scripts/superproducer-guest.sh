@@ -146,9 +146,8 @@ print("yes" if execd and opened else "no")
   printf '%-8s %7s %10s %10s %9s %11s %7s %11s %8s %s\n' "$name" "$workers" "$produced" "$delivered" "$dropped" "$unnumbered" \
     "$(awk -v d="$dropped" -v u="$unnumbered" -v p="$produced" 'BEGIN { t = p + u; printf "%.1f%%", t ? 100 * (d + u) / t : 0 }')" \
     "$(( (end - start) / 1000000 )) ms" "$marker" "${state}"
-  local probe_p50 probe_p99
-  probe_p50=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["p50_ns"])' "$out/$tag.probe.json" 2>/dev/null)
-  probe_p99=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["p99_ns"])' "$out/$tag.probe.json" 2>/dev/null)
+  local probe_p50= probe_p99=
+  read -r probe_p50 probe_p99 < <(python3 -c 'import json,sys; p = json.load(open(sys.argv[1])); print(p["p50_ns"], p["p99_ns"])' "$out/$tag.probe.json" 2>/dev/null)
   printf '{"workload":"%s","scheduler":"%s","workers":%s,"run":%s,"produced":%s,"delivered":%s,"dropped":%s,"unnumbered":%s,"runtime_ms":%s,"marker_delivered":%s,"sched_ext_state":"%s","probe_p50_ns":%s,"probe_p99_ns":%s}\n' \
     "$workload" "$name" "$workers" "$run_no" "${produced:-null}" "${delivered:-null}" "${dropped:-null}" "${unnumbered:-null}" "$(( (end - start) / 1000000 ))" \
     "$([ $marker = yes ] && echo true || echo false)" "$state" "${probe_p50:-null}" "${probe_p99:-null}" >>"$out/results.jsonl"

@@ -100,19 +100,44 @@ fn file_key<'a>(ev: &Event, path: &'a str) -> Key<'a> {
 /// How the collector names a memfd (its dentry's name, `memfd:NAME`).
 const MEMFD: &str = "memfd:";
 
+/// What follows a memfd's name in its key: the inode that makes it its own.
+fn memfd_inode(ev: &Event) -> Option<String> {
+    Some(format!(":[{}:{}]", ev.dev?, ev.inode?))
+}
+
 /// The key of the memfd `name` that `ev` acted on. A memfd has no path,
 /// and any number of them may share a name: its inode (which every event
 /// on it carries) makes the name its own, for this boot. None for another
 /// name, or without an inode (then nothing says which memfd it was).
 fn memfd_key(boot: i64, ev: &Event, name: &str) -> Option<Key<'static>> {
-    match (name.starts_with(MEMFD), ev.dev, ev.inode) {
-        (true, Some(dev), Some(ino)) => Some(Key::new(
-            NodeKind::File,
-            boot,
-            format!("{name}:[{dev}:{ino}]"),
-        )),
-        _ => None,
-    }
+    let inode = memfd_inode(ev).filter(|_| name.starts_with(MEMFD))?;
+    Some(Key::new(NodeKind::File, boot, format!("{name}{inode}")))
+}
+
+/// Does `path` name a file in the tree? Not the names of pipes, sockets,
+/// anonymous inodes and memfds, nor d_path's "/" for a file with no place
+/// in the tree.
+fn names_a_file(path: &str) -> bool {
+    path != "/"
+        && ![MEMFD, "pipe:[", "socket:[", "anon_inode:"]
+            .iter()
+            .any(|k| path.starts_with(k))
+}
+
+/// Records `ev` alone as lost in `category` (its meaning did not reach the
+/// graph whole), so that an answer it may change says it may be incomplete.
+pub(crate) fn put_event_loss(db: &Connection, boot: i64, category: &str, ev: &Event) -> Result<()> {
+    db.prepare_cached(
+        "INSERT OR IGNORE INTO losses(boot, cpu, category, first_seq, last_seq, count, start_ns, end_ns) VALUES(?1,?2,?3,?4,?4,1,?5,?5)",
+    )?
+    .execute(params![
+        boot,
+        ev.cpu,
+        category,
+        (ev.id & crate::blocks::SEQ_MASK) as i64,
+        ev.time_ns as i64
+    ])?;
+    Ok(())
 }
 
 fn attrs_json(a: &impl Serialize) -> String {
@@ -311,10 +336,6 @@ pub struct Graph {
     /// (randomly) and cloned, as drawing a fresh key per map cost more than the map.
     hasher: ahash::RandomState,
     pub stats: GraphStats,
-    /// Events whose meaning the graph could not take in (an exec whose
-    /// program nothing names), as (boot, cpu, seq, time): written by the
-    /// flush as losses, so an answer they may change says it may be incomplete.
-    pending_gaps: Vec<(i64, u32, u64, u64)>,
     /// Copies of the nodes and edges each flush writes, for a caller that
     /// keeps the graph in another store too (the fleet's ClickHouse); None:
     /// not asked for.
@@ -380,7 +401,6 @@ impl Graph {
             containers: Map::default(),
             hasher,
             stats: GraphStats::default(),
-            pending_gaps: Vec::new(),
             made: None,
         })
     }
@@ -404,12 +424,6 @@ impl Graph {
         }
         crate::nodes::write_pending(db, &mut self.node_codec, &mut self.pending_nodes)?;
         crate::causes::write_pending(db, &mut self.pending_causes)?;
-        let mut put_gap = db.prepare_cached(
-            "INSERT OR IGNORE INTO losses(boot, cpu, category, first_seq, last_seq, count, start_ns, end_ns) VALUES(?1,?2,'unresolved',?3,?3,1,?4,?4)",
-        )?;
-        for (boot, cpu, seq, t) in self.pending_gaps.drain(..) {
-            put_gap.execute(params![boot, cpu, seq as i64, t as i64])?;
-        }
         self.pending_edges.write(db)?;
         let mut put_head = db.prepare_cached(
             "INSERT OR REPLACE INTO heads(kind, scope, name, node, version, frozen, generator, deleted) VALUES(?1,?2,?3,?4,?5,?6,?7,?8)",
@@ -864,6 +878,21 @@ impl Graph {
         Ok(Some(node))
     }
 
+    /// What process `pid`'s fd table says `fd` is.
+    fn fd_table(
+        &mut self,
+        db: &mut Sql<'_>,
+        boot: i64,
+        pid: u32,
+        fd: i32,
+    ) -> Result<Option<ObjKey>> {
+        Ok(if self.cached_proc(db, boot, pid)? {
+            self.procs[&(boot, pid)].fds.get(&fd).cloned()
+        } else {
+            None
+        })
+    }
+
     fn fd_arg(ev: &Event, names: &[&str]) -> Option<i32> {
         names.iter().find_map(|n| ev.arg_i64(n)).map(|v| v as i32)
     }
@@ -883,11 +912,7 @@ impl Graph {
             if let Some(k) = memfd_key(boot, ev, p) {
                 return Ok(Some(k));
             }
-            if !p.starts_with("socket:[")
-                && !p.starts_with("anon_inode:")
-                && !p.starts_with(MEMFD)
-                && p != "/"
-            {
+            if names_a_file(p) {
                 return Ok(Some(file_key(ev, p)));
             }
         }
@@ -895,10 +920,8 @@ impl Graph {
             return Ok(Some(Key::new(NodeKind::Socket, 0, a.as_str())));
         }
         let from_table = match fd {
-            Some(fd) if self.cached_proc(db, boot, ev.pid)? => {
-                self.procs[&(boot, ev.pid)].fds.get(&fd).cloned()
-            }
-            _ => None,
+            Some(fd) => self.fd_table(db, boot, ev.pid, fd)?,
+            None => None,
         };
         // A connected socket's peer (from connect/accept) names it best; else
         // the event's own inode beats our possibly stale fd table.
@@ -908,10 +931,7 @@ impl Graph {
             // is on that very inode (the stream may carry no name for it).
             Some(k)
                 if k.name.starts_with(MEMFD)
-                    && ev
-                        .dev
-                        .zip(ev.inode)
-                        .is_some_and(|(d, i)| k.name.ends_with(&format!(":[{d}:{i}]"))) =>
+                    && memfd_inode(ev).is_some_and(|i| k.name.ends_with(&i)) =>
             {
                 return Ok(Some(Key::owned(k)))
             }
@@ -1328,13 +1348,7 @@ impl Graph {
             if let Some(k) = memfd_key(boot, ev, p) {
                 return Ok(Some(k));
             }
-            // d_path's "/" for a file with no place in the tree, and
-            // names of pseudo files, are no path of the program.
-            let pseudo = p == "/"
-                || [MEMFD, "pipe:[", "socket:[", "anon_inode:"]
-                    .iter()
-                    .any(|k| p.starts_with(k));
-            if !pseudo {
+            if names_a_file(p) {
                 return Ok(Some(file_key(ev, p)));
             }
         }
@@ -1344,10 +1358,8 @@ impl Graph {
             .then(|| Self::fd_arg(ev, &["dirfd"]))
             .flatten();
         if let Some(fd) = at_fd {
-            if self.cached_proc(db, boot, ev.pid)? {
-                if let Some(k) = self.procs[&(boot, ev.pid)].fds.get(&fd) {
-                    return Ok(Some(Key::owned(k.clone())));
-                }
+            if let Some(k) = self.fd_table(db, boot, ev.pid, fd)? {
+                return Ok(Some(Key::owned(k)));
             }
         }
         Ok(Self::anonymous(boot, ev))
@@ -1389,10 +1401,7 @@ impl Graph {
                 causes.insert(exe);
             }
             // Lost attributes are a loss already (`incomplete`).
-            None if !ev.incomplete => {
-                let seq = ev.id & ((1 << 48) - 1);
-                self.pending_gaps.push((boot, ev.cpu, seq, ev.time_ns));
-            }
+            None if !ev.incomplete => put_event_loss(db.conn, boot, "unresolved", ev)?,
             None => {}
         }
         let p = self.proc_mut(boot, ev.pid);

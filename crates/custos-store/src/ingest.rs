@@ -613,12 +613,7 @@ impl Ingestor {
             self.summary.events_new += 1;
             if p.event.incomplete {
                 // Its paths, argv or address were lost: an answer through it may be wrong.
-                let seq = p.event.id & ((1 << 48) - 1);
-                self.conn
-                    .prepare_cached(
-                        "INSERT OR IGNORE INTO losses(boot, cpu, category, first_seq, last_seq, count, start_ns, end_ns) VALUES(?1,?2,'incomplete',?3,?3,1,?4,?4)",
-                    )?
-                    .execute(params![p.boot, p.event.cpu, seq as i64, key.0 as i64])?;
+                crate::graph::put_event_loss(&self.conn, p.boot, "incomplete", &p.event)?;
             }
             self.graph
                 .apply(&mut sql, p.boot, &p.event)

@@ -253,7 +253,7 @@ impl LossRows {
                 Ok(Record::Event(ev, _)) if ev.incomplete => (
                     ev.cpu as i64,
                     "incomplete".to_string(),
-                    (ev.id & ((1 << 48) - 1)) as i64,
+                    (ev.id & crate::blocks::SEQ_MASK) as i64,
                     ev.time_ns as i64,
                 ),
                 _ => continue,
