@@ -70,6 +70,24 @@ pub struct SchedArgs {
     #[arg(long)]
     pub work_conserving: bool,
 
+    /// Order the primary queue first in, first out, as Aegis does (ablation):
+    /// a waking task then waits behind every runnable one. By default it is
+    /// in virtual-time order (the CPU each task used), so a task that slept
+    /// runs before producers that kept their CPUs busy.
+    #[arg(long)]
+    pub primary_fifo: bool,
+
+    /// Do not let a light task (few events) that wakes with no idle CPU
+    /// preempt a producer (ablation): it then waits for the producer's slice
+    /// to end.
+    #[arg(long)]
+    pub no_light_preempt: bool,
+
+    /// A task making fewer events than this in a rate window (100 ms) is
+    /// light: it may preempt a producer when it wakes.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..))]
+    pub light_event_rate: u64,
+
     /// No task waits longer than this (ms): a queue whose oldest task waited
     /// this long is consumed first, so extreme waiting times can never trip
     /// the sched_ext watchdog (30 s). 0 disables the guard.
