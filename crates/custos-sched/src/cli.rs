@@ -83,8 +83,9 @@ pub struct SchedArgs {
     #[arg(long)]
     pub no_light_preempt: bool,
 
-    /// A task making fewer events than this in a rate window (100 ms) is
-    /// light: it may preempt a producer when it wakes.
+    /// A task making fewer events than this in a rate window (100 ms), and
+    /// under 1/256 of the system's, is light: it goes before producers in the
+    /// primary queue and may preempt one when it wakes.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..))]
     pub light_event_rate: u64,
 

@@ -96,6 +96,14 @@ const volatile bool primary_vtime = true;
 const volatile bool light_preempt = true;
 const volatile u64 light_event_rate = 16;
 
+/*
+ * ... and a share of the system's events under 1/2^light_share_shift. An
+ * absolute rate alone does not separate a flood from a shell on a slow
+ * machine: on the emulated guest 16 find workers made about 5 events a
+ * window each (all of them "light"), the ticker none.
+ */
+const volatile u32 light_share_shift = 8;
+
 /* How often a CPU holding budgeted queues looks at the rings again. */
 #define OVERFLOW_RECHECK_NS	(1ULL * NSEC_PER_MSEC)
 const volatile u8 availability_low = 32;	/* 25% of the ring free */
@@ -1122,6 +1130,13 @@ static bool enqueue_consumer(struct task_struct *p, struct task_ctx *tctx, u64 e
 	return true;
 }
 
+/* A light task: few events, absolutely and as a share of the system's. */
+static __always_inline bool is_light(const struct task_ctx *tctx)
+{
+	return !tctx || (tctx->event_rate < light_event_rate &&
+			 (tctx->event_rate << light_share_shift) <= total_event_rate);
+}
+
 /*
  * Insert @p into @dsq, a copy of queue @q: the primary queue by virtual
  * time, the others FIFO. A light sleeper comes back at most one slice behind
@@ -1138,7 +1153,7 @@ static void insert_queue(struct task_struct *p, const struct task_ctx *tctx, u64
 		scx_bpf_dsq_insert(p, dsq, slice_ns, enq_flags);
 		return;
 	}
-	if (!tctx || tctx->event_rate < light_event_rate)
+	if (is_light(tctx))
 		floor -= slice_ns;
 	if (enq_flags & SCX_ENQ_HEAD)
 		vtime = 0;
@@ -1158,7 +1173,7 @@ static void preempt_for_light(struct task_struct *p, struct task_ctx *tctx, s32 
 	u32 nr_cpus = scx_bpf_nr_cpu_ids();
 	s32 cpu;
 
-	if (!light_preempt || !primary_vtime || tctx->event_rate >= light_event_rate)
+	if (!light_preempt || !primary_vtime || !is_light(tctx))
 		return;
 	bpf_for(cpu, 0, nr_cpus) {
 		if (cpu >= CUSTOS_MAX_CPUS)
@@ -1436,7 +1451,7 @@ void BPF_STRUCT_OPS(custos_running, struct task_struct *p)
 	q = tctx->queue & (CUSTOS_MAX_QUEUES - 1);
 	set_cpu_producing(scx_bpf_task_cpu(p),
 			  !tctx->consumer && q == CUSTOS_PRIMARY_QUEUE &&
-			  tctx->event_rate >= light_event_rate);
+			  !is_light(tctx));
 	set_cpu_running(scx_bpf_task_cpu(p),
 			tctx->consumer || ((p->flags & PF_KTHREAD) && is_pinned(p)) ?
 				CUSTOS_RUN_PROTECTED :
@@ -1444,7 +1459,7 @@ void BPF_STRUCT_OPS(custos_running, struct task_struct *p)
 	if (st && tctx->enqueued_at) {
 		wait = now - tctx->enqueued_at;
 		if (q == CUSTOS_PRIMARY_QUEUE && !tctx->consumer &&
-		    tctx->event_rate < light_event_rate) {
+		    is_light(tctx)) {
 			st->light_waits++;
 			st->light_wait_ns += wait;
 		}
