@@ -506,8 +506,8 @@ impl<'a> Scheduler<'a> {
             rodata.waiting_time_ns[i + 1] = *w;
         }
         rodata.work_conserving = args.work_conserving;
-        rodata.primary_vtime = !args.primary_fifo;
-        rodata.light_preempt = !args.no_light_preempt;
+        rodata.primary_vtime = args.primary_vtime;
+        rodata.light_preempt = args.light_preempt;
         rodata.light_event_rate = args.light_event_rate;
         rodata.budget_queue = config.budget_queue;
         rodata.event_rate_high = config.event_rate_high;
@@ -636,7 +636,7 @@ impl<'a> Scheduler<'a> {
             config.placement.description(),
             config.budget_queue,
             if args.work_conserving { ", work-conserving" } else { "" },
-            if args.primary_fifo { ", primary queue FIFO" } else { "" }
+            if args.primary_vtime { ", primary queue in virtual-time order" } else { "" }
         );
 
         let bound = config.eq3_bound_ns();

@@ -80,9 +80,10 @@ const volatile bool overflow_hold = true;
  * instead of waiting behind all of them as in a FIFO: 16 flood workers in a
  * FIFO of 5 ms slices delayed a 10 ms ticker's wake-ups by 125-189 ms at the
  * 99th percentile against 32-37 ms under the kernel's scheduler
- * (bench/completeness, b943162). Off (the seed's FIFO) for ablations.
+ * (bench/completeness, b943162). Off by default (the seed's FIFO): under the
+ * flood it has not yet brought the probe to the default scheduler's latency.
  */
-const volatile bool primary_vtime = true;
+const volatile bool primary_vtime;
 
 /*
  * A light task (fewer than light_event_rate events a rate window: a shell,
@@ -91,9 +92,9 @@ const volatile bool primary_vtime = true;
  * scheduler lets a woken task with lag preempt: in the virtual-time order it
  * is next anyway, and would otherwise wait for the producer's slice to end.
  * Producers never preempt this way, so splitting a flood into many
- * processes buys nothing over the innocent. Off for ablations.
+ * processes buys nothing over the innocent. Off by default, as above.
  */
-const volatile bool light_preempt = true;
+const volatile bool light_preempt;
 const volatile u64 light_event_rate = 16;
 
 /*
@@ -1450,7 +1451,7 @@ void BPF_STRUCT_OPS(custos_running, struct task_struct *p)
 		set_consumer_waiting_local(scx_bpf_task_cpu(p), 0);
 	q = tctx->queue & (CUSTOS_MAX_QUEUES - 1);
 	set_cpu_producing(scx_bpf_task_cpu(p),
-			  !tctx->consumer && q == CUSTOS_PRIMARY_QUEUE &&
+			  primary_vtime && !tctx->consumer && q == CUSTOS_PRIMARY_QUEUE &&
 			  !is_light(tctx));
 	set_cpu_running(scx_bpf_task_cpu(p),
 			tctx->consumer || ((p->flags & PF_KTHREAD) && is_pinned(p)) ?

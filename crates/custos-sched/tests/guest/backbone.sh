@@ -225,7 +225,7 @@ light() {
 	done
 	for mode in vtime fifo; do
 		flags=""
-		[ $mode = fifo ] && flags="--primary-fifo --no-light-preempt"
+		[ $mode = vtime ] && flags="--primary-vtime --light-preempt"
 		# shellcheck disable=SC2086
 		$BIN --pin-dir $dir $flags --stats-json "$OUT/light-$mode.json" >"$OUT/light-$mode.log" 2>&1 &
 		pid=$!
