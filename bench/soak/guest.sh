@@ -64,20 +64,31 @@ enable_seq_start=$(cat $scx/enable_seq 2>/dev/null || echo null)
 ops_start=$(cat $scx/root/ops 2>/dev/null)
 dmesg >"$out/dmesg-start.txt" 2>&1
 
-# name value... of /proc/PID/status, in kB (0 once the process is gone).
-status_kb() { # pid -> "rss anon file shmem"
-  local k v rest rss=0 anon=0 file=0 shmem=0
-  if [ -r "/proc/$1/status" ]; then
-    while read -r k v rest; do
-      case $k in
-        VmRSS:) rss=$v ;; RssAnon:) anon=$v ;; RssFile:) file=$v ;; RssShmem:) shmem=$v ;;
-      esac
-    done <"/proc/$1/status"
-  fi
-  echo "$rss $anon $file $shmem"
+# VmRSS, RssAnon, RssFile, RssShmem of /proc/PID/status, in kB, into
+# rss anon file shmem (0 once the process is gone). Builtins only.
+status_kb() { # pid
+  local k v rest
+  rss=0 anon=0 file=0 shmem=0
+  [ -r "/proc/$1/status" ] || return 0
+  while read -r k v rest; do
+    case $k in
+      VmRSS:) rss=$v ;; RssAnon:) anon=$v ;; RssFile:) file=$v ;; RssShmem:) shmem=$v ;;
+    esac
+  done <"/proc/$1/status" 2>/dev/null
 }
 
-echo "t_s,flooding,collector_alive,collector_rss_kb,collector_anon_kb,collector_file_kb,collector_shmem_kb,sched_alive,sched_rss_kb,sched_anon_kb,sched_ext_state,sched_ops,db_kb,wal_kb,pending_markers" >"$out/samples.csv"
+# A sleep without an exec: `read -t` on a FIFO nobody writes.
+mkfifo "$work/tick"
+nap() { # ms
+  local fd s
+  [ "$1" -gt 0 ] || return 0
+  printf -v s '%d.%03d' $(( $1 / 1000 )) $(( $1 % 1000 ))
+  exec {fd}<>"$work/tick"
+  read -r -t "$s" -u "$fd"
+  exec {fd}>&-
+}
+
+echo "t_s,flooding,collector_alive,collector_rss_kb,collector_anon_kb,collector_file_kb,collector_shmem_kb,sched_alive,sched_rss_kb,sched_anon_kb,sched_ext_state,sched_ops" >"$out/samples.csv"
 echo "t_s,marker,written_s,ms,rc,answered,found" >"$out/queries.csv"
 echo "marker,written_s" >"$out/markers.csv"
 echo "flood,start_s,end_s,workers" >"$out/floods.csv"
@@ -90,7 +101,37 @@ marker=0 pending=() missing=()
 declare -A written=()
 flood_no=0 flood_pids=() flood_start= next_flood=$(( first * 1000 ))
 probe= probe_no=0
+echo 0 >"$work/flooding"
 note "$minutes min, a flood of $workers 'find -exec cat' workers over $files files for ${flood_s} s every ${every} s (first at ${first} s), ${ring_kb} KiB rings, scheduler $scheduler, $(nproc) CPU(s), kernel $(uname -r)"
+
+# The sampler: a loop of its own that neither forks nor execs, so it wakes
+# like the probe (a sleeper) and samples through the floods, while the
+# monitor below, which execs a query every tick, competes with them.
+sampler() {
+  local t c_alive s_alive s_rss s_anon state ops flooding
+  while [ ! -e "$work/stop" ]; do
+    t=$(( (${EPOCHREALTIME/./} - t0) / 1000 ))
+    status_kb "$collector"
+    c_alive=0; kill -0 "$collector" 2>/dev/null && c_alive=1
+    local c_rss=$rss c_anon=$anon c_file=$file c_shmem=$shmem
+    s_alive=0 s_rss=0 s_anon=0
+    if [ -n "$sched" ]; then
+      status_kb "$sched"; s_rss=$rss s_anon=$anon
+      kill -0 "$sched" 2>/dev/null && s_alive=1
+    fi
+    state= ops= flooding=
+    { read -r state <$scx/state; read -r ops <$scx/root/ops; } 2>/dev/null
+    read -r flooding <"$work/flooding"
+    printf '%d.%03d,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n' $(( t / 1000 )) $(( t % 1000 )) "$flooding" "$c_alive" \
+      "$c_rss" "$c_anon" "$c_file" "$c_shmem" "$s_alive" "$s_rss" "$s_anon" "$state" "$ops" >>"$out/samples.csv"
+    if [ $(( (t / 1000) % 60 )) -lt "$sample_s" ]; then
+      note "$(( t / 1000 )) s: collector $(( c_rss / 1024 )) MB (anon $(( c_anon / 1024 ))), scheduler $(( s_rss / 1024 )) MB, sched_ext $state${ops:+ ($ops)}, flooding $flooding"
+    fi
+    nap $(( sample_s * 1000 - ((${EPOCHREALTIME/./} - t0) / 1000 - t) ))
+  done
+}
+sampler &
+sampler_pid=$!
 
 ask() { # marker -> 0 when the store names the marker's writer
   local m=$1 a b rc found=0 answered=1 ans
@@ -130,6 +171,7 @@ while :; do
     if [ ${#alive[@]} = 0 ]; then
       wait "${flood_pids[@]}" 2>/dev/null
       echo "$flood_no,$(secs "$flood_start"),$(secs "$t"),$workers" >>"$out/floods.csv"
+      echo 0 >"$work/flooding"
       flood_pids=()
     fi
   fi
@@ -140,6 +182,7 @@ while :; do
       bash -c 'while [ $SECONDS -lt '"$flood_s"' ]; do find '"$work/tree"' -type f -exec cat {} + >/dev/null; done' &
       flood_pids+=($!)
     done
+    echo 1 >"$work/flooding"
   fi
   # The probe: one minute at a time, so a late wake-up is placed in time.
   if [ -z "$probe" ] || ! kill -0 "$probe" 2>/dev/null; then
@@ -157,30 +200,15 @@ while :; do
   written[$marker]=$(secs "$(since)")
   echo "$marker,${written[$marker]}" >>"$out/markers.csv"
   pending+=("$marker")
-  read -r c_rss c_anon c_file c_shmem < <(status_kb "$collector")
-  c_alive=0; kill -0 "$collector" 2>/dev/null && c_alive=1
-  s_alive=0 s_rss=0 s_anon=0
-  if [ -n "$sched" ]; then
-    read -r s_rss s_anon _ _ < <(status_kb "$sched")
-    kill -0 "$sched" 2>/dev/null && s_alive=1
-  fi
-  state= ops=
-  { read -r state <$scx/state; read -r ops <$scx/root/ops; } 2>/dev/null
-  db_kb=$(( $(stat -c %s "$db" 2>/dev/null || echo 0) / 1024 ))
-  wal_kb=$(( $(stat -c %s "$db-wal" 2>/dev/null || echo 0) / 1024 ))
-  flooding=0; [ ${#flood_pids[@]} -gt 0 ] && flooding=1
-  echo "$(secs "$t"),$flooding,$c_alive,$c_rss,$c_anon,$c_file,$c_shmem,$s_alive,$s_rss,$s_anon,$state,$ops,$db_kb,$wal_kb,${#pending[@]}" >>"$out/samples.csv"
-  if [ $(( (t / 1000) % 60 )) -lt "$sample_s" ]; then
-    note "$(( t / 1000 )) s: collector $(( c_rss / 1024 )) MB (anon $(( c_anon / 1024 ))), scheduler $(( s_rss / 1024 )) MB, sched_ext $state${ops:+ ($ops)}, store $(( db_kb / 1024 )) MB, markers waiting ${#pending[@]}, floods $flood_no$([ $flooding = 1 ] && echo ' (flooding)')"
-  fi
-  [ $c_alive = 1 ] || { note "the collector exited"; break; }
+  kill -0 "$collector" 2>/dev/null || { note "the collector exited"; break; }
   rest=$(( sample_s * 1000 - ($(since) - t) ))
-  [ $rest -gt 0 ] && sleep "$(secs "$rest")"
+  [ $rest -gt 0 ] && nap "$rest"
 done
 
 # The end: no flood is left running (the last one ended in time).
 [ ${#flood_pids[@]} -gt 0 ] && { wait "${flood_pids[@]}"; echo "$flood_no,$(secs "$flood_start"),$(secs "$(since)"),$workers" >>"$out/floods.csv"; }
 [ -n "$probe" ] && { kill -INT "$probe" 2>/dev/null; wait "$probe"; }
+: >"$work/stop"; wait "$sampler_pid"
 end_s=$(secs "$(since)")
 state_end=$(cat $scx/state 2>/dev/null) ops_end=$(cat $scx/root/ops 2>/dev/null)
 enable_seq_end=$(cat $scx/enable_seq 2>/dev/null || echo null)

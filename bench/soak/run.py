@@ -39,10 +39,10 @@ SCRIPT = HERE / "guest.sh"
 # `incomplete` events were stored (their attributes lost): neither is part
 # of produced = stored + lost.
 GAP_CATEGORIES = ("critical", "events", "unknown")
-# A marker the store cannot name this long after it was written: the
-# pipeline (collector, sink, store) stood still. The sched_ext watchdog's
-# default timeout, the longest a runnable task may wait before the kernel
-# ejects the scheduler.
+# A stall: the pipeline (collector, sink, store) standing still, or a
+# runnable task waiting, this long. The sched_ext watchdog's default
+# timeout, the longest a runnable task may wait before the kernel ejects
+# the scheduler.
 STALL_S = 30.0
 # The probe (a task waking every 10 ms) late by more than this: the
 # scheduler's starvation guard (`custos sched --starvation-guard-ms`), the
@@ -110,11 +110,13 @@ def summarise(out: Path):
     """Everything the guest left in `out`, checked. Raises ValueError when
     a figure the checks need is missing (a run that did not finish is
     not a passing run)."""
-    need = ["meta.json", "samples.csv", "queries.csv", "markers.csv", "floods.csv", "store.json", "collect.log"]
+    need = ["meta.json", "samples.csv", "queries.csv", "markers.csv", "floods.csv", "store.json", "collect.log",
+            "stats.jsonl", "sched.json"]
     missing = [n for n in need if not (out / n).exists()]
     if missing:
         raise ValueError(f"the run left no {', '.join(missing)} in {out} (did the guest script finish?)")
     meta = json.loads((out / "meta.json").read_text())
+    sched = json.loads((out / "sched.json").read_text())
     store = json.loads((out / "store.json").read_text())
     final = store.get("final_stats")
     log = collector_line((out / "collect.log").read_text(errors="replace"))
@@ -196,13 +198,31 @@ def summarise(out: Path):
     # ones are asked in the drained store, after the collector stopped).
     fresh = {m: found_at[m] - w for m, w in markers.items() if m in found_at and found_at[m] < meta["end_s"]}
     markers_missing = sorted(m for m in markers if m not in found_at)
-    # A marker the store could not name STALL_S after its write, while the
-    # soak ran long enough to tell.
-    # (One never named is counted as missing, not here.)
-    pipeline_stalls = sorted(m for m, w in markers.items()
-                             if w + STALL_S < meta["end_s"] and m in found_at and found_at[m] - w > STALL_S)
-    times = [s["t_s"] for s in samples]
-    monitor_gaps = [(a, b) for a, b in zip(times, times[1:]) if b - a > STALL_S]
+    # Stalls. (1) The pipeline: the collector writes a stats record every
+    # 5 s into its stream, and the store keeps them; two records more than
+    # STALL_S apart (the collector's loop, or the store it waits for, stood
+    # still), or events waiting (consumer_lag > 0: produced, not yet
+    # stored) for STALL_S while none got delivered.
+    stats = [json.loads(line) for line in (out / "stats.jsonl").read_text().splitlines() if line.strip()]
+    pipeline_stalls = []
+    standing = None
+    for a, b in zip(stats, stats[1:]):
+        if (b["time_ns"] - a["time_ns"]) / 1e9 > STALL_S:
+            pipeline_stalls.append(("no stats record", a["time_ns"], b["time_ns"]))
+        if b["consumer_lag"] > 0 and b["delivered"] == a["delivered"]:
+            standing = standing or a["time_ns"]
+            if (b["time_ns"] - standing) / 1e9 > STALL_S:
+                pipeline_stalls.append(("lag standing", standing, b["time_ns"]))
+                standing = None
+        else:
+            standing = None
+    # (2) A runnable task that waited STALL_S (the sched_ext watchdog's
+    # timeout: the kernel's "runnable task stall"): the scheduler's own
+    # longest wait of any task in any queue over the run.
+    waits_ms = [q["wait_max_us"] / 1000 for q in sched["queues"]]
+    task_wait_max_ms = max(waits_ms) if waits_ms else None
+    task_stalls = int(task_wait_max_ms is not None and task_wait_max_ms >= STALL_S * 1000)
+    # (3) The innocent probe woke more than PROBE_STALL_MS late.
     probes = []
     for p in sorted(out.glob("probe-*.json"), key=lambda p: int(p.stem.split("-")[1])):
         text = p.read_text().strip()
@@ -212,7 +232,12 @@ def summarise(out: Path):
             d["start_s"] = float(start.read_text()) if start.exists() else None
             probes.append(d)
     probe_stalls = [p["start_s"] for p in probes if p["max_ns"] / 1e6 > PROBE_STALL_MS]
-    stalls = len(pipeline_stalls) + len(monitor_gaps) + len(probe_stalls)
+    stalls = len(pipeline_stalls) + task_stalls + len(probe_stalls)
+    # Not stalls, but how the monitor itself fared: its longest time
+    # between two samples (it forks and execs every tick, an ordinary
+    # task competing with the flood).
+    times = [s["t_s"] for s in samples]
+    monitor_gap_max_s = max((b - a for a, b in zip(times, times[1:])), default=None)
     live_ms = [int(q["ms"]) for q in live]
     answering = {
         "queries": len(live),
@@ -245,8 +270,12 @@ def summarise(out: Path):
         "guest_kernel": meta["kernel"],
         "floods": len(floods),
         "stalls": stalls,
-        "stall_detail": {"pipeline_markers": pipeline_stalls, "monitor_gaps_s": monitor_gaps,
+        "stall_detail": {"pipeline": pipeline_stalls, "task_wait_stalls": task_stalls,
                          "probe_windows_s": probe_stalls, "stall_s": STALL_S, "probe_stall_ms": PROBE_STALL_MS},
+        "task_wait_max_ms": task_wait_max_ms,
+        "task_wait_max_ms_by_queue": waits_ms,
+        "monitor_gap_max_s": monitor_gap_max_s,
+        "stats_records": len(stats),
         "probe_p99_ms_max": max(p["p99_ns"] for p in probes) / 1e6 if probes else None,
         "probe_max_ms": max(p["max_ns"] for p in probes) / 1e6 if probes else None,
         "probe_windows": len(probes),

@@ -14,7 +14,7 @@ soak = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(soak)
 
 HEADER = ("t_s,flooding,collector_alive,collector_rss_kb,collector_anon_kb,collector_file_kb,collector_shmem_kb,"
-          "sched_alive,sched_rss_kb,sched_anon_kb,sched_ext_state,sched_ops,db_kb,wal_kb,pending_markers")
+          "sched_alive,sched_rss_kb,sched_anon_kb,sched_ext_state,sched_ops")
 FINAL_LINE = ("custos collect: produced {p} = delivered {d} + dropped {x} (critical 0, events {x}); incomplete 0; "
               "loss records 3; unnumbered 0 (lost to the kernel's skips: 0 syscalls found, at most 0 unseen, "
               "0 hook runs; the first copy skipped 0, backups saw 0)\n")
@@ -22,7 +22,7 @@ FINAL_LINE = ("custos collect: produced {p} = delivered {d} + dropped {x} (criti
 
 def write_run(d: Path, produced=600_000, stored=599_000, losses=None, state=lambda t: "enabled",
               anon_mb=lambda t, flooding: 60 + 40 * flooding, late_marker=None, missing_marker=None,
-              failed_query=None, probe_max_ms=300):
+              failed_query=None, probe_max_ms=300, wait_max_ms=400, stats_gap=None, lag_standing=None):
     """A 7-minute run as bench/soak/guest.sh leaves it: samples every 5 s,
     floods at 30 and 210 s, a marker a sample, each named by the store at
     the next sample."""
@@ -34,7 +34,7 @@ def write_run(d: Path, produced=600_000, stored=599_000, losses=None, state=lamb
         t = i * 5.0
         flooding = int(any(s <= t < e for _, s, e in floods))
         a = int(anon_mb(t, flooding) * 1024)
-        rows.append(f"{t:.3f},{flooding},1,{a + 16000},{a},16000,0,1,20000,8000,{state(t)},custos,{i * 100},500,1")
+        rows.append(f"{t:.3f},{flooding},1,{a + 16000},{a},16000,0,1,20000,8000,{state(t)},custos")
         m = i + 1
         markers.append(f"{m},{t + 0.05:.3f}")
         answer_at = t + 5 if m != late_marker else t + 45
@@ -61,6 +61,16 @@ def write_run(d: Path, produced=600_000, stored=599_000, losses=None, state=lamb
                         "unnumbered": 0, "incomplete": 0, "invariant_holds": True, "final": True}}))
     (d / "collect.log").write_text("custos collect: 1 ev/s ...\n" + FINAL_LINE.format(p=produced, d=produced - dropped,
                                                                                         x=dropped))
+    # The collector's stats records, every 5 s (time_ns from a wall clock of 1e18).
+    stats, delivered = [], 0
+    for i in range(85):
+        t = i * 5.0 + (40 if stats_gap is not None and i * 5.0 >= stats_gap else 0)
+        standing = lag_standing is not None and lag_standing <= t < lag_standing + 40
+        delivered += 0 if standing else 3000
+        stats.append({"time_ns": int(1e18 + t * 1e9), "produced": delivered + (500 if standing else 0),
+                      "delivered": delivered, "consumer_lag": 500 if standing else 0})
+    (d / "stats.jsonl").write_text("".join(json.dumps(x) + "\n" for x in stats))
+    (d / "sched.json").write_text(json.dumps({"queues": [{"wait_max_us": wait_max_ms * 1000}, {"wait_max_us": 0.0}]}))
     for n in range(1, 8):
         (d / f"probe-{n}.start").write_text(f"{(n - 1) * 60}.000")
         (d / f"probe-{n}.json").write_text(json.dumps({"p50_ns": 1e6, "p99_ns": 1e8, "max_ns": probe_max_ms * 1e6}))
@@ -106,12 +116,28 @@ def test_a_scheduler_that_left_is_an_ejection(tmp_path):
     assert soak.summarise(d)["scheduler_ejected"] == 1
 
 
-def test_stalls_of_the_store_and_of_the_probe_count(tmp_path):
-    s = soak.summarise(write_run(tmp_path, late_marker=10))
-    assert s["stall_detail"]["pipeline_markers"] == [10] and s["stalls"] == 1 and not s["passed"]
-    (tmp_path / "p").mkdir()
-    s = soak.summarise(write_run(tmp_path / "p", probe_max_ms=2500))
+def test_stalls_of_the_pipeline_of_a_task_and_of_the_probe_count(tmp_path):
+    def run(name, **kw):
+        (tmp_path / name).mkdir()
+        return soak.summarise(write_run(tmp_path / name, **kw))
+
+    # The collector's loop stood still 45 s: no stats record.
+    s = run("gap", stats_gap=100.0)
+    assert [k for k, *_ in s["stall_detail"]["pipeline"]] == ["no stats record"] and s["stalls"] == 1
+    assert not s["checks"]["no_stall"] and not s["passed"]
+    # Events waiting and none delivered for 40 s.
+    s = run("lag", lag_standing=150.0)
+    assert [k for k, *_ in s["stall_detail"]["pipeline"]] == ["lag standing"] and not s["passed"]
+    # A runnable task waited the watchdog's 30 s.
+    s = run("wait", wait_max_ms=30_000)
+    assert s["stall_detail"]["task_wait_stalls"] == 1 and not s["passed"]
+    assert run("wait29", wait_max_ms=29_000)["passed"]
+    # The probe late by 2.5 s in each of its 7 windows.
+    s = run("probe", probe_max_ms=2500)
     assert s["stalls"] == 7 and not s["checks"]["no_stall"]
+    # A marker named late by a busy monitor is a figure, not a stall.
+    s = run("late", late_marker=10)
+    assert s["marker_freshness_s_max"] > 30 and s["passed"]
 
 
 def test_memory_that_grows_flood_after_flood_is_not_bounded(tmp_path):
