@@ -133,6 +133,13 @@ sampler() {
 sampler &
 sampler_pid=$!
 
+flood_end() { # the flood's row: from its start to its last worker's end
+  local e last=0
+  while read -r e; do [ "$e" -gt "$last" ] && last=$e; done <"$work/flood.end"
+  rm -f "$work/flood.end"
+  echo "$flood_no,$(secs "$flood_start"),$(secs $(( (last - t0) / 1000 ))),$workers" >>"$out/floods.csv"
+}
+
 ask() { # marker -> 0 when the store names the marker's writer
   local m=$1 a b rc found=0 answered=1 ans
   a=$(now_us)
@@ -170,7 +177,7 @@ while :; do
     for p in "${flood_pids[@]}"; do kill -0 "$p" 2>/dev/null && alive+=("$p"); done
     if [ ${#alive[@]} = 0 ]; then
       wait "${flood_pids[@]}" 2>/dev/null
-      echo "$flood_no,$(secs "$flood_start"),$(secs "$t"),$workers" >>"$out/floods.csv"
+      flood_end
       echo 0 >"$work/flooding"
       flood_pids=()
     fi
@@ -179,7 +186,9 @@ while :; do
     flood_no=$(( flood_no + 1 )) flood_start=$t next_flood=$(( next_flood + every * 1000 ))
     for _ in $(seq "$workers"); do
       # Passes over the tree until flood_s is up (the last pass finishes).
-      bash -c 'while [ $SECONDS -lt '"$flood_s"' ]; do find '"$work/tree"' -type f -exec cat {} + >/dev/null; done' &
+      # Each notes when it ended: the monitor may notice late.
+      bash -c 'while [ $SECONDS -lt '"$flood_s"' ]; do find '"$work/tree"' -type f -exec cat {} + >/dev/null; done
+        echo "${EPOCHREALTIME/./}" >>'"$work/flood.end" &
       flood_pids+=($!)
     done
     echo 1 >"$work/flooding"
@@ -206,7 +215,7 @@ while :; do
 done
 
 # The end: no flood is left running (the last one ended in time).
-[ ${#flood_pids[@]} -gt 0 ] && { wait "${flood_pids[@]}"; echo "$flood_no,$(secs "$flood_start"),$(secs "$(since)"),$workers" >>"$out/floods.csv"; }
+[ ${#flood_pids[@]} -gt 0 ] && { wait "${flood_pids[@]}"; flood_end; }
 [ -n "$probe" ] && { kill -INT "$probe" 2>/dev/null; wait "$probe"; }
 : >"$work/stop"; wait "$sampler_pid"
 end_s=$(secs "$(since)")
