@@ -69,12 +69,17 @@ dmesg >"$out/dmesg-start.txt" 2>&1
 status_kb() { # pid
   local k v rest
   rss=0 anon=0 file=0 shmem=0
-  [ -r "/proc/$1/status" ] || return 0
-  while read -r k v rest; do
-    case $k in
-      VmRSS:) rss=$v ;; RssAnon:) anon=$v ;; RssFile:) file=$v ;; RssShmem:) shmem=$v ;;
-    esac
-  done <"/proc/$1/status" 2>/dev/null
+  local try
+  # A read can come back short (seen: VmRSS or RssAnon missing): try again.
+  for try in 1 2 3; do
+    [ -r "/proc/$1/status" ] || return 0
+    while read -r k v rest; do
+      case $k in
+        VmRSS:) rss=$v ;; RssAnon:) anon=$v ;; RssFile:) file=$v ;; RssShmem:) shmem=$v ;;
+      esac
+    done <"/proc/$1/status" 2>/dev/null
+    [ "$rss" != 0 ] && [ "$anon" != 0 ] && return 0
+  done
 }
 
 # A sleep without an exec: `read -t` on a FIFO nobody writes.

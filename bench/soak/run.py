@@ -146,6 +146,11 @@ def summarise(out: Path):
                for r in read_csv(out / "samples.csv")]
     if not samples:
         raise ValueError("no samples")
+    # A read of /proc/PID/status that lost lines (seen in the 30-minute
+    # run: VmRSS or RssAnon 0 while the process lived) is no measurement.
+    torn = [s for s in samples if (s["collector_alive"] == 1 and 0 in (s["collector_rss_kb"], s["collector_anon_kb"]))
+            or (s["sched_alive"] == 1 and 0 in (s["sched_rss_kb"], s["sched_anon_kb"]))]
+    samples = [s for s in samples if s not in torn]
     floods = [{"flood": int(r["flood"]), "start_s": float(r["start_s"]), "end_s": float(r["end_s"])}
               for r in read_csv(out / "floods.csv")]
     per_cycle = cycles(floods, samples, meta["end_s"])
@@ -154,6 +159,8 @@ def summarise(out: Path):
         "collector_anon_max_mb": max(s["collector_anon_kb"] for s in samples) / 1024,
         "sched_rss_max_mb": max(s["sched_rss_kb"] for s in samples) / 1024,
         "sched_anon_max_mb": max(s["sched_anon_kb"] for s in samples) / 1024,
+        "samples": len(samples),
+        "samples_torn": len(torn),
         "collector_rss_growth": growth(per_cycle, "collector_rss_kb"),
         "collector_anon_growth": growth(per_cycle, "collector_anon_kb"),
         "sched_rss_growth": growth(per_cycle, "sched_rss_kb"),
@@ -288,6 +295,10 @@ def summarise(out: Path):
         "lost_unaccounted": lost_unaccounted,
         "loss_records": {c: v for c, v in losses.items()},
         "unnumbered": final.get("unnumbered"),
+        # The collector's own account of its consumer (docs/event-schema.md,
+        # `stats`): `late` events arrived after their gap was written as lost.
+        "collector_final": {k: final.get(k) for k in ("delivered", "dropped", "lost_in_gaps", "late", "out_of_order",
+                                                       "reorder_forced", "loss_records", "invariant_holds")},
         "incomplete": final.get("incomplete"),
         "accounting": accounting,
         **mem,
@@ -301,7 +312,9 @@ def summarise(out: Path):
 def picture(out: Path, summary, stem: Path):
     """Memory of both processes over time, the floods shaded; below, how
     long after its write the store named each marker."""
-    samples = read_csv(out / "samples.csv")
+    samples = [s for s in read_csv(out / "samples.csv")
+               if not (s["collector_alive"] == "1" and "0" in (s["collector_rss_kb"], s["collector_anon_kb"]))
+               and not (s["sched_alive"] == "1" and "0" in (s["sched_rss_kb"], s["sched_anon_kb"]))]
     floods = [(float(r["start_s"]) / 60, float(r["end_s"]) / 60) for r in read_csv(out / "floods.csv")]
     t = [float(s["t_s"]) / 60 for s in samples]
     mb = lambda k: [int(s[k]) / 1024 for s in samples]  # noqa: E731
