@@ -130,3 +130,20 @@ def runs_with_intervals(groups: dict, title: str, ylabel: str, stem: Path, order
     ax.set_title(title)
     ax.legend()
     return _save(fig, stem)
+
+
+def time_panels(panels: list, spans: list, title: str, xlabel: str, stem: Path):
+    """panels: [(ylabel, {name: [(x, y), ...]}), ...] stacked on one time
+    axis; spans: [(x0, x1), ...] shaded on every panel (e.g. floods)."""
+    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 2.4 + 1.6 * len(panels)), sharex=True, squeeze=False)
+    for ax, (ylabel, series) in zip(axes[:, 0], panels):
+        for x0, x1 in spans:
+            ax.axvspan(x0, x1, color="#f4a261", alpha=0.25, linewidth=0)
+        for name, points in series.items():
+            ax.plot([p[0] for p in points], [p[1] for p in points], label=name, marker="." if len(points) < 60 else None)
+        ax.set_ylabel(ylabel)
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=8, loc="upper left")
+    axes[-1, 0].set_xlabel(xlabel)
+    axes[0, 0].set_title(title)
+    return _save(fig, stem)

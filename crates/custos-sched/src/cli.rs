@@ -70,6 +70,25 @@ pub struct SchedArgs {
     #[arg(long)]
     pub work_conserving: bool,
 
+    /// Order the primary queue by virtual time (the CPU each task used), light
+    /// tasks ahead of producers, instead of first in, first out as Aegis does
+    /// (experimental, off: it did not yet bring the innocent probe of
+    /// bench/completeness to the default scheduler's latency under a flood).
+    #[arg(long)]
+    pub primary_vtime: bool,
+
+    /// With --primary-vtime: a light task that wakes with no idle CPU
+    /// preempts a CPU running a producer instead of waiting for its slice to
+    /// end (experimental, off).
+    #[arg(long, requires = "primary_vtime")]
+    pub light_preempt: bool,
+
+    /// A task making fewer events than this in a rate window (100 ms), and
+    /// under 1/256 of the system's, is light: it goes before producers in the
+    /// primary queue and may preempt one when it wakes.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..))]
+    pub light_event_rate: u64,
+
     /// No task waits longer than this (ms): a queue whose oldest task waited
     /// this long is consumed first, so extreme waiting times can never trip
     /// the sched_ext watchdog (30 s). 0 disables the guard.

@@ -506,6 +506,9 @@ impl<'a> Scheduler<'a> {
             rodata.waiting_time_ns[i + 1] = *w;
         }
         rodata.work_conserving = args.work_conserving;
+        rodata.primary_vtime = args.primary_vtime;
+        rodata.light_preempt = args.light_preempt;
+        rodata.light_event_rate = args.light_event_rate;
         rodata.budget_queue = config.budget_queue;
         rodata.event_rate_high = config.event_rate_high;
         rodata.producer_share_steps = config.producer_share_steps;
@@ -626,13 +629,14 @@ impl<'a> Scheduler<'a> {
         let struct_ops =
             Some(scx_ops_attach!(skel, custos_ops).context("cannot attach the BPF scheduler")?);
         info!(
-            "custos scheduler attached: slice {} us, waiting times {:?} ns, policy {}, placement {}, static budget queue {}{}",
+            "custos scheduler attached: slice {} us, waiting times {:?} ns, policy {}, placement {}, static budget queue {}{}{}",
             config.slice_ns / 1000,
             config.waiting_time_ns,
             config.policy.description,
             config.placement.description(),
             config.budget_queue,
-            if args.work_conserving { ", work-conserving" } else { "" }
+            if args.work_conserving { ", work-conserving" } else { "" },
+            if args.primary_vtime { ", primary queue in virtual-time order" } else { "" }
         );
 
         let bound = config.eq3_bound_ns();
@@ -774,6 +778,9 @@ impl<'a> Scheduler<'a> {
                 sum.consumer_first += s.consumer_first;
                 sum.consumer_next += s.consumer_next;
                 sum.consumer_kept += s.consumer_kept;
+                sum.light_preemptions += s.light_preemptions;
+                sum.light_waits += s.light_waits;
+                sum.light_wait_ns += s.light_wait_ns;
                 sum.migration_disabled_next += s.migration_disabled_next;
                 sum.tick_preemptions += s.tick_preemptions;
                 sum.overflow_holds += s.overflow_holds;
@@ -848,6 +855,9 @@ impl<'a> Scheduler<'a> {
             consumer_first: sum.consumer_first,
             consumer_next: sum.consumer_next,
             consumer_kept: sum.consumer_kept,
+            light_preemptions: sum.light_preemptions,
+            light_waits: sum.light_waits,
+            light_wait_ns: sum.light_wait_ns,
             migration_disabled_next: sum.migration_disabled_next,
             tick_preemptions: sum.tick_preemptions,
             overflow_holds: sum.overflow_holds,

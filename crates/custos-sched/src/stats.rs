@@ -72,6 +72,14 @@ pub struct Metrics {
         desc = "Consumers that kept their CPU past a slice because events were waiting in the rings"
     )]
     pub consumer_kept: u64,
+    #[stat(desc = "Light tasks (few events) that woke with no idle CPU and preempted a producer")]
+    pub light_preemptions: u64,
+    #[stat(desc = "Light tasks (few events) that waited in the primary queue")]
+    pub light_waits: u64,
+    #[stat(desc = "Their total wait, in ns")]
+    pub light_wait_ns: u64,
+    #[stat(desc = "Their mean wait from being queued to running, in us")]
+    pub light_wait_avg_us: f64,
     #[stat(
         desc = "Tasks preempted with migration disabled (inside a collector program) run next on their CPU with a short slice"
     )]
@@ -206,7 +214,7 @@ impl Metrics {
     pub fn format<W: Write>(&self, w: &mut W) -> Result<()> {
         writeln!(
             w,
-            "[custos] policy: ->budget {} ->primary {} tick {} hold {} | consumer preempt {}+{} next {} kept {} queued {} first {} | migdis {} | \
+            "[custos] policy: ->budget {} ->primary {} tick {} hold {} | consumer preempt {}+{} next {} kept {} queued {} first {} | light preempt {} wait {:.0} us | migdis {} | \
              direct {} sync {} pinned {} keep {} timer {} guard {} | \
              features {:.0} ns/call {:.3}% cpu | consumers {} collector {} avail {}",
             self.policy_to_budgeted,
@@ -219,6 +227,8 @@ impl Metrics {
             self.consumer_kept,
             self.consumer_queued,
             self.consumer_first,
+            self.light_preemptions,
+            self.light_wait_avg_us,
             self.migration_disabled_next,
             self.direct_dispatches,
             self.sync_wakeups,
@@ -354,6 +364,11 @@ impl Metrics {
             consumer_first: self.consumer_first.saturating_sub(prev.consumer_first),
             consumer_next: self.consumer_next.saturating_sub(prev.consumer_next),
             consumer_kept: self.consumer_kept.saturating_sub(prev.consumer_kept),
+            light_preemptions: self
+                .light_preemptions
+                .saturating_sub(prev.light_preemptions),
+            light_waits: self.light_waits.saturating_sub(prev.light_waits),
+            light_wait_ns: self.light_wait_ns.saturating_sub(prev.light_wait_ns),
             migration_disabled_next: self
                 .migration_disabled_next
                 .saturating_sub(prev.migration_disabled_next),
@@ -435,6 +450,11 @@ impl Metrics {
 
     /// Fills the derived feature-cost fields from the counters and interval.
     pub fn derive_feature_cost(&mut self) {
+        self.light_wait_avg_us = if self.light_waits > 0 {
+            self.light_wait_ns as f64 / self.light_waits as f64 / 1e3
+        } else {
+            0.0
+        };
         self.feature_ns_per_update = if self.feature_updates > 0 {
             self.feature_ns as f64 / self.feature_updates as f64
         } else {

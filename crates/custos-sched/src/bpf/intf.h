@@ -22,7 +22,7 @@ typedef unsigned long long __u64;
 #include <custos/provenance_features.h>
 
 enum custos_sched_consts {
-	/* Queue 0 is the primary FIFO; 1..nr_queues are the budgeted ones. */
+	/* Queue 0 is the primary one; 1..nr_queues are the budgeted ones. */
 	CUSTOS_PRIMARY_QUEUE	= 0,
 	CUSTOS_MAX_QUEUES	= 8,
 	CUSTOS_MAX_CPUS		= 512,
@@ -104,6 +104,9 @@ struct custos_sched_stats {
 	u64 consumer_preemptions;		 /* a waking consumer preempted a budgeted task */
 	u64 consumer_preemptions_primary;	 /* ... or, with none running, an ordinary one */
 	u64 consumer_kept;			 /* a consumer kept its CPU past its slice (events waiting) */
+	u64 light_preemptions;			 /* a waking light task preempted a producer */
+	u64 light_waits;			 /* light tasks that waited in the primary queue ... */
+	u64 light_wait_ns;			 /* ... and how long in all */
 	u64 migration_disabled_next;		 /* a task preempted with migration disabled runs next, short slice */
 	u64 consumer_next;			 /* a waking consumer runs next without preempting */
 	u64 consumer_queued;			 /* a consumer found no CPU to take and queued */

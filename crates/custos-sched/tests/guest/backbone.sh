@@ -203,6 +203,42 @@ policy() {
 	rm -rf $dir
 }
 
+# A light task beside producers that keep every CPU busy (issue 29, item 3):
+# custos-workload's ticker wakes every 10 ms for 100 us and records how late
+# each wake-up ran, under the default order (virtual time, light tasks
+# preempt producers) and under the seed's FIFO without preemption. No ring
+# pressure, so nothing is budgeted: only the primary queue's order differs.
+light() {
+	ticker="$(dirname "$BIN")/custos-workload"
+	[ -x "$ticker" ] || { echo "light.ticker missing:$ticker"; return; }
+	dir=/sys/fs/bpf/custos-test
+	mkdir -p $dir
+	bpftool map create $dir/task_features type lru_hash key 4 value 56 entries 65536 name task_features
+	bpftool map create $dir/global_features type array key 4 value 120 entries 1 name global_features
+	bpftool map update pinned $dir/global_features key $(le32 0) value $(global_value 1048576)
+	ln -sf "$(command -v dash)" /tmp/producer
+	spinners=""
+	for i in $(seq $((NCPU * 4))); do
+		/tmp/producer -c 'while :; do :; done' &
+		spinners="$spinners $!"
+		bpftool map update pinned $dir/task_features key $(le32 $!) value $(task_value 0 100000)
+	done
+	for mode in vtime fifo; do
+		flags=""
+		[ $mode = vtime ] && flags="--primary-vtime --light-preempt"
+		# shellcheck disable=SC2086
+		$BIN --pin-dir $dir $flags --stats-json "$OUT/light-$mode.json" >"$OUT/light-$mode.log" 2>&1 &
+		pid=$!
+		wait_state enabled 60 || { echo "light.$mode.attached no"; kill -INT $pid; continue; }
+		"$ticker" ticker --seconds 8 >"$OUT/light-$mode.probe.json"
+		echo "light.$mode.probe_rc $?"
+		stop_sched $pid light.$mode
+	done
+	kill $spinners
+	wait $spinners 2>/dev/null
+	rm -rf $dir
+}
+
 # GRU placement (seed 002) with the shipped model (trained for 2 vCPUs):
 # tasks that sleep and wake every few ms, so predictions are fresh when their
 # task wakes next and CPUs are often idle. The agent gets half a CPU: under
@@ -243,6 +279,7 @@ for section in "$@"; do
 	ejection) ejection ;;
 	stress) stress ;;
 	policy) policy ;;
+	light) light ;;
 	worst_case)
 		# name, waiting times (Table 7 scaled, see tests/vm.rs), m_N
 		while read -r name wts m; do
