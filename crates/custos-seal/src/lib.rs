@@ -261,6 +261,10 @@ struct Batch {
 /// Enough of a line to find its `time_ns` (the fifth field of an event).
 const HEAD: usize = 160;
 
+/// Up to this many missing batches in a row are one finding each; a longer
+/// gap (a forged numbering, up to u64::MAX) is one finding for all.
+const MISSING_ONE_BY_ONE: u64 = 1 << 16;
+
 impl Batch {
     fn new() -> Self {
         Batch {
@@ -745,7 +749,9 @@ impl Verifier {
         };
         let sealed = Some((
             s.first_line,
-            (s.first_line + s.lines).saturating_sub(1),
+            // Unsigned yet (checked below): a crafted seal's numbers may
+            // sum past u64; saturated, never wrapped (nor a panic).
+            s.first_line.saturating_add(s.lines).saturating_sub(1),
             s.first_time_ns,
             s.last_time_ns,
         ));
@@ -810,7 +816,13 @@ impl Verifier {
                 sealed,
             );
         } else {
-            let later = self.seen.range(s.batch + 1..).next().map(|(b, _)| *b);
+            // A stream sealed by a key of its own (none pinned) may number
+            // its batches up to u64::MAX.
+            let later = s
+                .batch
+                .checked_add(1)
+                .and_then(|n| self.seen.range(n..).next())
+                .map(|(b, _)| *b);
             if let Some(b) = later {
                 self.find(
                     "reordered",
@@ -859,31 +871,55 @@ impl Verifier {
     pub fn finish(mut self) -> Report {
         // Numbers the chain skipped: batches removed, lines and seal.
         let last = self.seen.keys().next_back().copied();
-        for b in 0..last.unwrap_or(0) {
-            if self.seen.contains_key(&b) {
-                continue;
-            }
+        // The gaps between the numbers seen, walked gap by gap: a crafted
+        // stream may number its batches up to u64::MAX, and one finding per
+        // missing number would never end.
+        let mut expect = 0u64;
+        let gaps: Vec<(u64, u64)> = self
+            .seen
+            .keys()
+            .filter_map(|&b| {
+                let gap = (expect < b).then(|| (expect, b - 1));
+                expect = b.saturating_add(1);
+                gap
+            })
+            .collect();
+        for (first, end) in gaps {
             let before = self
                 .seen
-                .range(..b)
+                .range(..first)
                 .next_back()
                 .map(|(_, s)| s.last_time_ns);
             let (line, t1) = self
                 .seen
-                .range(b + 1..)
+                .range(end + 1..)
                 .next()
                 .map_or((0, 0), |(_, s)| (s.first_line, s.first_time_ns));
-            self.findings.push(Finding {
-                kind: "deleted",
-                batch: Some(b),
-                first_line: None,
-                last_line: None,
-                first_time_ns: before.filter(|t| *t > 0),
-                last_time_ns: Some(t1).filter(|t| *t > 0),
-                message: format!("batch {b} is missing: its lines and its seal were removed (it stood before stream line {line})"),
-            });
+            // One finding a batch, as many as a real run could have lost;
+            // a longer gap is one finding.
+            let each = if end - first < MISSING_ONE_BY_ONE {
+                first..=end
+            } else {
+                first..=first
+            };
+            for b in each {
+                self.findings.push(Finding {
+                    kind: "deleted",
+                    batch: Some(b),
+                    first_line: None,
+                    last_line: None,
+                    first_time_ns: before.filter(|t| *t > 0),
+                    last_time_ns: Some(t1).filter(|t| *t > 0),
+                    message: if end - first < MISSING_ONE_BY_ONE {
+                        format!("batch {b} is missing: its lines and its seal were removed (it stood before stream line {line})")
+                    } else {
+                        format!("batches {first} to {end} are missing ({} batches): their lines and seals were removed, or the numbers were forged (they stood before stream line {line})", (end - first).saturating_add(1))
+                    },
+                });
+            }
         }
-        let next = last.map_or(0, |b| b + 1);
+        // Saturated: after a seal numbered u64::MAX (forged) there is no next.
+        let next = last.map_or(0, |b| b.saturating_add(1));
         if self.batch.lines > 0 {
             let (a, b) = (self.batch_first_line, self.line_no.saturating_sub(1));
             let (t0, t1) = (self.batch.first_time_ns, self.batch.last_time_ns);
@@ -1019,6 +1055,66 @@ mod tests {
         }
         out.pop();
         out
+    }
+
+    /// A stream sealed by a key of its own (none pinned) numbers its
+    /// batches and lines as it likes: numbers up to u64::MAX are reported,
+    /// never wrapped. Before, the verifier panicked with overflow checks
+    /// (`first_line + lines`, `batch + 1`), and without them listed every
+    /// missing batch from 0 on: 2^64 findings.
+    #[test]
+    fn a_forged_numbering_up_to_u64_max_is_reported_not_wrapped() {
+        let body: Vec<u8> = lines(2).concat();
+        let mut batch = Batch::new();
+        assert_eq!(batch.take_lines(&body, 3), body.len());
+        // What BatchSealer::seal writes, at numbers its counters never reach.
+        let f = Fields {
+            stream: [9; 16],
+            batch: u64::MAX,
+            first_line: u64::MAX,
+            lines: 2,
+            first_time_ns: batch.first_time_ns,
+            last_time_ns: batch.last_time_ns,
+            last: true,
+            prev: [0; 32],
+        };
+        let hash = f.chain_hash(&batch.content_hash());
+        let seal = SealLine {
+            ty: "seal".into(),
+            v: 1,
+            stream: hex::encode(f.stream),
+            batch: f.batch,
+            first_line: f.first_line,
+            lines: f.lines,
+            first_time_ns: f.first_time_ns,
+            last_time_ns: f.last_time_ns,
+            last: f.last,
+            prev: hex::encode(f.prev),
+            hash: hex::encode(hash),
+            key: key().public_hex(),
+            sig: hex::encode(key().signing.sign(&f.message(&hash)).to_bytes()),
+        };
+        let mut stream = body.clone();
+        stream.extend(serde_json::to_vec(&seal).unwrap());
+        stream.push(b'\n');
+        let r = verify(&stream, None);
+        assert_eq!(kinds(&r), [("deleted", Some(0))], "{r:?}");
+        assert!(
+            r.findings[0].message.contains(
+                "batches 0 to 18446744073709551614 are missing (18446744073709551615 batches)"
+            ),
+            "{r:?}"
+        );
+        assert_eq!(r.batches_verified, 1);
+        // A short gap is still one finding a batch.
+        let genuine = sealed(&lines(9), 3, 50, true);
+        let b = batches(&genuine);
+        let r = verify(&[b[0].clone(), b[3].clone()].concat(), None);
+        assert_eq!(
+            kinds(&r),
+            [("deleted", Some(1)), ("deleted", Some(2))],
+            "{r:?}"
+        );
     }
 
     #[test]

@@ -130,6 +130,7 @@ impl WindowArgs {
     pub fn window(&self) -> Result<Window> {
         let p = |s: &Option<String>| -> Result<Option<i64>> {
             s.as_deref()
+                // parse_time refuses a time past i64::MAX: the cast is exact.
                 .map(|t| parse_time(t).map(|v| v as i64))
                 .transpose()
         };

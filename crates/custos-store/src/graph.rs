@@ -1018,7 +1018,13 @@ impl Graph {
             "clone" | "clone3" | "fork" | "vfork" => {
                 let child = ev
                     .child_pid
-                    .or_else(|| ev.ret.filter(|r| *r > 0).map(|r| r as u32));
+                    // A pid is 32 bits: a wider `ret` (a crafted line) names
+                    // no process, not the one of its low bits.
+                    .or_else(|| {
+                        ev.ret
+                            .filter(|r| *r > 0)
+                            .and_then(|r| u32::try_from(r).ok())
+                    });
                 match child {
                     Some(c) if c != ev.pid && c != 0 => self.fork(db, boot, ev, c)?,
                     // A new thread folds into its process; the child side of fork says nothing new.
@@ -1193,10 +1199,11 @@ impl Graph {
                 // syscall stores a peeked word at `data` and returns 0).
                 const WRITES: [i64; 7] = [4, 5, 6, 13, 15, 0x4203, 0x4205];
                 const READS: [i64; 7] = [1, 2, 3, 12, 14, 0x4202, 0x4204];
+                // As a clone's `ret`: past 32 bits no pid, not a wrapped one.
                 let target = ev
                     .arg_i64("target_pid")
                     .filter(|t| *t > 0)
-                    .map(|t| t as u32);
+                    .and_then(|t| u32::try_from(t).ok());
                 let request = ev.arg_i64("request");
                 let into_target = match call {
                     "process_vm_writev" => Some(true),

@@ -1554,3 +1554,31 @@ fn a_memfd_run_by_execveat_is_the_program_of_its_process() {
         a.losses[0].message()
     );
 }
+
+/// A pid past 32 bits (a crafted clone's `ret`, a ptrace `target_pid`)
+/// names no process: before, it was cut to its low 32 bits, so 2^32 + 7
+/// linked the forger to pid 7's output.
+#[test]
+fn a_pid_past_32_bits_links_no_process() {
+    let ancestors = |target: u64| {
+        let (_d, p) = db();
+        let mut s = Stream::new();
+        s.exec(7, "/bin/victim");
+        s.exec(100, "/bin/forger");
+        s.ev(100, "forger", "clone", json!({ "ret": target }));
+        s.ev(
+            100,
+            "forger",
+            "ptrace",
+            json!({"ret": 0, "args": {"request": 5, "target_pid": target}}),
+        );
+        s.write(7, "/out/x");
+        s.ingest(&p);
+        labels(&ancestors_of(&p, "/out/x"))
+    };
+    // The control: pid 7 itself is linked (by the clone and the poke).
+    let seven = ancestors(7);
+    assert!(seven.iter().any(|l| l.contains("forger")), "{seven:?}");
+    let wide = ancestors((1 << 32) + 7);
+    assert!(wide.iter().all(|l| !l.contains("forger")), "{wide:?}");
+}

@@ -129,7 +129,9 @@ pub fn verify_db(db: &Connection, pinned: Option<&str>) -> Result<Vec<IngestRepo
     for (ingest, source) in ingests {
         let mut v = Verifier::new(pinned)?;
         let mut extra = Vec::new();
-        if ingest != expected_ingest {
+        // The numbers come from a store that may have been edited: any i64.
+        // Rising (ORDER BY, a primary key), so only the first may be below.
+        if ingest > expected_ingest {
             extra.push(finding(
                 "deleted",
                 &format!(
@@ -137,8 +139,15 @@ pub fn verify_db(db: &Connection, pinned: Option<&str>) -> Result<Vec<IngestRepo
                     ingest - 1
                 ),
             ));
+        } else if ingest < expected_ingest {
+            extra.push(finding(
+                "altered",
+                &format!(
+                    "ingest {ingest} is numbered below {expected_ingest}: the rows were renumbered"
+                ),
+            ));
         }
-        expected_ingest = ingest + 1;
+        expected_ingest = ingest.saturating_add(1);
         let segments: BTreeMap<i64, i64> = db
             .prepare("SELECT segment, lines FROM raw_segments WHERE ingest = ?1")?
             .query_map([ingest], |r| Ok((r.get(0)?, r.get(1)?)))?
@@ -377,6 +386,17 @@ mod tests {
             f[0].first_time_ns.is_some() && f[0].last_time_ns.is_some(),
             "with its time range: {f:?}"
         );
+    }
+
+    /// Ingest numbers edited to the ends of an i64 are findings: before,
+    /// `ingest - 1` and `ingest + 1` overflowed (a panic with overflow
+    /// checks, a wrapped number in the message without).
+    #[test]
+    fn ingest_numbers_at_the_ends_of_an_i64_are_findings() {
+        for (n, kind) in [(i64::MAX, "deleted"), (i64::MIN, "altered"), (0, "altered")] {
+            let f = after(&format!("UPDATE ingests SET ingest = {n}"));
+            assert!(kinds(&f).contains(&kind), "{n}: {f:?}");
+        }
     }
 
     #[test]

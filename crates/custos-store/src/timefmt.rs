@@ -50,11 +50,26 @@ pub fn format_ns(ns: u64) -> String {
     String::from_utf8(b.to_vec()).expect("ASCII digits")
 }
 
+/// The latest time the store holds: times are SQLite integers (i64
+/// nanoseconds, record.rs), so 2262-04-11T23:47:16.854775807Z.
+const LAST_STORED_NS: u64 = i64::MAX as u64;
+
 /// Accepts nanoseconds since the epoch (`1763720104000000000`) or RFC 3339 in
-/// UTC (`2026-11-21T10:15:04Z`, fractional seconds optional).
+/// UTC (`2026-11-21T10:15:04Z`, fractional seconds optional), up to the
+/// store's last time: a later one is refused with the reason, not wrapped
+/// into an earlier (or, as an i64, negative) bound.
 pub fn parse_time(s: &str) -> Result<u64> {
     let s = s.trim();
+    let past = |what: &dyn std::fmt::Display| {
+        anyhow::anyhow!(
+            "time {s:?}: {what} is past the store's range (at most {LAST_STORED_NS} ns, {})",
+            format_ns(LAST_STORED_NS)
+        )
+    };
     if let Ok(ns) = s.parse::<u64>() {
+        if ns > LAST_STORED_NS {
+            return Err(past(&format_args!("{ns} ns")));
+        }
         return Ok(ns);
     }
     let err = || {
@@ -99,11 +114,17 @@ pub fn parse_time(s: &str) -> Result<u64> {
     if !(rest.is_empty() || rest == "Z" || rest == "+00:00") {
         bail!("{}; only UTC (Z) is accepted", err());
     }
+    // At most 4-digit years: the seconds fit an i64; their nanoseconds
+    // may not (after 2262), so they are counted checked.
     let secs = days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + se;
     if secs < 0 {
         bail!(err());
     }
-    Ok(secs as u64 * 1_000_000_000 + frac_ns)
+    (secs as u64)
+        .checked_mul(1_000_000_000)
+        .and_then(|ns| ns.checked_add(frac_ns))
+        .filter(|ns| *ns <= LAST_STORED_NS)
+        .ok_or_else(|| past(&"the date"))
 }
 
 #[cfg(test)]
@@ -158,5 +179,29 @@ mod tests {
         assert_eq!(parse_time("12345").unwrap(), 12345);
         assert!(parse_time("yesterday").is_err());
         assert!(parse_time("2025-11-21T10:15:04+02:00").is_err());
+    }
+
+    /// A time past the store's last one (i64 nanoseconds) is refused with
+    /// the reason; before, a date after 2554 wrapped its u64 nanoseconds
+    /// (an overflow panic with overflow checks) and a number past i64::MAX
+    /// became a negative `--since`/`--until` bound.
+    #[test]
+    fn times_past_the_store_s_range_are_refused_not_wrapped() {
+        let last = i64::MAX as u64;
+        assert_eq!(parse_time(&last.to_string()).unwrap(), last);
+        assert_eq!(parse_time(&format_ns(last)).unwrap(), last);
+        assert_eq!(parse_time("2262-04-11T23:47:16.854775807Z").unwrap(), last);
+        for t in [
+            (last + 1).to_string(),
+            u64::MAX.to_string(),
+            "2262-04-11T23:47:16.854775808Z".into(),
+            "2263-01-01T00:00:00Z".into(),
+            // Its nanoseconds wrap a u64: it read as 1970-06-13T00:25:26Z.
+            "2555-01-01T00:00:00Z".into(),
+            "9999-12-31T23:59:60.999999999Z".into(),
+        ] {
+            let e = parse_time(&t).expect_err(&t).to_string();
+            assert!(e.contains("past the store's range"), "{t}: {e}");
+        }
     }
 }

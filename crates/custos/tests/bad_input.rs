@@ -473,3 +473,53 @@ fn crafted_loss_records_are_rejected_not_wrapped() {
     assert!(reasons[0].contains("last_seq"), "{reasons:?}");
     assert!(reasons[1].contains("count"), "{reasons:?}");
 }
+
+/// A `--since` or `--until` past the store's last time (i64 nanoseconds,
+/// 2262) is refused with the reason: before, 2555-01-01 wrapped to
+/// 1970-06-13 and the answer was silently empty.
+#[test]
+fn query_times_past_the_store_s_range_are_refused_not_wrapped() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("w.jsonl");
+    std::fs::write(
+        &input,
+        concat!(
+            r#"{"type":"event","id":1,"time_ns":1763700000000000000,"pid":7,"comm":"w","syscall":"write","ret":1,"fd":3,"path":"/out/x"}"#,
+            "\n"
+        ),
+    )
+    .unwrap();
+    let db = dir.path().join("s.db");
+    let (d, i) = (db.to_str().unwrap(), input.to_str().unwrap());
+    let out = custos(&["ingest", "--quiet", "--no-seal", "--db", d, i]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let until = |t: &str| {
+        custos(&[
+            "query",
+            "--db",
+            d,
+            "--json",
+            "ancestors",
+            "/out/x",
+            "--until",
+            t,
+        ])
+    };
+    // The control: a bound after the write keeps its writer.
+    let kept = until("2262-01-01T00:00:00Z");
+    assert!(kept.status.success(), "{}", text(&kept.stderr));
+    assert!(
+        text(&kept.stdout).contains("\"pid\": 7"),
+        "{}",
+        text(&kept.stdout)
+    );
+    for t in ["2555-01-01T00:00:00Z", "9223372036854775808"] {
+        for flag in ["--since", "--until"] {
+            refused(
+                &["query", "--db", d, "ancestors", "/out/x", flag, t],
+                "past the store's range",
+                &[],
+            );
+        }
+    }
+}
