@@ -211,6 +211,30 @@ struct Fields {
 }
 
 impl Fields {
+    /// The seal line of these fields over a batch whose content hash is
+    /// `content`, signed with `key`, and its chain hash (the next seal's
+    /// `prev`).
+    fn seal_line(&self, content: &[u8; 32], key: &SealKey) -> (SealLine, [u8; 32]) {
+        let hash = self.chain_hash(content);
+        let sig = key.signing.sign(&self.message(&hash));
+        let line = SealLine {
+            ty: "seal".into(),
+            v: 1,
+            stream: hex::encode(self.stream),
+            batch: self.batch,
+            first_line: self.first_line,
+            lines: self.lines,
+            first_time_ns: self.first_time_ns,
+            last_time_ns: self.last_time_ns,
+            last: self.last,
+            prev: hex::encode(self.prev),
+            hash: hex::encode(hash),
+            key: key.public_hex(),
+            sig: hex::encode(sig.to_bytes()),
+        };
+        (line, hash)
+    }
+
     fn chain_hash(&self, content: &[u8; 32]) -> [u8; 32] {
         let mut h = blake3::Hasher::new();
         h.update(DOMAIN);
@@ -514,26 +538,11 @@ impl BatchSealer {
             last,
             prev: self.prev,
         };
-        let hash = f.chain_hash(content);
-        let sig = self.key.signing.sign(&f.message(&hash));
+        let (line, hash) = f.seal_line(content, &self.key);
         self.prev = hash;
         self.batch_no += 1;
         self.next_line += lines;
-        SealLine {
-            ty: "seal".into(),
-            v: 1,
-            stream: hex::encode(f.stream),
-            batch: f.batch,
-            first_line: f.first_line,
-            lines: f.lines,
-            first_time_ns: f.first_time_ns,
-            last_time_ns: f.last_time_ns,
-            last,
-            prev: hex::encode(f.prev),
-            hash: hex::encode(hash),
-            key: self.key.public_hex(),
-            sig: hex::encode(sig.to_bytes()),
-        }
+        line
     }
 }
 
@@ -1078,22 +1087,7 @@ mod tests {
             last: true,
             prev: [0; 32],
         };
-        let hash = f.chain_hash(&batch.content_hash());
-        let seal = SealLine {
-            ty: "seal".into(),
-            v: 1,
-            stream: hex::encode(f.stream),
-            batch: f.batch,
-            first_line: f.first_line,
-            lines: f.lines,
-            first_time_ns: f.first_time_ns,
-            last_time_ns: f.last_time_ns,
-            last: f.last,
-            prev: hex::encode(f.prev),
-            hash: hex::encode(hash),
-            key: key().public_hex(),
-            sig: hex::encode(key().signing.sign(&f.message(&hash)).to_bytes()),
-        };
+        let (seal, _) = f.seal_line(&batch.content_hash(), &key());
         let mut stream = body.clone();
         stream.extend(serde_json::to_vec(&seal).unwrap());
         stream.push(b'\n');
