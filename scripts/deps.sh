@@ -87,4 +87,22 @@ POM
   rm -rf "$TOOLS/kafka/m2"
   echo "$KAFKA_VERSION" >"$TOOLS/kafka/.version"
 fi
+# The fuzz smoke of make test (bench/fuzz/README.md): cargo-fuzz builds with
+# a nightly toolchain (-Z sanitizer flags). rustup fetches it from its dist
+# server, which this machine reaches; if a machine does not, the smoke fails
+# and says that nightly is missing (a fuzz suite that did not run must not
+# pass), the rest of make test is unaffected.
+# (A check that cannot install: `rustup run` may install a missing toolchain.)
+if ! rustup toolchain list 2>/dev/null | grep -q '^nightly-'; then
+  echo "deps: installing the nightly Rust toolchain (minimal profile) for the fuzz targets"
+  if ! rustup toolchain install nightly --profile minimal; then
+    echo "deps: WARNING: could not install the nightly toolchain; the fuzz smoke of make test will FAIL" >&2
+  fi
+fi
+CARGO_FUZZ_VERSION=0.13.2
+export PATH="$TOOLS/cargo/bin:$PATH"
+if ! cargo fuzz --version 2>/dev/null | grep -qx "cargo-fuzz $CARGO_FUZZ_VERSION"; then
+  echo "deps: installing cargo-fuzz $CARGO_FUZZ_VERSION into .tools/cargo"
+  cargo install -q --locked --root "$TOOLS/cargo" cargo-fuzz --version "$CARGO_FUZZ_VERSION"
+fi
 echo "deps: ok"

@@ -16,7 +16,7 @@ PY=.tools/venv/bin/python
 # VM suites of the custos crate, chosen so the lanes end together: on the
 # slow emulator of 2026-11-27, about 37 min (attack 11, superproducer 5,
 # policy 12, demo 9.5) against 37 (host tests and the other VM suites 27,
-# pytest about 10).
+# pytest about 10; the fuzz smoke adds about 1.5 to the second lane).
 VM_LANE=(attack superproducer policy demo)
 
 log() { echo "[make test $(date +%H:%M:%S)] $*"; }
@@ -55,6 +55,23 @@ log "lane 2: the libraries, binaries and the other test suites (${REST[*]})"
 $CARGO test --release --workspace --no-fail-fast --lib --bins "${rest_args[@]}" || rc=1
 # Doc tests cannot be asked for beside other targets.
 $CARGO test --release --workspace --no-fail-fast --doc || rc=1
+# The fuzz targets' smoke (`make fuzz-smoke`: 30 s per target, bench/fuzz/
+# README.md). In this lane, after the workspace build and one suite at a
+# time, not in the background: fuzzing keeps a core busy, and a third job
+# would slow the host suites and the emulated VM beside them. Adds to this
+# lane, on this 2-core machine: 97 s with fuzz/target built; 13 min more
+# the first time (786 s cold build, ASan-instrumented SQLite and zstd), 85 s
+# more with a fuzz/target copied from another checkout.
+fuzz_log=target/test-fuzz-smoke.log
+log "lane 2: the fuzz smoke (30 s per target; output in $fuzz_log)"
+if ${MAKE:-make} -s fuzz-smoke >"$fuzz_log" 2>&1; then
+  # Each target's last libFuzzer status line (executions, coverage, corpus).
+  awk '/Running `/ { t = $2; sub(/.*\//, "", t) } /DONE +cov:/ { print "  " t ": " $0 }' "$fuzz_log"
+else
+  rc=1
+  tail -n 80 "$fuzz_log"
+  log "lane 2: the fuzz smoke FAILED (a crash is in fuzz/artifacts/TARGET/; $fuzz_log)"
+fi
 log "lane 2: the evaluation harness (pytest)"
 $PY -m pytest -q bench/harness/tests || rc=1
 log "lane 2 done (rc $rc); waiting for lane 1"
