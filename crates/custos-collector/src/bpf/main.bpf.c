@@ -3,9 +3,10 @@
  * Custos provenance collector: syscall tracepoints (and BPF-LSM hooks where
  * the kernel allows them) feeding a loss-aware dual-path pipeline.
  *
- * Every event takes the next number of its CPU's sequence *before* it tries a
- * ring, so a record a ring refuses leaves a gap the consumer can see, and the
- * per-CPU drop counters say which ring refused it. Metadata is fixed-size and
+ * Every event takes the next number of its CPU's sequence whether or not its
+ * ring accepts it, so a record a ring refuses leaves a gap the consumer can
+ * see, and the per-CPU drop counters say which ring refused it. The number is
+ * taken once the ring has answered (see submit()). Metadata is fixed-size and
  * goes to the reserved ring (security-critical events) or the best-effort ring;
  * variable-length attributes go to a third ring under the same event id.
  */
@@ -742,6 +743,19 @@ __noinline int submit(struct custos_event *ev, struct attr_buf *b, int critical)
 	cs = bpf_map_lookup_elem(&cpu_state, &zero);
 	if (!cs)
 		return 0;
+	/* The slot before the number: a number the consumer reads in a
+	 * snapshot of cpu_state then belongs to a record already reserved (or
+	 * refused and counted), so once the consumer has passed the producer
+	 * positions read after that snapshot, a number it has not seen is lost.
+	 * Numbered first, a record whose CPU stalled between the two (a vCPU
+	 * descheduled by its hypervisor: preemption off does not stop that)
+	 * was settled as lost and then came late. */
+	if (critical) {
+		ev->flags |= CUSTOS_EV_CRITICAL;
+		slot = bpf_ringbuf_reserve(&ring_critical, sizeof(*slot), 0);
+	} else {
+		slot = bpf_ringbuf_reserve(&ring_events, sizeof(*slot), 0);
+	}
 	/* Atomic: numbers are taken by programs of several kinds on this CPU.
 	 * The number before the time: a number the consumer has not seen yet
 	 * then has a time after the consumer looked (the stream's order). */
@@ -749,12 +763,6 @@ __noinline int submit(struct custos_event *ev, struct attr_buf *b, int critical)
 	now = bpf_ktime_get_ns();
 	ev->id = ((__u64)bpf_get_smp_processor_id() << CUSTOS_ID_CPU_SHIFT) | seq;
 	ev->ktime_ns = now;
-	if (critical) {
-		ev->flags |= CUSTOS_EV_CRITICAL;
-		slot = bpf_ringbuf_reserve(&ring_critical, sizeof(*slot), 0);
-	} else {
-		slot = bpf_ringbuf_reserve(&ring_events, sizeof(*slot), 0);
-	}
 	if (!slot) {
 		if (critical)
 			__sync_fetch_and_add(&cs->drops[CUSTOS_DROP_CRITICAL], 1);
