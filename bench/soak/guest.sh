@@ -20,6 +20,7 @@
 # SOAK_FLOOD_EVERY, SOAK_FLOOD_SECONDS, SOAK_FLOOD_FIRST (seconds of quiet
 # before the first flood), SOAK_WORKERS, SOAK_FILES (files each find pass
 # reads), SOAK_SAMPLE_S, SOAK_RING_KB (the collector's three rings),
+# SOAK_DB_CACHE_MB (the store writer's page cache, `--db-cache-mb`),
 # SOAK_SCHEDULER (custos, or none: the kernel's default, a baseline),
 # CUSTOS_BIN. Arguments go to `custos sched`.
 set -u
@@ -29,6 +30,7 @@ out=${SOAK_OUT:?SOAK_OUT: where the results go}
 minutes=${SOAK_MINUTES:-30} every=${SOAK_FLOOD_EVERY:-180} flood_s=${SOAK_FLOOD_SECONDS:-60}
 first=${SOAK_FLOOD_FIRST:-30} workers=${SOAK_WORKERS:-16} files=${SOAK_FILES:-500}
 sample_s=${SOAK_SAMPLE_S:-5} ring_kb=${SOAK_RING_KB:-64} scheduler=${SOAK_SCHEDULER:-custos}
+db_cache_mb=${SOAK_DB_CACHE_MB:-8}
 scx=/sys/kernel/sched_ext
 # The store and the flood's files live in the guest's tmpfs: the store is
 # written by one host (this one) and must not wait on the shared directory.
@@ -50,8 +52,12 @@ wait_for() { # condition, tenths of a second
 # training: a flood then fills them in well under a second, so every flood
 # exercises the scheduler's hold on the producers (16 MiB rings would absorb
 # much of a flood and test less).
-"$bin/custos" collect --force --db "$db" --events-ring-kb "$ring_kb" --attrs-ring-kb "$ring_kb" \
-  --critical-ring-kb "$ring_kb" 2>"$out/collect.log" &
+# The store writer's page cache holds the pages it wrote, so the collector's
+# memory grows with the store up to --db-cache-mb (512 MiB by default, more
+# than a 30-minute store): a small one fills in the first cycles, and what
+# still grows after that is not the cache.
+"$bin/custos" collect --force --db "$db" --db-cache-mb "$db_cache_mb" --events-ring-kb "$ring_kb" \
+  --attrs-ring-kb "$ring_kb" --critical-ring-kb "$ring_kb" 2>"$out/collect.log" &
 collector=$!
 wait_for '[ -e /sys/fs/bpf/custos/global_features ]' 300 || { note "collector did not start"; cat "$out/collect.log" >&2; exit 1; }
 sched=
@@ -236,8 +242,8 @@ if [ -n "$sched" ]; then
 fi
 # The markers still waiting, and those missing, in the drained store.
 for m in "${missing[@]}" "${pending[@]}"; do ask "$m"; done
-printf '{"minutes":%s,"flood_every_s":%s,"flood_s":%s,"flood_first_s":%s,"workers":%s,"files":%s,"sample_s":%s,"ring_kb":%s,"scheduler":"%s","cpus":%s,"kernel":"%s","end_s":%s,"sched_ext_state_end":"%s","sched_ops_start":"%s","sched_ops_end":"%s","enable_seq_start":%s,"enable_seq_end":%s,"collector_rc":%s,"sched_rc":%s,"db_bytes":%s}\n' \
-  "$minutes" "$every" "$flood_s" "$first" "$workers" "$files" "$sample_s" "$ring_kb" "$scheduler" "$(nproc)" "$(uname -r)" \
+printf '{"minutes":%s,"flood_every_s":%s,"flood_s":%s,"flood_first_s":%s,"workers":%s,"files":%s,"sample_s":%s,"ring_kb":%s,"db_cache_mb":%s,"scheduler":"%s","cpus":%s,"kernel":"%s","end_s":%s,"sched_ext_state_end":"%s","sched_ops_start":"%s","sched_ops_end":"%s","enable_seq_start":%s,"enable_seq_end":%s,"collector_rc":%s,"sched_rc":%s,"db_bytes":%s}\n' \
+  "$minutes" "$every" "$flood_s" "$first" "$workers" "$files" "$sample_s" "$ring_kb" "$db_cache_mb" "$scheduler" "$(nproc)" "$(uname -r)" \
   "$end_s" "$state_end" "$ops_start" "$ops_end" "$enable_seq_start" "$enable_seq_end" "$collector_rc" "$sched_rc" \
   "$(stat -c %s "$db")" >"$out/meta.json"
 # The store's own account: events stored (each id once, in runs of ids),

@@ -273,6 +273,8 @@ def summarise(out: Path):
         "workers": meta["workers"],
         "files": meta["files"],
         "ring_kb": meta["ring_kb"],
+        # Runs before the store's page cache was an option had the default, 512.
+        "db_cache_mb": meta.get("db_cache_mb", 512),
         "cpus": meta["cpus"],
         "guest_kernel": meta["kernel"],
         "floods": len(floods),
@@ -345,6 +347,8 @@ def main():
     ap.add_argument("--files", type=int, default=500, help="files one find pass reads")
     ap.add_argument("--sample", type=int, default=5, help="seconds between samples")
     ap.add_argument("--cpus", type=int, default=2)
+    ap.add_argument("--db-cache-mb", type=int, default=8,
+                    help="the store writer's page cache (`collect --db-cache-mb`): small, so it fills early")
     ap.add_argument("--report", action="store_true", help="do not run: summarise the run on disk")
     args = ap.parse_args(sys.argv[1:])
     if args.minutes < 1 or args.sample < 1 or args.flood_seconds < 1 or args.workers < 1 or args.files < 10 \
@@ -356,7 +360,8 @@ def main():
         shutil.rmtree(OUT, ignore_errors=True)
         env = (f"CUSTOS_BIN={ROOT / 'target/release'} SOAK_OUT={OUT} SOAK_MINUTES={args.minutes} "
                f"SOAK_FLOOD_EVERY={args.flood_every} SOAK_FLOOD_SECONDS={args.flood_seconds} "
-               f"SOAK_WORKERS={args.workers} SOAK_FILES={args.files} SOAK_SAMPLE_S={args.sample}")
+               f"SOAK_WORKERS={args.workers} SOAK_FILES={args.files} SOAK_SAMPLE_S={args.sample} "
+               f"SOAK_DB_CACHE_MB={args.db_cache_mb}")
         print(f"soak: {args.minutes} min in the VM ({args.cpus} vCPUs); a line a minute", file=sys.stderr)
         # Boot, the soak, the drain and the store's count: a hung guest is
         # killed after twice the soak and 15 minutes.

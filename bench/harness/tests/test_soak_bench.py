@@ -52,7 +52,7 @@ def write_run(d: Path, produced=600_000, stored=599_000, losses=None, state=lamb
     (d / "floods.csv").write_text("flood,start_s,end_s,workers\n" + "".join(f"{n},{s},{e},16\n" for n, s, e in floods))
     (d / "meta.json").write_text(json.dumps({
         "minutes": 7, "flood_every_s": 180, "flood_s": 60, "flood_first_s": 30, "workers": 16, "files": 500,
-        "sample_s": 5, "ring_kb": 64, "scheduler": "custos", "cpus": 2, "kernel": "7.2.0", "end_s": 420.5,
+        "sample_s": 5, "ring_kb": 64, "db_cache_mb": 8, "scheduler": "custos", "cpus": 2, "kernel": "7.2.0", "end_s": 420.5,
         "sched_ext_state_end": state(420.5), "sched_ops_start": "custos", "sched_ops_end": "custos",
         "enable_seq_start": 1, "enable_seq_end": 1, "collector_rc": 0, "sched_rc": 0, "db_bytes": 40 << 20}))
     (d / "store.json").write_text(json.dumps({

@@ -62,6 +62,18 @@ pub struct IngestArgs {
     /// Do not seal the committed batches.
     #[arg(long, conflicts_with = "seal_key")]
     pub no_seal: bool,
+    #[command(flatten)]
+    pub cache: DbCacheArg,
+}
+
+/// The writer's page cache, shared by `ingest` and `collect --db`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct DbCacheArg {
+    /// SQLite page cache of the store's writer (MiB). The writer's memory
+    /// grows with the store up to about this much, then stays there.
+    #[arg(long, default_value_t = crate::ingest::PAGE_CACHE_MIB, value_name = "MIB",
+          value_parser = clap::value_parser!(u32).range(1..=1 << 20))]
+    pub db_cache_mb: u32,
 }
 
 impl IngestArgs {
@@ -517,6 +529,7 @@ pub fn ingest(args: IngestArgs) -> Result<i32> {
                     "custos ingest",
                 )?),
             },
+            page_cache_mib: args.cache.db_cache_mb,
             ..Default::default()
         };
         let mut ing = Ingestor::open(&args.store.db, opts)?;

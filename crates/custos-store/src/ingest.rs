@@ -66,11 +66,18 @@ pub struct IngestOptions {
     /// Seal every committed batch with this key (docs/tamper-evidence.md,
     /// "The store"); None: the batches are not sealed.
     pub seal_key: Option<custos_seal::SealKey>,
+    /// SQLite's page cache of the writer (MiB). Ingest inserts into several
+    /// B-trees keyed by random values (paths, cause ids); a large cache keeps
+    /// their interiors hot. It holds the pages written, so the writer's memory
+    /// grows with the store up to this bound (a long `collect --db` reaches it).
+    pub page_cache_mib: u32,
 }
 
 /// Defaults of the reorder window: 250 ms of event time, at most 100 000 events.
 pub const REORDER_WINDOW_NS: u64 = 250_000_000;
 pub const REORDER_MAX_EVENTS: usize = 100_000;
+/// Default of [`IngestOptions::page_cache_mib`].
+pub const PAGE_CACHE_MIB: u32 = 512;
 
 impl Default for IngestOptions {
     fn default() -> Self {
@@ -83,6 +90,7 @@ impl Default for IngestOptions {
             reorder_window_ns: REORDER_WINDOW_NS,
             reorder_max_events: REORDER_MAX_EVENTS,
             seal_key: None,
+            page_cache_mib: PAGE_CACHE_MIB,
         }
     }
 }
@@ -300,6 +308,10 @@ impl Ingestor {
             }
         }
         let conn = crate::schema::open_rw(db)?;
+        conn.execute_batch(&format!(
+            "PRAGMA cache_size = -{};",
+            u64::from(opts.page_cache_mib) << 10
+        ))?;
         let graph = Graph::load(&conn)?;
         let stored = StoredIds::load(&conn)?;
         conn.execute(
@@ -818,6 +830,23 @@ fn segment_of(conn: &Connection, boot: i64, event_id: i64) -> Result<Option<i64>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_writer_s_page_cache_is_the_one_asked_for() {
+        let dir = tempfile::tempdir().unwrap();
+        for (mib, kib) in [(PAGE_CACHE_MIB, -524_288), (3, -3072)] {
+            let opts = IngestOptions {
+                page_cache_mib: mib,
+                ..Default::default()
+            };
+            let ing = Ingestor::open(&dir.path().join(format!("{mib}.db")), opts).unwrap();
+            let size: i64 = ing
+                .conn
+                .query_row("PRAGMA cache_size", [], |r| r.get(0))
+                .unwrap();
+            assert_eq!(size, kib);
+        }
+    }
 
     /// An event of `cpu` with sequence `seq`; its time is a scramble of the
     /// sequence, so events are applied (in time order) out of sequence order.

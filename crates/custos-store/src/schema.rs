@@ -275,9 +275,6 @@ pub fn open_rw(path: &Path) -> Result<Connection> {
         2 * WAL_CHECKPOINT_BYTES
     ))?;
     tune(&conn)?;
-    // Ingest inserts into several B-trees keyed by random values (paths, cause
-    // ids); a larger page cache for the one writer keeps their interiors hot.
-    conn.execute_batch("PRAGMA cache_size = -524288;")?;
     conn.execute_batch(DDL)
         .with_context(|| format!("creating tables in {}", path.display()))?;
     stamp_version(&conn)?;

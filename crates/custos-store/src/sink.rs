@@ -153,6 +153,7 @@ impl LiveSink {
         source: &str,
         buffer_bytes: usize,
         seal_key: Option<custos_seal::SealKey>,
+        page_cache_mib: u32,
     ) -> Result<(LiveSink, SinkWriter)> {
         let recorder = archive
             .map(|(path, existing)| Recorder::create(path, existing))
@@ -164,6 +165,7 @@ impl LiveSink {
             archive: recorder,
             reorder_window_ns: 0,
             seal_key,
+            page_cache_mib,
             ..Default::default()
         };
         let target = match db {
@@ -274,6 +276,7 @@ mod tests {
             "test",
             16,
             None,
+            crate::ingest::PAGE_CACHE_MIB,
         )
         .unwrap();
         let second = EVENT

@@ -31,6 +31,8 @@ pub struct CollectCmd {
     /// (The same bound holds the stream waiting for the Kafka sink.)
     #[arg(long, default_value_t = custos_store::sink::DEFAULT_SINK_BUFFER >> 20, value_name = "MIB")]
     pub sink_buffer_mb: usize,
+    #[command(flatten)]
+    pub db_cache: custos_store::cli::DbCacheArg,
 }
 
 pub fn run(cmd: CollectCmd) -> Result<i32> {
@@ -78,6 +80,7 @@ pub fn run(cmd: CollectCmd) -> Result<i32> {
                 "custos collect",
                 cmd.sink_buffer_mb << 20,
                 seal_key,
+                cmd.db_cache.db_cache_mb,
             )?)
         }
         false => None,

@@ -71,6 +71,7 @@ fn collect_refuses_every_bad_flag_before_touching_its_output() {
         ("--stats-interval=-1", "", "--stats-interval"),
         ("--seal-every", "0", "--seal-every"),
         ("--sink-buffer-mb", "0", "--sink-buffer-mb"),
+        ("--db-cache-mb", "0", "--db-cache-mb"),
         (
             "--archive",
             raw.to_str().unwrap(),
@@ -182,6 +183,7 @@ fn ingest_refuses_every_bad_flag_before_touching_its_files() {
         (&["--batch", "0", i], "--batch"),
         (&["--batch-interval-ms", "0", i], "--batch-interval-ms"),
         (&["--max-line-bytes", "10", i], "--max-line-bytes"),
+        (&["--db-cache-mb", "0", i], "--db-cache-mb"),
         // A missing input (after a good one): nothing is ingested, no store made.
         (&[i, "/nonexistent/in.jsonl"], "/nonexistent/in.jsonl"),
         (&["--archive", "/nonexistent/x.zst", i], "/nonexistent"),
