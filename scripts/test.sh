@@ -59,9 +59,10 @@ $CARGO test --release --workspace --no-fail-fast --doc || rc=1
 # README.md). In this lane, after the workspace build and one suite at a
 # time, not in the background: fuzzing keeps a core busy, and a third job
 # would slow the host suites and the emulated VM beside them. Adds to this
-# lane, on this 2-core machine: 97 s with fuzz/target built; 13 min more
-# the first time (786 s cold build, ASan-instrumented SQLite and zstd), 85 s
-# more with a fuzz/target copied from another checkout.
+# lane, on this 2-core machine: 97 s with its build cache warm; 13 min more
+# the first time on a machine (786 s cold build, ASan-instrumented SQLite and
+# zstd), 85 s more in a new checkout (the cache, ~/.cache/custos/fuzz-target,
+# is outside the checkout: see the Makefile).
 fuzz_log=target/test-fuzz-smoke.log
 log "lane 2: the fuzz smoke (30 s per target; output in $fuzz_log)"
 if ${MAKE:-make} -s fuzz-smoke >"$fuzz_log" 2>&1; then
