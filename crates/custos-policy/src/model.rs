@@ -317,7 +317,7 @@ mod tests {
         // Any values in the masked inputs: the same Q-values as zeros there.
         let mut x = [0u8; NR_FEATURES];
         for (i, v) in x.iter_mut().enumerate() {
-            *v = (i as u8 * 37) % 129;
+            *v = (i * 37 % 129) as u8;
         }
         let mut masked = x;
         crate::features::mask_state(&mut masked, &keep);
