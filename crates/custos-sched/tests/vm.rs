@@ -44,7 +44,7 @@ fn scaled(times: &[f64]) -> Vec<u64> {
 
 struct Guest {
     results: BTreeMap<String, String>,
-    out: tempfile::TempDir,
+    out: PathBuf,
     stderr: String,
 }
 
@@ -62,11 +62,11 @@ impl Guest {
     }
 
     fn log(&self, name: &str) -> String {
-        std::fs::read_to_string(self.out.path().join(name)).unwrap_or_default()
+        std::fs::read_to_string(self.out.join(name)).unwrap_or_default()
     }
 
     fn json(&self, name: &str) -> serde_json::Value {
-        let text = std::fs::read_to_string(self.out.path().join(name)).unwrap_or_else(|e| {
+        let text = std::fs::read_to_string(self.out.join(name)).unwrap_or_else(|e| {
             panic!(
                 "{name}: {e}; log: {}",
                 self.log(&name.replace(".json", ".log"))
@@ -78,10 +78,15 @@ impl Guest {
 
 fn boot() -> Result<Guest, String> {
     let kernel = custos_vm::kernel::select_default().map_err(|e| format!("{e:#}"))?;
-    let out = tempfile::Builder::new()
-        .prefix("custos-sched-vm")
-        .tempdir()
-        .unwrap();
+    // The guest's results, kept for a look after a failure and replaced by
+    // the next run. (A TempDir in the static Guest was never dropped: every
+    // run left a directory in /tmp.)
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("custos-sched-vm");
+    match std::fs::remove_dir_all(&out) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => panic!("{}: {e}", out.display()),
+        _ => {}
+    }
+    std::fs::create_dir_all(&out).unwrap();
     let cases: String = TABLE7
         .iter()
         .map(|(name, times)| {
@@ -89,12 +94,12 @@ fn boot() -> Result<Guest, String> {
             format!("{name} {} {M_N}\n", w.join(","))
         })
         .collect();
-    std::fs::write(out.path().join("worst_case.in"), cases).unwrap();
+    std::fs::write(out.join("worst_case.in"), cases).unwrap();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guest/backbone.sh");
 
     let mut spec = VmSpec::new(kernel);
     spec.cpus = 2;
-    spec.shares.push(out.path().to_path_buf());
+    spec.shares.push(out.clone());
     // A guard against a hung guest, not a speed target: this boot took
     // 278 to 832 s in make test runs on this 2-core host (QEMU emulation).
     spec.timeout = Duration::from_secs(1200);
@@ -102,7 +107,7 @@ fn boot() -> Result<Guest, String> {
         "sh",
         script.to_str().unwrap(),
         BIN,
-        out.path().to_str().unwrap(),
+        out.to_str().unwrap(),
         "lifecycle",
         "ejection",
         "policy",
