@@ -1146,7 +1146,9 @@ void BPF_STRUCT_OPS(custos_dispatch, s32 cpu, struct task_struct *prev)
 	 * still serves anyone who waits too long.
 	 */
 	if (consumer_preempt && prev_ctx && prev_ctx->consumer) {
-		prev->scx.slice = slice_ns;
+		/* Slices through the kfunc: kernels since 6.19 deprecate direct
+		 * writes (7.2 logs it at every load); compat.bpf.h falls back. */
+		scx_bpf_task_set_slice(prev, slice_ns);
 		if (st)
 			st->consumer_kept++;
 		return;
@@ -1225,7 +1227,7 @@ primary:
 		q = prev_ctx->queue & (CUSTOS_MAX_QUEUES - 1);
 		if (q == CUSTOS_PRIMARY_QUEUE ||
 		    (!hold && (work_conserving || now - last_consumed_ns[q] >= waiting_time_ns[q]))) {
-			prev->scx.slice = slice_ns;
+			scx_bpf_task_set_slice(prev, slice_ns);
 			if (q != CUSTOS_PRIMARY_QUEUE)
 				last_consumed_ns[q] = now;
 			if (st)
@@ -1361,7 +1363,7 @@ static void keep_consumer(struct task_struct *p, struct task_ctx *tctx, u64 now)
 		return;
 	if (!p->scx.slice && (st = cpu_stats()))
 		st->consumer_kept++;
-	p->scx.slice = slice_ns;
+	scx_bpf_task_set_slice(p, slice_ns);
 }
 
 /*
@@ -1387,7 +1389,7 @@ void BPF_STRUCT_OPS(custos_tick, struct task_struct *p)
 	if (decide_queue(p, tctx) != CUSTOS_PRIMARY_QUEUE) {
 		/* Decided: enqueue parks it without asking again. */
 		tctx->decided = true;
-		p->scx.slice = 0;
+		scx_bpf_task_set_slice(p, 0);
 		st = cpu_stats();
 		if (st)
 			st->tick_preemptions++;
