@@ -1383,6 +1383,10 @@ static __always_inline int bprm_check(int copy, struct linux_binprm *bprm)
 	if (!e || !b)
 		goto out;
 	e->flags |= CUSTOS_EV_NO_RET;
+	/* The program's inode too, as file_open gives: a program with no
+	 * place in the tree (a memfd run by fexecve) walks to "/", and the
+	 * consumer names it by its inode, as it named the memfd when made. */
+	set_file_identity(e, BPF_CORE_READ(bprm, file));
 	off = put_file_path(b, off, CUSTOS_ATTR_FILE_PATH, BPF_CORE_READ(bprm, file));
 	/* The caller's argv is still mapped here: the old image is replaced later. */
 	if (in && in->active) {
