@@ -114,9 +114,11 @@ impl Endpoint {
             .name("custos-metrics".into())
             .spawn(move || {
                 for conn in listener.incoming() {
-                    // A failed connection concerns its client only.
-                    if let Ok(conn) = conn {
-                        let _ = answer(conn, &registry);
+                    match conn {
+                        // A failed answer concerns its client only.
+                        Ok(conn) => drop(answer(conn, &registry)),
+                        // Out of descriptors, say: no busy loop meanwhile.
+                        Err(_) => std::thread::sleep(Duration::from_millis(50)),
                     }
                 }
             })
