@@ -274,6 +274,27 @@ fn prometheus_scrapes_the_loss_counters_and_the_alert_fires() {
         "sum(last_over_time(custos_events_lost_total{cause=\"ring_full\"}[5m]))",
     );
     assert_eq!(summed[0].1 as u64, n("dropped"));
+    // Every metric the shipped rule file and dashboard name is one the
+    // collector serves (Prometheus has its series).
+    let dashboard =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/grafana/custos-collector.json");
+    let shipped =
+        std::fs::read_to_string(&rules).unwrap() + &std::fs::read_to_string(&dashboard).unwrap();
+    let mut names: Vec<&str> = shipped
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| {
+            (w.starts_with("custos_") && w.len() > "custos_".len()) || w.starts_with("process_")
+        })
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    assert!(names.len() >= 5, "{names:?}");
+    for name in names {
+        assert!(
+            !query(prom, &format!("count(last_over_time({name}[5m]))")).is_empty(),
+            "{name} (in the rule file or the dashboard) was never scraped"
+        );
+    }
     drop(server);
     eprintln!(
         "metrics test: alert fired {:.1} s into the flood; produced {}, dropped {} (critical {}, events {}); {:.1} s in all",
