@@ -11,6 +11,9 @@ APT_PACKAGES=(
   clang-19 llvm-19 lld-19 libelf-dev zlib1g-dev pkg-config make
   qemu-system-x86 libcap-ng-dev libseccomp-dev busybox-static
   python3-venv graphviz bpftool stress-ng
+  # a real Prometheus server and promtool for the --metrics scrape test
+  # (crates/custos/tests/metrics.rs, deploy/prometheus/)
+  prometheus
   # the evaluation's peers and workloads (bench/matrix/README.md)
   bpftrace auditd nginx-light redis-server redis-tools p7zip-full wrk postmark
   # a real container for the attribution test (docs/containers.md); runc

@@ -11,6 +11,7 @@ use clap::Args;
 use custos_output::{Existing, Output};
 
 use crate::collector::{collect, LsmMode, Options};
+use crate::exporter::Endpoint;
 use crate::seal::{SealKey, Sealer};
 use crate::syscalls::SYSCALLS;
 use crate::writer::{LinesDone, OffloadWriter};
@@ -91,6 +92,16 @@ pub struct CollectArgs {
     /// group's run; docs/workflows.md).
     #[arg(long)]
     pub no_workflows: bool,
+    /// Serve the statistics (the `--stats` figures, docs/operations.md) for
+    /// Prometheus at http://ADDR/metrics, e.g. 127.0.0.1:9464 (an IP
+    /// address and a port; 0.0.0.0 or [::] for every interface).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<std::net::SocketAddr>,
+    /// After the final account, keep serving until a scrape has read it, at
+    /// most this many seconds, so that the monitoring sees the end of a
+    /// run that stops (0: exit at once).
+    #[arg(long, default_value_t = 0.0, value_name = "SECS", requires = "metrics")]
+    pub metrics_final_wait: f64,
     /// Write the stream without seals.
     #[arg(long, conflicts_with_all = ["seal_every", "seal_key"])]
     pub no_seal: bool,
@@ -144,6 +155,9 @@ impl CollectArgs {
         if self.output_buffer_mb == 0 || self.output_buffer_mb > 1 << 20 {
             anyhow::bail!("--output-buffer-mb must be between 1 and 1048576");
         }
+        if self.metrics_final_wait < 0.0 || !self.metrics_final_wait.is_finite() {
+            anyhow::bail!("--metrics-final-wait must be a number of seconds ≥ 0");
+        }
         if !self.no_seal && self.seal_every == 0 {
             anyhow::bail!("--seal-every must be at least 1 line");
         }
@@ -160,6 +174,15 @@ impl CollectArgs {
     }
 }
 
+impl CollectArgs {
+    /// Listens on the `--metrics` address, if one is given: called after
+    /// [`CollectArgs::validate`] and before any output is created, so that
+    /// a taken port is refused before a recording is started or replaced.
+    pub fn bind_metrics(&self) -> Result<Option<Endpoint>> {
+        self.metrics.map(Endpoint::bind).transpose()
+    }
+}
+
 static STOP: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_signal(_: libc::c_int) {
@@ -167,7 +190,7 @@ extern "C" fn on_signal(_: libc::c_int) {
 }
 
 pub fn run(args: CollectArgs) -> Result<i32> {
-    run_with_sink(args, None)
+    run_with_sink(args, None, None)
 }
 
 /// Copies the stream to two writers (the `-o` output and a sink, or two sinks).
@@ -187,10 +210,13 @@ impl Write for Tee {
 }
 
 /// Like [`run`], with the stream also (or, without `-o`, only) written to
-/// `sink` — the provenance store or an archive, set up by the caller.
+/// `sink` — the provenance store or an archive, set up by the caller —
+/// and the metrics served at `endpoint` if the caller bound it already
+/// (before its own outputs), else at `--metrics` if given.
 pub fn run_with_sink(
     args: CollectArgs,
     sink: Option<(Box<dyn Write + Send>, LinesDone)>,
+    endpoint: Option<Endpoint>,
 ) -> Result<i32> {
     if args.list_syscalls {
         for s in SYSCALLS {
@@ -206,6 +232,10 @@ pub fn run_with_sink(
     args.check_features_only(&[("--db/--archive", sink.is_some())])?;
     // Before the output is created: a bad option must not cost an old recording.
     args.validate(&[])?;
+    let endpoint = match endpoint {
+        Some(e) => Some(e),
+        None => args.bind_metrics()?,
+    };
     let stats_interval = if args.stats_interval == 0.0 {
         None
     } else {
@@ -224,6 +254,7 @@ pub fn run_with_sink(
         features_only: args.features_only,
         containers: !args.no_containers,
         workflows: !args.no_workflows,
+        metrics: None,
     };
     // No buffering here: the OffloadWriter below hands these whole chunks.
     let output: Option<Box<dyn Write + Send>> =
@@ -303,6 +334,11 @@ pub fn run_with_sink(
             crate::seal::DEFAULT_MAX_AGE,
         )?)
     };
+    if let Some(e) = endpoint {
+        let addr = e.addr();
+        opts.metrics = Some(e.serve()?);
+        eprintln!("custos collect: metrics at http://{addr}/metrics");
+    }
     let mut out = OffloadWriter::spawn(out, args.output_buffer_mb << 20, writer_counts, sealer)
         .context("starting the output writer")?;
     let summary = collect(&opts, &mut out, &STOP, on_ready)?;
@@ -339,6 +375,15 @@ pub fn run_with_sink(
             summary.skips.first_copy(),
             summary.skips.covered
         );
+    }
+    if let Some(p) = &opts.metrics {
+        let wait = Duration::from_secs_f64(args.metrics_final_wait);
+        if !wait.is_zero() && !p.wait_scraped(wait) {
+            eprintln!(
+                "custos collect: metrics: no scrape read the final account within --metrics-final-wait {}s",
+                args.metrics_final_wait
+            );
+        }
     }
     if let Some(e) = spawn_error.lock().unwrap().take() {
         return Err(e);

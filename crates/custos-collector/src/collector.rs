@@ -53,6 +53,8 @@ pub struct Options {
     pub containers: bool,
     /// Link events into workflows (workflows.rs).
     pub workflows: bool,
+    /// `--metrics`: where the statistics go for the metrics server.
+    pub metrics: Option<crate::exporter::Publisher>,
 }
 
 impl Default for Options {
@@ -70,6 +72,7 @@ impl Default for Options {
             features_only: false,
             containers: true,
             workflows: true,
+            metrics: None,
         }
     }
 }
@@ -599,6 +602,11 @@ fn drain<W: Write>(
 
     let started = Instant::now();
     let mut metrics = Metrics::new(nr_cpus);
+    // The metrics server's copy: the same statistics, computed by the same
+    // function, at its own pace (stats::Metrics::update keeps a rate since
+    // its last call, which is the stats line's).
+    let mut served = Metrics::new(nr_cpus);
+    let mut last_published: Option<Instant> = None;
     let mut last_stats = Instant::now();
     let mut last_tick = Instant::now();
     let mut last_flush = Instant::now();
@@ -733,6 +741,17 @@ fn drain<W: Write>(
             true,
             monotonic_ns(),
         )?;
+        if let Some(publisher) = &opts.metrics {
+            if last_published.is_none_or(|t| t.elapsed() >= crate::exporter::PUBLISH_EVERY) {
+                last_published = Some(Instant::now());
+                let g = global_snapshot(skel);
+                let c = consumer.borrow();
+                served.update(&states, &c.counters, g.as_ref(), started.elapsed());
+                served.skips = skips.clone();
+                served.lines_written = c.lines_written;
+                publisher.publish(&served);
+            }
+        }
         if let Some(every) = opts.stats_interval {
             if last_stats.elapsed() >= every {
                 last_stats = Instant::now();
@@ -744,6 +763,7 @@ fn drain<W: Write>(
                     started.elapsed(),
                 );
                 metrics.skips = skips;
+                metrics.lines_written = consumer.borrow().lines_written;
                 eprintln!("custos collect: {}", metrics.line());
                 let mut c = consumer.borrow_mut();
                 let wall = c.wall_ns(monotonic_ns());
@@ -790,6 +810,10 @@ fn drain<W: Write>(
     let g = global_snapshot(skel);
     metrics.update(&states, &counters, g.as_ref(), started.elapsed());
     metrics.skips = skip_end.since(&skip_base.upper);
+    metrics.lines_written = consumer.borrow().lines_written;
+    if let Some(publisher) = &opts.metrics {
+        publisher.publish_final(&metrics);
+    }
     let m = &metrics;
     let invariant_holds = m.produced == counters.delivered + m.dropped
         && counters.lost_in_gaps == m.dropped
@@ -841,9 +865,29 @@ fn watch(
     on_ready();
     let counted = |states: &[custos_cpu_state]| -> u64 { states.iter().map(|s| s.counted).sum() };
     let (mut last_stats, mut last_counted) = (Instant::now(), 0u64);
+    let started = Instant::now();
+    let mut served = Metrics::new(0);
+    let mut last_published: Option<Instant> = None;
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(opts.poll_interval);
         features::publish(&skel.maps.global_features, 0, 0, true, monotonic_ns())?;
+        if let Some(publisher) = &opts.metrics {
+            // Nothing is recorded: produced, the skips and the rings' (unused) state.
+            if last_published.is_none_or(|t| t.elapsed() >= crate::exporter::PUBLISH_EVERY) {
+                last_published = Some(Instant::now());
+                let states = read_cpu_states(skel)?;
+                let g = global_snapshot(skel);
+                served.update(
+                    &states,
+                    &ConsumerCounters::default(),
+                    g.as_ref(),
+                    started.elapsed(),
+                );
+                served.skips =
+                    SkipCounters::read(skel, ReadOrder::KernelsFirst)?.since(&skip_base.lower);
+                publisher.publish(&served);
+            }
+        }
         if opts
             .stats_interval
             .is_none_or(|every| last_stats.elapsed() < every)
@@ -871,7 +915,11 @@ fn watch(
     let states = read_cpu_states(skel)?;
     let mut metrics = Metrics::new(states.len());
     let counters = ConsumerCounters::default();
-    metrics.update(&states, &counters, None, Duration::ZERO);
+    metrics.update(&states, &counters, None, started.elapsed());
+    metrics.skips = skip_end.since(&skip_base.upper);
+    if let Some(publisher) = &opts.metrics {
+        publisher.publish_final(&metrics);
+    }
     let m = &metrics;
     Ok(Summary {
         produced: m.produced,

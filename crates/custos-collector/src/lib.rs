@@ -16,6 +16,7 @@ pub mod cli;
 pub mod collector;
 pub mod consumer;
 pub mod containers;
+pub mod exporter;
 pub mod features;
 pub mod reorder;
 /// Tamper evidence: the stream's seals (crates/custos-seal).

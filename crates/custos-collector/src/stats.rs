@@ -38,6 +38,9 @@ pub struct Metrics {
     pub out_of_order: u64,
     /// Times the reorder buffer reached its bound (`--reorder-buffer-mb`).
     pub reorder_forced: u64,
+    /// Lines the consumer handed to the output before this record (events,
+    /// loss, stats and the other records; seals are added by the writer).
+    pub lines_written: u64,
     pub uptime_s: f64,
     /// Program runs the kernel skipped as re-entrant (never numbered).
     #[serde(flatten)]

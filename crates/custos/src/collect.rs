@@ -61,8 +61,14 @@ pub fn run(cmd: CollectCmd) -> Result<i32> {
         }
         cmd.collect.validate(&outputs)?;
     }
+    // Listening before the store or the archive is opened: a taken port
+    // must not cost an earlier recording either.
+    let endpoint = match cmd.collect.list_syscalls {
+        true => None,
+        false => cmd.collect.bind_metrics()?,
+    };
     if cmd.db.is_none() && cmd.archive.is_none() && kafka.is_none() {
-        return custos_collector::cli::run(cmd.collect);
+        return custos_collector::cli::run_with_sink(cmd.collect, None, endpoint);
     }
     let store = match cmd.db.is_some() || cmd.archive.is_some() {
         true => {
@@ -110,7 +116,7 @@ pub fn run(cmd: CollectCmd) -> Result<i32> {
         (None, Some((k, kw))) => (Box::new(kw), k.lines_done.clone(), None, Some(k)),
         (None, None) => unreachable!("one sink at least"),
     };
-    let code = custos_collector::cli::run_with_sink(cmd.collect, Some((writer, done)));
+    let code = custos_collector::cli::run_with_sink(cmd.collect, Some((writer, done)), endpoint);
     // Whatever the collector's outcome, what it delivered is written out.
     let kafka_summary = kafka.map(|k| k.finish()).transpose();
     let summary = store.map(|s| s.finish()).transpose()?;

@@ -70,6 +70,9 @@ fn collect_refuses_every_bad_flag_before_touching_its_output() {
         ("--duration=-1", "", "--duration"),
         ("--stats-interval=-1", "", "--stats-interval"),
         ("--seal-every", "0", "--seal-every"),
+        ("--metrics", "127.0.0.1:notaport", "--metrics"),
+        ("--metrics", "localhost", "--metrics"),
+        ("--metrics-final-wait", "3", "--metrics"),
         ("--sink-buffer-mb", "0", "--sink-buffer-mb"),
         ("--db-cache-mb", "0", "--db-cache-mb"),
         (
@@ -92,6 +95,26 @@ fn collect_refuses_every_bad_flag_before_touching_its_output() {
         // And with a new -o: not created either.
         refused(&[&["collect", "-o", n], &arg[..]].concat(), why, kept);
         assert!(!new.exists(), "{flag} {value} created -o");
+    }
+    // A metrics port another program holds: refused before -o, --archive
+    // or --db is created or truncated.
+    let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = holder.local_addr().unwrap().to_string();
+    let db = dir.path().join("new.db");
+    let zst_new = dir.path().join("new.jsonl.zst");
+    for extra in [
+        &[][..],
+        &["--archive", zst_new.to_str().unwrap()][..],
+        &["--db", db.to_str().unwrap()][..],
+    ] {
+        for first in [&["--force", "-o", o][..], &["-o", n][..]] {
+            refused(
+                &[&["collect"], first, &["--metrics", &taken], extra].concat(),
+                "cannot listen there",
+                kept,
+            );
+            assert!(!new.exists() && !zst_new.exists() && !db.exists());
+        }
     }
     // Two outputs in one file.
     let z = zst.to_str().unwrap();
