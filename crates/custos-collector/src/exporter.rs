@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
@@ -197,6 +197,20 @@ fn counter(e: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> std::fm
     c.encode(e.encode_descriptor(name, help, None, c.metric_type())?)
 }
 
+/// A counter family: one descriptor, then a series per label set.
+fn counter_family<S: EncodeLabelSet>(
+    e: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: impl IntoIterator<Item = (S, u64)>,
+) -> std::fmt::Result {
+    let mut fam = e.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (labels, v) in series {
+        ConstCounter::new(v).encode(fam.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
 fn gauge<N>(
     e: &mut DescriptorEncoder,
     name: &str,
@@ -269,35 +283,29 @@ fn encode_metrics(e: &mut DescriptorEncoder, m: &Metrics) -> std::fmt::Result {
         "Events the consumer received from the rings: stats `delivered`.",
         m.delivered,
     )?;
-    {
-        // Every event lost, by cause; the ring-full ones by ring. The
-        // skipped_bound series is an upper bound (docs/event-schema.md).
-        let lost = ConstCounter::new(0u64);
-        let mut fam = e.encode_descriptor(
-            "custos_events_lost",
-            "Events lost, by cause: refused by a full ring (stats `dropped_critical`, `dropped_events`), \
-             syscalls every program copy skipped (`skipped`, exact; `skipped_bound`, an upper bound) \
-             and hook runs every copy skipped (`skipped_lsm`).",
-            None,
-            lost.metric_type(),
-        )?;
-        let series: [(&[(&str, &str)], u64); 5] = [
-            (
-                &[("cause", "ring_full"), ("ring", "critical")],
-                m.dropped_critical,
-            ),
-            (
-                &[("cause", "ring_full"), ("ring", "events")],
-                m.dropped_events,
-            ),
-            (&[("cause", "skipped")], m.skips.skipped),
-            (&[("cause", "skipped_bound")], m.skips.skipped_bound),
-            (&[("cause", "hook_skipped")], m.skips.lsm),
-        ];
-        for (labels, v) in series {
-            ConstCounter::new(v).encode(fam.encode_family(&labels)?)?;
-        }
-    }
+    // Every event lost, by cause; the ring-full ones by ring. The
+    // skipped_bound series is an upper bound (docs/event-schema.md).
+    let lost: [(&[(&str, &str)], u64); 5] = [
+        (
+            &[("cause", "ring_full"), ("ring", "critical")],
+            m.dropped_critical,
+        ),
+        (
+            &[("cause", "ring_full"), ("ring", "events")],
+            m.dropped_events,
+        ),
+        (&[("cause", "skipped")], m.skips.skipped),
+        (&[("cause", "skipped_bound")], m.skips.skipped_bound),
+        (&[("cause", "hook_skipped")], m.skips.lsm),
+    ];
+    counter_family(
+        e,
+        "custos_events_lost",
+        "Events lost, by cause: refused by a full ring (stats `dropped_critical`, `dropped_events`), \
+         syscalls every program copy skipped (`skipped`, exact; `skipped_bound`, an upper bound) \
+         and hook runs every copy skipped (`skipped_lsm`).",
+        lost,
+    )?;
     counter(
         e,
         "custos_attributes_dropped",
@@ -346,19 +354,16 @@ fn encode_metrics(e: &mut DescriptorEncoder, m: &Metrics) -> std::fmt::Result {
         "Lines the consumer handed to the output (events, loss, stats and other records): stats `lines_written`.",
         m.lines_written,
     )?;
-    {
-        let c = ConstCounter::new(0u64);
-        let mut fam = e.encode_descriptor(
-            "custos_program_runs_skipped",
-            "Syscall tracepoint runs the kernel skipped as re-entrant, per program copy (a backup copy covers the first's): stats `skipped_by_copy`.",
-            None,
-            c.metric_type(),
-        )?;
-        for (k, v) in m.skips.by_copy.iter().enumerate() {
-            let copy = k.to_string();
-            ConstCounter::new(*v).encode(fam.encode_family(&[("copy", copy.as_str())])?)?;
-        }
-    }
+    let copies: Vec<String> = (0..m.skips.by_copy.len()).map(|k| k.to_string()).collect();
+    counter_family(
+        e,
+        "custos_program_runs_skipped",
+        "Syscall tracepoint runs the kernel skipped as re-entrant, per program copy (a backup copy covers the first's): stats `skipped_by_copy`.",
+        copies
+            .iter()
+            .zip(&m.skips.by_copy)
+            .map(|(copy, v)| ([("copy", copy.as_str())], *v)),
+    )?;
     gauge(
         e,
         "custos_consumer_lag_events",
