@@ -17,7 +17,7 @@ PY=.tools/venv/bin/python
 # slow emulator of 2026-11-27, about 37 min (attack 11, superproducer 5,
 # policy 12, demo 9.5) against 37 (host tests and the other VM suites 27,
 # pytest about 10; the fuzz smoke adds about 1.5 to the second lane).
-VM_LANE=(attack superproducer policy demo)
+VM_LANE=(attack superproducer hold policy demo)
 
 log() { echo "[make test $(date +%H:%M:%S)] $*"; }
 
