@@ -216,6 +216,31 @@ mod tests {
         assert_eq!(ring_availability(Some(&g)), 128, "no ring sized");
     }
 
+    /// The VM suite's guest builds the shared maps by hand (its policy
+    /// section): their value sizes must be the header's, or the scheduler
+    /// cannot reuse them.
+    #[test]
+    fn the_guest_builds_the_feature_maps_at_the_headers_sizes() {
+        let script = include_str!("../tests/guest/backbone.sh");
+        let size = |name: &str| -> usize {
+            let line = script
+                .lines()
+                .find(|l| l.contains("bpftool map create") && l.ends_with(&format!("name {name}")))
+                .unwrap_or_else(|| panic!("no {name} map in backbone.sh"));
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let at = words.iter().position(|w| *w == "value").unwrap();
+            words[at + 1].parse().unwrap()
+        };
+        assert_eq!(
+            size("global_features"),
+            std::mem::size_of::<custos_global_features>()
+        );
+        assert_eq!(
+            size("task_features"),
+            std::mem::size_of::<crate::bpf_intf::custos_task_features>()
+        );
+    }
+
     /// The ring that came closest to full is reported, with its own
     /// reserve (as the collector published it, already capped).
     #[test]
