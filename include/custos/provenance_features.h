@@ -32,6 +32,19 @@
 #define CUSTOS_RATE_WINDOW_NS         (100ULL * 1000 * 1000)
 #define CUSTOS_RATE_EWMA_SHIFT        2
 
+/*
+ * Copies of the collector's syscall programs on each tracepoint. The kernel
+ * runs a program on a CPU for one task at a time and skips it for every
+ * other task there meanwhile; the next copy sees what it skipped. So while a
+ * task is held off its CPU inside a program (preempted there, migration
+ * disabled), one copy on that CPU is taken: the scheduler holds at most
+ * CUSTOS_SYSCALL_COPIES - 1 such tasks per CPU.
+ */
+#define CUSTOS_SYSCALL_COPIES         3
+
+/* How long custos_global_features.hold_sched_ns says a hold is there. */
+#define CUSTOS_HOLD_SCHED_FRESH_NS    (1000ULL * 1000 * 1000)
+
 /* Rings whose free space is published, in this order. */
 enum custos_ring {
 	CUSTOS_RING_CRITICAL  = 0, /* reserved path: exec, clone, creds, ... */
@@ -63,7 +76,21 @@ struct custos_task_features {
 struct custos_global_features {
 	__u64 ring_size[CUSTOS_NR_RINGS];       /* bytes; 0: no ring (a features-only
 						  * collector records nothing) */
-	__u64 ring_free_bytes[CUSTOS_NR_RINGS]; /* availability, sampled at submit */
+	__u64 ring_free_bytes[CUSTOS_NR_RINGS]; /* availability, sampled at submit
+						  * and by the consumer as it drains */
+	/*
+	 * The hold's reserve (custos sched --hold): the bytes one syscall can
+	 * write to each ring, times the CPUs, times the syscalls a CPU may run
+	 * before its producer is held (crates/custos-sched/README.md, "The hold").
+	 */
+	__u64 hold_reserve_bytes[CUSTOS_NR_RINGS];
+	/*
+	 * Written by custos sched --hold as it looks at the rings (its BPF side,
+	 * bpf_ktime_get_ns): while it is recent (CUSTOS_HOLD_SCHED_FRESH_NS),
+	 * the collector's programs kick a producer off its CPU at the syscall
+	 * that takes a ring under its reserve. Kept by the consumer's updates.
+	 */
+	__u64 hold_sched_ns;
 	__u64 produced;          /* events produced (sum of per-CPU sequences) */
 	__u64 consumed;          /* events accounted for: read by the consumer, or
 				  * refused by a full ring (written by user space) */

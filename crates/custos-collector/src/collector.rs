@@ -494,7 +494,7 @@ pub fn collect<W: Write>(
     if reuse_pins {
         // Threads that exited while no collector ran left their entries.
         features::forget_dead_tasks(&skel.maps.task_features);
-        features::publish(&skel.maps.global_features, 0, 0, true, monotonic_ns())?;
+        features::publish(&skel.maps.global_features, 0, 0, true, monotonic_ns(), None)?;
     } else {
         pin(&skel)?;
     }
@@ -522,7 +522,14 @@ pub fn collect<W: Write>(
             &skip_base,
         )
     };
-    let _ = features::publish(&skel.maps.global_features, 0, 0, false, monotonic_ns());
+    let _ = features::publish(
+        &skel.maps.global_features,
+        0,
+        0,
+        false,
+        monotonic_ns(),
+        None,
+    );
     result
 }
 
@@ -553,7 +560,7 @@ fn pin(skel: &MainSkel) -> Result<()> {
         let _ = std::fs::remove_file(features::task_features_path());
         return Err(e);
     }
-    features::publish(&skel.maps.global_features, 0, 0, true, monotonic_ns())
+    features::publish(&skel.maps.global_features, 0, 0, true, monotonic_ns(), None)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -618,6 +625,7 @@ fn drain<W: Write>(
         .map(|i| unsafe { libbpf_rs::libbpf_sys::ring_buffer__ring(rb, i) })
         .collect();
     let epoll_fd = rings.epoll_fd();
+    let hold_reserve = features::hold_reserve(nr_cpus as u64);
     // A number is settled (its record delivered, or lost) once every ring was
     // consumed past where its producers stood a full poll interval after the
     // number was read: a record is reserved and committed microseconds after
@@ -734,12 +742,33 @@ fn drain<W: Write>(
             let backlog = held as u64 + c.lines_written.saturating_sub(done);
             (c.counters.delivered + dropped).saturating_sub(backlog)
         };
+        // ring_ptrs are in drain order (attributes, critical, events).
+        let (prod, cons) = (
+            positions(libbpf_rs::libbpf_sys::ring__producer_pos),
+            positions(libbpf_rs::libbpf_sys::ring__consumer_pos),
+        );
+        let mut view = features::RingView {
+            size: [0; NR_RINGS],
+            free: [0; NR_RINGS],
+            reserve: hold_reserve,
+        };
+        for (i, ring) in [RING_ATTRS, RING_CRITICAL, RING_EVENTS]
+            .into_iter()
+            .enumerate()
+        {
+            // SAFETY: ring_ptrs[i] is a ring of the live ring buffer `rings`.
+            let size = unsafe { libbpf_rs::libbpf_sys::ring__size(ring_ptrs[i]) } as u64;
+            view.size[ring] = size;
+            view.free[ring] = size.saturating_sub(prod[i].saturating_sub(cons[i]));
+            view.reserve[ring] = features::capped_reserve(hold_reserve[ring], size);
+        }
         features::publish(
             &skel.maps.global_features,
             produced,
             consumed,
             true,
             monotonic_ns(),
+            Some(&view),
         )?;
         if let Some(publisher) = &opts.metrics {
             if last_published.is_none_or(|t| t.elapsed() >= crate::exporter::PUBLISH_EVERY) {
@@ -870,7 +899,7 @@ fn watch(
     let mut last_published: Option<Instant> = None;
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(opts.poll_interval);
-        features::publish(&skel.maps.global_features, 0, 0, true, monotonic_ns())?;
+        features::publish(&skel.maps.global_features, 0, 0, true, monotonic_ns(), None)?;
         if let Some(publisher) = &opts.metrics {
             // Nothing is recorded: produced, the skips and the rings' (unused) state.
             if last_published.is_none_or(|t| t.elapsed() >= crate::exporter::PUBLISH_EVERY) {
@@ -939,10 +968,6 @@ fn watch(
         features_counted: counted(&states),
     })
 }
-
-/// Copies of each syscall tracepoint program (SYSCALL_COPY in the BPF
-/// program): a syscall is lost only when every copy was busy on its CPU.
-const SYSCALL_COPIES: usize = 3;
 
 /// How often the stream is handed to its writer even when no chunk is full
 /// (and the writer seals a batch that old: seal.rs).

@@ -188,14 +188,59 @@ pub fn forget_rings(map: &dyn MapCore) -> Result<()> {
         .context("updating global_features")
 }
 
+/// Syscalls a CPU may run between the rings crossing the hold's reserve and
+/// its producer being off the CPU (`custos sched --hold`): the scheduler
+/// kicks the CPUs running producers when the hold begins, and a kick lands
+/// within a few syscalls. The measured worst case is the lowest free space
+/// `custos sched --stats` reports (`hold_lowest_free`) against the reserve.
+pub const HOLD_IN_FLIGHT: u64 = 32;
+
+/// The hold's reserve on each ring (enum custos_ring order), in bytes: the
+/// most one syscall writes to the ring, times the CPUs, times
+/// [`HOLD_IN_FLIGHT`]. A syscall writes at most two events (an exec: its
+/// LSM check and its return), each with at most one attribute record; the
+/// critical ring carries both halves. io_uring completions are the
+/// exception (one io_uring_enter may complete many requests).
+pub fn hold_reserve(nr_cpus: u64) -> [u64; NR_RINGS] {
+    // A ring record: its 8-byte header, the length rounded up to 8.
+    let record = |len: usize| (8 + len.div_ceil(8) * 8) as u64;
+    let event = record(size_of::<crate::bpf_skel::types::custos_event>());
+    let attrs = record(size_of::<crate::bpf_skel::types::custos_attr_hdr>() + ATTR_DATA_MAX + 1);
+    let per_syscall = [2 * (event + attrs), 2 * event, 2 * attrs];
+    per_syscall.map(|b| b * nr_cpus * HOLD_IN_FLIGHT)
+}
+
+/// The hold's reserve is at most this many eighths of its ring, so that a
+/// ring too small for the computed reserve still has a hold that ends (the
+/// scheduler releases at half free).
+pub const HOLD_RESERVE_MAX_EIGHTHS: u64 = 3;
+
+/// The reserve published for a ring of `size` bytes: [`hold_reserve`]'s,
+/// capped at [`HOLD_RESERVE_MAX_EIGHTHS`] of the ring. The scheduler and
+/// the collector's programs both use it as published.
+pub fn capped_reserve(reserve: u64, size: u64) -> u64 {
+    reserve.min(size / 8 * HOLD_RESERVE_MAX_EIGHTHS)
+}
+
+/// The rings as the consumer sees them between two drains: sizes and free
+/// bytes read from the ring positions (current even while no producer
+/// submits, as when all of them are held), and the hold's reserve.
+pub struct RingView {
+    pub size: [u64; NR_RINGS],
+    pub free: [u64; NR_RINGS],
+    pub reserve: [u64; NR_RINGS],
+}
+
 /// Publishes the consumer side of the global features (produced, consumed,
-/// consumer lag, consumer pids); the BPF side writes ring availability.
+/// consumer lag, consumer pids, and the rings when given); the BPF side
+/// also writes ring availability, at submit.
 pub fn publish(
     map: &dyn MapCore,
     produced: u64,
     consumed: u64,
     running: bool,
     now_ns: u64,
+    rings: Option<&RingView>,
 ) -> Result<()> {
     let key = 0u32.to_ne_bytes();
     let raw = map
@@ -210,6 +255,11 @@ pub fn publish(
     g.consumer_pids[0] = std::process::id();
     g.nr_consumers = 1;
     g.collector_running = running as u32;
+    if let Some(r) = rings {
+        g.ring_size = r.size;
+        g.ring_free_bytes = r.free;
+        g.hold_reserve_bytes = r.reserve;
+    }
     map.update(&key, global_bytes(&g), MapFlags::ANY)
         .context("updating global_features")
 }

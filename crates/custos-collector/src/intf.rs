@@ -69,6 +69,10 @@ pub const MAX_CONSUMERS: usize = 8;
 pub const RING_CRITICAL: usize = 0;
 pub const RING_EVENTS: usize = 1;
 pub const RING_ATTRS: usize = 2;
+pub const NR_RINGS: usize = 3;
+/// Copies of each syscall tracepoint program (SYSCALL_COPY in the BPF
+/// program): a syscall is lost only when every copy was busy on its CPU.
+pub const SYSCALL_COPIES: usize = 3;
 
 #[cfg(test)]
 mod tests {

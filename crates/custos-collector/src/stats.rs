@@ -41,6 +41,9 @@ pub struct Metrics {
     /// Lines the consumer handed to the output before this record (events,
     /// loss, stats and the other records; seals are added by the writer).
     pub lines_written: u64,
+    /// Producers the programs kicked off their CPU at a syscall that took a
+    /// ring under the hold's reserve (only while `custos sched --hold` runs).
+    pub hold_kicks: u64,
     pub uptime_s: f64,
     /// Program runs the kernel skipped as re-entrant (never numbered).
     #[serde(flatten)]
@@ -68,6 +71,7 @@ impl Metrics {
         self.dropped_events = states.iter().map(|s| s.drops[DROP_EVENTS]).sum();
         self.dropped_attrs = states.iter().map(|s| s.drops[DROP_ATTRS]).sum();
         self.dropped = self.dropped_critical + self.dropped_events;
+        self.hold_kicks = states.iter().map(|s| s.hold_kicks).sum();
         self.delivered = c.delivered;
         self.incomplete = c.incomplete;
         self.loss_records = c.loss_records;

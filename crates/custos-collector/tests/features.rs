@@ -100,6 +100,27 @@ fn features_are_pinned_filled_and_kept_and_one_collector_runs_at_a_time() {
                 "ring {i} availability"
             );
         }
+        // The hold's reserve (custos sched --hold): per ring, what one
+        // syscall can write (two events, an attribute record each) times
+        // the CPUs times the syscalls in flight.
+        let cpus = libbpf_rs::num_possible_cpus().unwrap() as u64;
+        let reserve = features::hold_reserve(cpus);
+        // Published capped, so that a small ring's hold still ends.
+        for (r, &computed) in reserve.iter().enumerate() {
+            assert_eq!(
+                g.hold_reserve_bytes[r],
+                features::capped_reserve(computed, g.ring_size[r]),
+                "ring {r}"
+            );
+            assert!(g.hold_reserve_bytes[r] > 0, "ring {r}");
+        }
+        // No custos sched --hold said it is there: the programs never kick.
+        assert_eq!(g.hold_sched_ns, 0);
+        let per_cpu = cpus * features::HOLD_IN_FLIGHT;
+        assert_eq!(reserve[1] % (2 * per_cpu), 0, "{reserve:?}");
+        assert!(reserve[1] > 0 && reserve[1] < reserve[2], "{reserve:?}");
+        assert!(reserve[2] > 2 * 8192 * per_cpu, "{reserve:?}");
+        assert_eq!(reserve[0], reserve[1] + reserve[2]);
         assert!(
             g.produced >= 50_000 && g.consumed > 0 && g.updated_ns > 0,
             "{g:?}"

@@ -101,6 +101,22 @@ pub struct SchedArgs {
     #[arg(long)]
     pub no_overflow_hold: bool,
 
+    /// The hold (crates/custos-sched/README.md, "The hold"): while a ring's free space is under the
+    /// reserve the collector publishes, hold every task that produces events
+    /// off every CPU until the rings are back above --availability-high.
+    #[arg(long)]
+    pub hold: bool,
+
+    /// Events a task may make after the hold began before it is held too
+    /// (a shell sending a stopped consumer SIGCONT makes a few).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
+    pub hold_allowance: u32,
+
+    /// A held task runs after waiting this long (ms), counted as a leak: the
+    /// consumer may be blocked on it. Below the kernel's 30 s watchdog.
+    #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..=20_000))]
+    pub hold_guard_ms: u64,
+
     /// Budget producers when ring availability falls to this percentage.
     #[arg(long, default_value_t = DEFAULT_AVAILABILITY_LOW_PCT)]
     pub availability_low: f64,

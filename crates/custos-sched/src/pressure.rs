@@ -84,6 +84,25 @@ pub fn ring_availability(g: Option<&custos_global_features>) -> u8 {
         .map_or(128, |a| a.min(128) as u8)
 }
 
+/// The ring that came closest to full while the scheduler looked: its
+/// lowest free space and its reserve, in percent of the ring (100 and 0
+/// until a ring was seen).
+pub fn hold_headroom(g: Option<&custos_global_features>, lowest: &[u64]) -> (f64, f64) {
+    let mut closest = (100.0, 0.0);
+    let Some(g) = g else { return closest };
+    for (r, &low) in lowest.iter().enumerate().take(g.ring_size.len()) {
+        let size = g.ring_size[r];
+        if size == 0 || low == u64::MAX {
+            continue;
+        }
+        let free = low as f64 * 100.0 / size as f64;
+        if free < closest.0 {
+            closest = (free, g.hold_reserve_bytes[r] as f64 * 100.0 / size as f64);
+        }
+    }
+    closest
+}
+
 const NETLINK_AUDIT: libc::c_int = 9;
 const AUDIT_GET: u16 = 1000;
 
@@ -195,6 +214,51 @@ mod tests {
         assert_eq!(ring_availability(Some(&g)), 32);
         g.ring_size = Default::default();
         assert_eq!(ring_availability(Some(&g)), 128, "no ring sized");
+    }
+
+    /// The VM suite's guest builds the shared maps by hand (its policy
+    /// section): their value sizes must be the header's, or the scheduler
+    /// cannot reuse them.
+    #[test]
+    fn the_guest_builds_the_feature_maps_at_the_headers_sizes() {
+        let script = include_str!("../tests/guest/backbone.sh");
+        let size = |name: &str| -> usize {
+            let line = script
+                .lines()
+                .find(|l| l.contains("bpftool map create") && l.ends_with(&format!("name {name}")))
+                .unwrap_or_else(|| panic!("no {name} map in backbone.sh"));
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let at = words.iter().position(|w| *w == "value").unwrap();
+            words[at + 1].parse().unwrap()
+        };
+        assert_eq!(
+            size("global_features"),
+            std::mem::size_of::<custos_global_features>()
+        );
+        assert_eq!(
+            size("task_features"),
+            std::mem::size_of::<crate::bpf_intf::custos_task_features>()
+        );
+    }
+
+    /// The ring that came closest to full is reported, with its own
+    /// reserve (as the collector published it, already capped).
+    #[test]
+    fn hold_headroom_reports_the_closest_ring_against_its_reserve() {
+        // SAFETY: plain integers.
+        let mut g: custos_global_features = unsafe { std::mem::zeroed() };
+        assert_eq!(hold_headroom(None, &[0; 3]), (100.0, 0.0));
+        g.ring_size = [1 << 20, 1 << 16, 1 << 16];
+        g.hold_reserve_bytes = [1 << 18, (1 << 16) / 8 * 3, 1 << 10];
+        assert_eq!(
+            hold_headroom(Some(&g), &[u64::MAX; 3]),
+            (100.0, 0.0),
+            "nothing seen"
+        );
+        let lowest = [1 << 19, 1 << 14, 1 << 15];
+        assert_eq!(hold_headroom(Some(&g), &lowest), (25.0, 37.5));
+        let lowest = [1 << 17, 1 << 15, 1 << 15];
+        assert_eq!(hold_headroom(Some(&g), &lowest), (12.5, 25.0));
     }
 
     #[test]

@@ -511,6 +511,9 @@ impl<'a> Scheduler<'a> {
         rodata.producer_share_steps = config.producer_share_steps;
         rodata.consumer_preempt = !args.no_consumer_preempt;
         rodata.overflow_hold = !args.no_overflow_hold;
+        rodata.hold_enabled = args.hold;
+        rodata.hold_allowance = args.hold_allowance;
+        rodata.hold_guard_ns = args.hold_guard_ms * 1_000_000;
         rodata.availability_low = config.availability_low;
         rodata.availability_high = config.availability_high;
         rodata.queue_forcing = !config.forced_comm.is_empty() || !config.forced_pid.is_empty();
@@ -777,6 +780,15 @@ impl<'a> Scheduler<'a> {
                 sum.migration_disabled_next += s.migration_disabled_next;
                 sum.tick_preemptions += s.tick_preemptions;
                 sum.overflow_holds += s.overflow_holds;
+                sum.holds += s.holds;
+                sum.hold_ns += s.hold_ns;
+                sum.held += s.held;
+                sum.hold_kicks += s.hold_kicks;
+                sum.hold_tick_preemptions += s.hold_tick_preemptions;
+                sum.hold_running_kicks += s.hold_running_kicks;
+                sum.hold_released += s.hold_released;
+                sum.hold_leaks += s.hold_leaks;
+                sum.held_in_program += s.held_in_program;
                 sum.feature_ns += s.feature_ns;
                 sum.feature_updates += s.feature_updates;
                 sum.feature_outliers += s.feature_outliers;
@@ -851,6 +863,21 @@ impl<'a> Scheduler<'a> {
             migration_disabled_next: sum.migration_disabled_next,
             tick_preemptions: sum.tick_preemptions,
             overflow_holds: sum.overflow_holds,
+            holds: sum.holds,
+            hold_ns: sum.hold_ns,
+            held: sum.held,
+            hold_kicks: sum.hold_kicks,
+            hold_tick_preemptions: sum.hold_tick_preemptions,
+            hold_running_kicks: sum.hold_running_kicks,
+            hold_released: sum.hold_released,
+            hold_leaks: sum.hold_leaks,
+            held_in_program: sum.held_in_program,
+            hold_on: self
+                .skel
+                .maps
+                .bss_data
+                .as_ref()
+                .map_or(0, |b| b.hold_on as u64),
             starvation_guard_picks: sum.starvation_guard_picks.iter().sum(),
             feature_updates: sum.feature_updates,
             feature_ns: sum.feature_ns,
@@ -880,6 +907,8 @@ impl<'a> Scheduler<'a> {
             placement_fallbacks: sum.placement_fallbacks,
             ..Default::default()
         };
+        (m.hold_lowest_free_pct, m.hold_reserve_pct) =
+            pressure::hold_headroom(global.as_ref(), &data.hold_lowest_free);
         if let Some(a) = agent {
             m.placement_agent_snapshots = a.snapshots;
             m.placement_predictions = a.predictions;

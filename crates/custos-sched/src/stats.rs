@@ -90,6 +90,36 @@ pub struct Metrics {
     pub overflow_holds: u64,
     #[stat(desc = "Running tasks whose slice the policy ended at a tick to budget them")]
     pub tick_preemptions: u64,
+    #[stat(desc = "Hold: times it began, a ring's free space under its reserve (--hold)")]
+    pub holds: u64,
+    #[stat(desc = "Hold: time it was on, in ns")]
+    pub hold_ns: u64,
+    #[stat(desc = "Hold: 1 while it is on")]
+    pub hold_on: u64,
+    #[stat(desc = "Hold: tasks put in the held queue")]
+    pub held: u64,
+    #[stat(desc = "Hold: CPUs running producers kicked when it began")]
+    pub hold_kicks: u64,
+    #[stat(desc = "Hold: running producers stopped at a tick")]
+    pub hold_tick_preemptions: u64,
+    #[stat(desc = "Hold: producers stopped as they were switched in")]
+    pub hold_running_kicks: u64,
+    #[stat(desc = "Hold: held tasks run after it ended")]
+    pub hold_released: u64,
+    #[stat(
+        desc = "Hold: held tasks let through after --hold-guard-ms (the consumer may wait for them)"
+    )]
+    pub hold_leaks: u64,
+    #[stat(
+        desc = "Hold: of the held, tasks held inside a program (the collector's kick at the crossing syscall)"
+    )]
+    pub held_in_program: u64,
+    #[stat(
+        desc = "Hold: the lowest free space seen on a ring, in percent of that ring (100 until seen)"
+    )]
+    pub hold_lowest_free_pct: f64,
+    #[stat(desc = "Hold: that ring's reserve, in percent of the ring (at most 37.5)")]
+    pub hold_reserve_pct: f64,
     #[stat(desc = "Queues consumed because a task waited past the starvation guard")]
     pub starvation_guard_picks: u64,
     #[stat(desc = "Feature-maintenance calls")]
@@ -232,6 +262,24 @@ impl Metrics {
             if self.collector_features != 0 { "yes" } else { "no" },
             self.availability,
         )?;
+        if self.holds > 0 || self.held > 0 {
+            writeln!(
+                w,
+                "  hold {} on {} for {:.1} ms | held {} ({} in a program) kicks {} tick {} running {} released {} leaks {} | lowest free {:.1}% reserve {:.1}%",
+                self.holds,
+                self.hold_on,
+                self.hold_ns as f64 / 1e6,
+                self.held,
+                self.held_in_program,
+                self.hold_kicks,
+                self.hold_tick_preemptions,
+                self.hold_running_kicks,
+                self.hold_released,
+                self.hold_leaks,
+                self.hold_lowest_free_pct,
+                self.hold_reserve_pct,
+            )?;
+        }
         if self.policy.starts_with("learned") || self.transitions > 0 {
             writeln!(
                 w,
@@ -359,6 +407,19 @@ impl Metrics {
                 .saturating_sub(prev.migration_disabled_next),
             tick_preemptions: self.tick_preemptions.saturating_sub(prev.tick_preemptions),
             overflow_holds: self.overflow_holds.saturating_sub(prev.overflow_holds),
+            holds: self.holds.saturating_sub(prev.holds),
+            hold_ns: self.hold_ns.saturating_sub(prev.hold_ns),
+            held: self.held.saturating_sub(prev.held),
+            hold_kicks: self.hold_kicks.saturating_sub(prev.hold_kicks),
+            hold_tick_preemptions: self
+                .hold_tick_preemptions
+                .saturating_sub(prev.hold_tick_preemptions),
+            hold_running_kicks: self
+                .hold_running_kicks
+                .saturating_sub(prev.hold_running_kicks),
+            hold_released: self.hold_released.saturating_sub(prev.hold_released),
+            hold_leaks: self.hold_leaks.saturating_sub(prev.hold_leaks),
+            held_in_program: self.held_in_program.saturating_sub(prev.held_in_program),
             starvation_guard_picks: self
                 .starvation_guard_picks
                 .saturating_sub(prev.starvation_guard_picks),

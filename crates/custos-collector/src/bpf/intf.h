@@ -211,6 +211,11 @@ struct custos_cpu_state {
 	/* Features-only mode: events counted in their task's features and not
 	 * recorded (0 in a recording run, where submit() counts them). */
 	__u64 counted;
+	/* The hold (custos sched --hold): set by submit() when a ring's free
+	 * space fell under the reserve; the syscall program then kicks this
+	 * CPU (hold_kick) and clears it. Kicks made, summed. */
+	__u64 hold_kick_pending;
+	__u64 hold_kicks;
 };
 
 #endif /* CUSTOS_COLLECTOR_INTF_H */

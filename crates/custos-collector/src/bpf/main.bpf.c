@@ -595,6 +595,36 @@ static __always_inline void account_task(__u32 tid, __u64 now, int dropped)
 	}
 }
 
+/*
+ * The hold (custos sched --hold, issue 29). A ring whose free space is under
+ * the reserve the consumer publishes (what one syscall can write, times the
+ * CPUs, times the syscalls that may run before a producer is off its CPU)
+ * stops this producer at the syscall that crossed it, not at the next tick:
+ * the syscall program kicks its own CPU (hold_kick) and the scheduler holds
+ * the task. The free space goes to the scheduler with it, fresher than the
+ * samples. Only while such a scheduler says it is there (hold_sched_ns).
+ */
+static __always_inline void note_hold_pressure(struct custos_cpu_state *cs, int ring,
+					       __u64 waiting)
+{
+	struct custos_global_features *g;
+	__u32 zero = 0;
+	__u64 size, reserve;
+
+	g = bpf_map_lookup_elem(&global_features, &zero);
+	if (!g || ring < 0 || ring >= CUSTOS_NR_RINGS)
+		return;
+	size = g->ring_size[ring];
+	reserve = g->hold_reserve_bytes[ring];
+	if (!reserve || waiting > size || size - waiting >= reserve)
+		return;
+	/* Only a scheduler holding producers wants the kick. */
+	if (bpf_ktime_get_ns() - g->hold_sched_ns > CUSTOS_HOLD_SCHED_FRESH_NS)
+		return;
+	g->ring_free_bytes[ring] = size - waiting;
+	cs->hold_kick_pending = 1;
+}
+
 static __always_inline void sample_availability(struct custos_cpu_state *cs)
 {
 	struct custos_global_features *g;
@@ -691,6 +721,31 @@ static __always_inline __u64 ring_record_bytes(__u64 len)
  */
 extern void bpf_preempt_disable(void) __ksym;
 extern void bpf_preempt_enable(void) __ksym;
+/* Weak: kernels without sched_ext load the collector as well (and never
+ * kick). A tracing program may call it (scx_kfunc_set_any). */
+extern void scx_bpf_kick_cpu(s32 cpu, u64 flags) __ksym __weak;
+#define CUSTOS_SCX_KICK_PREEMPT (1ULL << 1) /* enum scx_kick_flags, kernel ABI */
+
+/*
+ * A kick note_hold_pressure() asked for: this CPU is rescheduled at once,
+ * so the producer is off it (held, by custos sched --hold) at the end of
+ * this program, before its next syscall. Called with preemption off, after
+ * the record is built: the switch comes as preemption is turned back on.
+ */
+static __always_inline void hold_kick(void)
+{
+	struct custos_cpu_state *cs;
+	__u32 zero = 0;
+
+	cs = bpf_map_lookup_elem(&cpu_state, &zero);
+	if (!cs || !cs->hold_kick_pending)
+		return;
+	cs->hold_kick_pending = 0;
+	if (!bpf_ksym_exists(scx_bpf_kick_cpu))
+		return;
+	scx_bpf_kick_cpu(bpf_get_smp_processor_id(), CUSTOS_SCX_KICK_PREEMPT);
+	cs->hold_kicks++;
+}
 
 /*
  * Ends an attribute record with the task's root when it is not the host's:
@@ -797,6 +852,9 @@ __noinline int submit(struct custos_event *ev, struct attr_buf *b, int critical)
 			ev->flags |= CUSTOS_EV_ATTRS_LOST;
 		} else {
 			ev->flags |= CUSTOS_EV_HAS_ATTRS;
+			if (!critical)
+				note_hold_pressure(cs, CUSTOS_RING_ATTRS,
+						   bpf_ringbuf_query(&ring_attrs, BPF_RB_AVAIL_DATA));
 		}
 	}
 	__builtin_memcpy(slot, ev, sizeof(*slot));
@@ -804,6 +862,7 @@ __noinline int submit(struct custos_event *ev, struct attr_buf *b, int critical)
 	waiting = bpf_ringbuf_query(critical ? (void *)&ring_critical : (void *)&ring_events, BPF_RB_AVAIL_DATA);
 	bpf_ringbuf_submit(slot, wakeup_policy(waiting - ring_record_bytes(sizeof(*slot)), waiting,
 					       critical ? wake_shift_critical : wake_shift_events));
+	note_hold_pressure(cs, critical ? CUSTOS_RING_CRITICAL : CUSTOS_RING_EVENTS, waiting);
 out:
 	account_task(ev->tid, now, dropped);
 	sample_availability(cs);
@@ -1250,6 +1309,7 @@ static __always_inline int syscall_copy(int copy, __u32 phase, struct pt_regs *r
 		else
 			sys_exit(id, spec, arg, in);
 	}
+	hold_kick();
 	bpf_preempt_enable();
 	return 0;
 }
@@ -1266,7 +1326,7 @@ static __always_inline int syscall_copy(int copy, __u32 phase, struct pt_regs *r
 		return syscall_copy(n, PHASE_EXIT, regs, ret);                 \
 	}
 
-/* Keep in step with SYSCALL_COPIES in collector.rs. */
+/* CUSTOS_SYSCALL_COPIES of them; collector.rs checks the count. */
 SYSCALL_COPY(0)
 SYSCALL_COPY(1)
 SYSCALL_COPY(2)

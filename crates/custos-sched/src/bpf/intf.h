@@ -130,6 +130,16 @@ struct custos_sched_stats {
 	u64 placement_rejected_cpumask;		 /* the predicted CPU is not in the task's cpumask */
 	u64 placement_busy;			 /* the predicted CPU was not idle */
 	u64 placement_fallbacks;		 /* no prediction for the task (or a new task) */
+	/* The hold (--hold); 0 while it is off. */
+	u64 holds;				 /* times the hold began: a ring under its reserve */
+	u64 hold_ns;				 /* time the hold was on, summed */
+	u64 held;				 /* tasks put in the held queue */
+	u64 held_in_program;			 /* of those, held preempted inside a program */
+	u64 hold_kicks;				 /* CPUs running producers kicked when it began */
+	u64 hold_tick_preemptions;		 /* running producers stopped at the tick */
+	u64 hold_running_kicks;			 /* producers stopped as they were switched in */
+	u64 hold_released;			 /* held tasks run after the hold ended */
+	u64 hold_leaks;				 /* held tasks let through by hold_guard_ns */
 };
 
 /*

@@ -86,6 +86,31 @@ const volatile u8 availability_high = 64;	/* 50% of the ring free */
  */
 const volatile u64 starvation_guard_ns = 2000ULL * NSEC_PER_MSEC;
 
+/*
+ * The hold (issue 29; on with --hold). While a ring's free space is under
+ * the reserve the collector publishes (what one syscall can write, times
+ * the CPUs, times the syscalls that can run before a held task is off its
+ * CPU), every task that produces events waits in the held queue, off every
+ * CPU, until all rings are back above availability_high. Consumers,
+ * kthreads and tasks that made fewer than hold_allowance events since the
+ * hold began run on: the shell that sends a stopped consumer SIGCONT, a
+ * task that makes no traced syscall. A task making hold_light_rate events
+ * a window or more (or, in its first windows, whose parent did) is held at
+ * once. A held task is let through once it has waited hold_guard_ns,
+ * counted (hold_leaks): the consumer may be blocked on it (the reader of
+ * the pipe it writes into, a lock it holds). Longer than the starvation
+ * guard, so that a consumer stopped for its length loses nothing; shorter
+ * than the kernel's 30 s watchdog.
+ */
+const volatile bool hold_enabled;
+const volatile u32 hold_allowance = 64;
+/* Events a window at which a task is held at once. Lower (2) held the
+ * shell resuming a stopped consumer after its burst of a fork and a kill,
+ * and the stall lasted until the guard let it through (133 s). */
+const volatile u32 hold_light_rate = 64;
+/* How long a held task may wait before it is let through (hold_leaks). */
+const volatile u64 hold_guard_ns = 5000ULL * NSEC_PER_MSEC;
+
 /* Debug: the forced_comm / forced_pid maps override the policy. */
 const volatile bool queue_forcing;
 
@@ -219,6 +244,13 @@ struct task_ctx {
 	 */
 	u64 switch_count;
 	bool placement_created;	/* forked, its first runnable not seen yet */
+	/* The hold: the epoch this task was last seen in, its events then. */
+	u64 hold_epoch;
+	u64 hold_events_base;
+	u64 hold_pass_until;	/* let through by the starvation guard until then */
+	u64 inherited_rate;	/* its parent's event rate at fork (young tasks) */
+	bool held_in_program;	/* held while migration disabled (held_in_program[]) */
+	bool hold_spent;	/* its allowance in hold_epoch is spent (its children's too) */
 };
 
 struct {
@@ -275,6 +307,23 @@ u8 cpu_running[CUSTOS_MAX_CPUS];
  * the CPU, so the waiting one gets it.
  */
 u8 consumer_waiting_local[CUSTOS_MAX_CPUS];
+
+/* The held queue (see hold_enabled): one shared queue, FIFO. */
+#define CUSTOS_HELD_DSQ		(CUSTOS_PINNED_DSQ_BASE - 1)
+
+/* 1 while the hold is on; an epoch per hold, so allowances restart. */
+u32 hold_on;
+u64 hold_epoch;
+u64 hold_since_ns;
+/*
+ * Tasks held inside a program on each CPU (migration disabled: preempted
+ * there, as the collector's kick at the syscall that crossed the reserve
+ * leaves them). Each takes a copy of the collector's programs on its CPU
+ * until it runs again; one copy is always left (CUSTOS_SYSCALL_COPIES).
+ */
+u32 held_in_program[CUSTOS_MAX_CPUS];
+/* The lowest free space the scheduler saw on each ring (bytes; --stats). */
+u64 hold_lowest_free[CUSTOS_NR_RINGS] = { ~0ULL, ~0ULL, ~0ULL };
 
 /*
  * Slice of a task preempted with migration disabled, which runs next on its
@@ -783,6 +832,30 @@ static bool consume_waiting_consumer(s32 cpu, struct custos_sched_stats *st)
 	return true;
 }
 
+/*
+ * The held queue's head waited hold_guard_ns: run it, and do not hold it
+ * again for a slice (the consumer may be waiting for it).
+ */
+static bool let_held_through(u64 now, struct custos_sched_stats *st)
+{
+	struct task_struct *p;
+	struct task_ctx *tctx;
+
+	bpf_rcu_read_lock();
+	p = __COMPAT_scx_bpf_dsq_peek(CUSTOS_HELD_DSQ);
+	if (p) {
+		tctx = bpf_task_storage_get(&task_ctx_stor, p, 0, 0);
+		if (tctx)
+			tctx->hold_pass_until = now + slice_ns;
+	}
+	bpf_rcu_read_unlock();
+	if (!p || !scx_bpf_dsq_move_to_local(CUSTOS_HELD_DSQ, 0))
+		return false;
+	if (st)
+		st->hold_leaks++;
+	return true;
+}
+
 /* The starvation guard: consume the copy holding the longest-waiting head. */
 static bool consume_starving(s32 cpu, u64 now, struct custos_sched_stats *st)
 {
@@ -805,7 +878,15 @@ static bool consume_starving(s32 cpu, u64 now, struct custos_sched_stats *st)
 			oldest_q = q;
 		}
 	}
-	if (oldest < starvation_guard_ns || !scx_bpf_dsq_move_to_local(dsq, 0))
+	if (oldest < starvation_guard_ns)
+		oldest = 0;
+	/* The held queue has a guard of its own (hold_guard_ns). */
+	if (hold_enabled) {
+		w = head_wait(CUSTOS_HELD_DSQ, now);
+		if (w >= hold_guard_ns && w > oldest)
+			return let_held_through(now, st);
+	}
+	if (!oldest || !scx_bpf_dsq_move_to_local(dsq, 0))
 		return false;
 	oldest_q &= CUSTOS_MAX_QUEUES - 1;
 	if (oldest_q != CUSTOS_PRIMARY_QUEUE)
@@ -920,6 +1001,212 @@ static bool sync_wakeup_target(const struct task_struct *p, s32 *cpu)
 	return true;
 }
 
+/*
+ * Whether the hold is on, after looking at the rings: on when a ring's
+ * free space is under its reserve (at most 3/8 of the ring, so that a ring
+ * too small for the reserve still has a hold that ends), off when every
+ * ring is back above availability_high. The CPU that turns it on kicks the
+ * others running ordinary or budgeted tasks, so that each is queued again
+ * (and held) now rather than at its next tick; the CPU that turns it off
+ * kicks the idle ones to run what was held.
+ */
+static bool hold_update(u64 now)
+{
+	struct custos_global_features *g;
+	struct custos_sched_stats *st;
+	u32 zero = 0, nr_cpus;
+	bool under = false, clear = true;
+	s32 cpu, this_cpu;
+	int r;
+
+	if (!hold_enabled)
+		return false;
+	g = bpf_map_lookup_elem(&global_features, &zero);
+	/* Tells the collector's programs to kick at the crossing syscall. */
+	if (g && now - g->hold_sched_ns > CUSTOS_HOLD_SCHED_FRESH_NS / 4)
+		g->hold_sched_ns = now;
+	if (g && g->collector_running) {
+		for (r = 0; r < CUSTOS_NR_RINGS; r++) {
+			u64 size = g->ring_size[r], free = g->ring_free_bytes[r], reserve;
+
+			if (!size)
+				continue;
+			if (free < hold_lowest_free[r])
+				hold_lowest_free[r] = free;
+			reserve = g->hold_reserve_bytes[r]; /* capped by the collector */
+			if (free < reserve)
+				under = true;
+
+			if (free * CUSTOS_FEATURE_MAX < (u64)availability_high * size)
+				clear = false;
+		}
+	}
+	if (under && !hold_on) {
+		if (__sync_val_compare_and_swap(&hold_on, 0, 1) != 0)
+			return true;
+		__sync_fetch_and_add(&hold_epoch, 1);
+		hold_since_ns = now;
+		st = cpu_stats();
+		if (st)
+			st->holds++;
+		nr_cpus = scx_bpf_nr_cpu_ids();
+		this_cpu = bpf_get_smp_processor_id();
+		bpf_for(cpu, 0, nr_cpus) {
+			u8 running;
+
+			if (cpu >= CUSTOS_MAX_CPUS)
+				break;
+			running = cpu_running[cpu];
+			if (cpu == this_cpu ||
+			    (running != CUSTOS_RUN_PRIMARY && running != CUSTOS_RUN_BUDGETED))
+				continue;
+			scx_bpf_kick_cpu(cpu, SCX_KICK_PREEMPT);
+			if (st)
+				st->hold_kicks++;
+		}
+		return true;
+	}
+	if (hold_on && clear && !under) {
+		if (__sync_val_compare_and_swap(&hold_on, 1, 0) != 1)
+			return false;
+		st = cpu_stats();
+		if (st && now > hold_since_ns)
+			st->hold_ns += now - hold_since_ns;
+		nr_cpus = scx_bpf_nr_cpu_ids();
+		bpf_for(cpu, 0, nr_cpus)
+			scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
+		return false;
+	}
+	return hold_on;
+}
+
+/*
+ * A task's event rate now: the collector folds a window into the rate only
+ * when the task makes its next event, so a task asleep for seconds still
+ * shows the rate of its last burst (the shell that will resume a stopped
+ * consumer). Each window since then folds a zero in, as the collector's
+ * ewma_roll would; eight or more leave nothing.
+ */
+static u64 rate_since(const struct custos_task_features *tf, u64 now)
+{
+	u64 rate = task_event_rate(tf, now, false), idle = 0;
+	u32 i;
+
+	if (now > tf->window_start_ns)
+		idle = (now - tf->window_start_ns) / CUSTOS_RATE_WINDOW_NS;
+	if (idle >= 8)
+		return 0;
+	/* The open window is the first; the rest are empty. */
+	bpf_for(i, 1, idle)
+		rate -= rate >> CUSTOS_RATE_EWMA_SHIFT;
+	return rate;
+}
+
+static bool parent_spent(const struct task_struct *p, u64 epoch)
+{
+	struct task_struct *parent;
+	struct task_ctx *pctx = NULL;
+	bool spent = false;
+
+	bpf_rcu_read_lock();
+	parent = p->real_parent;
+	if (parent)
+		pctx = bpf_task_storage_get(&task_ctx_stor, parent, 0, 0);
+	if (pctx)
+		spent = pctx->hold_epoch == epoch && pctx->hold_spent;
+	bpf_rcu_read_unlock();
+	return spent;
+}
+
+/*
+ * Whether @p is to be held while the hold is on: a task that produces
+ * events, not a consumer or a kthread, and not one the starvation guard
+ * just let through. Its allowance counts from the first time it is seen in
+ * this hold.
+ */
+static bool holdable(const struct task_struct *p, struct task_ctx *tctx, u64 now)
+{
+	const struct custos_task_features *tf;
+	const struct custos_global_features *g;
+	u32 zero = 0, tid = p->pid;
+	u64 events = 0, rate = 0, epoch = hold_epoch;
+
+	/* An exiting task makes no more syscalls, and the kernel puts it back
+	 * on its CPU without asking enqueue (no SCX_OPS_ENQ_EXITING): kicked
+	 * off, it would only be kicked again. */
+	if (!tctx || (p->flags & (PF_KTHREAD | PF_EXITING)) || now < tctx->hold_pass_until)
+		return false;
+	g = bpf_map_lookup_elem(&global_features, &zero);
+	if (tctx->consumer || is_consumer(p, g))
+		return false;
+	/* This scheduler's own daemon (the loader sets its tgid, GRU or not). */
+	if (p->tgid == placement_agent_tgid)
+		return false;
+	tf = bpf_map_lookup_elem(&task_features, &tid);
+	if (tf && (!tf->start_time_ns || tf->start_time_ns == p->start_time)) {
+		events = tf->events_total;
+		rate = rate_since(tf, now);
+	}
+	/* A young task is its parent's kind until its own rate shows. */
+	if (now - p->start_time < 2 * CUSTOS_RATE_WINDOW_NS && tctx->inherited_rate > rate)
+		rate = tctx->inherited_rate;
+	if (tctx->hold_epoch != epoch) {
+		tctx->hold_epoch = epoch;
+		tctx->hold_events_base = events;
+		tctx->hold_spent = false;
+	}
+	if (rate >= hold_light_rate || events - tctx->hold_events_base >= hold_allowance) {
+		tctx->hold_spent = true;
+		return true;
+	}
+	/* A young task whose parent spent its allowance in this hold is held
+	 * too: a flood split into short-lived children (find -exec) would
+	 * otherwise start every child with a fresh allowance. */
+	return now - p->start_time < 2 * CUSTOS_RATE_WINDOW_NS && parent_spent(p, epoch);
+}
+
+/* Hold @p if the hold is on and it produces events; counts it. */
+static bool hold_task(struct task_struct *p, struct task_ctx *tctx, u64 enq_flags, u64 now)
+{
+	struct custos_sched_stats *st;
+
+	if (!hold_update(now) || !holdable(p, tctx, now))
+		return false;
+	scx_bpf_dsq_insert(p, CUSTOS_HELD_DSQ, slice_ns, enq_flags);
+	st = cpu_stats();
+	if (st)
+		st->held++;
+	return true;
+}
+
+/*
+ * Hold @p, preempted with migration disabled (inside a program), if the
+ * hold is on, it produces events, and its CPU has a copy of the collector's
+ * programs to spare: CUSTOS_SYSCALL_COPIES - 1 such tasks per CPU at most.
+ * Otherwise it leaves the program first (enqueue's short slice) and is held
+ * at its next stop.
+ */
+static bool hold_in_program(struct task_struct *p, struct task_ctx *tctx, u64 enq_flags)
+{
+	struct custos_sched_stats *st;
+	s32 cpu = scx_bpf_task_cpu(p);
+	u32 *held;
+
+	if (cpu < 0 || cpu >= CUSTOS_MAX_CPUS)
+		return false;
+	held = &held_in_program[cpu];
+	if (*held >= CUSTOS_SYSCALL_COPIES - 1)
+		return false;
+	if (!hold_task(p, tctx, enq_flags, bpf_ktime_get_ns()))
+		return false;
+	__sync_fetch_and_add(held, 1);
+	tctx->held_in_program = true;
+	st = cpu_stats();
+	if (st)
+		st->held_in_program++;
+	return true;
+}
+
 /* sched_ext callbacks, in the order the kernel calls them */
 
 s32 BPF_STRUCT_OPS(custos_select_cpu, struct task_struct *p, s32 prev_cpu, u64 wake_flags)
@@ -934,6 +1221,13 @@ s32 BPF_STRUCT_OPS(custos_select_cpu, struct task_struct *p, s32 prev_cpu, u64 w
 	tctx->decided = true;
 	if (decide_queue(p, tctx) != CUSTOS_PRIMARY_QUEUE)
 		return prev_cpu;
+	/* Held tasks go through enqueue, never straight to an idle CPU. */
+	if (hold_enabled) {
+		u64 now = bpf_ktime_get_ns();
+
+		if (hold_update(now) && holdable(p, tctx, now))
+			return prev_cpu;
+	}
 
 	/*
 	 * The GRU's CPU if usable (placement_gru.bpf.h); never for a consumer.
@@ -1088,11 +1382,19 @@ void BPF_STRUCT_OPS(custos_enqueue, struct task_struct *p, u64 enq_flags)
 	 */
 	if (!(enq_flags & SCX_ENQ_WAKEUP) && is_migration_disabled(p) &&
 	    !(tctx && tctx->consumer)) {
+		/* Under the hold, a producer the collector kicked at the syscall
+		 * that crossed the reserve is held where it stopped, while a
+		 * copy of the programs is left on its CPU. */
+		if (hold_enabled && tctx && hold_in_program(p, tctx, enq_flags))
+			return;
 		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, MIGRATION_DISABLED_SLICE_NS, enq_flags);
 		if (st)
 			st->migration_disabled_next++;
 		return;
 	}
+
+	if (hold_enabled && hold_task(p, tctx, enq_flags, bpf_ktime_get_ns()))
+		return;
 
 	if (tctx && tctx->consumer && q == CUSTOS_PRIMARY_QUEUE) {
 		if (enqueue_consumer(p, tctx, enq_flags, st))
@@ -1127,7 +1429,7 @@ void BPF_STRUCT_OPS(custos_dispatch, s32 cpu, struct task_struct *prev)
 	struct cpu_ctx *cctx = this_cpu_ctx();
 	u64 now = bpf_ktime_get_ns(), earliest = 0, tried = 0;
 	struct task_ctx *prev_ctx = NULL;
-	bool prev_queued = prev && (prev->scx.flags & SCX_TASK_QUEUED), hold;
+	bool prev_queued = prev && (prev->scx.flags & SCX_TASK_QUEUED), hold, holding;
 	u32 q, attempt;
 
 	if (prev_queued)
@@ -1155,7 +1457,14 @@ void BPF_STRUCT_OPS(custos_dispatch, s32 cpu, struct task_struct *prev)
 	}
 	if (consumer_preempt && consume_waiting_consumer(cpu, st))
 		return;
-	hold = overflow_hold && availability_now() <= availability_low;
+	holding = hold_update(now);
+	/* Released: what was held has waited longest. */
+	if (hold_enabled && !holding && scx_bpf_dsq_move_to_local(CUSTOS_HELD_DSQ, 0)) {
+		if (st)
+			st->hold_released++;
+		return;
+	}
+	hold = holding || (overflow_hold && availability_now() <= availability_low);
 	if (hold) {
 		earliest = now + OVERFLOW_RECHECK_NS;
 		if (st)
@@ -1223,7 +1532,7 @@ primary:
 	}
 
 	/* Nothing else to run: keep prev if its queue allows it another slice. */
-	if (prev_ctx) {
+	if (prev_ctx && !(holding && holdable(prev, prev_ctx, now))) {
 		q = prev_ctx->queue & (CUSTOS_MAX_QUEUES - 1);
 		if (q == CUSTOS_PRIMARY_QUEUE ||
 		    (!hold && (work_conserving || now - last_consumed_ns[q] >= waiting_time_ns[q]))) {
@@ -1289,6 +1598,23 @@ void BPF_STRUCT_OPS(custos_running, struct task_struct *p)
 		return;
 	tctx->running_at = now;
 	tctx->switch_count++;
+	if (tctx->held_in_program) {
+		s32 cpu = scx_bpf_task_cpu(p);
+
+		tctx->held_in_program = false;
+		if (cpu >= 0 && cpu < CUSTOS_MAX_CPUS && held_in_program[cpu])
+			__sync_fetch_and_sub(&held_in_program[cpu], 1);
+	}
+	/*
+	 * A producer queued before the hold began (or run by an idle CPU that
+	 * did not look): off again at once, through enqueue, which holds it.
+	 * Not inside a program (migration disabled): it has to leave it first.
+	 */
+	if (hold_enabled && hold_on && !is_migration_disabled(p) && holdable(p, tctx, now)) {
+		scx_bpf_kick_cpu(scx_bpf_task_cpu(p), SCX_KICK_PREEMPT);
+		if (st)
+			st->hold_running_kicks++;
+	}
 	if (tctx->consumer)
 		set_consumer_waiting_local(scx_bpf_task_cpu(p), 0);
 	q = tctx->queue & (CUSTOS_MAX_QUEUES - 1);
@@ -1377,6 +1703,16 @@ void BPF_STRUCT_OPS(custos_tick, struct task_struct *p)
 	struct task_ctx *tctx = task_ctx(p);
 	u64 now = bpf_ktime_get_ns();
 
+	/* Every CPU's tick looks at the rings: the hold begins and ends here
+	 * even while no task wakes or sleeps. */
+	if (hold_enabled && hold_update(now) && tctx && !tctx->consumer &&
+	    !is_migration_disabled(p) && holdable(p, tctx, now)) {
+		p->scx.slice = 0;
+		st = cpu_stats();
+		if (st)
+			st->hold_tick_preemptions++;
+		return;
+	}
 	if (tctx && tctx->consumer) {
 		keep_consumer(p, tctx, now);
 		return;
@@ -1438,6 +1774,21 @@ s32 BPF_STRUCT_OPS(custos_init_task, struct task_struct *p, struct scx_init_task
 	tctx->nvcsw_window_start = now;
 	tctx->nvcsw_at_window = p->nvcsw;
 	tctx->placement_created = args->fork;
+	/* A child starts as its parent's kind (the hold): fork runs in the parent. */
+	if (hold_enabled && args->fork) {
+		struct task_struct *parent = bpf_get_current_task_btf();
+		const struct custos_task_features *tf;
+		struct task_ctx *pctx;
+		u32 tid = parent->pid;
+
+		tf = bpf_map_lookup_elem(&task_features, &tid);
+		if (tf && (!tf->start_time_ns || tf->start_time_ns == parent->start_time))
+			tctx->inherited_rate = task_event_rate(tf, now, false);
+		pctx = bpf_task_storage_get(&task_ctx_stor, parent, 0, 0);
+		if (pctx && now - parent->start_time < 2 * CUSTOS_RATE_WINDOW_NS &&
+		    pctx->inherited_rate > tctx->inherited_rate)
+			tctx->inherited_rate = pctx->inherited_rate;
+	}
 	return 0;
 }
 
@@ -1463,6 +1814,11 @@ s32 BPF_STRUCT_OPS_SLEEPABLE(custos_init)
 				return err;
 			}
 		}
+	}
+	err = scx_bpf_create_dsq(CUSTOS_HELD_DSQ, -1);
+	if (err) {
+		scx_bpf_error("failed to create the held queue: %d", err);
+		return err;
 	}
 	bpf_for(cpu, 0, nr_cpus) {
 		struct budget_timer *bt;

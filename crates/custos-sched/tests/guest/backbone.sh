@@ -161,6 +161,8 @@ zeros() { i=0; while [ $i -lt $1 ]; do printf '0 '; i=$((i + 1)); done; }
 global_value() {
 	for r in 1 2 3; do le64 1048576; done
 	for r in 1 2 3; do le64 "$1"; done
+	zeros 24  # hold_reserve_bytes: no hold
+	zeros 8   # hold_sched_ns
 	zeros 32  # produced, consumed, consumer_lag, updated_ns
 	zeros 32  # consumer_pids: none from the "collector"
 	le32 0; le32 1  # nr_consumers, collector_running
@@ -178,7 +180,7 @@ policy() {
 	dir=/sys/fs/bpf/custos-test
 	mkdir -p $dir
 	bpftool map create $dir/task_features type lru_hash key 4 value 56 entries 65536 name task_features
-	bpftool map create $dir/global_features type array key 4 value 120 entries 1 name global_features
+	bpftool map create $dir/global_features type array key 4 value 152 entries 1 name global_features
 	bpftool map update pinned $dir/global_features key $(le32 0) value $(global_value 65536)
 	ln -sf "$(command -v dash)" /tmp/producer
 	ln -sf "$(command -v dash)" /tmp/consumer
@@ -191,7 +193,9 @@ policy() {
 	$BIN --pin-dir $dir --consumer consumer --audit-pressure --stats-json "$OUT/policy.json" \
 		>"$OUT/policy.log" 2>&1 &
 	pid=$!
-	wait_state enabled 60 || { echo "policy.attached no"; kill -INT $pid; return; }
+	# On failure too, the three spinning shells go: left running, they
+	# starved every later section (a 1200 s timeout).
+	wait_state enabled 60 || { echo "policy.attached no"; kill -INT $pid; kill $prod $cons $stranger; return; }
 	sleep 3
 	# the rings drain: 100% free
 	bpftool map update pinned $dir/global_features key $(le32 0) value $(global_value 1048576)
