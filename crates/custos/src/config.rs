@@ -214,12 +214,17 @@ fn to_args(
     Ok(out)
 }
 
-/// Whether the user's own arguments set the argument `id` (long or short
-/// form), in which case the command line wins and the file's value is left out.
+/// Whether the user set the argument `id` on the command line (long or
+/// short form) or through its environment variable (`CUSTOS_DB`), in which
+/// case the file's value is left out: the command line, then the
+/// environment, then the file, as a unit's `Environment=` expects.
 fn given(sub: &clap::Command, id: String, user: &[OsString]) -> bool {
     let Some(arg) = sub.get_arguments().find(|a| a.get_id() == id.as_str()) else {
         return false;
     };
+    if arg.get_env().is_some_and(|e| std::env::var_os(e).is_some()) {
+        return true;
+    }
     let long = arg.get_long().map(|l| format!("--{l}"));
     let short = arg.get_short();
     for a in user {
