@@ -29,6 +29,8 @@ APT_PACKAGES=(
   iproute2 kmod
   # the GRU placement benchmark's CPU workload (bench/placement/, seed 002)
   sysbench
+  # systemd-analyze verify for the service units (crates/custos/tests/units.rs)
+  systemd
 )
 
 missing=()

@@ -1,9 +1,11 @@
 //! `custos`: the one command. Thin glue; each subcommand's options and logic
 //! live in the library crate that owns the job.
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
+use std::path::PathBuf;
 
 mod collect;
+mod config;
 mod verify;
 
 /// mimalloc instead of glibc malloc: the store's ingest (`ingest`, `collect
@@ -19,6 +21,12 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
     about = "Complete Linux provenance under the super producer attack"
 )]
 struct Cli {
+    /// Read options from this TOML file: one table per subcommand
+    /// ([collect], [sched], [fleet-ingest]) whose keys are its long flags;
+    /// the command line overrides it. Default: /etc/custos/custos.toml if
+    /// it exists (docs/operations.md).
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -51,7 +59,25 @@ enum Command {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    // The config file becomes arguments before clap parses, so its values
+    // are validated exactly as the command line's are, before any file is
+    // created (src/config.rs).
+    let (argv, from) = match config::expand(&Cli::command(), std::env::args_os().collect()) {
+        Ok(x) => x,
+        Err(err) => {
+            eprintln!("custos: error: {err:#}");
+            std::process::exit(2);
+        }
+    };
+    let cli = match (Cli::try_parse_from(argv), from) {
+        (Ok(cli), _) => cli,
+        (Err(err), Some(from)) if err.use_stderr() => {
+            let _ = err.print();
+            eprintln!("note: options were also read from {from}");
+            std::process::exit(err.exit_code());
+        }
+        (Err(err), _) => err.exit(),
+    };
     let result = match cli.command {
         Command::Vm(cmd) => custos_vm::cli::run(cmd),
         Command::Collect(cmd) => collect::run(cmd),

@@ -1,0 +1,250 @@
+//! The configuration file (`/etc/custos/custos.toml`, or `--config FILE`):
+//! one table per subcommand (`[collect]`, `[sched]`, `[fleet-ingest]`),
+//! whose keys are that subcommand's long flags, so a service is configured
+//! without editing its command line (docs/operations.md).
+//!
+//! The file is turned into `--key=value` arguments placed before the
+//! user's own, and clap then parses everything as usual: the file gets
+//! exactly the command line's validation, and the set of valid keys is
+//! clap's own (one definition, no list kept here).
+
+use anyhow::{anyhow, bail, Context, Result};
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+/// Read when no `--config` is given; its absence changes nothing.
+pub const DEFAULT_PATH: &str = "/etc/custos/custos.toml";
+
+/// Flags that belong to clap or to the file itself, never to a table.
+const NOT_KEYS: &[&str] = &["help", "version", "config"];
+
+/// `argv` with the options of the running subcommand's table inserted
+/// after the subcommand's name, unless the command line sets them itself;
+/// and, when any were, `FILE [table]` for an error's context.
+pub fn expand(cmd: &clap::Command, argv: Vec<OsString>) -> Result<(Vec<OsString>, Option<String>)> {
+    let (path, explicit) = match config_flag(&argv)? {
+        Some(p) => (p, true),
+        None => (PathBuf::from(DEFAULT_PATH), false),
+    };
+    if !explicit && !path.exists() {
+        return Ok((argv, None));
+    }
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read the config file {}", path.display()))?;
+    let table: toml::Table = text
+        .parse()
+        .with_context(|| format!("the config file {} is not valid TOML", path.display()))?;
+    let file = path.display().to_string();
+    // Every table is checked, not just the running one: a typo in
+    // [sched] is reported the first time any custos command reads it.
+    let mut tables = Vec::new();
+    for (name, value) in &table {
+        let sub = find_subcommand(cmd, name).ok_or_else(|| {
+            let names = leaf_names(cmd, "");
+            anyhow!(
+                "{file}: unknown table [{name}]{}; tables are named after the subcommands: {}",
+                suggest(name, names.iter().map(String::as_str)),
+                names.join(", ")
+            )
+        })?;
+        let toml::Value::Table(t) = value else {
+            bail!("{file}: `{name}` must be a table ([{name}] with the flags under it), not a single value");
+        };
+        tables.push((name.as_str(), to_args(&file, name, sub, t)?));
+    }
+    let (at, running) = subcommand_path(cmd, &argv);
+    let Some((_, extra)) = tables.into_iter().find(|(n, _)| *n == running) else {
+        return Ok((argv, None));
+    };
+    let sub = find_subcommand(cmd, &running).expect("checked above");
+    let user = &argv[at..];
+    let mut out = argv[..at].to_vec();
+    for (arg, value) in extra {
+        if !given(sub, arg, user) {
+            out.extend(value);
+        }
+    }
+    let used = out.len() > at;
+    out.extend_from_slice(user);
+    Ok((out, used.then(|| format!("{file} [{running}]"))))
+}
+
+/// The value of `--config` (`--config F` or `--config=F`) anywhere
+/// before `--`.
+fn config_flag(argv: &[OsString]) -> Result<Option<PathBuf>> {
+    let mut it = argv.iter().skip(1);
+    while let Some(a) = it.next() {
+        match a.to_str() {
+            Some("--") => break,
+            Some("--config") => {
+                let v = it.next().ok_or_else(|| anyhow!("--config needs a FILE"))?;
+                return Ok(Some(PathBuf::from(v)));
+            }
+            Some(s) if s.starts_with("--config=") => {
+                return Ok(Some(PathBuf::from(&s["--config=".len()..])))
+            }
+            _ => {}
+        }
+    }
+    Ok(None)
+}
+
+/// Where the subcommand's own arguments start in `argv`, and the table
+/// name of the subcommand (`fleet ingest` → `fleet-ingest`).
+fn subcommand_path(cmd: &clap::Command, argv: &[OsString]) -> (usize, String) {
+    let mut cur = cmd;
+    let mut names: Vec<&str> = Vec::new();
+    let mut i = 1;
+    while i < argv.len() {
+        let Some(a) = argv[i].to_str() else { break };
+        if a == "--config" {
+            i += 2;
+            continue;
+        }
+        if a.starts_with('-') {
+            i += 1;
+            continue;
+        }
+        match cur.find_subcommand(a) {
+            Some(s) => {
+                names.push(s.get_name());
+                cur = s;
+                i += 1;
+                if !cur.has_subcommands() {
+                    break;
+                }
+            }
+            None => break,
+        }
+    }
+    (i.min(argv.len()), names.join("-"))
+}
+
+/// The leaf subcommand a table name stands for.
+fn find_subcommand<'a>(cmd: &'a clap::Command, table: &str) -> Option<&'a clap::Command> {
+    cmd.get_subcommands().find_map(|s| {
+        let name = s.get_name();
+        if !s.has_subcommands() {
+            return (name == table).then_some(s);
+        }
+        let rest = table.strip_prefix(name)?.strip_prefix('-')?;
+        find_subcommand(s, rest)
+    })
+}
+
+fn leaf_names(cmd: &clap::Command, prefix: &str) -> Vec<String> {
+    cmd.get_subcommands()
+        .filter(|s| s.get_name() != "help")
+        .flat_map(|s| {
+            let name = format!("{prefix}{}", s.get_name());
+            match s.has_subcommands() {
+                true => leaf_names(s, &format!("{name}-")),
+                false => vec![name],
+            }
+        })
+        .collect()
+}
+
+/// ` (did you mean `x`?)` for the closest candidate, if any is close.
+fn suggest<'a>(key: &str, candidates: impl Iterator<Item = &'a str>) -> String {
+    candidates
+        .map(|c| (strsim::jaro(key, c), c))
+        .filter(|(score, _)| *score > 0.7)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, c)| format!(" (did you mean `{c}`?)"))
+        .unwrap_or_default()
+}
+
+/// Each key of `[table]` as its arguments, keyed by the clap argument id.
+fn to_args(
+    file: &str,
+    table: &str,
+    sub: &clap::Command,
+    t: &toml::Table,
+) -> Result<Vec<(String, Vec<OsString>)>> {
+    let longs = || {
+        sub.get_arguments()
+            .filter_map(|a| a.get_long())
+            .filter(|l| !NOT_KEYS.contains(l))
+    };
+    let mut out = Vec::new();
+    for (key, value) in t {
+        let arg = sub
+            .get_arguments()
+            .find(|a| a.get_long() == Some(key.as_str()) && !NOT_KEYS.contains(&key.as_str()))
+            .ok_or_else(|| {
+                anyhow!(
+                    "{file}: unknown key `{key}` in [{table}]{}; the keys are `custos {}`'s long flags",
+                    suggest(key, longs()),
+                    table.replace('-', " ")
+                )
+            })?;
+        let is_flag = !arg.get_action().takes_values();
+        let many = matches!(arg.get_action(), clap::ArgAction::Append);
+        let wrong = |want: &str| {
+            anyhow!(
+                "{file}: `{key}` in [{table}] must be {want}, not {} ({})",
+                value.type_str(),
+                value
+            )
+        };
+        let scalar = |v: &toml::Value| -> Result<OsString> {
+            let s = match v {
+                toml::Value::String(s) => s.clone(),
+                toml::Value::Integer(i) => i.to_string(),
+                toml::Value::Float(f) => f.to_string(),
+                _ => return Err(wrong("a string or a number")),
+            };
+            Ok(format!("--{key}={s}").into())
+        };
+        let args = match value {
+            toml::Value::Boolean(b) if is_flag => match b {
+                true => vec![OsString::from(format!("--{key}"))],
+                false => vec![],
+            },
+            _ if is_flag => return Err(wrong("true or false (it is a flag)")),
+            toml::Value::Array(items) if many => {
+                items.iter().map(scalar).collect::<Result<Vec<_>>>()?
+            }
+            toml::Value::Array(_) => return Err(wrong("a single value")),
+            v => vec![scalar(v)?],
+        };
+        out.push((arg.get_id().to_string(), args));
+    }
+    Ok(out)
+}
+
+/// Whether the user set the argument `id` on the command line (long or
+/// short form) or through its environment variable (`CUSTOS_DB`), in which
+/// case the file's value is left out: the command line, then the
+/// environment, then the file, as a unit's `Environment=` expects.
+fn given(sub: &clap::Command, id: String, user: &[OsString]) -> bool {
+    let Some(arg) = sub.get_arguments().find(|a| a.get_id() == id.as_str()) else {
+        return false;
+    };
+    if arg.get_env().is_some_and(|e| std::env::var_os(e).is_some()) {
+        return true;
+    }
+    let long = arg.get_long().map(|l| format!("--{l}"));
+    let short = arg.get_short();
+    for a in user {
+        let Some(a) = a.to_str() else { continue };
+        if a == "--" {
+            break;
+        }
+        if let Some(l) = &long {
+            if a == l
+                || a.strip_prefix(l.as_str())
+                    .is_some_and(|r| r.starts_with('='))
+            {
+                return true;
+            }
+        }
+        if let (Some(c), Some(rest)) = (short, a.strip_prefix('-')) {
+            if !rest.starts_with('-') && rest.starts_with(c) {
+                return true;
+            }
+        }
+    }
+    false
+}

@@ -1,0 +1,240 @@
+//! The systemd units of deploy/systemd/ as systemd would run them: each
+//! passes `systemd-analyze verify` and its command line parses; the
+//! collector's unit, run as its lines say (ExecStartPre, ExecStart, the
+//! KillSignal within TimeoutStopSec, a restart), records with real BPF,
+//! stops with its final account, and never overwrites an earlier
+//! recording. Paths under /var/lib/custos and /usr/bin/custos are moved into
+//! a temporary directory; nothing else of the lines is changed. The
+//! collector part needs root (BPF); a host collector test.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const UNITS: &[&str] = &[
+    "custos-collect.service",
+    "custos-sched.service",
+    "custos-fleet-ingest.service",
+];
+
+fn unit(name: &str) -> String {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../deploy/systemd")
+        .join(name);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// The value of `key=` in the unit (the first, comments skipped).
+fn value(text: &str, key: &str) -> String {
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix('=').map(str::to_string))
+        .unwrap_or_else(|| panic!("no {key}= in the unit"))
+}
+
+/// A unit's text with the installed paths moved under `root`, and systemd's
+/// `%%` specifier unescaped as systemd does before running a line.
+fn relocated(text: &str, root: &Path) -> String {
+    text.replace("/usr/bin/custos", env!("CARGO_BIN_EXE_custos"))
+        .replace("/var/lib/custos", &root.to_string_lossy())
+}
+
+fn seconds(v: &str) -> u64 {
+    v.strip_suffix('s').unwrap_or(v).parse().unwrap()
+}
+
+#[test]
+fn every_unit_verifies_and_its_command_line_parses() {
+    let tmp = tempfile::tempdir().unwrap();
+    for name in UNITS {
+        let text = relocated(&unit(name), tmp.path());
+        let path = tmp.path().join(name);
+        std::fs::write(&path, &text).unwrap();
+        let out = Command::new("systemd-analyze")
+            .arg("verify")
+            .arg(&path)
+            .output()
+            .expect("systemd-analyze (Debian's systemd package)");
+        assert!(
+            out.status.success(),
+            "{name}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // clap stops at --help only after parsing (and checking the values
+        // of) every argument before it.
+        let start = value(&text, "ExecStart");
+        let mut words = start.split_whitespace();
+        let out = Command::new(words.next().unwrap())
+            .args(words)
+            .arg("--help")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{name}: ExecStart={start}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// Runs the collector unit's ExecStartPre then ExecStart until it has
+/// written events, stops it with its KillSignal, and returns the recording.
+fn run_collect_unit(text: &str, state: &Path, port: u16) -> (PathBuf, Vec<u8>) {
+    // ExecStartPre=/bin/sh -c '...': the script between the quotes.
+    let pre = value(text, "ExecStartPre");
+    let script = pre
+        .strip_prefix("/bin/sh -c '")
+        .and_then(|s| s.strip_suffix('\''))
+        .unwrap_or_else(|| panic!("ExecStartPre is not /bin/sh -c '...': {pre}"))
+        .replace("%%", "%");
+    let st = Command::new("/bin/sh")
+        .args(["-c", &script])
+        .status()
+        .unwrap();
+    assert!(st.success(), "ExecStartPre failed");
+
+    let start = value(text, "ExecStart").replace("127.0.0.1:9464", &format!("127.0.0.1:{port}"));
+    let mut words = start.split_whitespace();
+    let mut child = Command::new(words.next().unwrap())
+        .args(words)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = state.join("events.jsonl");
+    let t0 = Instant::now();
+    // A process's opens, recorded under the unit's lines (a child: the
+    // collector leaves out its own parent, this test).
+    while std::fs::read(&out).map_or(true, |b| !b.windows(8).any(|w| w == b"\"openat\"")) {
+        Command::new("cat")
+            .arg("/etc/hostname")
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        if let Ok(Some(st)) = child.try_wait() {
+            let mut err = String::new();
+            std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).ok();
+            panic!("the collector exited at once ({st}): {err}");
+        }
+        if t0.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            let mut err = String::new();
+            std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).ok();
+            let size = std::fs::metadata(&out).map(|m| m.len());
+            panic!(
+                "no open recorded in 60 s ({} {size:?}): {err}",
+                out.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Its metrics are served where the line says.
+    let scrape = std::net::TcpStream::connect(("127.0.0.1", port));
+    assert!(scrape.is_ok(), "--metrics not served: {scrape:?}");
+
+    let signal = value(text, "KillSignal");
+    let stop = Duration::from_secs(seconds(&value(text, "TimeoutStopSec")));
+    let t1 = Instant::now();
+    let kill = Command::new("kill")
+        .args([
+            &format!("-{}", signal.trim_start_matches("SIG")),
+            &child.id().to_string(),
+        ])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if t1.elapsed() > stop {
+            let _ = child.kill();
+            panic!("not stopped by {signal} within TimeoutStopSec ({stop:?}): systemd would SIGKILL it");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).ok();
+    assert!(
+        status.success(),
+        "{signal} is a clean stop: {status}: {err}"
+    );
+    let body = std::fs::read(&out).unwrap();
+    let last = String::from_utf8_lossy(&body);
+    assert!(
+        last.lines()
+            .any(|l| l.contains("\"type\":\"stats\"") && l.contains("\"final\":true")),
+        "no final account after {signal}: {err}"
+    );
+    (out, body)
+}
+
+#[test]
+fn the_collector_unit_records_stops_with_its_account_and_a_restart_keeps_the_recording() {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path();
+    let text = relocated(&unit("custos-collect.service"), state);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+
+    let (out, first) = run_collect_unit(&text, state, port);
+    // A restart: the first recording is moved aside, byte for byte, and a
+    // new one begins.
+    let (_, second) = run_collect_unit(&text, state, port);
+    let mut kept: Vec<PathBuf> = std::fs::read_dir(state)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p != &out
+                && p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("events.jsonl.")
+        })
+        .collect();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    let kept = kept.pop().unwrap();
+    assert!(
+        std::fs::read(&kept).unwrap() == first,
+        "{} is not the first recording",
+        kept.display()
+    );
+    assert!(second != first);
+    // Named by the UTC time of the move: events.jsonl.YYYYMMDDTHHMMSS.NNNNNNNNNZ
+    let name = kept.file_name().unwrap().to_string_lossy().into_owned();
+    let stamp = name.strip_prefix("events.jsonl.").unwrap();
+    assert!(
+        stamp.len() == 26 && stamp.ends_with('Z') && stamp.as_bytes()[8] == b'T',
+        "{name}"
+    );
+
+    // A file already at the name the move would take is never replaced:
+    // `mv -n` leaves both, and collect then refuses the existing output.
+    let pre = value(&text, "ExecStartPre").replace("%%", "%");
+    let stamp = "$(date -u +%Y%m%dT%H%M%S.%NZ)";
+    assert!(pre.contains(stamp), "{pre}");
+    let script = pre
+        .strip_prefix("/bin/sh -c '")
+        .and_then(|s| s.strip_suffix('\''))
+        .unwrap()
+        .replace(stamp, "fixed");
+    std::fs::write(state.join("events.jsonl.fixed"), b"older\n").unwrap();
+    let st = Command::new("/bin/sh")
+        .args(["-c", &script])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    assert!(
+        std::fs::read(state.join("events.jsonl.fixed")).unwrap()
+            == b"older
+",
+        "a file of the same name was replaced"
+    );
+    assert!(
+        std::fs::read(&out).unwrap() == second,
+        "the recording was moved onto another file's name"
+    );
+}
