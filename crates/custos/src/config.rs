@@ -56,11 +56,10 @@ pub fn expand(cmd: &clap::Command, argv: Vec<OsString>) -> Result<(Vec<OsString>
     let Some((_, extra)) = tables.into_iter().find(|(n, _)| *n == running) else {
         return Ok((argv, None));
     };
-    let sub = find_subcommand(cmd, &running).expect("checked above");
     let user = &argv[at..];
     let mut out = argv[..at].to_vec();
     for (arg, value) in extra {
-        if !given(sub, arg, user) {
+        if !given(arg, user) {
             out.extend(value);
         }
     }
@@ -155,13 +154,13 @@ fn suggest<'a>(key: &str, candidates: impl Iterator<Item = &'a str>) -> String {
         .unwrap_or_default()
 }
 
-/// Each key of `[table]` as its arguments, keyed by the clap argument id.
-fn to_args(
+/// Each key of `[table]` as its clap argument and the arguments it becomes.
+fn to_args<'a>(
     file: &str,
     table: &str,
-    sub: &clap::Command,
+    sub: &'a clap::Command,
     t: &toml::Table,
-) -> Result<Vec<(String, Vec<OsString>)>> {
+) -> Result<Vec<(&'a clap::Arg, Vec<OsString>)>> {
     let longs = || {
         sub.get_arguments()
             .filter_map(|a| a.get_long())
@@ -209,19 +208,16 @@ fn to_args(
             toml::Value::Array(_) => return Err(wrong("a single value")),
             v => vec![scalar(v)?],
         };
-        out.push((arg.get_id().to_string(), args));
+        out.push((arg, args));
     }
     Ok(out)
 }
 
-/// Whether the user set the argument `id` on the command line (long or
-/// short form) or through its environment variable (`CUSTOS_DB`), in which
-/// case the file's value is left out: the command line, then the
-/// environment, then the file, as a unit's `Environment=` expects.
-fn given(sub: &clap::Command, id: String, user: &[OsString]) -> bool {
-    let Some(arg) = sub.get_arguments().find(|a| a.get_id() == id.as_str()) else {
-        return false;
-    };
+/// Whether the user set `arg` on the command line (long or short form) or
+/// through its environment variable (`CUSTOS_DB`), in which case the file's
+/// value is left out: the command line, then the environment, then the
+/// file, as a unit's `Environment=` expects.
+fn given(arg: &clap::Arg, user: &[OsString]) -> bool {
     if arg.get_env().is_some_and(|e| std::env::var_os(e).is_some()) {
         return true;
     }

@@ -31,11 +31,27 @@ fn value(text: &str, key: &str) -> String {
         .unwrap_or_else(|| panic!("no {key}= in the unit"))
 }
 
-/// A unit's text with the installed paths moved under `root`, and systemd's
-/// `%%` specifier unescaped as systemd does before running a line.
+/// A unit's text with the installed paths moved under `root`.
 fn relocated(text: &str, root: &Path) -> String {
     text.replace("/usr/bin/custos", env!("CARGO_BIN_EXE_custos"))
         .replace("/var/lib/custos", &root.to_string_lossy())
+}
+
+/// The script of `ExecStartPre=/bin/sh -c '...'`, with systemd's `%%`
+/// specifier unescaped as systemd does before running the line.
+fn pre_script(text: &str) -> String {
+    let pre = value(text, "ExecStartPre");
+    pre.strip_prefix("/bin/sh -c '")
+        .and_then(|s| s.strip_suffix('\''))
+        .unwrap_or_else(|| panic!("ExecStartPre is not /bin/sh -c '...': {pre}"))
+        .replace("%%", "%")
+}
+
+/// What a child wrote to its piped stderr, once it has exited.
+fn stderr_of(child: &mut std::process::Child) -> String {
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).ok();
+    err
 }
 
 fn seconds(v: &str) -> u64 {
@@ -80,13 +96,7 @@ fn every_unit_verifies_and_its_command_line_parses() {
 /// Runs the collector unit's ExecStartPre then ExecStart until it has
 /// written events, stops it with its KillSignal, and returns the recording.
 fn run_collect_unit(text: &str, state: &Path, port: u16) -> (PathBuf, Vec<u8>) {
-    // ExecStartPre=/bin/sh -c '...': the script between the quotes.
-    let pre = value(text, "ExecStartPre");
-    let script = pre
-        .strip_prefix("/bin/sh -c '")
-        .and_then(|s| s.strip_suffix('\''))
-        .unwrap_or_else(|| panic!("ExecStartPre is not /bin/sh -c '...': {pre}"))
-        .replace("%%", "%");
+    let script = pre_script(text);
     let st = Command::new("/bin/sh")
         .args(["-c", &script])
         .status()
@@ -112,14 +122,14 @@ fn run_collect_unit(text: &str, state: &Path, port: u16) -> (PathBuf, Vec<u8>) {
             .status()
             .unwrap();
         if let Ok(Some(st)) = child.try_wait() {
-            let mut err = String::new();
-            std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).ok();
-            panic!("the collector exited at once ({st}): {err}");
+            panic!(
+                "the collector exited at once ({st}): {}",
+                stderr_of(&mut child)
+            );
         }
         if t0.elapsed() > Duration::from_secs(60) {
             let _ = child.kill();
-            let mut err = String::new();
-            std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).ok();
+            let err = stderr_of(&mut child);
             let size = std::fs::metadata(&out).map(|m| m.len());
             panic!(
                 "no open recorded in 60 s ({} {size:?}): {err}",
@@ -153,16 +163,15 @@ fn run_collect_unit(text: &str, state: &Path, port: u16) -> (PathBuf, Vec<u8>) {
         }
         std::thread::sleep(Duration::from_millis(50));
     };
-    let mut err = String::new();
-    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).ok();
+    let err = stderr_of(&mut child);
     assert!(
         status.success(),
         "{signal} is a clean stop: {status}: {err}"
     );
     let body = std::fs::read(&out).unwrap();
-    let last = String::from_utf8_lossy(&body);
     assert!(
-        last.lines()
+        String::from_utf8_lossy(&body)
+            .lines()
             .any(|l| l.contains("\"type\":\"stats\"") && l.contains("\"final\":true")),
         "no final account after {signal}: {err}"
     );
@@ -213,14 +222,10 @@ fn the_collector_unit_records_stops_with_its_account_and_a_restart_keeps_the_rec
 
     // A file already at the name the move would take is never replaced:
     // `mv -n` leaves both, and collect then refuses the existing output.
-    let pre = value(&text, "ExecStartPre").replace("%%", "%");
+    let script = pre_script(&text);
     let stamp = "$(date -u +%Y%m%dT%H%M%S.%NZ)";
-    assert!(pre.contains(stamp), "{pre}");
-    let script = pre
-        .strip_prefix("/bin/sh -c '")
-        .and_then(|s| s.strip_suffix('\''))
-        .unwrap()
-        .replace(stamp, "fixed");
+    assert!(script.contains(stamp), "{script}");
+    let script = script.replace(stamp, "fixed");
     std::fs::write(state.join("events.jsonl.fixed"), b"older\n").unwrap();
     let st = Command::new("/bin/sh")
         .args(["-c", &script])
@@ -228,9 +233,7 @@ fn the_collector_unit_records_stops_with_its_account_and_a_restart_keeps_the_rec
         .unwrap();
     assert!(st.success());
     assert!(
-        std::fs::read(state.join("events.jsonl.fixed")).unwrap()
-            == b"older
-",
+        std::fs::read(state.join("events.jsonl.fixed")).unwrap() == b"older\n",
         "a file of the same name was replaced"
     );
     assert!(
