@@ -432,7 +432,7 @@ pub fn run(spec: &VmSpec, command: &[String], streams: Streams) -> Result<VmOutp
     )?;
 
     let use_kvm = kvm_worth_trying(spec.kvm);
-    match boot(spec, &tools, ctl.path(), streams, use_kvm) {
+    match boot_when_virtiofs_is_up(spec, &tools, ctl.path(), streams, use_kvm) {
         Err(e) if use_kvm && spec.kvm == KvmMode::Auto && kvm_failure(&e) => {
             let why = match e.downcast_ref::<VmError>() {
                 Some(VmError::GuestFailed { log_tail, .. }) => log_tail
@@ -450,21 +450,62 @@ pub fn run(spec: &VmSpec, command: &[String], streams: Streams) -> Result<VmOutp
                 let _ = std::fs::create_dir_all(dir);
             }
             let _ = std::fs::write(verdict, format!("{}\n{why}\n", host_key()));
-            for f in [
-                "started",
-                "stdout",
-                "stderr",
-                "rc",
-                "setup.log",
-                "setup-failed",
-                "vng.log",
-            ] {
-                let _ = std::fs::remove_file(ctl.path().join(f));
-            }
-            boot(spec, &tools, ctl.path(), streams, false)
+            forget_attempt(ctl.path());
+            boot_when_virtiofs_is_up(spec, &tools, ctl.path(), streams, false)
         }
         other => other,
     }
+}
+
+/// Clears what a failed boot left in the control directory.
+fn forget_attempt(ctl: &Path) {
+    for f in [
+        "started",
+        "stdout",
+        "stderr",
+        "rc",
+        "setup.log",
+        "setup-failed",
+        "vng.log",
+    ] {
+        let _ = std::fs::remove_file(ctl.join(f));
+    }
+}
+
+/// Boots that QEMU gave up on because virtiofsd was not listening yet.
+const VIRTIOFS_ATTEMPTS: u32 = 3;
+
+/// `boot`, again when QEMU found no virtiofsd socket. virtme-ng starts
+/// virtiofsd in the background and takes its pid file as the sign it is
+/// ready, but the daemon writes that file before it binds the socket: on a
+/// loaded host QEMU can get there first and exit before the guest exists
+/// (seen once in CI). No guest ran, so nothing happened twice.
+fn boot_when_virtiofs_is_up(
+    spec: &VmSpec,
+    tools: &tools::Tools,
+    ctl: &Path,
+    streams: Streams,
+    kvm: bool,
+) -> Result<VmOutput> {
+    let mut attempt = 1;
+    loop {
+        match boot(spec, tools, ctl, streams, kvm) {
+            Err(e) if attempt < VIRTIOFS_ATTEMPTS && virtiofs_was_not_up(&e) => {
+                if !spec.quiet {
+                    eprintln!("custos vm: QEMU started before virtiofsd listened; booting again ({}/{VIRTIOFS_ATTEMPTS})", attempt + 1);
+                }
+                forget_attempt(ctl);
+                attempt += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// A boot QEMU refused because a virtiofs socket was not there to connect to.
+fn virtiofs_was_not_up(e: &anyhow::Error) -> bool {
+    matches!(e.downcast_ref::<VmError>(), Some(VmError::GuestFailed { reason, log_tail })
+        if reason.starts_with(NEVER_STARTED) && log_tail.lines().any(|l| l.contains("-chardev socket,id=charvirtfs") && l.contains("Failed to connect")))
 }
 
 /// The line of QEMU's log saying KVM stopped the guest, if it did.
@@ -483,6 +524,8 @@ fn kvm_stopped_the_guest(log: &str) -> Option<&str> {
             .map(|i| l[i..].trim_end())
     })
 }
+
+const NEVER_STARTED: &str = "the guest never started the command";
 
 /// A KVM attempt that died before the guest started, blaming KVM.
 fn kvm_failure(e: &anyhow::Error) -> bool {
@@ -641,7 +684,7 @@ fn boot(
         } else if boot_time.is_some() {
             format!("the guest stopped before the command finished (vng exited with {status})")
         } else {
-            format!("the guest never started the command (vng exited with {status}); is the kernel bootable? `custos vm kernel` provisions a known-good one")
+            format!("{NEVER_STARTED} (vng exited with {status}); is the kernel bootable? `custos vm kernel` provisions a known-good one")
         };
         let mut tail = log_tail(&ctl.join("vng.log"), 15);
         let kernel = log_tail(&ctl.join("dmesg"), 25);
@@ -709,6 +752,31 @@ mod tests {
             kvm_stopped_the_guest("Linux version 7.2.13\nrun-init\n"),
             None
         );
+    }
+
+    #[test]
+    fn a_boot_before_virtiofsd_listened_is_recognised() {
+        // As vng's log ended in CI (stop 42).
+        let failed = |reason: &str, log_tail: &str| -> anyhow::Error {
+            VmError::GuestFailed {
+                reason: reason.into(),
+                log_tail: log_tail.into(),
+            }
+            .into()
+        };
+        let log = "virtme: waiting for virtiofsd to start\nvirtme: waiting for virtiofsd to start\nqemu-system-x86_64: -chardev socket,id=charvirtfs17,path=/tmp/virtmeg8betiy8: Failed to connect to '/tmp/virtmeg8betiy8': No such file or directory";
+        let never =
+            format!("{NEVER_STARTED} (vng exited with exit status: 255); is the kernel bootable?");
+        assert!(virtiofs_was_not_up(&failed(&never, log)));
+        // A guest that ran is never booted again, whatever the log says.
+        assert!(!virtiofs_was_not_up(&failed(
+            "the guest stopped before the command finished (vng exited with exit status: 255)",
+            log
+        )));
+        assert!(!virtiofs_was_not_up(&failed(
+            &never,
+            "Kernel panic - not syncing: VFS: Unable to mount root fs"
+        )));
     }
 
     #[test]

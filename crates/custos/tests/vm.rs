@@ -111,6 +111,60 @@ fn exit_codes_stdout_stderr_and_shared_files_come_back_exactly() {
     );
 }
 
+/// virtme-ng takes virtiofsd's pid file as the sign the daemon listens, but
+/// the daemon writes it before binding its socket; QEMU that gets there first
+/// exits before any guest exists (seen in CI on a loaded host). A virtiofsd
+/// that is slow exactly there, once, must cost a second boot, not the run.
+#[test]
+fn a_boot_that_beat_virtiofsd_to_its_socket_is_booted_again() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let wrapper = dir.path().join("virtiofsd");
+    // The first start writes the pid file vng waits for, then stalls before
+    // the real daemon starts; later starts are the real daemon at once.
+    std::fs::write(
+        &wrapper,
+        r#"#!/bin/sh
+here=$(dirname "$0")
+PATH=$(printf %s "$PATH" | tr : '\n' | grep -vxF "$here" | paste -sd:)
+sock= prev=
+for a; do [ "$prev" = --socket-path ] && sock=$a; prev=$a; done
+# vng also runs it with --version and --help: those go straight through.
+if [ -n "$sock" ] && [ ! -e "$here/stalled" ]; then
+    : > "$here/stalled"
+    : > "$sock.pid"
+    sleep 30
+fi
+exec virtiofsd "$@"
+"#,
+    )
+    .unwrap();
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        dir.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_custos"))
+        .args(["vm", "run", "--cpus", "1", "--", "sh", "-c", "echo booted"])
+        .env("PATH", &path)
+        .output()
+        .expect("run custos");
+    let err = text(&out.stderr);
+    assert!(
+        dir.path().join("stalled").exists(),
+        "the slow virtiofsd was never started: {err}"
+    );
+    assert_eq!(out.status.code(), Some(0), "stderr: {err}");
+    assert_eq!(text(&out.stdout), "booted\n");
+    assert_eq!(
+        err.matches("QEMU started before virtiofsd listened; booting again (2/3)")
+            .count(),
+        1,
+        "{err}"
+    );
+}
+
 #[test]
 fn missing_and_corrupt_kernels_fail_fast_with_the_fix() {
     let out = custos(&[
