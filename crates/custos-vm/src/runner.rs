@@ -431,76 +431,63 @@ pub fn run(spec: &VmSpec, command: &[String], streams: Streams) -> Result<VmOutp
         guest_script(ctl.path(), spec, command, &path_env),
     )?;
 
-    let use_kvm = kvm_worth_trying(spec.kvm);
-    match boot_when_virtiofs_is_up(spec, &tools, ctl.path(), streams, use_kvm) {
-        Err(e) if use_kvm && spec.kvm == KvmMode::Auto && kvm_failure(&e) => {
-            let why = match e.downcast_ref::<VmError>() {
-                Some(VmError::GuestFailed { log_tail, .. }) => log_tail
-                    .lines()
-                    .find(|l| l.to_lowercase().contains("kvm"))
-                    .unwrap_or("")
-                    .to_string(),
-                _ => String::new(),
-            };
-            if !spec.quiet {
-                eprintln!("custos vm: KVM is not usable on this host ({why}); using emulation from now on");
-            }
-            let verdict = kvm_verdict_path();
-            if let Some(dir) = verdict.parent() {
-                let _ = std::fs::create_dir_all(dir);
-            }
-            let _ = std::fs::write(verdict, format!("{}\n{why}\n", host_key()));
-            forget_attempt(ctl.path());
-            boot_when_virtiofs_is_up(spec, &tools, ctl.path(), streams, false)
-        }
-        other => other,
-    }
-}
-
-/// Clears what a failed boot left in the control directory.
-fn forget_attempt(ctl: &Path) {
-    for f in [
-        "started",
-        "stdout",
-        "stderr",
-        "rc",
-        "setup.log",
-        "setup-failed",
-        "vng.log",
-    ] {
-        let _ = std::fs::remove_file(ctl.join(f));
-    }
-}
-
-/// Boots that QEMU gave up on because virtiofsd was not listening yet.
-const VIRTIOFS_ATTEMPTS: u32 = 3;
-
-/// `boot`, again when QEMU found no virtiofsd socket. virtme-ng starts
-/// virtiofsd in the background and takes its pid file as the sign it is
-/// ready, but the daemon writes that file before it binds the socket: on a
-/// loaded host QEMU can get there first and exit before the guest exists
-/// (seen once in CI). No guest ran, so nothing happened twice.
-fn boot_when_virtiofs_is_up(
-    spec: &VmSpec,
-    tools: &tools::Tools,
-    ctl: &Path,
-    streams: Streams,
-    kvm: bool,
-) -> Result<VmOutput> {
+    // Booted again, from a clean control directory, in two cases where no
+    // guest ran the command: QEMU found no virtiofsd socket (virtme-ng takes
+    // virtiofsd's pid file as the sign it is ready, but the daemon writes it
+    // before it binds the socket; on a loaded host QEMU can get there first,
+    // seen once in CI), up to VIRTIOFS_ATTEMPTS boots; and KVM failed under
+    // `auto`, once, with emulation.
+    let mut kvm = kvm_worth_trying(spec.kvm);
     let mut attempt = 1;
     loop {
-        match boot(spec, tools, ctl, streams, kvm) {
+        match boot(spec, &tools, ctl.path(), streams, kvm) {
             Err(e) if attempt < VIRTIOFS_ATTEMPTS && virtiofs_was_not_up(&e) => {
                 if !spec.quiet {
                     eprintln!("custos vm: QEMU started before virtiofsd listened; booting again ({}/{VIRTIOFS_ATTEMPTS})", attempt + 1);
                 }
-                forget_attempt(ctl);
                 attempt += 1;
+            }
+            Err(e) if kvm && spec.kvm == KvmMode::Auto && kvm_failure(&e) => {
+                let why = match e.downcast_ref::<VmError>() {
+                    Some(VmError::GuestFailed { log_tail, .. }) => log_tail
+                        .lines()
+                        .find(|l| l.to_lowercase().contains("kvm"))
+                        .unwrap_or("")
+                        .to_string(),
+                    _ => String::new(),
+                };
+                if !spec.quiet {
+                    eprintln!("custos vm: KVM is not usable on this host ({why}); using emulation from now on");
+                }
+                let verdict = kvm_verdict_path();
+                if let Some(dir) = verdict.parent() {
+                    let _ = std::fs::create_dir_all(dir);
+                }
+                let _ = std::fs::write(verdict, format!("{}\n{why}\n", host_key()));
+                kvm = false;
+                attempt = 1;
             }
             other => return other,
         }
+        for f in [
+            "started",
+            "stdout",
+            "stderr",
+            "rc",
+            "setup.log",
+            "setup-failed",
+            "vng.log",
+        ] {
+            let _ = std::fs::remove_file(ctl.path().join(f));
+        }
     }
 }
+
+/// Boots QEMU may refuse because virtiofsd was not listening yet (see `run`).
+const VIRTIOFS_ATTEMPTS: u32 = 3;
+
+/// How `boot` says QEMU exited before the guest ran the command.
+const NEVER_STARTED: &str = "the guest never started the command";
 
 /// A boot QEMU refused because a virtiofs socket was not there to connect to.
 fn virtiofs_was_not_up(e: &anyhow::Error) -> bool {
@@ -524,8 +511,6 @@ fn kvm_stopped_the_guest(log: &str) -> Option<&str> {
             .map(|i| l[i..].trim_end())
     })
 }
-
-const NEVER_STARTED: &str = "the guest never started the command";
 
 /// A KVM attempt that died before the guest started, blaming KVM.
 fn kvm_failure(e: &anyhow::Error) -> bool {
