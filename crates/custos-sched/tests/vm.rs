@@ -261,6 +261,15 @@ fn vm_static_policy_budgets_pressured_producers_and_spares_consumers() {
         m["queues"][3]["dispatches"].as_u64().unwrap() > 0,
         "the budgeted producer ran: {m}"
     );
+    // A task pinned to the kept consumer's CPU runs within a few slices, not
+    // when the starvation guard (2 s) ends the consumer's run: it waited up
+    // to the guard before (as did the kworkers there). Half the guard
+    // leaves room for the emulator running the vCPUs in turns.
+    let waited: u64 = g.get("policy.pinned_wait_max_us").parse().unwrap();
+    assert!(
+        waited < 1_000_000,
+        "a task pinned to the consumer's CPU waited {waited} us: {m}"
+    );
 }
 
 #[test]

@@ -301,13 +301,6 @@ u64 last_consumed_ns[CUSTOS_MAX_QUEUES];
 /* What each CPU runs now (enum custos_cpu_running); racy reads are fine. */
 u8 cpu_running[CUSTOS_MAX_CPUS];
 
-/*
- * A consumer waits on this CPU's local queue (put there to run next): the
- * consumer running there lets its slice end at the tick instead of keeping
- * the CPU, so the waiting one gets it.
- */
-u8 consumer_waiting_local[CUSTOS_MAX_CPUS];
-
 /* The held queue (see hold_enabled): one shared queue, FIFO. */
 #define CUSTOS_HELD_DSQ		(CUSTOS_PINNED_DSQ_BASE - 1)
 
@@ -979,10 +972,20 @@ static __always_inline void set_cpu_running(s32 cpu, u8 what)
 		cpu_running[cpu] = what;
 }
 
-static __always_inline void set_consumer_waiting_local(s32 cpu, u8 waiting)
+/*
+ * Tasks that can run on @cpu only wait for it: what the kernel put on its
+ * local queue (per-CPU kthreads, a task preempted with migration disabled,
+ * a consumer placed there) and primary tasks pinned to it. A consumer keeps
+ * its CPU, but not past them: a busy consumer that kept its CPU until the
+ * starvation guard held each of them for 2 s (a kworker doing virtiofs
+ * completions made the guest's shell take minutes per step).
+ */
+static __always_inline bool others_need_cpu(s32 cpu)
 {
-	if (cpu >= 0 && cpu < CUSTOS_MAX_CPUS)
-		consumer_waiting_local[cpu] = waiting;
+	if (cpu < 0)
+		return false;
+	return scx_bpf_dsq_nr_queued(SCX_DSQ_LOCAL_ON | cpu) ||
+	       scx_bpf_dsq_nr_queued(pinned_dsq(cpu, CUSTOS_PRIMARY_QUEUE));
 }
 
 /* The waker's CPU for a synchronous wakeup of @p, if it may take it now. */
@@ -1312,8 +1315,11 @@ static bool enqueue_consumer(struct task_struct *p, struct task_ctx *tctx, u64 e
 		if (starvation_guard_ns &&
 		    bpf_ktime_get_ns() - tctx->running_at >= starvation_guard_ns)
 			return false;
-		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, enq_flags | SCX_ENQ_HEAD);
-		set_consumer_waiting_local(cpu, 1);
+		/* Behind what only this CPU can run (others_need_cpu). */
+		if (others_need_cpu(cpu))
+			scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, enq_flags);
+		else
+			scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, enq_flags | SCX_ENQ_HEAD);
 		if (st)
 			st->consumer_kept++;
 		return true;
@@ -1325,7 +1331,6 @@ static bool enqueue_consumer(struct task_struct *p, struct task_ctx *tctx, u64 e
 		 * the consumer would wait behind every eligible budgeted queue.
 		 */
 		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, enq_flags | SCX_ENQ_HEAD);
-		set_consumer_waiting_local(cpu, 1);
 		if (st)
 			st->consumer_next++;
 		return true;
@@ -1448,6 +1453,13 @@ void BPF_STRUCT_OPS(custos_dispatch, s32 cpu, struct task_struct *prev)
 	 * still serves anyone who waits too long.
 	 */
 	if (consumer_preempt && prev_ctx && prev_ctx->consumer) {
+		/* A primary task pinned here goes first (others_need_cpu):
+		 * enqueue then puts the consumer right behind it. */
+		if (scx_bpf_dsq_move_to_local(pinned_dsq(cpu, CUSTOS_PRIMARY_QUEUE), 0)) {
+			if (st)
+				st->dispatches[CUSTOS_PRIMARY_QUEUE]++;
+			return;
+		}
 		/* Slices through the kfunc: kernels since 6.19 deprecate direct
 		 * writes (7.2 logs it at every load); compat.bpf.h falls back. */
 		scx_bpf_task_set_slice(prev, slice_ns);
@@ -1615,8 +1627,6 @@ void BPF_STRUCT_OPS(custos_running, struct task_struct *p)
 		if (st)
 			st->hold_running_kicks++;
 	}
-	if (tctx->consumer)
-		set_consumer_waiting_local(scx_bpf_task_cpu(p), 0);
 	q = tctx->queue & (CUSTOS_MAX_QUEUES - 1);
 	set_cpu_running(scx_bpf_task_cpu(p),
 			tctx->consumer || ((p->flags & PF_KTHREAD) && is_pinned(p)) ?
@@ -1674,7 +1684,7 @@ void BPF_STRUCT_OPS(custos_stopping, struct task_struct *p, bool runnable)
  * has ended, the kernel runs whatever sits on the CPU's local queue without
  * asking ops.dispatch (whose keep rule then never fires), and the consumer
  * waits behind it. Bounded by the starvation guard, and not done while
- * another consumer waits on this CPU's local queue.
+ * a task that can run only here waits (others_need_cpu).
  */
 static void keep_consumer(struct task_struct *p, struct task_ctx *tctx, u64 now)
 {
@@ -1683,7 +1693,7 @@ static void keep_consumer(struct task_struct *p, struct task_ctx *tctx, u64 now)
 
 	if (!consumer_preempt || p->scx.slice >= slice_ns)
 		return;
-	if (cpu >= 0 && cpu < CUSTOS_MAX_CPUS && consumer_waiting_local[cpu])
+	if (others_need_cpu(cpu))
 		return;
 	if (starvation_guard_ns && now - tctx->running_at >= starvation_guard_ns)
 		return;

@@ -175,21 +175,31 @@ task_value() { le64 "$1"; le64 0; le64 0; le64 "$2"; le64 0; le64 0; le32 0; le3
 # The static policy on maps laid out and pinned like the collector's: a
 # pressured producer is budgeted and comes back when the rings drain; a
 # named consumer producing as much is never budgeted, nor is a thread whose
-# entry a dead thread with its tid left (another start time).
+# entry a dead thread with its tid left (another start time). The consumer
+# spins on the last CPU, kept there; a task pinned to that CPU still runs.
 policy() {
 	dir=/sys/fs/bpf/custos-test
 	mkdir -p $dir
 	bpftool map create $dir/task_features type lru_hash key 4 value 56 entries 65536 name task_features
 	bpftool map create $dir/global_features type array key 4 value 152 entries 1 name global_features
-	bpftool map update pinned $dir/global_features key $(le32 0) value $(global_value 65536)
+	# Every value is built before the spinning shells start: beside them,
+	# this shell's hundreds of printf rounds per value took minutes of the
+	# emulated guest (the section took 337 s alone, most of the boot).
+	key=$(le32 0)
+	pressured=$(global_value 65536)
+	drained=$(global_value 1048576)
+	known=$(task_value 0 100000)
+	stranger_value=$(task_value 1 100000)
+	bpftool map update pinned $dir/global_features key $key value $pressured
 	ln -sf "$(command -v dash)" /tmp/producer
 	ln -sf "$(command -v dash)" /tmp/consumer
 	/tmp/producer -c 'while :; do :; done' & prod=$!
-	/tmp/consumer -c 'while :; do :; done' & cons=$!
+	last=$((NCPU - 1))
+	taskset -c $last /tmp/consumer -c 'while :; do :; done' & cons=$!
 	/tmp/producer -c 'while :; do :; done' & stranger=$!
-	bpftool map update pinned $dir/task_features key $(le32 $prod) value $(task_value 0 100000)
-	bpftool map update pinned $dir/task_features key $(le32 $cons) value $(task_value 0 100000)
-	bpftool map update pinned $dir/task_features key $(le32 $stranger) value $(task_value 1 100000)
+	bpftool map update pinned $dir/task_features key $(le32 $prod) value $known
+	bpftool map update pinned $dir/task_features key $(le32 $cons) value $known
+	bpftool map update pinned $dir/task_features key $(le32 $stranger) value $stranger_value
 	$BIN --pin-dir $dir --consumer consumer --audit-pressure --stats-json "$OUT/policy.json" \
 		>"$OUT/policy.log" 2>&1 &
 	pid=$!
@@ -197,8 +207,16 @@ policy() {
 	# starved every later section (a 1200 s timeout).
 	wait_state enabled 60 || { echo "policy.attached no"; kill -INT $pid; kill $prod $cons $stranger; return; }
 	sleep 3
+	# 20 sleeps of 10 ms on the consumer's CPU (a read timeout: no fork);
+	# the longest wake-up past its 10 ms, in us.
+	rm -f /tmp/pinned_fifo; mkfifo /tmp/pinned_fifo
+	echo "policy.pinned_wait_max_us $(taskset -c $last bash -c 'exec 3<>/tmp/pinned_fifo; max=0; i=0
+		while [ $i -lt 20 ]; do
+			a=${EPOCHREALTIME/./}; read -t 0.01 -u 3 x; b=${EPOCHREALTIME/./}
+			d=$((b - a - 10000)); [ $d -gt $max ] && max=$d; i=$((i + 1))
+		done; echo $max')"
 	# the rings drain: 100% free
-	bpftool map update pinned $dir/global_features key $(le32 0) value $(global_value 1048576)
+	bpftool map update pinned $dir/global_features key $key value $drained
 	sleep 3
 	echo "policy.state $(state)"
 	stop_sched $pid policy
