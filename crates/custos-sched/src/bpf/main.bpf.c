@@ -984,7 +984,12 @@ static __always_inline bool others_need_cpu(s32 cpu)
 {
 	if (cpu < 0)
 		return false;
-	return scx_bpf_dsq_nr_queued(SCX_DSQ_LOCAL_ON | cpu) ||
+	if (scx_bpf_dsq_nr_queued(SCX_DSQ_LOCAL_ON | cpu))
+		return true;
+	/* With one CPU every task is pinned to it: the flood's workers too.
+	 * Yielding to them let them run between the consumer's slices (24
+	 * events lost in the attack VM test on one vCPU). */
+	return scx_bpf_nr_cpu_ids() > 1 &&
 	       scx_bpf_dsq_nr_queued(pinned_dsq(cpu, CUSTOS_PRIMARY_QUEUE));
 }
 
@@ -1455,7 +1460,8 @@ void BPF_STRUCT_OPS(custos_dispatch, s32 cpu, struct task_struct *prev)
 	if (consumer_preempt && prev_ctx && prev_ctx->consumer) {
 		/* A primary task pinned here goes first (others_need_cpu):
 		 * enqueue then puts the consumer right behind it. */
-		if (scx_bpf_dsq_move_to_local(pinned_dsq(cpu, CUSTOS_PRIMARY_QUEUE), 0)) {
+		if (scx_bpf_nr_cpu_ids() > 1 &&
+		    scx_bpf_dsq_move_to_local(pinned_dsq(cpu, CUSTOS_PRIMARY_QUEUE), 0)) {
 			if (st)
 				st->dispatches[CUSTOS_PRIMARY_QUEUE]++;
 			return;
