@@ -182,9 +182,9 @@ policy() {
 	mkdir -p $dir
 	bpftool map create $dir/task_features type lru_hash key 4 value 56 entries 65536 name task_features
 	bpftool map create $dir/global_features type array key 4 value 152 entries 1 name global_features
-	# Every value is built before the spinning shells start: beside them,
-	# this shell's hundreds of printf rounds per value took minutes of the
-	# emulated guest (the section took 337 s alone, most of the boot).
+	# The values are built before the spinning shells start, so the map
+	# updates below are single commands (the section's minutes were the
+	# starved pinned kworkers, not these printf rounds).
 	key=$(le32 0)
 	pressured=$(global_value 65536)
 	drained=$(global_value 1048576)
