@@ -10,7 +10,8 @@
 # that CPU ("unnumbered"; docs/collector.md).
 #
 # Environment: SP_SCHEDULERS (default "default custos"; "bpfland" runs the
-# scx_bpfland peer from .tools/cargo/bin), SP_FILES, SP_WORKERS (one count or
+# scx_bpfland peer from .tools/cargo/bin, "custos-hold" Custos with --hold),
+# SP_FILES, SP_WORKERS (one count or
 # several, "16 64"), SP_RING_KB, SP_RUNS (runs of each scheduler per worker
 # count, default 1; SP_ORDER=interleaved alternates the schedulers run by run,
 # SP_ORDER=grouped, the default, runs each scheduler's runs back to back),
@@ -83,6 +84,8 @@ run() { # name tag workers [custos sched args...]
     else
       local stats=()
       traced "$name" && stats=(--stats 1)
+      # custos-hold: Custos with the hold (--hold), beside plain custos.
+      [ "$name" = custos-hold ] && set -- --hold "$@"
       "$bin/custos" sched --stats-json "$out/$tag.sched.json" "${stats[@]}" "$@" >"$out/$tag.sched.log" 2>&1 &
     fi
     sched=$!
@@ -106,10 +109,15 @@ run() { # name tag workers [custos sched args...]
   (sleep 1; exec /bin/sh -c 'echo marker > /tmp/custos-marker') & pids+=($!)
   # The consumer stopped mid-flood, as by a lock or a page fault outside
   # the CPU: what the scheduler can do is hold the producers until it drains.
-  [ "${SP_PAUSE_MS:-0}" -gt 0 ] &&
-    { (sleep 2; kill -STOP "$collector"; echo "stopped $(date +%s%N)" >>"$out/$tag.pause.log"
-       sleep "$(awk -v m="$SP_PAUSE_MS" 'BEGIN { print m / 1000 }')"; kill -CONT "$collector"
-       echo "resumed $(date +%s%N)" >>"$out/$tag.pause.log") & pids+=($!); }
+  # Between the stop and the resume the shell only runs `sleep` (times
+  # from bash's clock, written after): with a `date` and an `awk` forked
+  # in between, under the flood, a "2 s" stop lasted 4-6 s.
+  local pause_ms=${SP_PAUSE_MS:-0} pause_s
+  printf -v pause_s '%d.%03d' $((pause_ms / 1000)) $((pause_ms % 1000))
+  [ "$pause_ms" -gt 0 ] &&
+    { (sleep 2; kill -STOP "$collector"; stopped=${EPOCHREALTIME/./}
+       sleep "$pause_s"; kill -CONT "$collector"; resumed=${EPOCHREALTIME/./}
+       printf 'stopped %s000\nresumed %s000\n' "$stopped" "$resumed" >>"$out/$tag.pause.log") & pids+=($!); }
   wait "${pids[@]}"
   end=$(date +%s%N)
   kill -INT "$probe"; wait "$probe"

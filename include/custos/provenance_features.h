@@ -79,11 +79,15 @@ struct custos_global_features {
 	__u64 ring_free_bytes[CUSTOS_NR_RINGS]; /* availability, sampled at submit
 						  * and by the consumer as it drains */
 	/*
-	 * The hold's reserve (custos sched --hold): the bytes one syscall can
-	 * write to each ring, times the CPUs, times the syscalls a CPU may run
-	 * before its producer is held (crates/custos-sched/README.md, "The hold").
+	 * The hold (custos sched --hold; crates/custos-sched/README.md, "The
+	 * hold"), per ring. Under the reserve, producers are held and only
+	 * light tasks run, on the light tasks' share of the ring; under the
+	 * floor, every producer is held. The floor is the bytes one syscall can
+	 * write, times the CPUs, times the syscalls a CPU may run before its
+	 * producer is off it: what is written after the floor is crossed.
 	 */
 	__u64 hold_reserve_bytes[CUSTOS_NR_RINGS];
+	__u64 hold_floor_bytes[CUSTOS_NR_RINGS];
 	/*
 	 * Written by custos sched --hold as it looks at the rings (its BPF side,
 	 * bpf_ktime_get_ns): while it is recent (CUSTOS_HOLD_SCHED_FRESH_NS),

@@ -625,7 +625,7 @@ fn drain<W: Write>(
         .map(|i| unsafe { libbpf_rs::libbpf_sys::ring_buffer__ring(rb, i) })
         .collect();
     let epoll_fd = rings.epoll_fd();
-    let hold_reserve = features::hold_reserve(nr_cpus as u64);
+    let hold_floor = features::hold_floor(nr_cpus as u64);
     // A number is settled (its record delivered, or lost) once every ring was
     // consumed past where its producers stood a full poll interval after the
     // number was read: a record is reserved and committed microseconds after
@@ -750,7 +750,8 @@ fn drain<W: Write>(
         let mut view = features::RingView {
             size: [0; NR_RINGS],
             free: [0; NR_RINGS],
-            reserve: hold_reserve,
+            reserve: [0; NR_RINGS],
+            floor: [0; NR_RINGS],
         };
         for (i, ring) in [RING_ATTRS, RING_CRITICAL, RING_EVENTS]
             .into_iter()
@@ -760,7 +761,7 @@ fn drain<W: Write>(
             let size = unsafe { libbpf_rs::libbpf_sys::ring__size(ring_ptrs[i]) } as u64;
             view.size[ring] = size;
             view.free[ring] = size.saturating_sub(prod[i].saturating_sub(cons[i]));
-            view.reserve[ring] = features::capped_reserve(hold_reserve[ring], size);
+            (view.floor[ring], view.reserve[ring]) = features::hold_levels(hold_floor[ring], size);
         }
         features::publish(
             &skel.maps.global_features,

@@ -188,20 +188,21 @@ pub fn forget_rings(map: &dyn MapCore) -> Result<()> {
         .context("updating global_features")
 }
 
-/// Syscalls a CPU may run between the rings crossing the hold's reserve and
-/// its producer being off the CPU (`custos sched --hold`): the scheduler
-/// kicks the CPUs running producers when the hold begins, and a kick lands
-/// within a few syscalls. The measured worst case is the lowest free space
-/// `custos sched --stats` reports (`hold_lowest_free`) against the reserve.
+/// Syscalls a CPU may run between a ring crossing the hold's floor and its
+/// producer being off the CPU (`custos sched --hold`): the collector's
+/// program kicks its own CPU at the syscall that crossed, and the
+/// scheduler kicks the others when the hold begins. The measured worst case
+/// is the lowest free space `custos sched --stats` reports
+/// (`hold_lowest_free`) against the floor.
 pub const HOLD_IN_FLIGHT: u64 = 32;
 
-/// The hold's reserve on each ring (enum custos_ring order), in bytes: the
+/// The hold's floor on each ring (enum custos_ring order), in bytes: the
 /// most one syscall writes to the ring, times the CPUs, times
 /// [`HOLD_IN_FLIGHT`]. A syscall writes at most two events (an exec: its
 /// LSM check and its return), each with at most one attribute record; the
 /// critical ring carries both halves. io_uring completions are the
 /// exception (one io_uring_enter may complete many requests).
-pub fn hold_reserve(nr_cpus: u64) -> [u64; NR_RINGS] {
+pub fn hold_floor(nr_cpus: u64) -> [u64; NR_RINGS] {
     // A ring record: its 8-byte header, the length rounded up to 8.
     let record = |len: usize| (8 + len.div_ceil(8) * 8) as u64;
     let event = record(size_of::<crate::bpf_skel::types::custos_event>());
@@ -210,25 +211,35 @@ pub fn hold_reserve(nr_cpus: u64) -> [u64; NR_RINGS] {
     per_syscall.map(|b| b * nr_cpus * HOLD_IN_FLIGHT)
 }
 
-/// The hold's reserve is at most this many eighths of its ring, so that a
-/// ring too small for the computed reserve still has a hold that ends (the
-/// scheduler releases at half free).
-pub const HOLD_RESERVE_MAX_EIGHTHS: u64 = 3;
+/// The floor is at most this many sixteenths of its ring, so that a ring
+/// too small for the computed floor still has a light tasks' share and a
+/// hold that ends (the scheduler releases at half free).
+pub const HOLD_FLOOR_MAX_SIXTEENTHS: u64 = 3;
 
-/// The reserve published for a ring of `size` bytes: [`hold_reserve`]'s,
-/// capped at [`HOLD_RESERVE_MAX_EIGHTHS`] of the ring. The scheduler and
-/// the collector's programs both use it as published.
-pub fn capped_reserve(reserve: u64, size: u64) -> u64 {
-    reserve.min(size / 8 * HOLD_RESERVE_MAX_EIGHTHS)
+/// The light tasks' share of a ring, in sixteenths: between the reserve
+/// and the floor, producers are held and the tasks that make few events
+/// (a shell, the one that will resume a stopped consumer) run on this
+/// share of the ring, all of them together.
+pub const HOLD_LIGHT_SIXTEENTHS: u64 = 3;
+
+/// The floor and the reserve published for a ring of `size` bytes whose
+/// computed floor ([`hold_floor`]) is `floor`: the floor capped at
+/// [`HOLD_FLOOR_MAX_SIXTEENTHS`], the reserve the light tasks' share above
+/// it. The scheduler and the collector's programs both use them as
+/// published.
+pub fn hold_levels(floor: u64, size: u64) -> (u64, u64) {
+    let floor = floor.min(size / 16 * HOLD_FLOOR_MAX_SIXTEENTHS);
+    (floor, floor + size / 16 * HOLD_LIGHT_SIXTEENTHS)
 }
 
 /// The rings as the consumer sees them between two drains: sizes and free
 /// bytes read from the ring positions (current even while no producer
-/// submits, as when all of them are held), and the hold's reserve.
+/// submits, as when all of them are held), and the hold's levels.
 pub struct RingView {
     pub size: [u64; NR_RINGS],
     pub free: [u64; NR_RINGS],
     pub reserve: [u64; NR_RINGS],
+    pub floor: [u64; NR_RINGS],
 }
 
 /// Publishes the consumer side of the global features (produced, consumed,
@@ -259,6 +270,7 @@ pub fn publish(
         g.ring_size = r.size;
         g.ring_free_bytes = r.free;
         g.hold_reserve_bytes = r.reserve;
+        g.hold_floor_bytes = r.floor;
     }
     map.update(&key, global_bytes(&g), MapFlags::ANY)
         .context("updating global_features")

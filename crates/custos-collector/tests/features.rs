@@ -100,27 +100,36 @@ fn features_are_pinned_filled_and_kept_and_one_collector_runs_at_a_time() {
                 "ring {i} availability"
             );
         }
-        // The hold's reserve (custos sched --hold): per ring, what one
-        // syscall can write (two events, an attribute record each) times
-        // the CPUs times the syscalls in flight.
+        // The hold's levels (custos sched --hold): per ring, the floor is
+        // what one syscall can write (two events, an attribute record
+        // each) times the CPUs times the syscalls in flight, capped; the
+        // reserve is the light tasks' share above it.
         let cpus = libbpf_rs::num_possible_cpus().unwrap() as u64;
-        let reserve = features::hold_reserve(cpus);
-        // Published capped, so that a small ring's hold still ends.
-        for (r, &computed) in reserve.iter().enumerate() {
+        let floor = features::hold_floor(cpus);
+        for (r, &computed) in floor.iter().enumerate() {
+            let size = g.ring_size[r];
             assert_eq!(
-                g.hold_reserve_bytes[r],
-                features::capped_reserve(computed, g.ring_size[r]),
+                (g.hold_floor_bytes[r], g.hold_reserve_bytes[r]),
+                features::hold_levels(computed, size),
                 "ring {r}"
             );
-            assert!(g.hold_reserve_bytes[r] > 0, "ring {r}");
+            assert!(g.hold_floor_bytes[r] > 0, "ring {r}");
+            assert!(g.hold_floor_bytes[r] <= size / 16 * features::HOLD_FLOOR_MAX_SIXTEENTHS);
+            assert_eq!(
+                g.hold_reserve_bytes[r] - g.hold_floor_bytes[r],
+                size / 16 * features::HOLD_LIGHT_SIXTEENTHS,
+                "ring {r}"
+            );
+            // The hold ends at half free: above the reserve.
+            assert!(g.hold_reserve_bytes[r] < size / 2, "ring {r}");
         }
         // No custos sched --hold said it is there: the programs never kick.
         assert_eq!(g.hold_sched_ns, 0);
         let per_cpu = cpus * features::HOLD_IN_FLIGHT;
-        assert_eq!(reserve[1] % (2 * per_cpu), 0, "{reserve:?}");
-        assert!(reserve[1] > 0 && reserve[1] < reserve[2], "{reserve:?}");
-        assert!(reserve[2] > 2 * 8192 * per_cpu, "{reserve:?}");
-        assert_eq!(reserve[0], reserve[1] + reserve[2]);
+        assert_eq!(floor[1] % (2 * per_cpu), 0, "{floor:?}");
+        assert!(floor[1] > 0 && floor[1] < floor[2], "{floor:?}");
+        assert!(floor[2] > 2 * 8192 * per_cpu, "{floor:?}");
+        assert_eq!(floor[0], floor[1] + floor[2]);
         assert!(
             g.produced >= 50_000 && g.consumed > 0 && g.updated_ns > 0,
             "{g:?}"

@@ -103,7 +103,8 @@ pub struct SchedArgs {
 
     /// The hold (crates/custos-sched/README.md, "The hold"): while a ring's free space is under the
     /// reserve the collector publishes, hold every task that produces events
-    /// off every CPU until the rings are back above --availability-high.
+    /// off every CPU until the rings are back above --availability-high;
+    /// light tasks run on until the ring's floor.
     #[arg(long)]
     pub hold: bool,
 
@@ -112,8 +113,9 @@ pub struct SchedArgs {
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
     pub hold_allowance: u32,
 
-    /// A held task runs after waiting this long (ms), counted as a leak: the
-    /// consumer may be blocked on it. Below the kernel's 30 s watchdog.
+    /// Once the hold has lasted this long (ms), held tasks are let through
+    /// one at a time, lightest first, a few events each, counted as leaks:
+    /// the consumer may be blocked on one. Below the kernel's 30 s watchdog.
     #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..=20_000))]
     pub hold_guard_ms: u64,
 

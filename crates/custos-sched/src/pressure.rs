@@ -85,19 +85,24 @@ pub fn ring_availability(g: Option<&custos_global_features>) -> u8 {
 }
 
 /// The ring that came closest to full while the scheduler looked: its
-/// lowest free space and its reserve, in percent of the ring (100 and 0
-/// until a ring was seen).
-pub fn hold_headroom(g: Option<&custos_global_features>, lowest: &[u64]) -> (f64, f64) {
-    let mut closest = (100.0, 0.0);
+/// lowest free space, its reserve and its floor, in percent of the ring
+/// (100, 0 and 0 until a ring was seen).
+pub fn hold_headroom(g: Option<&custos_global_features>, lowest: &[u64]) -> (f64, f64, f64) {
+    let mut closest = (100.0, 0.0, 0.0);
     let Some(g) = g else { return closest };
     for (r, &low) in lowest.iter().enumerate().take(g.ring_size.len()) {
         let size = g.ring_size[r];
         if size == 0 || low == u64::MAX {
             continue;
         }
-        let free = low as f64 * 100.0 / size as f64;
+        let pct = |b: u64| b as f64 * 100.0 / size as f64;
+        let free = pct(low);
         if free < closest.0 {
-            closest = (free, g.hold_reserve_bytes[r] as f64 * 100.0 / size as f64);
+            closest = (
+                free,
+                pct(g.hold_reserve_bytes[r]),
+                pct(g.hold_floor_bytes[r]),
+            );
         }
     }
     closest
@@ -242,23 +247,24 @@ mod tests {
     }
 
     /// The ring that came closest to full is reported, with its own
-    /// reserve (as the collector published it, already capped).
+    /// reserve and floor (as the collector published them).
     #[test]
     fn hold_headroom_reports_the_closest_ring_against_its_reserve() {
         // SAFETY: plain integers.
         let mut g: custos_global_features = unsafe { std::mem::zeroed() };
-        assert_eq!(hold_headroom(None, &[0; 3]), (100.0, 0.0));
+        assert_eq!(hold_headroom(None, &[0; 3]), (100.0, 0.0, 0.0));
         g.ring_size = [1 << 20, 1 << 16, 1 << 16];
         g.hold_reserve_bytes = [1 << 18, (1 << 16) / 8 * 3, 1 << 10];
+        g.hold_floor_bytes = [1 << 17, (1 << 16) / 16 * 3, 1 << 9];
         assert_eq!(
             hold_headroom(Some(&g), &[u64::MAX; 3]),
-            (100.0, 0.0),
+            (100.0, 0.0, 0.0),
             "nothing seen"
         );
         let lowest = [1 << 19, 1 << 14, 1 << 15];
-        assert_eq!(hold_headroom(Some(&g), &lowest), (25.0, 37.5));
+        assert_eq!(hold_headroom(Some(&g), &lowest), (25.0, 37.5, 18.75));
         let lowest = [1 << 17, 1 << 15, 1 << 15];
-        assert_eq!(hold_headroom(Some(&g), &lowest), (12.5, 25.0));
+        assert_eq!(hold_headroom(Some(&g), &lowest), (12.5, 25.0, 12.5));
     }
 
     #[test]

@@ -538,6 +538,27 @@ impl<'a> Scheduler<'a> {
         // (it fills them from then on, also after a restart).
         let reused = match feature_pins(&args.pin_dir) {
             Some((task, global)) => {
+                // A layout of another version is refused by the kernel with a
+                // bare EACCES: say which map and why first.
+                for (path, want) in [
+                    (&task, std::mem::size_of::<bpf_intf::custos_task_features>()),
+                    (
+                        &global,
+                        std::mem::size_of::<bpf_intf::custos_global_features>(),
+                    ),
+                ] {
+                    let pinned = libbpf_rs::MapHandle::from_pinned_path(path)
+                        .and_then(|m| m.info())
+                        .map(|i| i.info.value_size as usize);
+                    if let Ok(size) = pinned {
+                        anyhow::ensure!(
+                            size == want,
+                            "the provenance feature map {} holds {size}-byte values, this scheduler's are {want} bytes: it was pinned by another custos version. Restart the collector from this version (it replaces maps of another layout), or remove {} once no collector runs",
+                            path.display(),
+                            args.pin_dir.display()
+                        );
+                    }
+                }
                 skel.maps.task_features.reuse_pinned_map(&task).with_context(|| {
                     format!("cannot reuse the provenance feature map {} (left by another version? remove {} once no collector runs)", task.display(), args.pin_dir.display())
                 })?;
@@ -788,6 +809,7 @@ impl<'a> Scheduler<'a> {
                 sum.hold_running_kicks += s.hold_running_kicks;
                 sum.hold_released += s.hold_released;
                 sum.hold_leaks += s.hold_leaks;
+                sum.hold_floors += s.hold_floors;
                 sum.held_in_program += s.held_in_program;
                 sum.feature_ns += s.feature_ns;
                 sum.feature_updates += s.feature_updates;
@@ -871,6 +893,7 @@ impl<'a> Scheduler<'a> {
             hold_running_kicks: sum.hold_running_kicks,
             hold_released: sum.hold_released,
             hold_leaks: sum.hold_leaks,
+            hold_floors: sum.hold_floors,
             held_in_program: sum.held_in_program,
             hold_on: self
                 .skel
@@ -907,7 +930,7 @@ impl<'a> Scheduler<'a> {
             placement_fallbacks: sum.placement_fallbacks,
             ..Default::default()
         };
-        (m.hold_lowest_free_pct, m.hold_reserve_pct) =
+        (m.hold_lowest_free_pct, m.hold_reserve_pct, m.hold_floor_pct) =
             pressure::hold_headroom(global.as_ref(), &data.hold_lowest_free);
         if let Some(a) = agent {
             m.placement_agent_snapshots = a.snapshots;

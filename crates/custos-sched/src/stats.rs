@@ -107,9 +107,11 @@ pub struct Metrics {
     #[stat(desc = "Hold: held tasks run after it ended")]
     pub hold_released: u64,
     #[stat(
-        desc = "Hold: held tasks let through after --hold-guard-ms (the consumer may wait for them)"
+        desc = "Hold: held tasks let through once it lasted --hold-guard-ms (the consumer may wait for them)"
     )]
     pub hold_leaks: u64,
+    #[stat(desc = "Hold: times a ring went under its floor, where every producer is held")]
+    pub hold_floors: u64,
     #[stat(
         desc = "Hold: of the held, tasks held inside a program (the collector's kick at the crossing syscall)"
     )]
@@ -120,6 +122,8 @@ pub struct Metrics {
     pub hold_lowest_free_pct: f64,
     #[stat(desc = "Hold: that ring's reserve, in percent of the ring (at most 37.5)")]
     pub hold_reserve_pct: f64,
+    #[stat(desc = "Hold: that ring's floor, in percent of the ring (at most 18.75)")]
+    pub hold_floor_pct: f64,
     #[stat(desc = "Queues consumed because a task waited past the starvation guard")]
     pub starvation_guard_picks: u64,
     #[stat(desc = "Feature-maintenance calls")]
@@ -265,7 +269,7 @@ impl Metrics {
         if self.holds > 0 || self.held > 0 {
             writeln!(
                 w,
-                "  hold {} on {} for {:.1} ms | held {} ({} in a program) kicks {} tick {} running {} released {} leaks {} | lowest free {:.1}% reserve {:.1}%",
+                "  hold {} on {} for {:.1} ms | held {} ({} in a program) kicks {} tick {} running {} released {} leaks {} floors {} | lowest free {:.1}% reserve {:.1}% floor {:.1}%",
                 self.holds,
                 self.hold_on,
                 self.hold_ns as f64 / 1e6,
@@ -276,8 +280,10 @@ impl Metrics {
                 self.hold_running_kicks,
                 self.hold_released,
                 self.hold_leaks,
+                self.hold_floors,
                 self.hold_lowest_free_pct,
                 self.hold_reserve_pct,
+                self.hold_floor_pct,
             )?;
         }
         if self.policy.starts_with("learned") || self.transitions > 0 {
@@ -419,6 +425,7 @@ impl Metrics {
                 .saturating_sub(prev.hold_running_kicks),
             hold_released: self.hold_released.saturating_sub(prev.hold_released),
             hold_leaks: self.hold_leaks.saturating_sub(prev.hold_leaks),
+            hold_floors: self.hold_floors.saturating_sub(prev.hold_floors),
             held_in_program: self.held_in_program.saturating_sub(prev.held_in_program),
             starvation_guard_picks: self
                 .starvation_guard_picks

@@ -140,6 +140,7 @@ struct custos_sched_stats {
 	u64 hold_running_kicks;			 /* producers stopped as they were switched in */
 	u64 hold_released;			 /* held tasks run after the hold ended */
 	u64 hold_leaks;				 /* held tasks let through by hold_guard_ns */
+	u64 hold_floors;			 /* times a ring went under its floor: all held */
 };
 
 /*

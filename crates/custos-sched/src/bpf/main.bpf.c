@@ -88,28 +88,40 @@ const volatile u64 starvation_guard_ns = 2000ULL * NSEC_PER_MSEC;
 
 /*
  * The hold (issue 29; on with --hold). While a ring's free space is under
- * the reserve the collector publishes (what one syscall can write, times
- * the CPUs, times the syscalls that can run before a held task is off its
- * CPU), every task that produces events waits in the held queue, off every
- * CPU, until all rings are back above availability_high. Consumers,
- * kthreads and tasks that made fewer than hold_allowance events since the
- * hold began run on: the shell that sends a stopped consumer SIGCONT, a
- * task that makes no traced syscall. A task making hold_light_rate events
- * a window or more (or, in its first windows, whose parent did) is held at
- * once. A held task is let through once it has waited hold_guard_ns,
- * counted (hold_leaks): the consumer may be blocked on it (the reader of
- * the pipe it writes into, a lock it holds). Longer than the starvation
- * guard, so that a consumer stopped for its length loses nothing; shorter
- * than the kernel's 30 s watchdog.
+ * the reserve the collector publishes, every task that produces events
+ * waits in the held queue, off every CPU, until all rings are back above
+ * availability_high. Consumers, kthreads and light tasks (fewer than
+ * hold_allowance events since the hold began) run on: the shell that sends
+ * a stopped consumer SIGCONT, a task that makes no traced syscall. They
+ * share the light tasks' part of the ring, between the reserve and the
+ * floor; under the floor (what one syscall can write, times the CPUs,
+ * times the syscalls that can run before a held task is off its CPU)
+ * every task but the consumers and kthreads is held, so however many light
+ * tasks there are, the ring does not fill. A task making hold_light_rate
+ * events a window or more (or, in its first windows, whose parent did) is
+ * held at once. The held queue is ordered by event rate, lightest first.
+ * Once the hold has lasted hold_guard_ns, its head is let through, one
+ * task every hold_leak_gap_ns, each for at most hold_leak_events events,
+ * counted (hold_leaks): the consumer may be blocked on a held task (the
+ * reader of the pipe it writes into, a lock it holds, the shell that would
+ * resume it). Longer than the starvation guard, so that a consumer stopped
+ * for its length loses nothing; shorter than the kernel's 30 s watchdog.
  */
 const volatile bool hold_enabled;
 const volatile u32 hold_allowance = 64;
 /* Events a window at which a task is held at once. Lower (2) held the
  * shell resuming a stopped consumer after its burst of a fork and a kill,
- * and the stall lasted until the guard let it through (133 s). */
-const volatile u32 hold_light_rate = 64;
+ * and the stall lasted until the guard let it through (133 s); at 64, ten
+ * find workers making 40 a window each spent the light tasks' share of a
+ * 512 KiB ring before that shell woke up. */
+const volatile u32 hold_light_rate = 16;
 /* How long a held task may wait before it is let through (hold_leaks). */
 const volatile u64 hold_guard_ns = 5000ULL * NSEC_PER_MSEC;
+/* A task let through makes at most this many events before it is held
+ * again, and the next is let through this long after: leaks stay small
+ * against the floor, and a deadlock still ends. */
+const volatile u32 hold_leak_events = 16;
+const volatile u64 hold_leak_gap_ns = 100ULL * NSEC_PER_MSEC;
 
 /* Debug: the forced_comm / forced_pid maps override the policy. */
 const volatile bool queue_forcing;
@@ -247,7 +259,9 @@ struct task_ctx {
 	/* The hold: the epoch this task was last seen in, its events then. */
 	u64 hold_epoch;
 	u64 hold_events_base;
-	u64 hold_pass_until;	/* let through by the starvation guard until then */
+	u64 hold_pass_until;	/* let through by the hold's guard until then, */
+	u64 hold_pass_events;	/* and while its events stay under this */
+	u64 hold_rate;		/* its event rate when last held (the held queue's order) */
 	u64 inherited_rate;	/* its parent's event rate at fork (young tasks) */
 	bool held_in_program;	/* held while migration disabled (held_in_program[]) */
 	bool hold_spent;	/* its allowance in hold_epoch is spent (its children's too) */
@@ -301,13 +315,16 @@ u64 last_consumed_ns[CUSTOS_MAX_QUEUES];
 /* What each CPU runs now (enum custos_cpu_running); racy reads are fine. */
 u8 cpu_running[CUSTOS_MAX_CPUS];
 
-/* The held queue (see hold_enabled): one shared queue, FIFO. */
+/* The held queue (see hold_enabled): one shared queue, by event rate. */
 #define CUSTOS_HELD_DSQ		(CUSTOS_PINNED_DSQ_BASE - 1)
 
 /* 1 while the hold is on; an epoch per hold, so allowances restart. */
 u32 hold_on;
 u64 hold_epoch;
 u64 hold_since_ns;
+/* 1 while a ring is under its floor: every producer is held, light or not. */
+u32 hold_all;
+u64 hold_last_leak_ns;
 /*
  * Tasks held inside a program on each CPU (migration disabled: preempted
  * there, as the collector's kick at the syscall that crossed the reserve
@@ -826,20 +843,31 @@ static bool consume_waiting_consumer(s32 cpu, struct custos_sched_stats *st)
 }
 
 /*
- * The held queue's head waited hold_guard_ns: run it, and do not hold it
- * again for a slice (the consumer may be waiting for it).
+ * The hold lasted hold_guard_ns: run the held queue's head (the lightest),
+ * and do not hold it again for a slice or hold_leak_events events (the
+ * consumer may be waiting for it); the next one hold_leak_gap_ns later.
  */
 static bool let_held_through(u64 now, struct custos_sched_stats *st)
 {
+	const struct custos_task_features *tf;
 	struct task_struct *p;
 	struct task_ctx *tctx;
+	u64 last = hold_last_leak_ns;
+	u32 tid;
 
+	if (now - last < hold_leak_gap_ns ||
+	    __sync_val_compare_and_swap(&hold_last_leak_ns, last, now) != last)
+		return false;
 	bpf_rcu_read_lock();
 	p = __COMPAT_scx_bpf_dsq_peek(CUSTOS_HELD_DSQ);
 	if (p) {
 		tctx = bpf_task_storage_get(&task_ctx_stor, p, 0, 0);
-		if (tctx)
+		if (tctx) {
+			tid = p->pid;
+			tf = bpf_map_lookup_elem(&task_features, &tid);
 			tctx->hold_pass_until = now + slice_ns;
+			tctx->hold_pass_events = (tf ? tf->events_total : 0) + hold_leak_events;
+		}
 	}
 	bpf_rcu_read_unlock();
 	if (!p || !scx_bpf_dsq_move_to_local(CUSTOS_HELD_DSQ, 0))
@@ -874,11 +902,9 @@ static bool consume_starving(s32 cpu, u64 now, struct custos_sched_stats *st)
 	if (oldest < starvation_guard_ns)
 		oldest = 0;
 	/* The held queue has a guard of its own (hold_guard_ns). */
-	if (hold_enabled) {
-		w = head_wait(CUSTOS_HELD_DSQ, now);
-		if (w >= hold_guard_ns && w > oldest)
-			return let_held_through(now, st);
-	}
+	if (hold_enabled && hold_on && now - hold_since_ns >= hold_guard_ns &&
+	    head_wait(CUSTOS_HELD_DSQ, now) && let_held_through(now, st))
+		return true;
 	if (!oldest || !scx_bpf_dsq_move_to_local(dsq, 0))
 		return false;
 	oldest_q &= CUSTOS_MAX_QUEUES - 1;
@@ -1023,7 +1049,7 @@ static bool hold_update(u64 now)
 	struct custos_global_features *g;
 	struct custos_sched_stats *st;
 	u32 zero = 0, nr_cpus;
-	bool under = false, clear = true;
+	bool under = false, clear = true, all = false;
 	s32 cpu, this_cpu;
 	int r;
 
@@ -1044,10 +1070,18 @@ static bool hold_update(u64 now)
 			reserve = g->hold_reserve_bytes[r]; /* capped by the collector */
 			if (free < reserve)
 				under = true;
+			if (free < g->hold_floor_bytes[r])
+				all = true;
 
 			if (free * CUSTOS_FEATURE_MAX < (u64)availability_high * size)
 				clear = false;
 		}
+	}
+	if (all != (bool)hold_all &&
+	    __sync_val_compare_and_swap(&hold_all, !all, all) == !all && all) {
+		st = cpu_stats();
+		if (st)
+			st->hold_floors++;
 	}
 	if (under && !hold_on) {
 		if (__sync_val_compare_and_swap(&hold_on, 0, 1) != 0)
@@ -1142,7 +1176,7 @@ static bool holdable(const struct task_struct *p, struct task_ctx *tctx, u64 now
 	/* An exiting task makes no more syscalls, and the kernel puts it back
 	 * on its CPU without asking enqueue (no SCX_OPS_ENQ_EXITING): kicked
 	 * off, it would only be kicked again. */
-	if (!tctx || (p->flags & (PF_KTHREAD | PF_EXITING)) || now < tctx->hold_pass_until)
+	if (!tctx || (p->flags & (PF_KTHREAD | PF_EXITING)))
 		return false;
 	g = bpf_map_lookup_elem(&global_features, &zero);
 	if (tctx->consumer || is_consumer(p, g))
@@ -1158,19 +1192,35 @@ static bool holdable(const struct task_struct *p, struct task_ctx *tctx, u64 now
 	/* A young task is its parent's kind until its own rate shows. */
 	if (now - p->start_time < 2 * CUSTOS_RATE_WINDOW_NS && tctx->inherited_rate > rate)
 		rate = tctx->inherited_rate;
+	tctx->hold_rate = rate;
+	/* Let through by the guard: for a slice, and a few events. */
+	if (now < tctx->hold_pass_until && events < tctx->hold_pass_events)
+		return false;
 	if (tctx->hold_epoch != epoch) {
 		tctx->hold_epoch = epoch;
 		tctx->hold_events_base = events;
 		tctx->hold_spent = false;
 	}
-	if (rate >= hold_light_rate || events - tctx->hold_events_base >= hold_allowance) {
+	/* Under the floor the light tasks' share is spent: every task that
+	 * made an event lately (its rate shows it, for eight windows) or in
+	 * this hold is held. One that made none runs on: a task that only
+	 * computes cannot fill a ring, and its next event holds it. */
+	if (hold_all && (rate || events != tctx->hold_events_base))
+		return true;
+	if (tctx->hold_spent || rate >= hold_light_rate ||
+	    events - tctx->hold_events_base >= hold_allowance) {
 		tctx->hold_spent = true;
 		return true;
 	}
-	/* A young task whose parent spent its allowance in this hold is held
-	 * too: a flood split into short-lived children (find -exec) would
-	 * otherwise start every child with a fresh allowance. */
-	return now - p->start_time < 2 * CUSTOS_RATE_WINDOW_NS && parent_spent(p, epoch);
+	/* A young task whose parent spent its allowance in this hold has
+	 * none of its own, for the whole hold: a flood split into children
+	 * (find -exec) would otherwise start each with a fresh allowance,
+	 * and 16 of them spent the light tasks' share of a 512 KiB ring. */
+	if (now - p->start_time < 2 * CUSTOS_RATE_WINDOW_NS && parent_spent(p, epoch)) {
+		tctx->hold_spent = true;
+		return true;
+	}
+	return false;
 }
 
 /* Hold @p if the hold is on and it produces events; counts it. */
@@ -1180,7 +1230,9 @@ static bool hold_task(struct task_struct *p, struct task_ctx *tctx, u64 enq_flag
 
 	if (!hold_update(now) || !holdable(p, tctx, now))
 		return false;
-	scx_bpf_dsq_insert(p, CUSTOS_HELD_DSQ, slice_ns, enq_flags);
+	/* Lightest first: the guard lets the shell that resumes a stopped
+	 * consumer through before the flood's workers. */
+	scx_bpf_dsq_insert_vtime(p, CUSTOS_HELD_DSQ, slice_ns, tctx->hold_rate, enq_flags);
 	st = cpu_stats();
 	if (st)
 		st->held++;
@@ -1189,10 +1241,13 @@ static bool hold_task(struct task_struct *p, struct task_ctx *tctx, u64 enq_flag
 
 /*
  * Hold @p, preempted with migration disabled (inside a program), if the
- * hold is on, it produces events, and its CPU has a copy of the collector's
- * programs to spare: CUSTOS_SYSCALL_COPIES - 1 such tasks per CPU at most.
- * Otherwise it leaves the program first (enqueue's short slice) and is held
- * at its next stop.
+ * hold is on, it produces events, and its CPU has copies of the collector's
+ * programs to spare: CUSTOS_SYSCALL_COPIES - 2 such tasks per CPU at most,
+ * so that two copies stay free. With one free copy, another task preempted
+ * inside it made the kernel skip every copy for whatever ran meanwhile (222
+ * syscalls lost through a held hold of 6 s on one vCPU, two tasks held in
+ * programs). Otherwise it leaves the program first (enqueue's short slice)
+ * and is held at its next stop.
  */
 static bool hold_in_program(struct task_struct *p, struct task_ctx *tctx, u64 enq_flags)
 {
@@ -1203,7 +1258,7 @@ static bool hold_in_program(struct task_struct *p, struct task_ctx *tctx, u64 en
 	if (cpu < 0 || cpu >= CUSTOS_MAX_CPUS)
 		return false;
 	held = &held_in_program[cpu];
-	if (*held >= CUSTOS_SYSCALL_COPIES - 1)
+	if (*held >= CUSTOS_SYSCALL_COPIES - 2)
 		return false;
 	if (!hold_task(p, tctx, enq_flags, bpf_ktime_get_ns()))
 		return false;

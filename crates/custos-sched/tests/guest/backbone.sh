@@ -162,6 +162,7 @@ global_value() {
 	for r in 1 2 3; do le64 1048576; done
 	for r in 1 2 3; do le64 "$1"; done
 	zeros 24  # hold_reserve_bytes: no hold
+	zeros 24  # hold_floor_bytes
 	zeros 8   # hold_sched_ns
 	zeros 32  # produced, consumed, consumer_lag, updated_ns
 	zeros 32  # consumer_pids: none from the "collector"
@@ -181,7 +182,7 @@ policy() {
 	dir=/sys/fs/bpf/custos-test
 	mkdir -p $dir
 	bpftool map create $dir/task_features type lru_hash key 4 value 56 entries 65536 name task_features
-	bpftool map create $dir/global_features type array key 4 value 152 entries 1 name global_features
+	bpftool map create $dir/global_features type array key 4 value 176 entries 1 name global_features
 	# The values are built before the spinning shells start, so the map
 	# updates below are single commands (the section's minutes were the
 	# starved pinned kworkers, not these printf rounds).
