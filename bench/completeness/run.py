@@ -5,13 +5,15 @@ on 1, 2 and 4 vCPUs, through floods and through a stalled consumer.
 
     bench/completeness/run.py                      # every cell, 5 interleaved runs each
     bench/completeness/run.py --cpus 2 --floods find16 --pauses 0 2000 --runs 5
+    bench/completeness/run.py --cpus 2 --floods find16 --schedulers default custos custos-hold --ring-kb 512
     bench/completeness/run.py --quick              # one run of each, 1 vCPU: checks the harness
     bench/completeness/run.py --report             # results.json and pictures from the runs on disk
 
-A cell is a vCPU count, a flood and a consumer stall; each cell is one boot
-of the sched_ext VM running scripts/superproducer-guest.sh, which alternates
-the default scheduler and `custos sched` run by run (SP_ORDER=interleaved)
-so that a drift of the emulator's speed hits both alike. Loss is the
+A cell is a vCPU count, a flood, a consumer stall and a ring size; each cell
+is one boot of the sched_ext VM running scripts/superproducer-guest.sh,
+which alternates the schedulers run by run (SP_ORDER=interleaved: the
+default, `custos sched`, `custos sched --hold`) so that a drift of the
+emulator's speed hits them alike. Loss is the
 collector's exact account: records refused by full rings ("dropped") plus
 syscalls the kernel skipped ("unnumbered"), as a share of all events.
 
@@ -51,11 +53,16 @@ FLOODS = {
     "exec16": ("exec", 16),
     "storm16": ("storm", 16),
 }
-SCHEDULERS = ("default", "custos")
+# The guest's names: the kernel's default, `custos sched`, and
+# `custos sched --hold` (issue 29's hold, off by default).
+SCHEDULERS = ("default", "custos", "custos-hold")
+# The guest's ring size when none is given (scripts/superproducer-guest.sh).
+RING_KB = 64
 
 
-def cell_name(cpus, flood, pause_ms, policy, files=4000):
-    return f"cpus{cpus}-{flood}-pause{pause_ms}-{policy}" + (f"-files{files}" if files != 4000 else "")
+def cell_name(cpus, flood, pause_ms, policy, files=4000, ring_kb=RING_KB):
+    return f"cpus{cpus}-{flood}-pause{pause_ms}-{policy}" + (f"-files{files}" if files != 4000 else "") + \
+        (f"-ring{ring_kb}" if ring_kb != RING_KB else "")
 
 
 def plan(args):
@@ -68,7 +75,7 @@ def plan(args):
             for flood in args.floods:
                 for pause in (args.pauses if flood == args.floods[0] else [0]):
                     cells.append({"cpus": cpus, "flood": flood, "pause_ms": pause, "policy": policy,
-                                  "files": args.files})
+                                  "files": args.files, "ring_kb": args.ring_kb})
     return cells
 
 
@@ -106,32 +113,40 @@ def summarise(rows):
     }
 
 
-def probe_ratio(entry):
-    """Median p99 of the innocent probe under Custos over the default's, or
-    None when a side has no probe figures (runs made before the probe)."""
+def probe_ratio(entry, scheduler="custos"):
+    """Median p99 of the innocent probe under a Custos scheduler over the
+    default's, or None when a side has no probe figures (runs made before
+    the probe)."""
     base = entry.get("default", {}).get("probe_p99_ms")
-    mine = entry.get("custos", {}).get("probe_p99_ms")
+    mine = entry.get(scheduler, {}).get("probe_p99_ms")
     if not base or not mine:
         return None
     return statistics.median(mine) / statistics.median(base)
 
 
-def run_cell(cell, runs, share: Path):
+def missing_runs(rows, schedulers, runs):
+    """How many runs each scheduler still lacks in a cell on disk."""
+    return {s: runs - sum(1 for r in rows if r["scheduler"] == s) for s in schedulers
+            if sum(1 for r in rows if r["scheduler"] == s) < runs}
+
+
+def run_cell(cell, runs, schedulers, share: Path):
     workload, workers = FLOODS[cell["flood"]]
     sched_args = "" if cell["policy"] == "static" else f"--policy {cell['policy']}"
-    env = (f"CUSTOS_BIN={ROOT / 'target/release'} SP_OUT={share} SP_SCHEDULERS='{' '.join(SCHEDULERS)}' "
+    env = (f"CUSTOS_BIN={ROOT / 'target/release'} SP_OUT={share} SP_SCHEDULERS='{' '.join(schedulers)}' "
            f"SP_RUNS={runs} SP_ORDER=interleaved SP_KEEP_EVENTS=0 SP_WORKLOAD={workload} "
-           f"SP_WORKERS={workers} SP_PAUSE_MS={cell['pause_ms']} SP_FILES={cell['files']}")
+           f"SP_WORKERS={workers} SP_PAUSE_MS={cell['pause_ms']} SP_FILES={cell['files']} "
+           f"SP_RING_KB={cell['ring_kb']}")
     # A guard against a hung guest: a run pair took 8 min on one vCPU of the
     # slow emulator; more vCPUs run in turns, so the budget grows with them.
-    timeout = 300 + runs * len(SCHEDULERS) * 600 * cell["cpus"]
+    timeout = 300 + runs * len(schedulers) * 600 * cell["cpus"]
     # The guest's table goes to stderr: a line per run as it ends.
     vm.run_script(f"{env} bash {SCRIPT} {sched_args} >&2\n", share, timeout_s=timeout, cpus=cell["cpus"],
                   mem="2G")
 
 
 def report(cells, runs, command):
-    summary, groups = [], {}
+    summary, groups, present = [], {}, []
     for cell in cells:
         name = cell_name(**cell)
         rows = read_rows(OUT / name / "results.jsonl")
@@ -142,38 +157,39 @@ def report(cells, runs, command):
             mine = [r for r in rows if r["scheduler"] == s]
             if mine:
                 entry[s] = summarise(mine)
+                present += [s] if s not in present else []
         # The innocent probe under Custos against the default: median p99
         # over median p99 (issue 29 asks for at most 1.25).
-        ratio = probe_ratio(entry)
-        if ratio is not None:
-            entry["custos"]["probe_p99_ratio_vs_default"] = ratio
+        for s in SCHEDULERS[1:]:
+            ratio = probe_ratio(entry, s)
+            if ratio is not None:
+                entry[s]["probe_p99_ratio_vs_default"] = ratio
         summary.append(entry)
         label = f"{cell['cpus']} vCPU{'s' if cell['cpus'] > 1 else ''}, {cell['flood']}" + \
             (f", stall {cell['pause_ms'] / 1000:g} s" if cell["pause_ms"] else "") + \
             (f", {cell['policy']}" if cell["policy"] != "static" else "") + \
-            (f", {cell['files']} files" if cell["files"] != 4000 else "")
+            (f", {cell['files']} files" if cell["files"] != 4000 else "") + \
+            (f", {cell['ring_kb']} KiB rings" if cell["ring_kb"] != RING_KB else "")
         groups[label] = {s: entry[s]["loss_pct"] for s in SCHEDULERS if s in entry}
     if not summary:
         raise SystemExit("no runs on disk: run the cells first")
-    custos_runs = sum(c["custos"]["runs"] for c in summary if "custos" in c)
-    custos_lossy = sum(c["custos"]["runs_with_loss"] for c in summary if "custos" in c)
     default_min = min((min(c["default"]["loss_pct"]) for c in summary if "default" in c), default=None)
     doc = {
         "command": command,
         "runs_per_cell": runs,
         "cells": summary,
-        "custos_runs_total": custos_runs,
-        "custos_runs_with_loss": custos_lossy,
+        "vcpus_max": max(c["cpus"] for c in summary),
         "default_min_loss_pct": default_min if default_min is not None else float("nan"),
         "note": "loss = (dropped + unnumbered) / (produced + unnumbered); intervals are 95 %",
     }
-    required = ["command", "runs_per_cell", "custos_runs_total", "custos_runs_with_loss", "default_min_loss_pct"]
+    doc.update(headlines(summary))
+    required = ["command", "runs_per_cell", "vcpus_max", "default_min_loss_pct"]
     results.write_results(HERE / "results.json", doc, required)
     plots.runs_with_intervals(groups, "Loss under the super producer (every run; mean, 95 % interval)",
-                              "events lost, % (symlog)", HERE / "loss", order=list(SCHEDULERS), symlog=True)
+                              "events lost, % (symlog)", HERE / "loss", order=present, symlog=True)
     rows = []
     for c in summary:
-        for s in SCHEDULERS:
+        for s in present:
             if s in c:
                 m = c[s]
                 lo, hi = m["loss_pct_ci95"]
@@ -184,6 +200,27 @@ def report(cells, runs, command):
     print(f"wrote {HERE / 'results.json'}, {HERE / 'loss.svg'} and loss.png", file=sys.stderr)
 
 
+def headlines(summary):
+    """Issue 29's figures, per Custos scheduler (`custos`, `custos_hold`):
+    runs and runs that lost anything over every cell, events lost in the
+    2 s stalls, and the innocent probe's worst cell ratio to the default."""
+    out = {}
+    for s in SCHEDULERS[1:]:
+        cells = [c for c in summary if s in c]
+        if not cells:
+            continue
+        key = s.replace("-", "_")
+        out[f"{key}_runs"] = sum(c[s]["runs"] for c in cells)
+        out[f"{key}_runs_with_loss"] = sum(c[s]["runs_with_loss"] for c in cells)
+        stalls = [c for c in cells if c["pause_ms"] == 2000]
+        if stalls:
+            out[f"stall_2s_{key}_lost"] = sum(sum(c[s]["lost_events"]) for c in stalls)
+        ratios = [c[s]["probe_p99_ratio_vs_default"] for c in cells if "probe_p99_ratio_vs_default" in c[s]]
+        if ratios:
+            out[f"innocent_p99_ratio_vs_default_{key}_max"] = max(ratios)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cpus", type=int, nargs="+", default=[1, 2, 4])
@@ -192,6 +229,9 @@ def main():
                     help="consumer stalls (ms, SIGSTOP 2 s into the flood), on the first flood")
     ap.add_argument("--policies", nargs="+", default=["static"], choices=["static", "feedback", "learned"])
     ap.add_argument("--runs", type=int, default=5, help="runs of each scheduler per cell, interleaved")
+    ap.add_argument("--schedulers", nargs="+", default=list(SCHEDULERS), choices=list(SCHEDULERS),
+                    help="alternated run by run in each cell")
+    ap.add_argument("--ring-kb", type=int, default=RING_KB, help="the collector's rings (KiB, a power of two)")
     ap.add_argument("--files", type=int, default=4000,
                     help="files each find worker reads (a shorter flood at the same rate of events)")
     ap.add_argument("--quick", action="store_true", help="1 vCPU, find16, no stall, one run of each")
@@ -201,8 +241,9 @@ def main():
     if args.quick:
         args.cpus, args.floods, args.pauses, args.policies, args.runs = [1], ["find16"], [0], ["static"], 1
     if args.runs < 1 or any(c not in (1, 2, 4, 8) for c in args.cpus) or any(p < 0 for p in args.pauses) \
-            or args.files < 100:
-        ap.error("--runs must be at least 1, --cpus of 1, 2, 4 or 8, --pauses not negative, --files at least 100")
+            or args.files < 100 or args.ring_kb < 4 or args.ring_kb & (args.ring_kb - 1):
+        ap.error("--runs must be at least 1, --cpus of 1, 2, 4 or 8, --pauses not negative, --files at least 100, "
+                 "--ring-kb a power of two of at least 4")
     # What reproduces the runs: --report and --fresh only say how.
     command = "bench/completeness/run.py " + " ".join(a for a in sys.argv[1:] if a not in ("--report", "--fresh"))
     cells = plan(args)
@@ -211,13 +252,16 @@ def main():
         for i, cell in enumerate(cells, 1):
             share = OUT / cell_name(**cell)
             done = read_rows(share / "results.jsonl")
-            if not args.fresh and len(done) == args.runs * len(SCHEDULERS):
+            if not args.fresh and not missing_runs(done, args.schedulers, args.runs):
                 print(f"[{i}/{len(cells)}] {share.name}: on disk", file=sys.stderr)
                 continue
-            print(f"[{i}/{len(cells)}] {share.name}: {args.runs} run(s) of each scheduler", file=sys.stderr)
+            print(f"[{i}/{len(cells)}] {share.name}: {args.runs} run(s) of each of {', '.join(args.schedulers)}",
+                  file=sys.stderr)
+            # A cell is one interleaved session: one that lacks runs is run
+            # again whole, so that its schedulers shared the same emulator.
             shutil.rmtree(share, ignore_errors=True)
             try:
-                run_cell(cell, args.runs, share)
+                run_cell(cell, args.runs, args.schedulers, share)
             except vm.VmFailed as e:
                 # The other cells still run; the runs this one finished are
                 # reported, and the bench fails at the end.

@@ -36,10 +36,35 @@ def test_a_run_without_the_collectors_account_is_refused():
 
 def test_the_plan_puts_the_stalls_on_the_first_flood_only():
     args = type("A", (), {"cpus": [1, 2], "policies": ["static"], "floods": ["find16", "exec16"],
-                          "pauses": [0, 500, 2000], "files": 4000})
+                          "pauses": [0, 500, 2000], "files": 4000, "ring_kb": 512})
     cells = completeness.plan(args)
     assert len(cells) == 2 * (3 + 1)
     assert {c["pause_ms"] for c in cells if c["flood"] == "exec16"} == {0}
+    # The ring size is in the cell's name unless it is the guest's default.
+    assert completeness.cell_name(**cells[0]) == "cpus1-find16-pause0-static-ring512"
+    assert completeness.cell_name(**dict(cells[0], ring_kb=64)) == "cpus1-find16-pause0-static"
+
+
+def test_a_cell_lacking_a_schedulers_runs_is_not_on_disk():
+    rows = [{"scheduler": "default"}] * 5 + [{"scheduler": "custos"}] * 5
+    assert completeness.missing_runs(rows, ["default", "custos"], 5) == {}
+    # A scheduler added to the cells: its runs are missing, the others not.
+    assert completeness.missing_runs(rows, ["default", "custos", "custos-hold"], 5) == {"custos-hold": 5}
+    assert completeness.missing_runs(rows[:9], ["default", "custos"], 5) == {"custos": 1}
+
+
+def test_headlines_per_custos_scheduler_count_runs_stall_loss_and_the_worst_probe_ratio():
+    def cell(pause_ms, lost_hold, ratio_hold):
+        hold = completeness.summarise([row(lost_hold, 0, probe_p99_ns=2e7)] + [row(0, 0, probe_p99_ns=2e7)] * 4)
+        hold["probe_p99_ratio_vs_default"] = ratio_hold
+        return {"pause_ms": pause_ms, "default": completeness.summarise([row(900, 0)] * 5), "custos-hold": hold}
+    h = completeness.headlines([cell(0, 0, 1.1), cell(2000, 7, 3.0)])
+    assert h["custos_hold_runs"] == 10 and h["custos_hold_runs_with_loss"] == 1
+    # Only the 2 s stalls count in their own figure.
+    assert h["stall_2s_custos_hold_lost"] == 7
+    assert h["innocent_p99_ratio_vs_default_custos_hold_max"] == 3.0
+    # No plain Custos runs: no figures made up for it.
+    assert not any(k.startswith("custos_runs") for k in h)
 
 
 def test_the_probe_ratio_is_median_over_median_and_absent_without_figures():
