@@ -119,6 +119,13 @@ pub struct SchedArgs {
     #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..=20_000))]
     pub hold_guard_ms: u64,
 
+    /// The light lane's share of each CPU, in percent (crates/custos-sched/
+    /// README.md, "The light lane"): a waking task that makes few events runs
+    /// before the flood's workers, for at most this much of a CPU's time.
+    /// 0: no lane, every such task waits in the primary FIFO.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub light_share: u32,
+
     /// Budget producers when ring availability falls to this percentage.
     #[arg(long, default_value_t = DEFAULT_AVAILABILITY_LOW_PCT)]
     pub availability_low: f64,

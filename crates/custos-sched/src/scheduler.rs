@@ -513,6 +513,7 @@ impl<'a> Scheduler<'a> {
         rodata.overflow_hold = !args.no_overflow_hold;
         rodata.hold_enabled = args.hold;
         rodata.hold_allowance = args.hold_allowance;
+        rodata.light_share_pct = args.light_share;
         rodata.hold_guard_ns = args.hold_guard_ms * 1_000_000;
         rodata.availability_low = config.availability_low;
         rodata.availability_high = config.availability_high;
@@ -810,6 +811,9 @@ impl<'a> Scheduler<'a> {
                 sum.hold_released += s.hold_released;
                 sum.hold_leaks += s.hold_leaks;
                 sum.hold_floors += s.hold_floors;
+                sum.light_enqueues += s.light_enqueues;
+                sum.light_dispatches += s.light_dispatches;
+                sum.light_deferred += s.light_deferred;
                 sum.held_in_program += s.held_in_program;
                 sum.feature_ns += s.feature_ns;
                 sum.feature_updates += s.feature_updates;
@@ -894,6 +898,9 @@ impl<'a> Scheduler<'a> {
             hold_released: sum.hold_released,
             hold_leaks: sum.hold_leaks,
             hold_floors: sum.hold_floors,
+            light_enqueues: sum.light_enqueues,
+            light_dispatches: sum.light_dispatches,
+            light_deferred: sum.light_deferred,
             held_in_program: sum.held_in_program,
             hold_on: self
                 .skel

@@ -124,6 +124,12 @@ pub struct Metrics {
     pub hold_reserve_pct: f64,
     #[stat(desc = "Hold: that ring's floor, in percent of the ring (at most 18.75)")]
     pub hold_floor_pct: f64,
+    #[stat(desc = "Light lane: waking tasks that make few events, queued in it")]
+    pub light_enqueues: u64,
+    #[stat(desc = "Light lane: tasks run from it")]
+    pub light_dispatches: u64,
+    #[stat(desc = "Light lane: times it waited because its CPU share (--light-share) was spent")]
+    pub light_deferred: u64,
     #[stat(desc = "Queues consumed because a task waited past the starvation guard")]
     pub starvation_guard_picks: u64,
     #[stat(desc = "Feature-maintenance calls")]
@@ -286,6 +292,13 @@ impl Metrics {
                 self.hold_floor_pct,
             )?;
         }
+        if self.light_enqueues > 0 {
+            writeln!(
+                w,
+                "  light lane: queued {} run {} deferred {}",
+                self.light_enqueues, self.light_dispatches, self.light_deferred,
+            )?;
+        }
         if self.policy.starts_with("learned") || self.transitions > 0 {
             writeln!(
                 w,
@@ -427,6 +440,9 @@ impl Metrics {
             hold_leaks: self.hold_leaks.saturating_sub(prev.hold_leaks),
             hold_floors: self.hold_floors.saturating_sub(prev.hold_floors),
             held_in_program: self.held_in_program.saturating_sub(prev.held_in_program),
+            light_enqueues: self.light_enqueues.saturating_sub(prev.light_enqueues),
+            light_dispatches: self.light_dispatches.saturating_sub(prev.light_dispatches),
+            light_deferred: self.light_deferred.saturating_sub(prev.light_deferred),
             starvation_guard_picks: self
                 .starvation_guard_picks
                 .saturating_sub(prev.starvation_guard_picks),

@@ -97,7 +97,7 @@ const volatile u64 starvation_guard_ns = 2000ULL * NSEC_PER_MSEC;
  * floor; under the floor (what one syscall can write, times the CPUs,
  * times the syscalls that can run before a held task is off its CPU)
  * every task but the consumers and kthreads is held, so however many light
- * tasks there are, the ring does not fill. A task making hold_light_rate
+ * tasks there are, the ring does not fill. A task making light_rate
  * events a window or more (or, in its first windows, whose parent did) is
  * held at once. The held queue is ordered by event rate, lightest first.
  * Once the hold has lasted hold_guard_ns, its head is let through, one
@@ -109,12 +109,30 @@ const volatile u64 starvation_guard_ns = 2000ULL * NSEC_PER_MSEC;
  */
 const volatile bool hold_enabled;
 const volatile u32 hold_allowance = 64;
-/* Events a window at which a task is held at once. Lower (2) held the
- * shell resuming a stopped consumer after its burst of a fork and a kill,
- * and the stall lasted until the guard let it through (133 s); at 64, ten
- * find workers making 40 a window each spent the light tasks' share of a
- * 512 KiB ring before that shell woke up. */
-const volatile u32 hold_light_rate = 16;
+/* Events a window from which a task is not light: the hold holds it at
+ * once, and it waits in the primary queue, not the light lane. Lower (2)
+ * held the shell resuming a stopped consumer after its burst of a fork and
+ * a kill, and the stall lasted until the guard let it through (133 s); at
+ * 64, ten find workers making 40 a window each spent the light tasks'
+ * share of a 512 KiB ring before that shell woke up. */
+const volatile u32 light_rate = 16;
+
+/*
+ * The light lane (issue 29, item 3: innocent tasks keep their pace). A
+ * task of the primary queue that wakes up making fewer than light_rate
+ * events a window (a shell, an interactive program, one that makes no
+ * traced syscall) waits in a queue of its own, served before the budgeted
+ * queues and the primary FIFO, instead of behind every flood worker there
+ * (a 10 ms ticker saw a p99 of 173 ms behind 16 of them on 2 vCPUs, the
+ * default scheduler 33 ms). A flood split into processes does not make
+ * them light: a young task counts as its parent's rate. Only a wake-up
+ * enters the lane (a task that used up its slice goes to the primary
+ * queue), and per CPU the lane runs at most light_share_pct of the time,
+ * over a burst of LIGHT_BURST_NS: what makes few events and computes
+ * much cannot starve the rest. The consumer still goes first. 0: no lane.
+ */
+const volatile u32 light_share_pct = 50;
+#define LIGHT_BURST_NS		(4 * slice_ns)
 /* How long a held task may wait before it is let through (hold_leaks). */
 const volatile u64 hold_guard_ns = 5000ULL * NSEC_PER_MSEC;
 /* A task let through makes at most this many events before it is held
@@ -265,6 +283,7 @@ struct task_ctx {
 	u64 inherited_rate;	/* its parent's event rate at fork (young tasks) */
 	bool held_in_program;	/* held while migration disabled (held_in_program[]) */
 	bool hold_spent;	/* its allowance in hold_epoch is spent (its children's too) */
+	bool light;		/* queued in (then running from) the light lane */
 };
 
 struct {
@@ -277,6 +296,8 @@ struct {
 struct cpu_ctx {
 	u32 idle_slices;	/* idle entries since a task last ran here */
 	u32 prefer_pinned;	/* bit q: alternate pinned/shared copies fairly */
+	s64 light_budget_ns;	/* the light lane's time left here (light_share_pct) */
+	u64 light_refill_at;	/* when light_budget_ns was last refilled */
 };
 
 struct {
@@ -317,6 +338,8 @@ u8 cpu_running[CUSTOS_MAX_CPUS];
 
 /* The held queue (see hold_enabled): one shared queue, by event rate. */
 #define CUSTOS_HELD_DSQ		(CUSTOS_PINNED_DSQ_BASE - 1)
+/* The light lane (see light_share_pct): one shared FIFO. */
+#define CUSTOS_LIGHT_DSQ	(CUSTOS_PINNED_DSQ_BASE - 2)
 
 /* 1 while the hold is on; an epoch per hold, so allowances restart. */
 u32 hold_on;
@@ -1144,6 +1167,30 @@ static u64 rate_since(const struct custos_task_features *tf, u64 now)
 	return rate;
 }
 
+/*
+ * A task's events per window as the hold and the light lane judge it: its
+ * own, or while it is young (two windows) its parent's when higher, so a
+ * flood split into short-lived children (find -exec) is the flood's kind.
+ * @events: its events so far (the collector's count; 0 if unknown).
+ */
+static u64 task_rate(const struct task_struct *p, const struct task_ctx *tctx, u64 now,
+		     u64 *events)
+{
+	const struct custos_task_features *tf;
+	u32 tid = p->pid;
+	u64 rate = 0;
+
+	*events = 0;
+	tf = bpf_map_lookup_elem(&task_features, &tid);
+	if (tf && (!tf->start_time_ns || tf->start_time_ns == p->start_time)) {
+		*events = tf->events_total;
+		rate = rate_since(tf, now);
+	}
+	if (now - p->start_time < 2 * CUSTOS_RATE_WINDOW_NS && tctx->inherited_rate > rate)
+		rate = tctx->inherited_rate;
+	return rate;
+}
+
 static bool parent_spent(const struct task_struct *p, u64 epoch)
 {
 	struct task_struct *parent;
@@ -1168,10 +1215,9 @@ static bool parent_spent(const struct task_struct *p, u64 epoch)
  */
 static bool holdable(const struct task_struct *p, struct task_ctx *tctx, u64 now)
 {
-	const struct custos_task_features *tf;
 	const struct custos_global_features *g;
-	u32 zero = 0, tid = p->pid;
-	u64 events = 0, rate = 0, epoch = hold_epoch;
+	u32 zero = 0;
+	u64 events, rate, epoch = hold_epoch;
 
 	/* An exiting task makes no more syscalls, and the kernel puts it back
 	 * on its CPU without asking enqueue (no SCX_OPS_ENQ_EXITING): kicked
@@ -1184,14 +1230,7 @@ static bool holdable(const struct task_struct *p, struct task_ctx *tctx, u64 now
 	/* This scheduler's own daemon (the loader sets its tgid, GRU or not). */
 	if (p->tgid == placement_agent_tgid)
 		return false;
-	tf = bpf_map_lookup_elem(&task_features, &tid);
-	if (tf && (!tf->start_time_ns || tf->start_time_ns == p->start_time)) {
-		events = tf->events_total;
-		rate = rate_since(tf, now);
-	}
-	/* A young task is its parent's kind until its own rate shows. */
-	if (now - p->start_time < 2 * CUSTOS_RATE_WINDOW_NS && tctx->inherited_rate > rate)
-		rate = tctx->inherited_rate;
+	rate = task_rate(p, tctx, now, &events);
 	tctx->hold_rate = rate;
 	/* Let through by the guard: for a slice, and a few events. */
 	if (now < tctx->hold_pass_until && events < tctx->hold_pass_events)
@@ -1207,7 +1246,7 @@ static bool holdable(const struct task_struct *p, struct task_ctx *tctx, u64 now
 	 * computes cannot fill a ring, and its next event holds it. */
 	if (hold_all && (rate || events != tctx->hold_events_base))
 		return true;
-	if (tctx->hold_spent || rate >= hold_light_rate ||
+	if (tctx->hold_spent || rate >= light_rate ||
 	    events - tctx->hold_events_base >= hold_allowance) {
 		tctx->hold_spent = true;
 		return true;
@@ -1469,6 +1508,19 @@ void BPF_STRUCT_OPS(custos_enqueue, struct task_struct *p, u64 enq_flags)
 			st->consumer_queued++;
 	}
 
+	if (light_share_pct && tctx && !tctx->consumer && q == CUSTOS_PRIMARY_QUEUE &&
+	    (enq_flags & SCX_ENQ_WAKEUP) && !is_pinned(p)) {
+		u64 events;
+
+		if (task_rate(p, tctx, bpf_ktime_get_ns(), &events) < light_rate) {
+			tctx->light = true;
+			scx_bpf_dsq_insert(p, CUSTOS_LIGHT_DSQ, slice_ns, enq_flags);
+			if (st)
+				st->light_enqueues++;
+			goto kick_idle;
+		}
+	}
+
 	if (is_pinned(p)) {
 		cpu = scx_bpf_task_cpu(p);
 		scx_bpf_dsq_insert(p, pinned_dsq(cpu, q), slice_ns, enq_flags);
@@ -1479,6 +1531,7 @@ void BPF_STRUCT_OPS(custos_enqueue, struct task_struct *p, u64 enq_flags)
 	}
 
 	scx_bpf_dsq_insert(p, q, slice_ns, enq_flags);
+kick_idle:
 	/* Wake an idle CPU the task may run on; it decides whether the budget allows. */
 	cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
 	if (cpu >= 0) {
@@ -1486,6 +1539,34 @@ void BPF_STRUCT_OPS(custos_enqueue, struct task_struct *p, u64 enq_flags)
 		if (st)
 			st->idle_kicks++;
 	}
+}
+
+/*
+ * The head of the light lane, while this CPU's share for it lasts (the
+ * budget refills at light_share_pct of the time, up to LIGHT_BURST_NS;
+ * stopping charges what a light task ran). Out of budget, the lane waits
+ * for the primary queue's turn (dispatch serves it when that is empty).
+ */
+static bool consume_light(u64 now, struct cpu_ctx *cctx, struct custos_sched_stats *st)
+{
+	if (!cctx || !scx_bpf_dsq_nr_queued(CUSTOS_LIGHT_DSQ))
+		return false;
+	if (now > cctx->light_refill_at) {
+		cctx->light_budget_ns += (s64)((now - cctx->light_refill_at) * light_share_pct / 100);
+		if (cctx->light_budget_ns > (s64)LIGHT_BURST_NS)
+			cctx->light_budget_ns = LIGHT_BURST_NS;
+	}
+	cctx->light_refill_at = now;
+	if (cctx->light_budget_ns <= 0) {
+		if (st)
+			st->light_deferred++;
+		return false;
+	}
+	if (!scx_bpf_dsq_move_to_local(CUSTOS_LIGHT_DSQ, 0))
+		return false;
+	if (st)
+		st->light_dispatches++;
+	return true;
 }
 
 void BPF_STRUCT_OPS(custos_dispatch, s32 cpu, struct task_struct *prev)
@@ -1537,6 +1618,10 @@ void BPF_STRUCT_OPS(custos_dispatch, s32 cpu, struct task_struct *prev)
 			st->hold_released++;
 		return;
 	}
+	/* Light tasks before the budgeted queues and the primary FIFO; they
+	 * are not held (hold_task sent the others to the held queue). */
+	if (light_share_pct && consume_light(now, cctx, st))
+		return;
 	hold = holding || (overflow_hold && availability_now() <= availability_low);
 	if (hold) {
 		earliest = now + OVERFLOW_RECHECK_NS;
@@ -1601,6 +1686,12 @@ primary:
 	if (consume_queue(CUSTOS_PRIMARY_QUEUE, cpu, cctx)) {
 		if (st)
 			st->dispatches[CUSTOS_PRIMARY_QUEUE]++;
+		return;
+	}
+	/* The light lane out of budget, and nothing else to run: run it. */
+	if (light_share_pct && scx_bpf_dsq_move_to_local(CUSTOS_LIGHT_DSQ, 0)) {
+		if (st)
+			st->light_dispatches++;
 		return;
 	}
 
@@ -1717,6 +1808,17 @@ void BPF_STRUCT_OPS(custos_stopping, struct task_struct *p, bool runnable)
 		return;
 	ran = now - tctx->running_at;
 	tctx->runtime_ns += ran;
+	/* The light lane's time here: charged, not below one burst owed. */
+	if (tctx->light) {
+		struct cpu_ctx *cctx = this_cpu_ctx();
+
+		tctx->light = false;
+		if (cctx) {
+			cctx->light_budget_ns -= (s64)ran;
+			if (cctx->light_budget_ns < -(s64)LIGHT_BURST_NS)
+				cctx->light_budget_ns = -(s64)LIGHT_BURST_NS;
+		}
+	}
 
 	/* nr_stop: stops before the task used up a slice's worth of CPU. */
 	tctx->stops_this_slice++;
@@ -1845,8 +1947,9 @@ s32 BPF_STRUCT_OPS(custos_init_task, struct task_struct *p, struct scx_init_task
 	tctx->nvcsw_window_start = now;
 	tctx->nvcsw_at_window = p->nvcsw;
 	tctx->placement_created = args->fork;
-	/* A child starts as its parent's kind (the hold): fork runs in the parent. */
-	if (hold_enabled && args->fork) {
+	/* A child starts as its parent's kind (the hold, the light lane):
+	 * fork runs in the parent. */
+	if ((hold_enabled || light_share_pct) && args->fork) {
 		struct task_struct *parent = bpf_get_current_task_btf();
 		const struct custos_task_features *tf;
 		struct task_ctx *pctx;
@@ -1889,6 +1992,11 @@ s32 BPF_STRUCT_OPS_SLEEPABLE(custos_init)
 	err = scx_bpf_create_dsq(CUSTOS_HELD_DSQ, -1);
 	if (err) {
 		scx_bpf_error("failed to create the held queue: %d", err);
+		return err;
+	}
+	err = scx_bpf_create_dsq(CUSTOS_LIGHT_DSQ, -1);
+	if (err) {
+		scx_bpf_error("failed to create the light lane: %d", err);
 		return err;
 	}
 	bpf_for(cpu, 0, nr_cpus) {

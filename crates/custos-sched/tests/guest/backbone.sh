@@ -226,6 +226,40 @@ policy() {
 	rm -rf $dir
 }
 
+# probe_late N: N sleeps of 10 ms (a read timeout: no fork, no traced
+# event) on any CPU; prints how late each wake-up was past its 10 ms, in
+# us, the 90th percentile of them.
+probe_late() {
+	rm -f /tmp/probe_fifo; mkfifo /tmp/probe_fifo
+	bash -c 'exec 3<>/tmp/probe_fifo; i=0
+		while [ $i -lt '"$1"' ]; do
+			a=${EPOCHREALTIME/./}; read -t 0.01 -u 3 x; b=${EPOCHREALTIME/./}
+			echo $((b - a - 10000)); i=$((i + 1))
+		done' | sort -n | awk '{ v[NR] = $1 } END { print v[int(NR * 0.9)] }'
+}
+
+# The light lane: a task that sleeps and makes no events, beside four
+# spinning shells per CPU that never sleep (each goes back to the primary
+# FIFO at every slice's end), waits for one slice at most; with the lane
+# off (--light-share 0) it waits behind the spinners in the FIFO.
+light() {
+	spinners=""
+	for _ in $(seq $((4 * NCPU))); do
+		dash -c 'while :; do :; done' & spinners="$spinners $!"
+	done
+	for share in 50 0; do
+		$BIN --light-share $share --stats-json "$OUT/light$share.json" >"$OUT/light$share.log" 2>&1 &
+		pid=$!
+		wait_state enabled 60 || { echo "light$share.attached no"; kill -INT $pid; continue; }
+		sleep 2
+		echo "light$share.late_p90_us $(probe_late 100)"
+		echo "light$share.state $(state)"
+		stop_sched $pid light$share
+	done
+	kill $spinners
+	wait $spinners 2>/dev/null
+}
+
 # GRU placement (seed 002) with the shipped model (trained for 2 vCPUs):
 # tasks that sleep and wake every few ms, so predictions are fresh when their
 # task wakes next and CPUs are often idle. The agent gets half a CPU: under
@@ -266,6 +300,7 @@ for section in "$@"; do
 	ejection) ejection ;;
 	stress) stress ;;
 	policy) policy ;;
+	light) light ;;
 	worst_case)
 		# name, waiting times (Table 7 scaled, see tests/vm.rs), m_N
 		while read -r name wts m; do
