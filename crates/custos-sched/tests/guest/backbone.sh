@@ -243,21 +243,23 @@ probe_late() {
 # FIFO at every slice's end), waits for one slice at most; with the lane
 # off (--light-share 0) it waits behind the spinners in the FIFO.
 light() {
-	spinners=""
-	for _ in $(seq $((4 * NCPU))); do
-		dash -c 'while :; do :; done' & spinners="$spinners $!"
-	done
 	for share in 50 0; do
+		# The spinners start after the scheduler loaded: beside them the
+		# loader got a ninth of the CPUs (the section took 303 s).
 		$BIN --light-share $share --stats-json "$OUT/light$share.json" >"$OUT/light$share.log" 2>&1 &
 		pid=$!
 		wait_state enabled 60 || { echo "light$share.attached no"; kill -INT $pid; continue; }
-		sleep 2
+		spinners=""
+		for _ in $(seq $((4 * NCPU))); do
+			dash -c 'while :; do :; done' & spinners="$spinners $!"
+		done
+		sleep 1
 		echo "light$share.late_p90_us $(probe_late 100)"
+		kill $spinners
+		wait $spinners 2>/dev/null
 		echo "light$share.state $(state)"
 		stop_sched $pid light$share
 	done
-	kill $spinners
-	wait $spinners 2>/dev/null
 }
 
 # GRU placement (seed 002) with the shipped model (trained for 2 vCPUs):
