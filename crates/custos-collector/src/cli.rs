@@ -336,7 +336,7 @@ pub fn run_with_sink(
     };
     if let Some(e) = endpoint {
         let addr = e.addr();
-        opts.metrics = Some(e.serve()?);
+        opts.metrics = Some(e.serve(crate::exporter::PROCESS, crate::exporter::encode_metrics)?);
         eprintln!("custos collect: metrics at http://{addr}/metrics");
     }
     let mut out = OffloadWriter::spawn(out, args.output_buffer_mb << 20, writer_counts, sealer)

@@ -249,6 +249,12 @@ pub struct SchedArgs {
     #[arg(long, value_name = "PATH")]
     pub stats_json: Option<PathBuf>,
 
+    /// Serve the statistics (the run's totals, as in --stats-json) for
+    /// Prometheus at http://ADDR/metrics, e.g. 127.0.0.1:9465 (an IP
+    /// address and a port; docs/operations.md, "Metrics").
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<std::net::SocketAddr>,
+
     /// Bytes of the kernel's debug dump kept on a scheduler error (0 = default).
     #[arg(long, default_value_t = 0)]
     pub exit_dump_len: u32,
@@ -331,8 +337,15 @@ pub fn run(args: SchedArgs) -> Result<i32> {
     // Options first: a typo is reported the same on every kernel.
     let config = crate::scheduler::Config::from_args(&args)?;
     crate::scheduler::check_kernel()?;
+    // Bound before anything is attached: a taken address is refused first.
+    let metrics = args
+        .metrics
+        .map(custos_metrics::Endpoint::bind)
+        .transpose()?
+        .map(|e| e.serve("sched", crate::stats::encode_metrics))
+        .transpose()?;
     if let Some(secs) = args.stats {
         start_monitor(secs, shutdown.clone())?;
     }
-    crate::scheduler::run(&args, &config, shutdown)
+    crate::scheduler::run(&args, &config, shutdown, metrics)
 }

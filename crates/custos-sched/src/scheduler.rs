@@ -961,14 +961,25 @@ impl<'a> Scheduler<'a> {
         uei_exited!(&self.skel, uei)
     }
 
-    fn run(&mut self, shutdown: Arc<AtomicBool>) -> Result<UserExitInfo> {
+    fn run(
+        &mut self,
+        shutdown: Arc<AtomicBool>,
+        metrics: Option<&custos_metrics::Publisher<Metrics>>,
+    ) -> Result<UserExitInfo> {
         let deadline = self
             .args
             .duration
             .map(|s| self.attached_at + Duration::from_secs_f64(s));
         let channels = self.stats_server.as_ref().map(|s| s.channels());
         let mut last_consumer_scan = Instant::now();
+        let mut last_published: Option<Instant> = None;
         while !shutdown.load(Ordering::Relaxed) && !self.exited() {
+            if let Some(publisher) = metrics {
+                if last_published.is_none_or(|t| t.elapsed() >= custos_metrics::PUBLISH_EVERY) {
+                    publisher.publish(&self.metrics());
+                    last_published = Some(Instant::now());
+                }
+            }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 break;
             }
@@ -1009,6 +1020,9 @@ impl<'a> Scheduler<'a> {
             let _ = std::fs::remove_dir(&dir);
         }
         learner?;
+        if let Some(publisher) = metrics {
+            publisher.publish_final(&final_metrics);
+        }
         if let Some(path) = &self.args.stats_json {
             let json = serde_json::to_string_pretty(&final_metrics)?;
             std::fs::write(path, json + "\n")
@@ -1021,11 +1035,16 @@ impl<'a> Scheduler<'a> {
 
 /// Loads, attaches and runs the scheduler; restarts it when the kernel asks
 /// (CPU hotplug), returns 0 on a clean detach.
-pub fn run(args: &SchedArgs, config: &Config, shutdown: Arc<AtomicBool>) -> Result<i32> {
+pub fn run(
+    args: &SchedArgs,
+    config: &Config,
+    shutdown: Arc<AtomicBool>,
+    metrics: Option<custos_metrics::Publisher<Metrics>>,
+) -> Result<i32> {
     let mut open_object = MaybeUninit::uninit();
     loop {
         let mut sched = Scheduler::init(args, config, &mut open_object)?;
-        let uei = sched.run(shutdown.clone())?;
+        let uei = sched.run(shutdown.clone(), metrics.as_ref())?;
         if !uei.should_restart() || shutdown.load(Ordering::Relaxed) {
             return Ok(0);
         }

@@ -18,7 +18,10 @@ pub const STATS_SCHED_PATH: &str = "custos";
 #[derive(Clone, Debug, Default, Serialize, Deserialize, Stats)]
 #[stat(desc = "one queue of the Aegis backbone")]
 pub struct QueueMetrics {
-    #[stat(desc = "Waiting time of the queue in ns (0 for the primary queue)")]
+    #[stat(
+        desc = "Waiting time of the queue in ns (0 for the primary queue)",
+        _gauge
+    )]
     pub waiting_time_ns: u64,
     #[stat(desc = "Tasks moved from this queue onto a CPU")]
     pub dispatches: u64,
@@ -94,7 +97,7 @@ pub struct Metrics {
     pub holds: u64,
     #[stat(desc = "Hold: time it was on, in ns")]
     pub hold_ns: u64,
-    #[stat(desc = "Hold: 1 while it is on")]
+    #[stat(desc = "Hold: 1 while it is on", _gauge)]
     pub hold_on: u64,
     #[stat(desc = "Hold: tasks put in the held queue")]
     pub held: u64,
@@ -140,23 +143,32 @@ pub struct Metrics {
     pub feature_outliers: u64,
     #[stat(desc = "Time spent maintaining features, in ns")]
     pub feature_ns: u64,
-    #[stat(desc = "CPUs the scheduler runs on")]
+    #[stat(desc = "CPUs the scheduler runs on", _gauge)]
     pub nr_cpus: u64,
     #[stat(desc = "Mean feature-maintenance cost per call, in ns")]
     pub feature_ns_per_update: f64,
     #[stat(desc = "Share of CPU time spent maintaining features, in percent")]
     pub feature_cpu_pct: f64,
-    #[stat(desc = "Consumers known (collector's and --consumer/--consumer-pid)")]
+    #[stat(
+        desc = "Consumers known (collector's and --consumer/--consumer-pid)",
+        _gauge
+    )]
     pub nr_consumers: u64,
-    #[stat(desc = "1 while a collector fills the shared provenance feature maps")]
+    #[stat(
+        desc = "1 while a collector fills the shared provenance feature maps",
+        _gauge
+    )]
     pub collector_features: u64,
-    #[stat(desc = "Ring availability seen by the policy, 0..128")]
+    #[stat(desc = "Ring availability seen by the policy, 0..128", _gauge)]
     pub availability: u64,
     #[stat(
         desc = "The queue policy in use (static, or learned and its model), or why learned is not"
     )]
     pub policy: String,
-    #[stat(desc = "Generation of the learned policy's live weights (0: none pushed yet)")]
+    #[stat(
+        desc = "Generation of the learned policy's live weights (0: none pushed yet)",
+        _gauge
+    )]
     pub policy_generation: u64,
     #[stat(desc = "Forward passes of the learned policy's network")]
     pub inferences: u64,
@@ -605,4 +617,198 @@ pub fn monitor(intv: Duration, shutdown: Arc<AtomicBool>) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `--metrics`: every statistic of [`Metrics`] (the run's totals, as in
+/// `--stats-json`) under its Prometheus name, from the same field table
+/// the `--stats` lines and `--help-stats` use: its HELP is the field's
+/// description, a `u64` is a counter unless marked `_gauge`, an `f64` (a
+/// mean, a share, a lowest value) a gauge. Names follow the conventions:
+/// `custos_sched_` prefix, base units (`_ns` and `_us` become seconds,
+/// `_pct` a ratio), the queues' figures one family each with a `queue`
+/// label, and the policy and placement in use as an info metric.
+pub fn encode_metrics(e: &mut custos_metrics::DescriptorEncoder, m: &Metrics) -> std::fmt::Result {
+    use prometheus_client::encoding::EncodeMetric;
+    use prometheus_client::metrics::info::Info;
+
+    let value = serde_json::to_value(m).map_err(|_| std::fmt::Error)?;
+    let info = Info::new([
+        ("policy", m.policy.clone()),
+        ("placement", m.placement.clone()),
+    ]);
+    info.encode(e.encode_descriptor(
+        "custos_sched_policy",
+        "The queue policy and the placement in use (stats `policy`, `placement`).",
+        None,
+        info.metric_type(),
+    )?)?;
+    for (field, meta) in Metrics::meta().fields {
+        match &value[&field] {
+            serde_json::Value::Number(_) if field != "interval_s" => {
+                encode_one(e, &field, &meta.attrs, [(Vec::new(), &value[&field])])?
+            }
+            serde_json::Value::Array(queues) => {
+                for (qfield, qmeta) in QueueMetrics::meta().fields {
+                    let series: Vec<_> = queues
+                        .iter()
+                        .enumerate()
+                        .map(|(q, v)| (vec![("queue".to_string(), q.to_string())], &v[&qfield]))
+                        .collect();
+                    encode_one(e, &format!("queue_{qfield}"), &qmeta.attrs, series)?;
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// A statistic's Prometheus name (after `custos_sched_`) and the factor to
+/// its base unit.
+pub fn prometheus_name(field: &str) -> (String, f64) {
+    let mut scale = 1.0;
+    let words: Vec<&str> = field
+        .split('_')
+        .map(|w| match w {
+            "ns" => {
+                scale = 1e-9;
+                "seconds"
+            }
+            "us" => {
+                scale = 1e-6;
+                "seconds"
+            }
+            "s" => "seconds",
+            "pct" => {
+                scale = 0.01;
+                "ratio"
+            }
+            w => w,
+        })
+        .collect();
+    (format!("custos_sched_{}", words.join("_")), scale)
+}
+
+/// One statistic: a family with a series per label set (none, or a queue's).
+fn encode_one<'a>(
+    e: &mut custos_metrics::DescriptorEncoder,
+    field: &str,
+    attrs: &scx_stats::StatsFieldAttrs,
+    series: impl IntoIterator<Item = (Vec<(String, String)>, &'a serde_json::Value)>,
+) -> std::fmt::Result {
+    use prometheus_client::encoding::EncodeMetric;
+    use prometheus_client::metrics::counter::ConstCounter;
+    use prometheus_client::metrics::gauge::ConstGauge;
+    use prometheus_client::metrics::MetricType;
+
+    let (name, scale) = prometheus_name(field);
+    let help = attrs.desc.as_deref().unwrap_or(field);
+    let mut series = series.into_iter().peekable();
+    let Some((_, first)) = series.peek() else {
+        return Ok(());
+    };
+    let counter = first.is_u64() && !attrs.user.contains_key("_gauge");
+    let ty = if counter {
+        MetricType::Counter
+    } else {
+        MetricType::Gauge
+    };
+    let mut fam = e.encode_descriptor(&name, help, None, ty)?;
+    for (labels, v) in series {
+        let enc = fam.encode_family(&labels)?;
+        match (counter, scale == 1.0, v.as_u64()) {
+            (true, true, Some(n)) => ConstCounter::new(n).encode(enc)?,
+            (true, _, _) => ConstCounter::new(v.as_f64().unwrap_or(0.0) * scale).encode(enc)?,
+            (false, true, Some(n)) => ConstGauge::new(n as i64).encode(enc)?,
+            (false, _, _) => ConstGauge::new(v.as_f64().unwrap_or(f64::NAN) * scale).encode(enc)?,
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod metrics_tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_prometheus_units() {
+        assert_eq!(
+            prometheus_name("hold_ns"),
+            ("custos_sched_hold_seconds".into(), 1e-9)
+        );
+        assert_eq!(
+            prometheus_name("wait_max_us"),
+            ("custos_sched_wait_max_seconds".into(), 1e-6)
+        );
+        assert_eq!(
+            prometheus_name("feature_cpu_pct"),
+            ("custos_sched_feature_cpu_ratio".into(), 0.01)
+        );
+        assert_eq!(prometheus_name("held"), ("custos_sched_held".into(), 1.0));
+    }
+
+    /// Every statistic is in the exposition with its description as HELP,
+    /// counters as counters (`_total`), the marked ones as gauges, units
+    /// converted, the queues labelled.
+    #[test]
+    fn the_exposition_has_every_statistic_with_its_help() {
+        let m = Metrics {
+            held: 7,
+            hold_on: 1,
+            hold_ns: 1_500_000_000,
+            feature_cpu_pct: 2.5,
+            policy: "static".into(),
+            placement: "custos".into(),
+            queues: vec![
+                QueueMetrics {
+                    dispatches: 3,
+                    ..Default::default()
+                },
+                QueueMetrics {
+                    dispatches: 4,
+                    waiting_time_ns: 2_000_000,
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        };
+        let mut registry = prometheus_client::registry::Registry::default();
+        #[derive(Debug)]
+        struct One(Metrics);
+        impl prometheus_client::collector::Collector for One {
+            fn encode(&self, mut e: custos_metrics::DescriptorEncoder) -> std::fmt::Result {
+                encode_metrics(&mut e, &self.0)
+            }
+        }
+        registry.register_collector(Box::new(One(m)));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        for line in [
+            "# TYPE custos_sched_held counter",
+            "custos_sched_held_total 7",
+            "# HELP custos_sched_held Hold: tasks put in the held queue",
+            "# TYPE custos_sched_hold_on gauge",
+            "custos_sched_hold_on 1",
+            "custos_sched_hold_seconds_total 1.5",
+            "custos_sched_feature_cpu_ratio 0.025",
+            "custos_sched_queue_dispatches_total{queue=\"1\"} 4",
+            "custos_sched_queue_waiting_time_seconds{queue=\"1\"} 0.002",
+            "custos_sched_policy_info{policy=\"static\",placement=\"custos\"} 1",
+        ] {
+            assert!(text.contains(line), "{line:?} missing from:\n{text}");
+        }
+        // One family per statistic, none left out.
+        let families = text.lines().filter(|l| l.starts_with("# TYPE")).count();
+        let expected = Metrics::meta()
+            .fields
+            .iter()
+            .filter(|(f, meta)| {
+                !matches!(meta.data, scx_stats::StatsData::Array(_))
+                    && !["interval_s", "policy", "placement"].contains(&f.as_str())
+            })
+            .count()
+            + QueueMetrics::meta().fields.len()
+            + 1;
+        assert_eq!(families, expected, "{text}");
+    }
 }

@@ -226,6 +226,33 @@ fn vm_loads_reaches_enabled_and_detaches_to_disabled() {
             > 0
     );
     assert_eq!(m["collector_features"], 0, "no collector in this VM");
+    // --metrics: a scrape of the running scheduler (issue 34), the same
+    // statistics under Prometheus names (the shared server's format is
+    // scraped by a real Prometheus in crates/custos/tests/metrics.rs).
+    assert_eq!(
+        g.get("lifecycle.metrics_rc"),
+        "0",
+        "log: {}",
+        g.log("lifecycle.log")
+    );
+    let text = g.log("metrics.txt");
+    let value = |series: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{series} not in the scrape:\n{text}"))
+    };
+    assert!(
+        value("custos_sched_queue_dispatches_total{queue=\"0\"}")
+            + value("custos_sched_direct_dispatches_total")
+            > 0.0,
+        "{text}"
+    );
+    assert_eq!(value("custos_sched_collector_features"), 0.0, "{text}");
+    assert!(value("process_cpu_seconds_total") > 0.0, "{text}");
+    assert!(
+        text.contains("custos_sched_policy_info{policy=\"static\",placement=\"custos\"} 1"),
+        "{text}"
+    );
 }
 
 #[test]

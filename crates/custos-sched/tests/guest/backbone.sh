@@ -25,10 +25,15 @@ stop_sched() {
 
 lifecycle() {
 	echo "lifecycle.before $(state)"
-	$BIN --stats-json "$OUT/lifecycle.json" >"$OUT/lifecycle.log" 2>&1 &
+	ip link set lo up 2>/dev/null
+	$BIN --stats-json "$OUT/lifecycle.json" --metrics 127.0.0.1:9465 >"$OUT/lifecycle.log" 2>&1 &
 	pid=$!
 	wait_state enabled 60
 	echo "lifecycle.attached $(state)"
+	# A scrape, as Prometheus does it (after the first copy: 1 s).
+	sleep 2
+	curl -sf http://127.0.0.1:9465/metrics >"$OUT/metrics.txt"
+	echo "lifecycle.metrics_rc $?"
 	echo "lifecycle.ops $(cat /sys/kernel/sched_ext/root/ops 2>/dev/null)"
 	$BIN --monitor 1 >"$OUT/monitor.log" 2>&1 &
 	mon=$!
