@@ -30,6 +30,7 @@ hardware. Needs `make build`; --quick took 8 min on the slow emulator of
 2026-11-27, a run pair on more vCPUs takes longer.
 """
 import argparse
+import collections
 import json
 import shutil
 import statistics
@@ -126,8 +127,8 @@ def probe_ratio(entry, scheduler="custos"):
 
 def missing_runs(rows, schedulers, runs):
     """How many runs each scheduler still lacks in a cell on disk."""
-    return {s: runs - sum(1 for r in rows if r["scheduler"] == s) for s in schedulers
-            if sum(1 for r in rows if r["scheduler"] == s) < runs}
+    have = collections.Counter(r["scheduler"] for r in rows)
+    return {s: runs - have[s] for s in schedulers if have[s] < runs}
 
 
 def run_cell(cell, runs, schedulers, share: Path):
