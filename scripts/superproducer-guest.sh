@@ -20,6 +20,8 @@
 # or a list of schedulers, SP_TRACE=custos, to trace only their runs),
 # SP_KEEP_EVENTS (1, the default, keeps each run's event stream; 0 keeps only
 # its loss records; or a list of schedulers whose streams are kept),
+# SP_HOLD_RINGS=1 (grow each ring from SP_RING_KB to the smallest on which
+# the hold's bound holds on the VM's CPUs: `custos collect --hold-rings`),
 # SP_PAUSE_MS (stop the collector with SIGSTOP for that long, 2 s into each
 # run's flood), SP_WORKLOAD (find, the default; exec: each worker forks and execs
 # /bin/true SP_EXEC_ITERATIONS times; storm: each worker opens and closes a
@@ -32,7 +34,7 @@ bpfland=${BPFLAND:-$root/.tools/cargo/bin/scx_bpfland}
 schedulers=${SP_SCHEDULERS:-default custos}
 files=${SP_FILES:-4000} worker_counts=${SP_WORKERS:-16} ring_kb=${SP_RING_KB:-64}
 runs=${SP_RUNS:-1} order=${SP_ORDER:-grouped} trace=${SP_TRACE:-0}
-workload=${SP_WORKLOAD:-find}
+workload=${SP_WORKLOAD:-find} hold_rings=${SP_HOLD_RINGS:-0}
 tracefs=/sys/kernel/tracing
 out=${SP_OUT:-/tmp/custos-superproducer}
 mkdir -p "$out"
@@ -74,8 +76,10 @@ run() { # name tag workers [custos sched args...]
   local name=$1 tag=$2 workers=$3; shift 3
   local events="$out/$tag.jsonl"
   rm -rf /sys/fs/bpf/custos /tmp/custos-marker
+  local grow=()
+  [ "$hold_rings" = 1 ] && grow=(--hold-rings)
   "$bin/custos" collect --force -o "$events" --events-ring-kb "$ring_kb" --attrs-ring-kb "$ring_kb" \
-    --critical-ring-kb "$ring_kb" --stats-interval 0 2>"$out/$tag.collect.log" &
+    --critical-ring-kb "$ring_kb" "${grow[@]}" --stats-interval 0 2>"$out/$tag.collect.log" &
   local collector=$! sched=
   wait_for '[ -e /sys/fs/bpf/custos/global_features ]' 100 || { echo "collector did not start" >&2; return 1; }
   if [ "$name" != default ]; then
@@ -154,11 +158,15 @@ print("yes" if execd and opened else "no")
   printf '%-8s %7s %10s %10s %9s %11s %7s %11s %8s %s\n' "$name" "$workers" "$produced" "$delivered" "$dropped" "$unnumbered" \
     "$(awk -v d="$dropped" -v u="$unnumbered" -v p="$produced" 'BEGIN { t = p + u; printf "%.1f%%", t ? 100 * (d + u) / t : 0 }')" \
     "$(( (end - start) / 1000000 )) ms" "$marker" "${state}"
-  local probe_p50= probe_p99=
+  local probe_p50= probe_p99= bounded= stall_ms=
   read -r probe_p50 probe_p99 < <(python3 -c 'import json,sys; p = json.load(open(sys.argv[1])); print(p["p50_ns"], p["p99_ns"])' "$out/$tag.probe.json" 2>/dev/null)
-  printf '{"workload":"%s","scheduler":"%s","workers":%s,"run":%s,"produced":%s,"delivered":%s,"dropped":%s,"unnumbered":%s,"runtime_ms":%s,"marker_delivered":%s,"sched_ext_state":"%s","probe_p50_ns":%s,"probe_p99_ns":%s}\n' \
+  # Whether the rings were large enough for the hold's bound (critical,
+  # events, attributes), and how long a stop really lasted.
+  bounded=$(python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1])).get("hold_bounded")).replace(" ", ""))' "$out/$tag.collector-stats.json" 2>/dev/null)
+  [ -s "$out/$tag.pause.log" ] && stall_ms=$(awk '/^stopped/ { s = $2 } /^resumed/ { r = $2 } END { if (s && r) printf "%d", (r - s) / 1e6 }' "$out/$tag.pause.log")
+  printf '{"workload":"%s","scheduler":"%s","workers":%s,"run":%s,"produced":%s,"delivered":%s,"dropped":%s,"unnumbered":%s,"runtime_ms":%s,"marker_delivered":%s,"sched_ext_state":"%s","probe_p50_ns":%s,"probe_p99_ns":%s,"hold_bounded":%s,"stall_ms":%s}\n' \
     "$workload" "$name" "$workers" "$run_no" "${produced:-null}" "${delivered:-null}" "${dropped:-null}" "${unnumbered:-null}" "$(( (end - start) / 1000000 ))" \
-    "$([ $marker = yes ] && echo true || echo false)" "$state" "${probe_p50:-null}" "${probe_p99:-null}" >>"$out/results.jsonl"
+    "$([ $marker = yes ] && echo true || echo false)" "$state" "${probe_p50:-null}" "${probe_p99:-null}" "${bounded:-null}" "${stall_ms:-null}" >>"$out/results.jsonl"
 }
 
 rm -f "$out/results.jsonl"
@@ -167,7 +175,9 @@ case $workload in
   exec) what="fork+exec of /bin/true, ${SP_EXEC_ITERATIONS:-400} each" ;;
   *) what="openat+close for ${SP_STORM_SECONDS:-15} s" ;;
 esac
-echo "super producer: {$worker_counts} x $workload workers ($what), ${ring_kb} KiB rings, $runs run(s) each, $(nproc) CPU(s), kernel $(uname -r)"
+rings="${ring_kb} KiB rings"
+[ "$hold_rings" = 1 ] && rings="$rings (at least; --hold-rings)"
+echo "super producer: {$worker_counts} x $workload workers ($what), $rings, $runs run(s) each, $(nproc) CPU(s), kernel $(uname -r)"
 printf '%-8s %7s %10s %10s %9s %11s %7s %11s %8s %s\n' scheduler workers produced delivered dropped unnumbered loss runtime marker sched_ext
 status=0
 for workers in $worker_counts; do

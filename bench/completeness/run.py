@@ -61,9 +61,9 @@ SCHEDULERS = ("default", "custos", "custos-hold")
 RING_KB = 64
 
 
-def cell_name(cpus, flood, pause_ms, policy, files=4000, ring_kb=RING_KB):
+def cell_name(cpus, flood, pause_ms, policy, files=4000, ring_kb=RING_KB, hold_rings=False):
     return f"cpus{cpus}-{flood}-pause{pause_ms}-{policy}" + (f"-files{files}" if files != 4000 else "") + \
-        (f"-ring{ring_kb}" if ring_kb != RING_KB else "")
+        (f"-ring{ring_kb}" if ring_kb != RING_KB else "") + ("-holdrings" if hold_rings else "")
 
 
 def plan(args):
@@ -76,7 +76,7 @@ def plan(args):
             for flood in args.floods:
                 for pause in (args.pauses if flood == args.floods[0] else [0]):
                     cells.append({"cpus": cpus, "flood": flood, "pause_ms": pause, "policy": policy,
-                                  "files": args.files, "ring_kb": args.ring_kb})
+                                  "files": args.files, "ring_kb": args.ring_kb, "hold_rings": args.hold_rings})
     return cells
 
 
@@ -111,6 +111,10 @@ def summarise(rows):
         # The innocent probe's wake-to-run latency (p99 of each run), where recorded.
         "probe_p99_ms": [r["probe_p99_ns"] / 1e6 for r in rows if r.get("probe_p99_ns") is not None],
         "sched_ext_enabled": sum(1 for r in rows if r.get("sched_ext_state") == "enabled"),
+        # How long each stop of the consumer really lasted (a held resumer stretches it).
+        "stall_ms": [r["stall_ms"] for r in rows if r.get("stall_ms") is not None],
+        # Runs whose rings were all large enough for the hold's bound.
+        "hold_bounded_runs": sum(1 for r in rows if r.get("hold_bounded") and all(r["hold_bounded"])),
     }
 
 
@@ -137,7 +141,7 @@ def run_cell(cell, runs, schedulers, share: Path):
     env = (f"CUSTOS_BIN={ROOT / 'target/release'} SP_OUT={share} SP_SCHEDULERS='{' '.join(schedulers)}' "
            f"SP_RUNS={runs} SP_ORDER=interleaved SP_KEEP_EVENTS=0 SP_WORKLOAD={workload} "
            f"SP_WORKERS={workers} SP_PAUSE_MS={cell['pause_ms']} SP_FILES={cell['files']} "
-           f"SP_RING_KB={cell['ring_kb']}")
+           f"SP_RING_KB={cell['ring_kb']} SP_HOLD_RINGS={int(cell.get('hold_rings', False))}")
     # A guard against a hung guest: a run pair took 8 min on one vCPU of the
     # slow emulator; more vCPUs run in turns, so the budget grows with them.
     timeout = 300 + runs * len(schedulers) * 600 * cell["cpus"]
@@ -170,7 +174,8 @@ def report(cells, runs, command):
             (f", stall {cell['pause_ms'] / 1000:g} s" if cell["pause_ms"] else "") + \
             (f", {cell['policy']}" if cell["policy"] != "static" else "") + \
             (f", {cell['files']} files" if cell["files"] != 4000 else "") + \
-            (f", {cell['ring_kb']} KiB rings" if cell["ring_kb"] != RING_KB else "")
+            (f", {cell['ring_kb']} KiB rings" if cell["ring_kb"] != RING_KB else "") + \
+            (", rings for the hold" if cell.get("hold_rings") else "")
         groups[label] = {s: entry[s]["loss_pct"] for s in SCHEDULERS if s in entry}
     if not summary:
         raise SystemExit("no runs on disk: run the cells first")
@@ -233,6 +238,9 @@ def main():
     ap.add_argument("--schedulers", nargs="+", default=list(SCHEDULERS), choices=list(SCHEDULERS),
                     help="alternated run by run in each cell")
     ap.add_argument("--ring-kb", type=int, default=RING_KB, help="the collector's rings (KiB, a power of two)")
+    ap.add_argument("--hold-rings", action="store_true",
+                    help="grow each ring to the smallest on which the hold's bound holds on the VM's vCPUs "
+                         "(custos collect --hold-rings)")
     ap.add_argument("--files", type=int, default=4000,
                     help="files each find worker reads (a shorter flood at the same rate of events)")
     ap.add_argument("--quick", action="store_true", help="1 vCPU, find16, no stall, one run of each")

@@ -36,13 +36,23 @@ def test_a_run_without_the_collectors_account_is_refused():
 
 def test_the_plan_puts_the_stalls_on_the_first_flood_only():
     args = type("A", (), {"cpus": [1, 2], "policies": ["static"], "floods": ["find16", "exec16"],
-                          "pauses": [0, 500, 2000], "files": 4000, "ring_kb": 512})
+                          "pauses": [0, 500, 2000], "files": 4000, "ring_kb": 512, "hold_rings": False})
     cells = completeness.plan(args)
     assert len(cells) == 2 * (3 + 1)
     assert {c["pause_ms"] for c in cells if c["flood"] == "exec16"} == {0}
     # The ring size is in the cell's name unless it is the guest's default.
     assert completeness.cell_name(**cells[0]) == "cpus1-find16-pause0-static-ring512"
     assert completeness.cell_name(**dict(cells[0], ring_kb=64)) == "cpus1-find16-pause0-static"
+    # Rings grown for the hold's bound are another cell.
+    assert completeness.cell_name(**dict(cells[0], hold_rings=True)) == "cpus1-find16-pause0-static-ring512-holdrings"
+
+
+def test_a_runs_stall_and_bound_are_summarised():
+    rows = [row(0, 0, stall_ms=2010, hold_bounded=[True, True, True]),
+            row(0, 0, stall_ms=11000, hold_bounded=[False, True, True]), row(0, 0)]
+    s = completeness.summarise(rows)
+    assert s["stall_ms"] == [2010, 11000]
+    assert s["hold_bounded_runs"] == 1
 
 
 def test_a_cell_lacking_a_schedulers_runs_is_not_on_disk():

@@ -12,6 +12,7 @@ use custos_output::{Existing, Output};
 
 use crate::collector::{collect, LsmMode, Options};
 use crate::exporter::Endpoint;
+use crate::intf::{RING_ATTRS, RING_CRITICAL, RING_EVENTS};
 use crate::seal::{SealKey, Sealer};
 use crate::syscalls::SYSCALLS;
 use crate::writer::{LinesDone, OffloadWriter};
@@ -46,6 +47,11 @@ pub struct CollectArgs {
     /// Size of the attribute ring: paths, argv, addresses (KiB, power of two).
     #[arg(long, default_value_t = 16384, value_name = "KIB")]
     pub attrs_ring_kb: u32,
+    /// Grow each ring to the smallest size on which `custos sched --hold`
+    /// rules loss out on this machine's CPUs (docs/collector.md); the sizes
+    /// given are the least.
+    #[arg(long)]
+    pub hold_rings: bool,
     /// Output not yet written that the collector may hold (MiB). The stream
     /// is written by a thread of its own so that a slow output never stalls
     /// the draining of the rings; only when this much is waiting does it.
@@ -189,6 +195,17 @@ extern "C" fn on_signal(_: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
 }
 
+/// A ring's size in KiB: `kb`, or with `--hold-rings` at least the smallest
+/// on which the hold's bound holds on this machine's CPUs.
+fn hold_ring_kb(hold_rings: bool, ring: usize, kb: u32) -> Result<u32> {
+    if !hold_rings {
+        return Ok(kb);
+    }
+    let cpus = libbpf_rs::num_possible_cpus().context("counting CPUs")? as u64;
+    let least = crate::features::hold_min_ring(crate::features::hold_floor(cpus)[ring]) / 1024;
+    Ok(kb.max(u32::try_from(least).context("the hold's ring size")?))
+}
+
 pub fn run(args: CollectArgs) -> Result<i32> {
     run_with_sink(args, None, None)
 }
@@ -244,9 +261,9 @@ pub fn run_with_sink(
     let mut opts = Options {
         syscalls: args.syscalls.clone(),
         lsm: args.lsm,
-        critical_ring_kb: args.critical_ring_kb,
-        events_ring_kb: args.events_ring_kb,
-        attrs_ring_kb: args.attrs_ring_kb,
+        critical_ring_kb: hold_ring_kb(args.hold_rings, RING_CRITICAL, args.critical_ring_kb)?,
+        events_ring_kb: hold_ring_kb(args.hold_rings, RING_EVENTS, args.events_ring_kb)?,
+        attrs_ring_kb: hold_ring_kb(args.hold_rings, RING_ATTRS, args.attrs_ring_kb)?,
         poll_interval: Duration::from_millis(100),
         stats_interval,
         reorder_buffer_bytes: args.reorder_buffer_mb << 20,

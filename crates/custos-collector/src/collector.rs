@@ -626,6 +626,17 @@ fn drain<W: Write>(
         .collect();
     let epoll_fd = rings.epoll_fd();
     let hold_floor = features::hold_floor(nr_cpus as u64);
+    let mut hold_unbounded = [false; NR_RINGS];
+    for (i, ring) in [RING_ATTRS, RING_CRITICAL, RING_EVENTS]
+        .into_iter()
+        .enumerate()
+    {
+        // SAFETY: ring_ptrs[i] is a ring of the live ring buffer `rings`.
+        let size = unsafe { libbpf_rs::libbpf_sys::ring__size(ring_ptrs[i]) } as u64;
+        hold_unbounded[ring] = !features::hold_levels(hold_floor[ring], size).bounded;
+    }
+    let mut hold_noted = false;
+    let (mut last_hold_look, started_ns) = (Instant::now(), monotonic_ns());
     // A number is settled (its record delivered, or lost) once every ring was
     // consumed past where its producers stood a full poll interval after the
     // number was read: a record is reserved and committed microseconds after
@@ -761,7 +772,23 @@ fn drain<W: Write>(
             let size = unsafe { libbpf_rs::libbpf_sys::ring__size(ring_ptrs[i]) } as u64;
             view.size[ring] = size;
             view.free[ring] = size.saturating_sub(prod[i].saturating_sub(cons[i]));
-            (view.floor[ring], view.reserve[ring]) = features::hold_levels(hold_floor[ring], size);
+            let levels = features::hold_levels(hold_floor[ring], size);
+            (view.floor[ring], view.reserve[ring]) = (levels.floor, levels.reserve);
+        }
+        // Once, when a scheduler holding producers shows up (it stamps
+        // hold_sched_ns) and a ring is too small for its bound.
+        if !hold_noted
+            && hold_unbounded.contains(&true)
+            && last_hold_look.elapsed() >= Duration::from_secs(1)
+        {
+            last_hold_look = Instant::now();
+            if global_snapshot(skel).is_some_and(|g| g.hold_sched_ns > started_ns) {
+                hold_noted = true;
+                eprintln!(
+                    "custos collect: {}",
+                    hold_bound_note(&view.size, &hold_floor, nr_cpus)
+                );
+            }
         }
         features::publish(
             &skel.maps.global_features,
@@ -869,6 +896,8 @@ fn drain<W: Write>(
     let mut record = serde_json::to_value(metrics.stats_record(wall, true))?;
     record["cpu_seq"] = serde_json::to_value(&summary.cpu_seq)?;
     record["invariant_holds"] = summary.invariant_holds.into();
+    // Per ring (critical, events, attributes): large enough for the hold's bound.
+    record["hold_bounded"] = serde_json::to_value(hold_unbounded.map(|u| !u))?;
     c.write_line(&record)?;
     c.flush()?;
     drop(c);
@@ -1144,6 +1173,30 @@ impl SkipCounters {
     }
 }
 
+/// What `custos sched --hold` can promise with these rings: which are too
+/// small for its bound on this many CPUs, and the size each needs.
+fn hold_bound_note(size: &[u64; NR_RINGS], floor: &[u64; NR_RINGS], nr_cpus: usize) -> String {
+    let short: Vec<String> = [
+        (RING_CRITICAL, "--critical-ring-kb"),
+        (RING_EVENTS, "--events-ring-kb"),
+        (RING_ATTRS, "--attrs-ring-kb"),
+    ]
+    .into_iter()
+    .filter(|&(r, _)| !features::hold_levels(floor[r], size[r]).bounded)
+    .map(|(r, flag)| {
+        format!(
+            "{flag} {} (is {})",
+            features::hold_min_ring(floor[r]) / 1024,
+            size[r] / 1024
+        )
+    })
+    .collect();
+    format!(
+        "the hold (custos sched --hold) limits loss but cannot rule it out with rings this small on {nr_cpus} CPUs; it can with {}",
+        short.join(", ")
+    )
+}
+
 fn global_snapshot(skel: &MainSkel) -> Option<crate::bpf_skel::types::custos_global_features> {
     let raw = skel
         .maps
@@ -1156,6 +1209,23 @@ fn global_snapshot(skel: &MainSkel) -> Option<crate::bpf_skel::types::custos_glo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The note names each ring too small for the hold's bound, with the
+    /// flag and the size that would make it bounded, and only those.
+    #[test]
+    fn the_hold_note_names_the_rings_too_small_and_what_they_need() {
+        let floor = features::hold_floor(2);
+        let mut size = [16 << 20, 64 << 10, 16 << 20];
+        size[RING_CRITICAL] = 4 << 20;
+        let note = hold_bound_note(&size, &floor, 2);
+        assert!(note.contains("on 2 CPUs"), "{note}");
+        assert!(
+            note.contains("--critical-ring-kb 16384 (is 4096)"),
+            "{note}"
+        );
+        assert!(note.contains("--events-ring-kb 256 (is 64)"), "{note}");
+        assert!(!note.contains("--attrs-ring-kb"), "{note}");
+    }
 
     /// A record wakes the consumer at every sixteenth of its ring
     /// (wakeup_policy shifts the bytes waiting by this).

@@ -100,26 +100,32 @@ fn features_are_pinned_filled_and_kept_and_one_collector_runs_at_a_time() {
                 "ring {i} availability"
             );
         }
-        // The hold's levels (custos sched --hold): per ring, the floor is
-        // what one syscall can write (two events, an attribute record
-        // each) times the CPUs times the syscalls in flight, capped; the
-        // reserve is the light tasks' share above it.
+        // The hold's levels (custos sched --hold): per ring, the computed
+        // floor is what one syscall can write (two events, an attribute
+        // record each) times the CPUs times the syscalls in flight. On a
+        // ring large enough for the bound the reserve is above it by that
+        // much again (the producers' overshoot) and the light tasks'
+        // share; on a smaller one the floor is capped, the share above it.
         let cpus = libbpf_rs::num_possible_cpus().unwrap() as u64;
         let floor = features::hold_floor(cpus);
         for (r, &computed) in floor.iter().enumerate() {
             let size = g.ring_size[r];
+            let levels = features::hold_levels(computed, size);
             assert_eq!(
                 (g.hold_floor_bytes[r], g.hold_reserve_bytes[r]),
-                features::hold_levels(computed, size),
+                (levels.floor, levels.reserve),
                 "ring {r}"
             );
             assert!(g.hold_floor_bytes[r] > 0, "ring {r}");
-            assert!(g.hold_floor_bytes[r] <= size / 16 * features::HOLD_FLOOR_MAX_SIXTEENTHS);
-            assert_eq!(
-                g.hold_reserve_bytes[r] - g.hold_floor_bytes[r],
-                size / 16 * features::HOLD_LIGHT_SIXTEENTHS,
-                "ring {r}"
-            );
+            let share = size / 16 * features::HOLD_LIGHT_SIXTEENTHS;
+            if levels.bounded {
+                assert_eq!(levels.floor, computed, "ring {r}");
+                assert_eq!(levels.reserve, 2 * computed + share, "ring {r}");
+            } else {
+                assert!(levels.floor <= size / 16 * features::HOLD_FLOOR_MAX_SIXTEENTHS);
+                assert_eq!(levels.reserve - levels.floor, share, "ring {r}");
+                assert!(features::hold_min_ring(computed) > size, "ring {r}");
+            }
             // The hold ends at half free: above the reserve.
             assert!(g.hold_reserve_bytes[r] < size / 2, "ring {r}");
         }

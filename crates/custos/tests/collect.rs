@@ -106,6 +106,43 @@ fn collect_runs_a_command_records_it_and_balances_the_account() {
     );
 }
 
+/// `--hold-rings` grows rings too small for the hold's bound on this
+/// machine's CPUs; the final stats record says, per ring, whether the
+/// rings were large enough (they are not at 4 KiB).
+#[test]
+fn hold_rings_grow_the_rings_to_the_holds_bound() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let bounded = |grow: bool| -> serde_json::Value {
+        let out = dir.path().join(format!("events-{grow}.jsonl"));
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_custos"));
+        cmd.args(["collect", "-o", out.to_str().unwrap()]).args([
+            "--critical-ring-kb",
+            "4",
+            "--events-ring-kb",
+            "4",
+            "--attrs-ring-kb",
+            "4",
+        ]);
+        if grow {
+            cmd.arg("--hold-rings");
+        }
+        let run = cmd.args(["--", "true"]).output().unwrap();
+        assert!(run.status.success(), "{}", text(&run.stderr));
+        let last = std::fs::read_to_string(&out)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|l| l["type"] == "stats")
+            .last()
+            .expect("the final stats record");
+        assert_eq!(last["final"], true);
+        last["hold_bounded"].clone()
+    };
+    assert_eq!(bounded(false), serde_json::json!([false, false, false]));
+    assert_eq!(bounded(true), serde_json::json!([true, true, true]));
+}
+
 #[test]
 fn an_unknown_syscall_name_is_a_clear_error() {
     let run = Command::new(env!("CARGO_BIN_EXE_custos"))
