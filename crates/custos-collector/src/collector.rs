@@ -626,15 +626,18 @@ fn drain<W: Write>(
         .collect();
     let epoll_fd = rings.epoll_fd();
     let hold_floor = features::hold_floor(nr_cpus as u64);
-    let mut hold_unbounded = [false; NR_RINGS];
+    // A ring's size is fixed once created: its hold levels are computed once.
+    let mut ring_size = [0u64; NR_RINGS];
     for (i, ring) in [RING_ATTRS, RING_CRITICAL, RING_EVENTS]
         .into_iter()
         .enumerate()
     {
         // SAFETY: ring_ptrs[i] is a ring of the live ring buffer `rings`.
-        let size = unsafe { libbpf_rs::libbpf_sys::ring__size(ring_ptrs[i]) } as u64;
-        hold_unbounded[ring] = !features::hold_levels(hold_floor[ring], size).bounded;
+        ring_size[ring] = unsafe { libbpf_rs::libbpf_sys::ring__size(ring_ptrs[i]) } as u64;
     }
+    let hold_levels: [features::HoldLevels; NR_RINGS] =
+        std::array::from_fn(|r| features::hold_levels(hold_floor[r], ring_size[r]));
+    let hold_bounded = hold_levels.map(|l| l.bounded);
     let mut hold_noted = false;
     let (mut last_hold_look, started_ns) = (Instant::now(), monotonic_ns());
     // A number is settled (its record delivered, or lost) once every ring was
@@ -768,17 +771,16 @@ fn drain<W: Write>(
             .into_iter()
             .enumerate()
         {
-            // SAFETY: ring_ptrs[i] is a ring of the live ring buffer `rings`.
-            let size = unsafe { libbpf_rs::libbpf_sys::ring__size(ring_ptrs[i]) } as u64;
+            let size = ring_size[ring];
             view.size[ring] = size;
             view.free[ring] = size.saturating_sub(prod[i].saturating_sub(cons[i]));
-            let levels = features::hold_levels(hold_floor[ring], size);
-            (view.floor[ring], view.reserve[ring]) = (levels.floor, levels.reserve);
+            (view.floor[ring], view.reserve[ring]) =
+                (hold_levels[ring].floor, hold_levels[ring].reserve);
         }
         // Once, when a scheduler holding producers shows up (it stamps
         // hold_sched_ns) and a ring is too small for its bound.
         if !hold_noted
-            && hold_unbounded.contains(&true)
+            && hold_bounded.contains(&false)
             && last_hold_look.elapsed() >= Duration::from_secs(1)
         {
             last_hold_look = Instant::now();
@@ -897,7 +899,7 @@ fn drain<W: Write>(
     record["cpu_seq"] = serde_json::to_value(&summary.cpu_seq)?;
     record["invariant_holds"] = summary.invariant_holds.into();
     // Per ring (critical, events, attributes): large enough for the hold's bound.
-    record["hold_bounded"] = serde_json::to_value(hold_unbounded.map(|u| !u))?;
+    record["hold_bounded"] = serde_json::to_value(hold_bounded)?;
     c.write_line(&record)?;
     c.flush()?;
     drop(c);
