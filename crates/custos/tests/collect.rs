@@ -133,8 +133,7 @@ fn hold_rings_grow_the_rings_to_the_holds_bound() {
             .unwrap()
             .lines()
             .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-            .filter(|l| l["type"] == "stats")
-            .last()
+            .rfind(|l| l["type"] == "stats")
             .expect("the final stats record");
         assert_eq!(last["final"], true);
         last["hold_bounded"].clone()
