@@ -113,14 +113,19 @@ run() { # name tag workers [custos sched args...]
   (sleep 1; exec /bin/sh -c 'echo marker > /tmp/custos-marker') & pids+=($!)
   # The consumer stopped mid-flood, as by a lock or a page fault outside
   # the CPU: what the scheduler can do is hold the producers until it drains.
-  # Between the stop and the resume the shell only runs `sleep` (times
-  # from bash's clock, written after): with a `date` and an `awk` forked
-  # in between, under the flood, a "2 s" stop lasted 4-6 s.
+  # Between the stop and the resume the shell forks nothing: it waits in
+  # bash's own `read -t` on a FIFO nobody writes (times from bash's clock,
+  # written after). With a `date` and an `awk` forked in between, under
+  # the flood, a "2 s" stop lasted 4-6 s; with /bin/sleep, whose exec makes
+  # 18 events in a window (the hold's light_rate is 16), the hold took the
+  # sleep for a producer and the stop lasted until the guard (5.7-11.7 s,
+  # beside a CPU hog on the host).
   local pause_ms=${SP_PAUSE_MS:-0} pause_s
   printf -v pause_s '%d.%03d' $((pause_ms / 1000)) $((pause_ms % 1000))
   [ "$pause_ms" -gt 0 ] &&
-    { (sleep 2; kill -STOP "$collector"; stopped=${EPOCHREALTIME/./}
-       sleep "$pause_s"; kill -CONT "$collector"; resumed=${EPOCHREALTIME/./}
+    { (rm -f /tmp/sp-pause.fifo; mkfifo /tmp/sp-pause.fifo; exec {never}<>/tmp/sp-pause.fifo
+       sleep 2; kill -STOP "$collector"; stopped=${EPOCHREALTIME/./}
+       read -rt "$pause_s" -u "$never"; kill -CONT "$collector"; resumed=${EPOCHREALTIME/./}
        printf 'stopped %s000\nresumed %s000\n' "$stopped" "$resumed" >>"$out/$tag.pause.log") & pids+=($!); }
   wait "${pids[@]}"
   end=$(date +%s%N)
