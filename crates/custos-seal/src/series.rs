@@ -93,9 +93,11 @@ impl SegmentHeader {
 /// A finding of a series, with the segment it was found in.
 #[derive(Serialize, Debug, Clone)]
 pub struct SeriesFinding {
-    /// The segment's file name; for a batch missing between two files, the
-    /// file after the gap.
+    /// The segment's file name; for what is missing between two files, the
+    /// file after the gap (then `before` is true).
     pub segment: Option<String>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub before: bool,
     #[serde(flatten)]
     pub finding: Finding,
 }
@@ -121,8 +123,9 @@ pub struct SeriesReport {
     pub first_segment: Option<u64>,
     pub rotated_away: u64,
     pub segments: Vec<SegmentSeen>,
-    /// The chain's report over the segments laid end to end (its findings
-    /// are in `findings` below, each with its segment).
+    /// Lines read in the segments here (seals not counted), and the chain's
+    /// report over them laid end to end (its findings are in `findings`
+    /// below, each with its segment).
     pub lines: u64,
     pub batches_verified: u64,
     pub key: Option<String>,
@@ -162,6 +165,7 @@ impl SeriesVerifier {
 
     fn finding(&mut self, kind: &'static str, segment: Option<String>, message: String) {
         self.own.push(SeriesFinding {
+            before: kind == "deleted",
             segment,
             finding: Finding {
                 kind,
@@ -262,33 +266,34 @@ impl SeriesVerifier {
         }
     }
 
-    /// The segment a chain finding belongs to.
-    fn segment_of(&self, index: usize, f: &Finding) -> Option<String> {
+    /// The segment a chain finding belongs to, and whether it is the one
+    /// after a gap rather than the one holding it.
+    fn segment_of(&self, index: usize, f: &Finding) -> (Option<String>, bool) {
         // Found at finish: a missing batch goes to the file that holds its
         // neighbours, else the first after it; the tail's findings to the last.
         if index >= self.finish_from {
             if f.kind == "deleted" {
-                let b = f.batch?;
-                return self
+                let Some(b) = f.batch else {
+                    return (None, false);
+                };
+                let holding = self.segments.iter().find(|s| {
+                    s.first_batch.is_some_and(|first| first < b)
+                        && s.last_batch.is_some_and(|last| last > b)
+                });
+                if let Some(s) = holding {
+                    return (Some(s.name.clone()), false);
+                }
+                let after = self
                     .segments
                     .iter()
-                    .find(|s| {
-                        s.first_batch.is_some_and(|first| first < b)
-                            && s.last_batch.is_some_and(|last| last > b)
-                    })
-                    .or_else(|| {
-                        self.segments
-                            .iter()
-                            .find(|s| s.first_batch.is_some_and(|first| first > b))
-                    })
-                    .map(|s| s.name.clone());
+                    .find(|s| s.first_batch.is_some_and(|first| first > b));
+                return (after.map(|s| s.name.clone()), true);
             }
-            return self.segments.last().map(|s| s.name.clone());
+            return (self.segments.last().map(|s| s.name.clone()), false);
         }
         let at = self.findings_before.partition_point(|&n| n <= index);
-        self.segments
-            .get(at.checked_sub(1)?)
-            .map(|s| s.name.clone())
+        let seg = at.checked_sub(1).and_then(|i| self.segments.get(i));
+        (seg.map(|s| s.name.clone()), false)
     }
 
     pub fn finish(mut self) -> SeriesReport {
@@ -318,17 +323,20 @@ impl SeriesVerifier {
         let report: Report = chain.finish();
         let mut findings = std::mem::take(&mut self.own);
         for (i, f) in report.findings.iter().enumerate() {
+            let (segment, before) = self.segment_of(i, f);
             findings.push(SeriesFinding {
-                segment: self.segment_of(i, f),
+                segment,
+                before,
                 finding: f.clone(),
             });
         }
+        let lines = self.segments.iter().map(|s| s.lines).sum();
         SeriesReport {
             intact: report.intact && findings.is_empty(),
             first_segment,
             rotated_away,
             segments: self.segments,
-            lines: report.lines,
+            lines,
             batches_verified: report.batches_verified,
             key: report.key,
             stream: report.stream,
@@ -616,6 +624,8 @@ mod tests {
         assert!(r.intact, "{:?}", r.findings);
         assert_eq!((r.first_segment, r.rotated_away), (Some(1), 0));
         assert_eq!(r.lines, 2_000 + segments.len() as u64);
+        let per_segment: u64 = r.segments.iter().map(|s| s.lines).sum();
+        assert_eq!(per_segment, r.lines);
         assert!(r.finished);
         // The concatenation verifies as one stream too.
         let mut v = Verifier::new(None).unwrap();
