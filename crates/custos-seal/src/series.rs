@@ -597,6 +597,27 @@ mod tests {
     }
 
     #[test]
+    fn an_earlier_series_is_replaced_only_when_forced_and_other_files_stay() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::write(d.join(file_name(7)), "earlier").unwrap();
+        std::fs::write(d.join("notes.txt"), "kept").unwrap();
+        assert!(create(d, 1 << 20, 2, Existing::Refuse, "test").is_err());
+        assert_eq!(
+            std::fs::read_to_string(d.join(file_name(7))).unwrap(),
+            "earlier"
+        );
+        let made = create(d, 1 << 20, 2, Existing::Replace, "test").unwrap();
+        drop(made);
+        let left: Vec<u64> = list(d).unwrap().iter().map(|s| s.0).collect();
+        assert_eq!(left, [1]);
+        assert_eq!(
+            std::fs::read_to_string(d.join("notes.txt")).unwrap(),
+            "kept"
+        );
+    }
+
+    #[test]
     fn a_series_is_the_stream_cut_at_seals_and_verifies_whole() {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path().join("series");
