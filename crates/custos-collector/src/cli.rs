@@ -24,10 +24,22 @@ pub struct CollectArgs {
     /// (absent with --db or --archive: only there).
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
-    /// Replace an existing -o FILE (and --archive FILE). Without it an
-    /// existing file is refused and left as it is: it may be a previous recording.
+    /// Replace an existing -o FILE (and --archive FILE), or the segments an
+    /// earlier run left in -o DIR with --rotate-mb. Without it they are
+    /// refused and left as they are: they may be a previous recording.
     #[arg(long)]
     pub force: bool,
+    /// Write -o DIR as numbered sealed segments (segment-000001.jsonl, …):
+    /// a segment is closed at the first seal after it passes this many MiB,
+    /// and the seal chain runs on into the next (docs/tamper-evidence.md,
+    /// "Rotated series").
+    #[arg(long, value_name = "MIB")]
+    pub rotate_mb: Option<u64>,
+    /// With --rotate-mb: keep only the newest this many segments; older ones
+    /// are deleted (said on stderr, and announced in the stream, so that
+    /// `custos verify DIR` tells rotation from deletion). Default: keep all.
+    #[arg(long, value_name = "SEGMENTS")]
+    pub rotate_keep: Option<u64>,
     /// Only these syscalls: comma-separated names or categories (process, file,
     /// network, credential, module, mount, memory, ipc). Default: the whole set.
     #[arg(long, value_name = "LIST")]
@@ -167,16 +179,50 @@ impl CollectArgs {
         if !self.no_seal && self.seal_every == 0 {
             anyhow::bail!("--seal-every must be at least 1 line");
         }
+        let rotating = self.check_rotation()?;
         crate::syscalls::select(self.syscalls.as_deref())?;
         crate::collector::check_ring_kb("critical", self.critical_ring_kb)?;
         crate::collector::check_ring_kb("events", self.events_ring_kb)?;
         crate::collector::check_ring_kb("attrs", self.attrs_ring_kb)?;
         let mut all: Vec<Output<'_>> = Vec::with_capacity(outputs.len() + 1);
-        if let Some(p) = &self.output {
-            all.push(Output::new("-o/--output", p, self.existing()));
+        match &self.output {
+            Some(dir) if rotating => {
+                custos_output::segments::check_dir("-o/--output", dir, self.existing())?
+            }
+            Some(p) => all.push(Output::new("-o/--output", p, self.existing())),
+            None => {}
         }
         all.extend_from_slice(outputs);
         custos_output::check(&all, &[])
+    }
+
+    /// The rotation flags, checked; whether -o is a rotated directory.
+    fn check_rotation(&self) -> Result<bool> {
+        let Some(mb) = self.rotate_mb else {
+            if self.rotate_keep.is_some() {
+                anyhow::bail!(
+                    "--rotate-keep needs --rotate-mb: it counts the segments rotation makes"
+                );
+            }
+            return Ok(false);
+        };
+        if mb == 0 || mb > 1 << 20 {
+            anyhow::bail!("--rotate-mb must be between 1 and 1048576 (MiB per segment)");
+        }
+        if self.rotate_keep == Some(0) {
+            anyhow::bail!("--rotate-keep must be at least 1 segment (the one being written)");
+        }
+        if self.output.as_ref().is_none_or(|p| p.as_os_str() == "-") {
+            anyhow::bail!(
+                "--rotate-mb writes numbered segment files into a directory: name it with -o DIR (not stdout)"
+            );
+        }
+        if self.no_seal {
+            anyhow::bail!(
+                "--rotate-mb cuts the stream at its seals, which chain the segments together: drop --no-seal"
+            );
+        }
+        Ok(true)
     }
 }
 
@@ -274,8 +320,20 @@ pub fn run_with_sink(
         metrics: None,
     };
     // No buffering here: the OffloadWriter below hands these whole chunks.
+    let mut cuts = None;
     let output: Option<Box<dyn Write + Send>> =
         match &args.output {
+            Some(dir) if args.rotate_mb.is_some() => {
+                let (file, c) = crate::seal::series::create(
+                    dir,
+                    args.rotate_mb.unwrap_or_default() << 20,
+                    args.rotate_keep.unwrap_or(u64::MAX),
+                    args.existing(),
+                    "custos collect",
+                )?;
+                cuts = Some(c);
+                Some(Box::new(file))
+            }
             Some(p) if p.as_os_str() != "-" => Some(Box::new(custos_output::create(
                 &Output::new("-o/--output", p, args.existing()),
             )?)),
@@ -345,11 +403,11 @@ pub fn run_with_sink(
         None
     } else {
         let key = SealKey::open(args.seal_key.as_deref(), "custos collect")?;
-        Some(Sealer::new(
-            key,
-            args.seal_every,
-            crate::seal::DEFAULT_MAX_AGE,
-        )?)
+        let sealer = Sealer::new(key, args.seal_every, crate::seal::DEFAULT_MAX_AGE)?;
+        Some(match cuts {
+            Some(c) => sealer.cut_by(Box::new(c)),
+            None => sealer,
+        })
     };
     if let Some(e) = endpoint {
         let addr = e.addr();
@@ -360,6 +418,19 @@ pub fn run_with_sink(
         .context("starting the output writer")?;
     let summary = collect(&opts, &mut out, &STOP, on_ready)?;
     out.finish().context("writing the event stream")?;
+    if let (Some(dir), Some(_)) = (&args.output, args.rotate_mb) {
+        let segments = custos_output::segments::list(dir)?;
+        if let (Some((first, _)), Some((last, _))) = (segments.first(), segments.last()) {
+            eprintln!(
+                "custos collect: the series in {} holds segments {first} to {last}{}",
+                dir.display(),
+                match first - 1 {
+                    0 => String::new(),
+                    n => format!(" ({n} older rotated away)"),
+                }
+            );
+        }
+    }
     if summary.features_only {
         eprintln!(
             "custos collect: features-only: recorded {} events (produced {} = delivered {} + dropped {}); \

@@ -15,6 +15,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+pub mod segments;
+
 /// What an existing file at an output path means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Existing {

@@ -40,6 +40,8 @@ pub const DEFAULT_EVERY: u64 = 4096;
 /// unsealed.
 pub const DEFAULT_MAX_AGE: Duration = Duration::from_secs(1);
 
+pub mod series;
+
 /// The host's signing key, kept as its 32-byte secret in a file only its
 /// owner can read.
 pub struct SealKey {
@@ -396,6 +398,10 @@ pub struct Sealer {
     max_age: Duration,
     batch: Batch,
     opened: Option<Instant>,
+    /// An output cut into files at batch boundaries (rotation), and whether
+    /// it has been told of the first boundary, the stream's start.
+    cuts: Option<Box<dyn series::Cuts>>,
+    started: bool,
 }
 
 impl Sealer {
@@ -409,11 +415,22 @@ impl Sealer {
             max_age,
             batch: Batch::new(),
             opened: None,
+            cuts: None,
+            started: false,
         })
+    }
+
+    /// Tells `cuts` of every batch boundary (the stream's start, each seal):
+    /// it may begin a new file there, whose header line then opens the next
+    /// batch (docs/tamper-evidence.md, "Rotated series").
+    pub fn cut_by(mut self, cuts: Box<dyn series::Cuts>) -> Self {
+        self.cuts = Some(cuts);
+        self
     }
 
     /// Passes `bytes` on to `out`, with a seal after every `every` lines.
     pub fn write(&mut self, mut bytes: &[u8], out: &mut dyn Write) -> io::Result<()> {
+        self.start(out)?;
         while !bytes.is_empty() {
             self.opened.get_or_insert_with(Instant::now);
             let taken = self.batch.take_lines(bytes, self.every - self.batch.lines);
@@ -429,6 +446,7 @@ impl Sealer {
     /// Seals the batch if its first line is older than the age limit and it
     /// ends on a whole line (called at the writer's flushes).
     pub fn tick(&mut self, out: &mut dyn Write) -> io::Result<()> {
+        self.start(out)?;
         if self.opened.is_some_and(|t| t.elapsed() >= self.max_age)
             && self.batch.lines > 0
             && !self.batch.partial
@@ -441,7 +459,40 @@ impl Sealer {
     /// The last seal: the stream ended cleanly. (An unfinished last line is
     /// sealed as it is; `custos verify` reports it.)
     pub fn finish(&mut self, out: &mut dyn Write) -> io::Result<()> {
+        self.start(out)?;
         self.seal(out, true)
+    }
+
+    /// The stream's first boundary, before its first line.
+    fn start(&mut self, out: &mut dyn Write) -> io::Result<()> {
+        if !self.started {
+            self.started = true;
+            self.boundary(out, false)?;
+        }
+        Ok(())
+    }
+
+    /// Tells the cuts (if any) that a batch ends here; a header line it
+    /// returns is the next batch's first line.
+    fn boundary(&mut self, out: &mut dyn Write, last: bool) -> io::Result<()> {
+        let Some(cuts) = &mut self.cuts else {
+            return Ok(());
+        };
+        let at = series::Boundary {
+            batch: self.chain.batch_no,
+            first_line: self.chain.next_line,
+        };
+        if let Some(header) = cuts.boundary(at, last)? {
+            debug_assert!(header.ends_with(b"\n") && self.batch.lines == 0);
+            self.opened.get_or_insert_with(Instant::now);
+            self.batch.take(&header);
+            out.write_all(&header)?;
+            // A batch of one line (`--seal-every 1`) is full already.
+            if self.batch.lines == self.every {
+                self.seal(out, false)?;
+            }
+        }
+        Ok(())
     }
 
     fn seal(&mut self, out: &mut dyn Write, last: bool) -> io::Result<()> {
@@ -457,7 +508,7 @@ impl Sealer {
         text.push(b'\n');
         out.write_all(&text)?;
         self.opened = None;
-        Ok(())
+        self.boundary(out, last)
     }
 }
 
@@ -597,6 +648,11 @@ pub struct Verifier {
     finished: bool,
     last_time_ns: u64,
     findings: Vec<Finding>,
+    /// The chain's first batch here: 0, or where a rotated series' oldest
+    /// remaining segment starts ([`Verifier::resume_at`]).
+    start_batch: u64,
+    /// The batch of the last seal that held, if any.
+    last_sealed: Option<u64>,
 }
 
 impl Verifier {
@@ -616,7 +672,29 @@ impl Verifier {
             finished: false,
             last_time_ns: 0,
             findings: Vec::new(),
+            start_batch: 0,
+            last_sealed: None,
         })
+    }
+
+    /// The stream read from here on begins at `batch`, stream line `line`
+    /// (a rotated series whose older segments were removed): the batches
+    /// before it are not reported missing, nor is the first batch's link to
+    /// them checked. Called before the first line.
+    pub fn resume_at(&mut self, batch: u64, line: u64) {
+        self.start_batch = batch;
+        self.line_no = line;
+        self.batch_first_line = line;
+    }
+
+    /// The batch of the last seal that held (None before the first).
+    pub fn last_sealed(&self) -> Option<u64> {
+        self.last_sealed
+    }
+
+    /// Number of the next data line (seals not counted).
+    pub fn line_no(&self) -> u64 {
+        self.line_no
     }
 
     /// One line of the stream, its newline included (the last line of a
@@ -873,6 +951,7 @@ impl Verifier {
             );
         }
         self.verified += 1;
+        self.last_sealed = Some(s.batch);
         self.finished = s.last;
         self.last_time_ns = s.last_time_ns.max(self.last_time_ns);
     }
@@ -883,7 +962,7 @@ impl Verifier {
         // The gaps between the numbers seen, walked gap by gap: a crafted
         // stream may number its batches up to u64::MAX, and one finding per
         // missing number would never end.
-        let mut expect = 0u64;
+        let mut expect = self.start_batch;
         let gaps: Vec<(u64, u64)> = self
             .seen
             .keys()
@@ -991,7 +1070,7 @@ impl Decoded {
 }
 
 /// Whether a line is a seal (cheap test; a damaged one fails its parse).
-fn is_seal(line: &[u8]) -> bool {
+pub(crate) fn is_seal(line: &[u8]) -> bool {
     line.starts_with(b"{\"type\":\"seal\"")
 }
 

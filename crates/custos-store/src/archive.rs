@@ -100,10 +100,14 @@ impl Recorder {
 /// An input stream, buffered (its buffer can be looked at without reading).
 pub type Input = BufReader<Box<dyn Read + Send>>;
 
-/// Opens an input stream: `-` is stdin; `.zst`/`.gz` files are decompressed.
+/// Opens an input stream: `-` is stdin; `.zst`/`.gz` files are decompressed;
+/// a directory is a rotated series (`custos collect -o DIR --rotate-mb N`),
+/// read as its segments laid end to end in the order of their numbers.
 pub fn open_input(path: &Path) -> Result<Input> {
     let raw: Box<dyn Read + Send> = if path.as_os_str() == "-" {
         Box::new(std::io::stdin())
+    } else if path.is_dir() {
+        Box::new(open_series(path)?)
     } else {
         let file = File::open(path).with_context(|| format!("opening input {}", path.display()))?;
         let name = path.to_string_lossy();
@@ -119,6 +123,67 @@ pub fn open_input(path: &Path) -> Result<Input> {
         }
     };
     Ok(BufReader::with_capacity(1 << 20, raw))
+}
+
+/// A series' segments, one after the other; a gap in their numbers is
+/// warned of (the ingest goes on: `custos verify DIR` is the check).
+fn open_series(dir: &Path) -> Result<impl Read + Send> {
+    let segments = custos_output::segments::list(dir)?;
+    if segments.is_empty() {
+        bail!(
+            "{}: a directory without segments (segment-NNNNNN.jsonl)",
+            dir.display()
+        );
+    }
+    let mut numbers = segments.iter().map(|(n, _)| *n);
+    let mut expect = numbers.next().expect("one at least");
+    for n in numbers {
+        expect += 1;
+        if n != expect {
+            eprintln!(
+                "custos: warning: {}: segment {expect} is missing before {}: `custos verify {}` says what else",
+                dir.display(),
+                custos_output::segments::file_name(n),
+                dir.display()
+            );
+            expect = n;
+        }
+    }
+    // The first now: a directory that cannot be read fails before the ingest starts.
+    let mut paths: std::collections::VecDeque<PathBuf> =
+        segments.into_iter().map(|(_, p)| p).collect();
+    let first = paths.pop_front().expect("one at least");
+    let file = File::open(&first).with_context(|| format!("opening input {}", first.display()))?;
+    Ok(Series {
+        current: file,
+        rest: paths,
+    })
+}
+
+/// Segment files read one after the other, each opened when the one before
+/// is done (a long series has more segments than a process may hold open;
+/// one that vanished meanwhile, rotated away by a live collector, is an
+/// error, not a silent gap).
+struct Series {
+    current: File,
+    rest: std::collections::VecDeque<PathBuf>,
+}
+
+impl Read for Series {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            let n = self.current.read(buf)?;
+            if n > 0 || buf.is_empty() {
+                return Ok(n);
+            }
+            let Some(next) = self.rest.pop_front() else {
+                return Ok(0);
+            };
+            self.current = File::open(&next).map_err(|e| {
+                std::io::Error::new(e.kind(), format!("opening {}: {e}", next.display()))
+            })?;
+        }
+    }
 }
 
 #[cfg(test)]

@@ -42,6 +42,13 @@ pub fn run(cmd: CollectCmd) -> Result<i32> {
         ("--archive", cmd.archive.is_some()),
         ("--kafka", cmd.kafka.kafka.is_some()),
     ])?;
+    // The archive is one compressed stream; cutting it into files would
+    // mean a compressor per segment: rotate -o DIR and compress closed segments.
+    if cmd.collect.rotate_mb.is_some() && cmd.archive.is_some() {
+        anyhow::bail!(
+            "--archive writes one compressed file and does not rotate: drop --archive (compress the closed segments of -o DIR instead), or drop --rotate-mb"
+        );
+    }
     let kafka = cmd.kafka.options()?;
     if cmd.sink_buffer_mb == 0 || cmd.sink_buffer_mb > 1 << 20 {
         anyhow::bail!("--sink-buffer-mb must be between 1 and 1048576");

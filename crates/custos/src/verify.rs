@@ -19,7 +19,9 @@ pub const TAMPERED: i32 = 3;
 /// Exits 0 when intact, 3 when not (each finding is listed), 1 on errors.
 #[derive(Args, Debug)]
 pub struct VerifyArgs {
-    /// The stream (JSON Lines, or an archive: `.zst`, `.gz`); `-` reads stdin.
+    /// The stream (JSON Lines, or an archive: `.zst`, `.gz`); `-` reads stdin;
+    /// a directory: the rotated series of segments `custos collect -o DIR
+    /// --rotate-mb N` wrote, checked whole and in order.
     #[arg(
         value_name = "FILE",
         required_unless_present = "db",
@@ -54,6 +56,9 @@ pub fn run(args: VerifyArgs) -> Result<i32> {
         return verify_db(db, pinned.as_deref(), args.json);
     }
     let file = args.file.as_ref().expect("clap requires FILE without --db");
+    if file.is_dir() {
+        return verify_series(file, pinned.as_deref(), args.json);
+    }
     let mut verifier = Verifier::new(pinned.as_deref()).context("--key")?;
     let mut input = custos_store::archive::open_input(file)?;
     let mut line = Vec::with_capacity(4096);
@@ -96,6 +101,89 @@ fn verify_db(db: &std::path::Path, pinned: Option<&str>, json: bool) -> Result<i
     Ok(if intact { 0 } else { TAMPERED })
 }
 
+fn verify_series(dir: &std::path::Path, pinned: Option<&str>, json: bool) -> Result<i32> {
+    let r = custos_seal::series::verify_dir(dir, pinned)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+        return Ok(if r.intact { 0 } else { TAMPERED });
+    }
+    let (first, last) = match (r.segments.first(), r.segments.last()) {
+        (Some(f), Some(l)) => (f, l),
+        _ => unreachable!("verify_dir refuses a directory without segments"),
+    };
+    let rotated = match r.rotated_away {
+        0 => String::new(),
+        n => format!(
+            "; starts at segment {}: the {n} before it were rotated away (--rotate-keep)",
+            first.number
+        ),
+    };
+    println!(
+        "{}: series of {} segments, {} to {}{rotated}",
+        dir.display(),
+        r.segments.len(),
+        first.name,
+        last.name
+    );
+    let report = Report {
+        intact: r.intact,
+        lines: r.lines,
+        batches_verified: r.batches_verified,
+        key: r.key.clone(),
+        stream: r.stream.clone(),
+        finished: r.finished,
+        findings: Vec::new(),
+    };
+    if r.intact {
+        print_report(&dir.display().to_string(), &report);
+    } else {
+        println!(
+            "{}: NOT INTACT: {} finding(s); {} lines, {} batches with a valid seal, key {}",
+            dir.display(),
+            r.findings.len(),
+            r.lines,
+            r.batches_verified,
+            r.key.as_deref().unwrap_or("none")
+        );
+        for f in &r.findings {
+            let seg = match (&f.segment, f.before) {
+                (Some(s), false) => format!(" in {s}"),
+                (Some(s), true) => format!(" before {s}"),
+                (None, _) => String::new(),
+            };
+            println!(
+                "  {}{seg}{}: {}",
+                f.finding.kind,
+                place(&f.finding),
+                f.finding.message
+            );
+        }
+    }
+    Ok(if r.intact { 0 } else { TAMPERED })
+}
+
+/// Where a finding is: its batch, lines and times, as far as known.
+fn place(f: &custos_seal::Finding) -> String {
+    let mut at = String::new();
+    if let Some(b) = f.batch {
+        at.push_str(&format!(" batch {b}"));
+    }
+    if let (Some(a), Some(b)) = (f.first_line, f.last_line) {
+        at.push_str(&format!(", lines {a}-{b}"));
+    }
+    match (f.first_time_ns, f.last_time_ns) {
+        (Some(t0), Some(t1)) => at.push_str(&format!(
+            ", {} to {}",
+            custos_store::timefmt::format_ns(t0),
+            custos_store::timefmt::format_ns(t1)
+        )),
+        (Some(t), None) => at.push_str(&format!(", from {}", custos_store::timefmt::format_ns(t))),
+        (None, Some(t)) => at.push_str(&format!(", until {}", custos_store::timefmt::format_ns(t))),
+        (None, None) => {}
+    }
+    at
+}
+
 fn print_report(name: &str, r: &Report) {
     let key = r.key.as_deref().unwrap_or("none");
     if r.intact {
@@ -112,27 +200,6 @@ fn print_report(name: &str, r: &Report) {
         r.batches_verified
     );
     for f in &r.findings {
-        let mut at = String::new();
-        if let Some(b) = f.batch {
-            at.push_str(&format!(" batch {b}"));
-        }
-        if let (Some(a), Some(b)) = (f.first_line, f.last_line) {
-            at.push_str(&format!(", lines {a}-{b}"));
-        }
-        match (f.first_time_ns, f.last_time_ns) {
-            (Some(t0), Some(t1)) => at.push_str(&format!(
-                ", {} to {}",
-                custos_store::timefmt::format_ns(t0),
-                custos_store::timefmt::format_ns(t1)
-            )),
-            (Some(t), None) => {
-                at.push_str(&format!(", from {}", custos_store::timefmt::format_ns(t)))
-            }
-            (None, Some(t)) => {
-                at.push_str(&format!(", until {}", custos_store::timefmt::format_ns(t)))
-            }
-            (None, None) => {}
-        }
-        println!("  {}{at}: {}", f.kind, f.message);
+        println!("  {}{}: {}", f.kind, place(f), f.message);
     }
 }

@@ -548,3 +548,88 @@ fn query_times_past_the_store_s_range_are_refused_not_wrapped() {
         }
     }
 }
+
+/// Rotation's flags are checked before anything is attached or written,
+/// and an earlier series' segments are never replaced without --force.
+#[test]
+fn collect_refuses_bad_rotation_before_touching_a_series() {
+    let dir = tempfile::tempdir().unwrap();
+    let (file, body) = old_file(dir.path(), "events.jsonl");
+    let series = dir.path().join("series");
+    std::fs::create_dir(&series).unwrap();
+    let (seg, seg_body) = old_file(&series, "segment-000003.jsonl");
+    let kept: &[(&Path, &[u8])] = &[(&file, &body), (&seg, &seg_body)];
+    let new = dir.path().join("new");
+    let (n, s, f) = (
+        new.to_str().unwrap(),
+        series.to_str().unwrap(),
+        file.to_str().unwrap(),
+    );
+    let zst = dir.path().join("new.jsonl.zst");
+    for (args, why) in [
+        (&["--rotate-mb", "1"][..], "name it with -o DIR"),
+        (&["-o", "-", "--rotate-mb", "1"][..], "name it with -o DIR"),
+        (
+            &["-o", n, "--rotate-mb", "0"][..],
+            "--rotate-mb must be between",
+        ),
+        (
+            &["-o", n, "--rotate-mb", "2000000"][..],
+            "--rotate-mb must be between",
+        ),
+        (
+            &["-o", n, "--rotate-mb", "1", "--rotate-keep", "0"][..],
+            "--rotate-keep must be at least 1",
+        ),
+        (
+            &["-o", n, "--rotate-keep", "2"][..],
+            "--rotate-keep needs --rotate-mb",
+        ),
+        (
+            &["-o", n, "--rotate-mb", "1", "--no-seal"][..],
+            "drop --no-seal",
+        ),
+        (&["-o", f, "--rotate-mb", "1"][..], "is not a directory"),
+        (
+            &["-o", f, "--rotate-mb", "1", "--force"][..],
+            "is not a directory",
+        ),
+        (
+            &["-o", s, "--rotate-mb", "1"][..],
+            "holds 1 segments of an earlier recording",
+        ),
+        (
+            &[
+                "-o",
+                n,
+                "--rotate-mb",
+                "1",
+                "--archive",
+                zst.to_str().unwrap(),
+            ][..],
+            "--archive writes one compressed file and does not rotate",
+        ),
+        (
+            &["-o", "/no/such/dir", "--rotate-mb", "1"][..],
+            "its parent /no/such",
+        ),
+    ] {
+        refused(&[&["collect"], args].concat(), why, kept);
+        assert!(
+            !new.exists() && !zst.exists(),
+            "{args:?} created its output"
+        );
+    }
+    // Verify and ingest of a directory without segments: said, not an empty success.
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let e = empty.to_str().unwrap();
+    refused(&["verify", e], "no segments", kept);
+    let db = dir.path().join("new.db");
+    refused(
+        &["ingest", "--no-seal", "--db", db.to_str().unwrap(), e],
+        "without segments",
+        kept,
+    );
+    assert!(!db.exists(), "the store was made for nothing");
+}

@@ -1,0 +1,160 @@
+//! The files of a rotated recording (`custos collect -o DIR --rotate-mb N`):
+//! how a segment is named, how a directory's segments are found in order,
+//! and the check of DIR before the first one is made.
+//!
+//! What a segment holds (its header line, the seal chain running on from
+//! the segment before) is defined in custos-seal; this module only knows
+//! the paths.
+
+use anyhow::{bail, Context, Result};
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+
+use crate::Existing;
+
+const PREFIX: &str = "segment-";
+const SUFFIX: &str = ".jsonl";
+/// Zero-padded to six digits so that `ls` lists a series in order (a
+/// million segments of the least size, 1 MiB, is a terabyte); a longer
+/// number is written whole and still ordered by value here.
+const DIGITS: usize = 6;
+
+/// The name of segment `n` (numbered from 1): `segment-000001.jsonl`.
+pub fn file_name(n: u64) -> String {
+    format!("{PREFIX}{n:0DIGITS$}{SUFFIX}")
+}
+
+/// The number of a segment's file name; `None` for any other name (and for
+/// another spelling of a number, `segment-1.jsonl`: one name per segment).
+pub fn number_of(name: &OsStr) -> Option<u64> {
+    let digits = name.to_str()?.strip_prefix(PREFIX)?.strip_suffix(SUFFIX)?;
+    if !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    (n > 0 && file_name(n) == name.to_str()?).then_some(n)
+}
+
+/// The segments in `dir`, by number (other files are not ours and are
+/// left out).
+pub fn list(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let entry = entry.with_context(|| format!("reading {}", dir.display()))?;
+        if let Some(n) = number_of(&entry.file_name()) {
+            found.push((n, entry.path()));
+        }
+    }
+    found.sort_unstable_by_key(|(n, _)| *n);
+    Ok(found)
+}
+
+/// Checks the directory a rotated recording will be written to, before
+/// anything is made: a new directory (its parent must exist and be
+/// writable), or an existing writable one. One that already holds segments
+/// is an earlier recording: refused unless `existing` allows replacing it
+/// (`--force`; the caller then removes those segments, and only those).
+/// Files that are not segments are never touched, so they do not count.
+pub fn check_dir(flag: &str, dir: &Path, existing: Existing) -> Result<()> {
+    if dir.as_os_str().is_empty() || dir.as_os_str() == "-" {
+        bail!("{flag}: rotation writes segment files into a directory: name one (not stdout)");
+    }
+    match std::fs::metadata(dir) {
+        Ok(m) if !m.is_dir() => bail!(
+            "{flag} {}: is not a directory: rotation writes numbered segment files into a directory; name a new or empty one",
+            dir.display()
+        ),
+        Ok(_) => {
+            let old = list(dir)?;
+            if let (Some((first, _)), Existing::Refuse) = (old.first(), existing) {
+                bail!(
+                    "{flag} {}: holds {} segments of an earlier recording ({} to {}), left as they are: name a new directory, or add --force to replace them",
+                    dir.display(),
+                    old.len(),
+                    file_name(*first),
+                    file_name(old.last().expect("one at least").0)
+                );
+            }
+            crate::may(dir, libc::W_OK | libc::X_OK)
+                .with_context(|| format!("{flag} {}: cannot write there", dir.display()))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let parent = crate::parent(dir);
+            match std::fs::metadata(parent) {
+                Ok(m) if m.is_dir() => crate::may(parent, libc::W_OK | libc::X_OK)
+                    .with_context(|| {
+                        format!(
+                            "{flag} {}: cannot create a directory in {}",
+                            dir.display(),
+                            parent.display()
+                        )
+                    }),
+                Ok(_) => bail!("{flag} {}: {} is not a directory", dir.display(), parent.display()),
+                Err(e) => bail!("{flag} {}: its parent {}: {e}", dir.display(), parent.display()),
+            }
+        }
+        Err(e) => bail!("{flag} {}: {e}", dir.display()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_sort_as_numbers_and_only_ours_count() {
+        assert_eq!(file_name(1), "segment-000001.jsonl");
+        assert_eq!(file_name(1_234_567), "segment-1234567.jsonl");
+        for n in [1, 42, 999_999, 1_000_000, u64::MAX] {
+            assert_eq!(number_of(OsStr::new(&file_name(n))), Some(n));
+        }
+        for other in [
+            "segment-1.jsonl",
+            "segment-000000.jsonl",
+            "segment-00001a.jsonl",
+            "segment-+00001.jsonl",
+            "segment-000001.jsonl.zst",
+            "events.jsonl",
+            "segment-.jsonl",
+        ] {
+            assert_eq!(number_of(OsStr::new(other)), None, "{other}");
+        }
+        // Listed by number, not by name: 999999 before 1000000.
+        let dir = tempfile::tempdir().unwrap();
+        for n in [1_000_000, 3, 999_999, 10] {
+            std::fs::write(dir.path().join(file_name(n)), "").unwrap();
+        }
+        std::fs::write(dir.path().join("notes.txt"), "").unwrap();
+        let numbers: Vec<u64> = list(dir.path()).unwrap().iter().map(|s| s.0).collect();
+        assert_eq!(numbers, [3, 10, 999_999, 1_000_000]);
+    }
+
+    #[test]
+    fn a_directory_of_segments_is_refused_unless_forced() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        // New (under an existing directory), or existing and empty: fine.
+        check_dir("-o", &d.join("new"), Existing::Refuse).unwrap();
+        check_dir("-o", d, Existing::Refuse).unwrap();
+        // Other files are not ours: left alone, no reason to refuse.
+        std::fs::write(d.join("notes.txt"), "kept").unwrap();
+        check_dir("-o", d, Existing::Refuse).unwrap();
+        // An earlier recording's segments: only with --force.
+        std::fs::write(d.join(file_name(4)), "old").unwrap();
+        let e = check_dir("-o", d, Existing::Refuse).unwrap_err();
+        assert!(
+            format!("{e:#}").contains("holds 1 segments of an earlier recording"),
+            "{e:#}"
+        );
+        check_dir("-o", d, Existing::Replace).unwrap();
+        // A file, a missing parent, stdout.
+        let e = check_dir("-o", &d.join("notes.txt"), Existing::Replace).unwrap_err();
+        assert!(format!("{e:#}").contains("is not a directory"), "{e:#}");
+        assert!(check_dir("-o", &d.join("no/such"), Existing::Refuse).is_err());
+        assert!(check_dir("-o", Path::new("-"), Existing::Refuse).is_err());
+        assert_eq!(
+            std::fs::read_to_string(d.join("notes.txt")).unwrap(),
+            "kept"
+        );
+    }
+}
