@@ -23,7 +23,7 @@ fn custos(args: &[&str]) -> Output {
         .unwrap()
 }
 
-/// Records a flood of `find` over /usr/include and /usr/share/doc into `dir`, rotated at 1 MiB,
+/// Records a flood of `find -exec cat` over /usr/include and /usr/share/doc into `dir`, rotated at 1 MiB,
 /// sealed with the key at `key`; `extra` flags after. Returns stderr.
 fn collect_flood(dir: &Path, key: &Path, extra: &[&str]) -> String {
     let run = Command::new(env!("CARGO_BIN_EXE_custos"))
@@ -35,7 +35,7 @@ fn collect_flood(dir: &Path, key: &Path, extra: &[&str]) -> String {
             "--",
             "sh",
             "-c",
-            "find /usr/include /usr/share/doc -xdev > /dev/null 2>&1",
+            "find /usr/include /usr/share/doc -xdev -type f -exec cat {} + > /dev/null 2>&1",
         ])
         .output()
         .unwrap();
