@@ -612,6 +612,21 @@ pub struct Finding {
     pub message: String,
 }
 
+impl Finding {
+    /// A finding about the stream as a whole, at no batch or line.
+    pub fn unplaced(kind: &'static str, message: impl Into<String>) -> Self {
+        Finding {
+            kind,
+            batch: None,
+            first_line: None,
+            last_line: None,
+            first_time_ns: None,
+            last_time_ns: None,
+            message: message.into(),
+        }
+    }
+}
+
 /// What `custos verify` says of a whole stream.
 #[derive(Serialize, Debug)]
 pub struct Report {

@@ -167,15 +167,7 @@ impl SeriesVerifier {
         self.own.push(SeriesFinding {
             before: kind == "deleted",
             segment,
-            finding: Finding {
-                kind,
-                batch: None,
-                first_line: None,
-                last_line: None,
-                first_time_ns: None,
-                last_time_ns: None,
-                message,
-            },
+            finding: Finding::unplaced(kind, message),
         });
     }
 

@@ -132,17 +132,17 @@ pub fn verify_db(db: &Connection, pinned: Option<&str>) -> Result<Vec<IngestRepo
         // The numbers come from a store that may have been edited: any i64.
         // Rising (ORDER BY, a primary key), so only the first may be below.
         if ingest > expected_ingest {
-            extra.push(finding(
+            extra.push(Finding::unplaced(
                 "deleted",
-                &format!(
+                format!(
                     "ingests {expected_ingest}..{} are missing: their rows were removed",
                     ingest - 1
                 ),
             ));
         } else if ingest < expected_ingest {
-            extra.push(finding(
+            extra.push(Finding::unplaced(
                 "altered",
-                &format!(
+                format!(
                     "ingest {ingest} is numbered below {expected_ingest}: the rows were renumbered"
                 ),
             ));
@@ -195,9 +195,9 @@ pub fn verify_db(db: &Connection, pinned: Option<&str>) -> Result<Vec<IngestRepo
         }
         for (s, lines) in &segments {
             if !claimed.contains(s) {
-                extra.push(finding(
+                extra.push(Finding::unplaced(
                     "inserted",
-                    &format!("raw segment {s} ({lines} lines) has no seal: it was added after the ingest, or its seal was removed"),
+                    format!("raw segment {s} ({lines} lines) has no seal: it was added after the ingest, or its seal was removed"),
                 ));
             }
         }
@@ -215,18 +215,6 @@ pub fn verify_db(db: &Connection, pinned: Option<&str>) -> Result<Vec<IngestRepo
         });
     }
     Ok(out)
-}
-
-fn finding(kind: &'static str, message: &str) -> Finding {
-    Finding {
-        kind,
-        batch: None,
-        first_line: None,
-        last_line: None,
-        first_time_ns: None,
-        last_time_ns: None,
-        message: message.to_string(),
-    }
 }
 
 /// The `losses` table, to find the loss records the sealed segments hold:
@@ -268,9 +256,9 @@ impl LossRows {
                 _ => continue,
             };
             if !self.0.contains(&key) {
-                findings.push(finding(
+                findings.push(Finding::unplaced(
                     "loss-hidden",
-                    &format!(
+                    format!(
                         "raw segment {segment} records a loss ({} on CPU {} at {}) the losses table no longer has: answers would not say they may be incomplete",
                         key.1,
                         key.0,
