@@ -47,6 +47,19 @@ fn pre_script(text: &str) -> String {
         .replace("%%", "%")
 }
 
+/// A rotated recording's segments laid end to end: the stream.
+fn recording(dir: &Path) -> Vec<u8> {
+    let mut segments: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|d| d.map(|e| e.unwrap().path()).collect())
+        .unwrap_or_default();
+    // segment-NNNNNN.jsonl: the padded numbers sort by name.
+    segments.sort();
+    segments
+        .iter()
+        .flat_map(|p| std::fs::read(p).unwrap())
+        .collect()
+}
+
 /// What a child wrote to its piped stderr, once it has exited.
 fn stderr_of(child: &mut std::process::Child) -> String {
     let mut err = String::new();
@@ -111,11 +124,11 @@ fn run_collect_unit(text: &str, state: &Path, port: u16) -> (PathBuf, Vec<u8>) {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let out = state.join("events.jsonl");
+    let out = state.join("events");
     let t0 = Instant::now();
     // A process's opens, recorded under the unit's lines (a child: the
     // collector leaves out its own parent, this test).
-    while std::fs::read(&out).map_or(true, |b| !b.windows(8).any(|w| w == b"\"openat\"")) {
+    while !recording(&out).windows(8).any(|w| w == b"\"openat\"") {
         Command::new("cat")
             .arg("/etc/hostname")
             .stdout(Stdio::null())
@@ -130,10 +143,10 @@ fn run_collect_unit(text: &str, state: &Path, port: u16) -> (PathBuf, Vec<u8>) {
         if t0.elapsed() > Duration::from_secs(60) {
             let _ = child.kill();
             let err = stderr_of(&mut child);
-            let size = std::fs::metadata(&out).map(|m| m.len());
             panic!(
-                "no open recorded in 60 s ({} {size:?}): {err}",
-                out.display()
+                "no open recorded in 60 s ({}, {} bytes): {err}",
+                out.display(),
+                recording(&out).len()
             );
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -168,7 +181,7 @@ fn run_collect_unit(text: &str, state: &Path, port: u16) -> (PathBuf, Vec<u8>) {
         status.success(),
         "{signal} is a clean stop: {status}: {err}"
     );
-    let body = std::fs::read(&out).unwrap();
+    let body = recording(&out);
     assert!(
         String::from_utf8_lossy(&body)
             .lines()
@@ -201,43 +214,61 @@ fn the_collector_unit_records_stops_with_its_account_and_a_restart_keeps_the_rec
                 && p.file_name()
                     .unwrap()
                     .to_string_lossy()
-                    .starts_with("events.jsonl.")
+                    .starts_with("events.")
         })
         .collect();
     assert_eq!(kept.len(), 1, "{kept:?}");
     let kept = kept.pop().unwrap();
     assert!(
-        std::fs::read(&kept).unwrap() == first,
+        recording(&kept) == first,
         "{} is not the first recording",
         kept.display()
     );
     assert!(second != first);
-    // Named by the UTC time of the move: events.jsonl.YYYYMMDDTHHMMSS.NNNNNNNNNZ
+    // Named by the UTC time of the move: events.YYYYMMDDTHHMMSS.NNNNNNNNNZ
     let name = kept.file_name().unwrap().to_string_lossy().into_owned();
-    let stamp = name.strip_prefix("events.jsonl.").unwrap();
+    let stamp = name.strip_prefix("events.").unwrap();
     assert!(
         stamp.len() == 26 && stamp.ends_with('Z') && stamp.as_bytes()[8] == b'T',
         "{name}"
     );
 
-    // A file already at the name the move would take is never replaced:
-    // `mv -n` leaves both, and collect then refuses the existing output.
+    // A directory already at the name the move would take is neither
+    // replaced nor entered: `mv -n -T` leaves both, and collect then
+    // refuses the existing series.
     let script = pre_script(&text);
     let stamp = "$(date -u +%Y%m%dT%H%M%S.%NZ)";
     assert!(script.contains(stamp), "{script}");
     let script = script.replace(stamp, "fixed");
-    std::fs::write(state.join("events.jsonl.fixed"), b"older\n").unwrap();
+    let fixed = state.join("events.fixed");
+    std::fs::create_dir(&fixed).unwrap();
+    std::fs::write(fixed.join("segment-000001.jsonl"), b"older\n").unwrap();
     let st = Command::new("/bin/sh")
         .args(["-c", &script])
         .status()
         .unwrap();
     assert!(st.success());
     assert!(
-        std::fs::read(state.join("events.jsonl.fixed")).unwrap() == b"older\n",
-        "a file of the same name was replaced"
+        recording(&fixed) == b"older\n",
+        "a directory of the same name was replaced or entered"
     );
     assert!(
-        std::fs::read(&out).unwrap() == second,
-        "the recording was moved onto another file's name"
+        recording(&out) == second,
+        "the recording was moved onto another directory's name"
+    );
+    let start = value(&text, "ExecStart").replace("127.0.0.1:9464", &format!("127.0.0.1:{port}"));
+    let mut words = start.split_whitespace();
+    let refused = Command::new(words.next().unwrap())
+        .args(words)
+        .output()
+        .unwrap();
+    assert!(
+        !refused.status.success() && String::from_utf8_lossy(&refused.stderr).contains("--force"),
+        "collect did not refuse the series left in place: {}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert!(
+        recording(&out) == second,
+        "the series left in place was changed"
     );
 }
