@@ -25,7 +25,10 @@
 # SP_PAUSE_MS (stop the collector with SIGSTOP for that long, 2 s into each
 # run's flood), SP_WORKLOAD (find, the default; exec: each worker forks and execs
 # /bin/true SP_EXEC_ITERATIONS times; storm: each worker opens and closes a
-# file for SP_STORM_SECONDS), SP_OUT (results.jsonl and logs), CUSTOS_BIN.
+# file for SP_STORM_SECONDS; and in the shell, SP_ITERATIONS (300) rounds per
+# worker: swarm, a process reading 20 files each round; churn, create, rename
+# and unlink; connect, 4 loopback TCP connections a round to a listener;
+# critical, an open-for-write and an exec), SP_OUT (results.jsonl and logs), CUSTOS_BIN.
 # Arguments go to `custos sched`.
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -40,6 +43,52 @@ out=${SP_OUT:-/tmp/custos-superproducer}
 mkdir -p "$out"
 
 "$bin/custos-workload" tree /tmp/sp-tree --files "$files" >/dev/null
+mapfile -t tree_files < <(find /tmp/sp-tree -type f)
+# The connect flood's listener: accepts and closes, for the whole session.
+listen_port=${SP_LISTEN_PORT:-7411} listener=
+if [ "$workload" = connect ]; then
+  ip link set lo up 2>/dev/null
+  python3 -c '
+import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(1024)
+while True:
+    c, _ = s.accept(); c.close()
+' "$listen_port" & listener=$!
+  trap '[ -n "$listener" ] && kill "$listener" 2>/dev/null' EXIT
+  for _ in $(seq 50); do (exec 3<>/dev/tcp/127.0.0.1/"$listen_port") 2>/dev/null && break; sleep 0.1; done
+  (exec 3<>/dev/tcp/127.0.0.1/"$listen_port") || { echo "the connect flood's listener did not start" >&2; exit 1; }
+fi
+
+# The floods written in the shell (SP_ITERATIONS rounds per worker): each
+# round forks what the flood is made of, as an attacker's script would.
+iterations=${SP_ITERATIONS:-300}
+swarm_worker() {
+  local i n=${#tree_files[@]}
+  for ((i = 0; i < iterations; i++)); do
+    cat "${tree_files[@]:$(( (RANDOM * 20) % (n - 20) )):20}" >/dev/null
+  done
+}
+churn_worker() {
+  local i d; d=$(mktemp -d /tmp/sp-churn.XXXXXX)
+  for ((i = 0; i < iterations; i++)); do
+    echo x >"$d/a$i"; mv "$d/a$i" "$d/b$i"; rm "$d/b$i"
+  done
+  rmdir "$d"
+}
+connect_worker() {
+  local i
+  for ((i = 0; i < iterations * 4; i++)); do
+    exec {fd}<>/dev/tcp/127.0.0.1/"$listen_port" && exec {fd}>&-
+  done
+}
+critical_worker() {
+  local i d; d=$(mktemp -d /tmp/sp-critical.XXXXXX)
+  for ((i = 0; i < iterations; i++)); do
+    : >"$d/c$((i % 16))"; /bin/true
+  done
+  rm -rf "$d"
+}
 
 wait_for() { # condition, tenths of a second
   for _ in $(seq "$2"); do eval "$1" && return 0; sleep 0.1; done
@@ -75,7 +124,7 @@ trace_stop() { # name file
 run() { # name tag workers [custos sched args...]
   local name=$1 tag=$2 workers=$3; shift 3
   local events="$out/$tag.jsonl"
-  rm -rf /sys/fs/bpf/custos /tmp/custos-marker
+  rm -rf /sys/fs/bpf/custos /tmp/custos-marker "$out/$tag.attack.log"
   local grow=()
   [ "$hold_rings" = 1 ] && grow=(--hold-rings)
   "$bin/custos" collect --force -o "$events" --events-ring-kb "$ring_kb" --attrs-ring-kb "$ring_kb" \
@@ -96,7 +145,7 @@ run() { # name tag workers [custos sched args...]
     wait_for '[ "$(cat /sys/kernel/sched_ext/state)" = enabled ]' 300 || { echo "scheduler did not attach" >&2; cat "$out/$tag.sched.log" >&2; return 1; }
   fi
   trace_start "$name"
-  local start end pids=() probe=
+  local start end pids=() probe= attack=
   # The innocent task: wakes every 10 ms for 100 us of work, makes no traced
   # syscall, and records how late it ran (issue 29: it must keep its pace).
   "$bin/custos-workload" ticker >"$out/$tag.probe.json" & probe=$!
@@ -108,9 +157,26 @@ run() { # name tag workers [custos sched args...]
       exec) "$bin/custos-workload" fork-exec -n "${SP_EXEC_ITERATIONS:-400}" >/dev/null & pids+=($!) ;;
       # A plain syscall storm: openat+close as fast as it goes.
       storm) "$bin/custos-workload" storm --procs 1 --seconds "${SP_STORM_SECONDS:-15}" >/dev/null & pids+=($!) ;;
+      # A swarm of short-lived producers: a new process every few ms, each
+      # reading 20 files and exiting (a per-task history never builds up).
+      swarm) swarm_worker & pids+=($!) ;;
+      # Create, rename and unlink: open-for-write is a critical event.
+      churn) churn_worker & pids+=($!) ;;
+      # Loopback TCP: connect, accept and close, against one listener.
+      connect) connect_worker & pids+=($!) ;;
+      # Critical events aimed at the reserved ring: open-for-write and exec.
+      critical) critical_worker & pids+=($!) ;;
     esac
   done
-  (sleep 1; exec /bin/sh -c 'echo marker > /tmp/custos-marker') & pids+=($!)
+  # The attack the flood is there to hide, 1 s in: read a secret, stage it,
+  # drop a binary and run it, clean up, leave the marker (its exec and
+  # open-for-write are both on the reserved path). Timed from bash's clock:
+  # it must finish before the flood does, and its time is set against the
+  # default scheduler's (issue 29).
+  (sleep 1; a0=${EPOCHREALTIME/./}
+   /bin/sh -c 'cat /etc/shadow >/tmp/custos-loot; cp /bin/true /tmp/custos-dropper; /tmp/custos-dropper
+     rm -f /tmp/custos-loot /tmp/custos-dropper; echo marker > /tmp/custos-marker'
+   printf '%s %s\n' "$a0" "${EPOCHREALTIME/./}" >"$out/$tag.attack.log") & attack=$!
   # The consumer stopped mid-flood, as by a lock or a page fault outside
   # the CPU: what the scheduler can do is hold the producers until it drains.
   # Between the stop and the resume the shell forks nothing: it waits in
@@ -129,28 +195,40 @@ run() { # name tag workers [custos sched args...]
        printf 'stopped %s000\nresumed %s000\n' "$stopped" "$resumed" >>"$out/$tag.pause.log") & pids+=($!); }
   wait "${pids[@]}"
   end=$(date +%s%N)
+  wait "$attack"
   kill -INT "$probe"; wait "$probe"
   trace_stop "$name" "$out/$tag.trace"
   local state; state=$(cat /sys/kernel/sched_ext/state)
   [ -n "$sched" ] && { kill -INT "$sched"; wait "$sched"; }
   kill -INT "$collector"; wait "$collector"
-  local line produced delivered dropped unnumbered marker
+  local line produced delivered dropped unnumbered marker attack_recorded attack_ms= attack_end_ms=
   line=$(grep -a 'produced [0-9]* = delivered' "$out/$tag.collect.log" | tail -1)
   produced=$(sed -E 's/.*produced ([0-9]+) = .*/\1/' <<<"$line")
   delivered=$(sed -E 's/.*delivered ([0-9]+) .*/\1/' <<<"$line")
   dropped=$(sed -E 's/.*dropped ([0-9]+) .*/\1/' <<<"$line")
   unnumbered=$(sed -E 's/.*unnumbered ([0-9]+).*/\1/' <<<"$line")
-  # The marker's exec and its open-for-write, both on the reserved path.
-  marker=$(grep -a custos-marker "$events" | python3 -c '
+  # The marker's exec and its open-for-write, both on the reserved path;
+  # and every step of the attack: the secret read, the dropper written and
+  # run.
+  read -r marker attack_recorded < <(grep -a -e custos-marker -e custos-dropper -e /etc/shadow "$events" | python3 -c '
 import json, sys
-execd = opened = False
+execd = opened = shadow = dropped = ran = False
 for line in sys.stdin:
     e = json.loads(line)
-    if e.get("syscall") == "execve" and e.get("ret") == 0 and any("custos-marker" in a for a in e.get("argv") or []):
+    if e.get("type") != "event":
+        continue
+    argv = e.get("argv") or []
+    if e.get("syscall") == "execve" and e.get("ret") == 0 and any("custos-marker" in a for a in argv):
         execd = True
     if e.get("path") == "/tmp/custos-marker" and e.get("critical") is True:
         opened = True
-print("yes" if execd and opened else "no")
+    if e.get("path") == "/etc/shadow" and isinstance(e.get("ret"), int) and e["ret"] >= 0:
+        shadow = True
+    if e.get("path") == "/tmp/custos-dropper" and e.get("critical") is True:
+        dropped = True
+    if e.get("syscall") == "execve" and e.get("ret") == 0 and e.get("path") == "/tmp/custos-dropper":
+        ran = True
+print("yes" if execd and opened else "no", "true" if execd and opened and shadow and dropped and ran else "false")
 ')
   # The in-band loss records (CPU, sequence range, ring, time window) stay;
   # the stream itself only if asked (SP_KEEP_EVENTS=1), it is large.
@@ -168,17 +246,26 @@ print("yes" if execd and opened else "no")
   # Whether the rings were large enough for the hold's bound (critical,
   # events, attributes), and how long a stop really lasted.
   bounded=$(python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1])).get("hold_bounded")).replace(" ", ""))' "$out/$tag.collector-stats.json" 2>/dev/null)
+  # The attack's own time, and when it ended from the flood's start (the
+  # flood's runtime is runtime_ms).
+  [ -s "$out/$tag.attack.log" ] && read -r attack_ms attack_end_ms < <(awk -v s="$start" '{ printf "%d %d\n", ($2 - $1) / 1e3, ($2 * 1e3 - s) / 1e6 }' "$out/$tag.attack.log")
   [ -s "$out/$tag.pause.log" ] && stall_ms=$(awk '/^stopped/ { s = $2 } /^resumed/ { r = $2 } END { if (s && r) printf "%d", (r - s) / 1e6 }' "$out/$tag.pause.log")
-  printf '{"workload":"%s","scheduler":"%s","workers":%s,"run":%s,"produced":%s,"delivered":%s,"dropped":%s,"unnumbered":%s,"runtime_ms":%s,"marker_delivered":%s,"sched_ext_state":"%s","probe_p50_ns":%s,"probe_p99_ns":%s,"hold_bounded":%s,"stall_ms":%s}\n' \
+  printf '{"workload":"%s","scheduler":"%s","workers":%s,"run":%s,"produced":%s,"delivered":%s,"dropped":%s,"unnumbered":%s,"runtime_ms":%s,"marker_delivered":%s,"sched_ext_state":"%s","probe_p50_ns":%s,"probe_p99_ns":%s,"hold_bounded":%s,"stall_ms":%s,"attack_ms":%s,"attack_end_ms":%s,"attack_recorded":%s}\n' \
     "$workload" "$name" "$workers" "$run_no" "${produced:-null}" "${delivered:-null}" "${dropped:-null}" "${unnumbered:-null}" "$(( (end - start) / 1000000 ))" \
-    "$([ $marker = yes ] && echo true || echo false)" "$state" "${probe_p50:-null}" "${probe_p99:-null}" "${bounded:-null}" "${stall_ms:-null}" >>"$out/results.jsonl"
+    "$([ $marker = yes ] && echo true || echo false)" "$state" "${probe_p50:-null}" "${probe_p99:-null}" "${bounded:-null}" "${stall_ms:-null}" \
+    "${attack_ms:-null}" "${attack_end_ms:-null}" "${attack_recorded:-false}" >>"$out/results.jsonl"
 }
 
 rm -f "$out/results.jsonl"
 case $workload in
   find) what="'find -exec cat' over $files files" ;;
   exec) what="fork+exec of /bin/true, ${SP_EXEC_ITERATIONS:-400} each" ;;
-  *) what="openat+close for ${SP_STORM_SECONDS:-15} s" ;;
+  storm) what="openat+close for ${SP_STORM_SECONDS:-15} s" ;;
+  swarm) what="$iterations processes reading 20 files each" ;;
+  churn) what="$iterations create/rename/unlink rounds each" ;;
+  connect) what="$((iterations * 4)) loopback TCP connections each" ;;
+  critical) what="$iterations open-for-write + exec rounds each" ;;
+  *) echo "unknown SP_WORKLOAD $workload" >&2; exit 2 ;;
 esac
 rings="${ring_kb} KiB rings"
 [ "$hold_rings" = 1 ] && rings="$rings (at least; --hold-rings)"

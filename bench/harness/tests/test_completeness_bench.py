@@ -77,8 +77,29 @@ def test_headlines_per_custos_scheduler_count_runs_stall_loss_and_the_worst_prob
     assert not any(k.startswith("custos_runs") for k in h)
 
 
-def test_the_probe_ratio_is_median_over_median_and_absent_without_figures():
+def test_the_ratios_are_median_over_median_and_absent_without_figures():
     entry = {"default": {"probe_p99_ms": [10.0, 20.0, 30.0]}, "custos": {"probe_p99_ms": [25.0, 50.0, 5.0]}}
-    assert completeness.probe_ratio(entry) == 25.0 / 20.0
-    assert completeness.probe_ratio({"default": {"probe_p99_ms": []}, "custos": {"probe_p99_ms": [1.0]}}) is None
-    assert completeness.probe_ratio({"custos": {"probe_p99_ms": [1.0]}}) is None
+    assert completeness.ratio_vs_default(entry) == 25.0 / 20.0
+    assert completeness.ratio_vs_default({"default": {"probe_p99_ms": []}, "custos": {"probe_p99_ms": [1.0]}}) is None
+    assert completeness.ratio_vs_default({"custos": {"probe_p99_ms": [1.0]}}) is None
+    attack = {"default": {"attack_ms": [100, 300, 200]}, "custos-hold": {"attack_ms": [250, 150, 500]}}
+    assert completeness.ratio_vs_default(attack, "custos-hold", "attack_ms") == 250 / 200
+
+
+def test_the_attack_is_summarised_and_a_late_or_unrecorded_attack_is_a_headline():
+    rows = [row(0, 0, attack_ms=300, attack_end_ms=1400, attack_recorded=True),
+            # Outlasted the flood (runtime 1000 ms), and a step is missing.
+            row(0, 0, attack_ms=900, attack_end_ms=1900, attack_recorded=False),
+            # Not timed: no time and no place against the flood's end.
+            row(0, 0)]
+    s = completeness.summarise(rows)
+    assert s["attack_ms"] == [300, 900]
+    assert s["attack_before_flood_end"] == 0 and s["attack_recorded"] == 1
+    ok = completeness.summarise([row(0, 0, runtime_ms=5000, attack_ms=300, attack_end_ms=1300,
+                                     attack_recorded=True)] * 3)
+    assert ok["attack_before_flood_end"] == 3
+    h = completeness.headlines([{"pause_ms": 0, "custos-hold": ok}, {"pause_ms": 0, "custos-hold": s}])
+    assert h["custos_hold_attack_after_flood_runs"] == 2
+    # In a cell where the attack ran, a run without its steps in the stream
+    # counts as unrecorded, whether or not it was timed.
+    assert h["custos_hold_attack_unrecorded_runs"] == 2

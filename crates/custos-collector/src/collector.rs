@@ -613,7 +613,6 @@ fn drain<W: Write>(
     // function, at its own pace (stats::Metrics::update keeps a rate since
     // its last call, which is the stats line's).
     let mut served = Metrics::new(nr_cpus);
-    let mut last_published: Option<Instant> = None;
     let mut last_stats = Instant::now();
     let mut last_tick = Instant::now();
     let mut last_flush = Instant::now();
@@ -800,16 +799,13 @@ fn drain<W: Write>(
             monotonic_ns(),
             Some(&view),
         )?;
-        if let Some(publisher) = &opts.metrics {
-            if last_published.is_none_or(|t| t.elapsed() >= crate::exporter::PUBLISH_EVERY) {
-                last_published = Some(Instant::now());
-                let g = global_snapshot(skel);
-                let c = consumer.borrow();
-                served.update(&states, &c.counters, g.as_ref(), started.elapsed());
-                served.skips = skips.clone();
-                served.lines_written = c.lines_written;
-                publisher.publish(&served);
-            }
+        if let Some(publisher) = opts.metrics.as_ref().filter(|p| p.due()) {
+            let g = global_snapshot(skel);
+            let c = consumer.borrow();
+            served.update(&states, &c.counters, g.as_ref(), started.elapsed());
+            served.skips = skips.clone();
+            served.lines_written = c.lines_written;
+            publisher.publish(&served);
         }
         if let Some(every) = opts.stats_interval {
             if last_stats.elapsed() >= every {
@@ -928,26 +924,22 @@ fn watch(
     let (mut last_stats, mut last_counted) = (Instant::now(), 0u64);
     let started = Instant::now();
     let mut served = Metrics::new(0);
-    let mut last_published: Option<Instant> = None;
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(opts.poll_interval);
         features::publish(&skel.maps.global_features, 0, 0, true, monotonic_ns(), None)?;
-        if let Some(publisher) = &opts.metrics {
+        if let Some(publisher) = opts.metrics.as_ref().filter(|p| p.due()) {
             // Nothing is recorded: produced, the skips and the rings' (unused) state.
-            if last_published.is_none_or(|t| t.elapsed() >= crate::exporter::PUBLISH_EVERY) {
-                last_published = Some(Instant::now());
-                let states = read_cpu_states(skel)?;
-                let g = global_snapshot(skel);
-                served.update(
-                    &states,
-                    &ConsumerCounters::default(),
-                    g.as_ref(),
-                    started.elapsed(),
-                );
-                served.skips =
-                    SkipCounters::read(skel, ReadOrder::KernelsFirst)?.since(&skip_base.lower);
-                publisher.publish(&served);
-            }
+            let states = read_cpu_states(skel)?;
+            let g = global_snapshot(skel);
+            served.update(
+                &states,
+                &ConsumerCounters::default(),
+                g.as_ref(),
+                started.elapsed(),
+            );
+            served.skips =
+                SkipCounters::read(skel, ReadOrder::KernelsFirst)?.since(&skip_base.lower);
+            publisher.publish(&served);
         }
         if opts
             .stats_interval

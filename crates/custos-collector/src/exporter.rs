@@ -10,7 +10,7 @@ use prometheus_client::encoding::EncodeMetric;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 
-pub use custos_metrics::{Endpoint, PUBLISH_EVERY};
+pub use custos_metrics::Endpoint;
 
 use crate::stats::Metrics;
 

@@ -50,6 +50,9 @@ struct Shared<T> {
     published: AtomicU64,
     /// The number of the copy the last answered scrape carried.
     served: AtomicU64,
+    /// When the last periodic copy was offered (ns after `created`; MAX: never).
+    offered_ns: AtomicU64,
+    created: Instant,
 }
 
 impl<T> Default for Shared<T> {
@@ -58,6 +61,8 @@ impl<T> Default for Shared<T> {
             latest: Mutex::new(None),
             published: AtomicU64::new(0),
             served: AtomicU64::new(0),
+            offered_ns: AtomicU64::new(u64::MAX),
+            created: Instant::now(),
         }
     }
 }
@@ -73,8 +78,18 @@ impl<T> Clone for Publisher<T> {
 }
 
 impl<T: Clone> Publisher<T> {
+    /// Whether a periodic copy is due ([`PUBLISH_EVERY`] after the last one
+    /// offered, or none yet): a daemon builds the copy only then.
+    pub fn due(&self) -> bool {
+        let last = self.0.offered_ns.load(Ordering::Relaxed);
+        last == u64::MAX
+            || self.0.created.elapsed().as_nanos() as u64 >= last.saturating_add(PUBLISH_EVERY.as_nanos() as u64)
+    }
+
     /// A periodic copy: skipped if a scrape is reading the last one right now.
     pub fn publish(&self, m: &T) {
+        let now = self.0.created.elapsed().as_nanos() as u64;
+        self.0.offered_ns.store(now, Ordering::Relaxed);
         if let Ok(mut slot) = self.0.latest.try_lock() {
             let n = self.0.published.fetch_add(1, Ordering::Relaxed) + 1;
             *slot = Some((n, m.clone()));
@@ -332,4 +347,34 @@ fn process_usage() -> Option<(f64, u64)> {
         return None;
     }
     Some(((utime + stime) as f64 / tick as f64, pages * page as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The first copy is due at once, the next one PUBLISH_EVERY after it
+    /// was offered, whether or not a scrape was reading then.
+    #[test]
+    fn a_copy_is_due_at_first_and_then_once_a_period() {
+        // A daemon that started ten seconds ago.
+        let p: Publisher<u32> = Publisher(Arc::new(Shared {
+            created: Instant::now() - Duration::from_secs(10),
+            ..Shared::default()
+        }));
+        assert!(p.due());
+        p.publish(&1);
+        assert!(!p.due());
+        // Offered while a scrape holds the slot: skipped, still paced.
+        let held = p.0.latest.lock().unwrap();
+        p.0.offered_ns.store(u64::MAX, Ordering::Relaxed);
+        p.publish(&2);
+        assert!(!p.due());
+        drop(held);
+        let back = PUBLISH_EVERY.as_nanos() as u64 + 1;
+        let now = p.0.created.elapsed().as_nanos() as u64;
+        p.0.offered_ns.store(now - back, Ordering::Relaxed);
+        assert!(p.due());
+        assert_eq!(p.0.published.load(Ordering::Relaxed), 1);
+    }
 }

@@ -972,13 +972,9 @@ impl<'a> Scheduler<'a> {
             .map(|s| self.attached_at + Duration::from_secs_f64(s));
         let channels = self.stats_server.as_ref().map(|s| s.channels());
         let mut last_consumer_scan = Instant::now();
-        let mut last_published: Option<Instant> = None;
         while !shutdown.load(Ordering::Relaxed) && !self.exited() {
-            if let Some(publisher) = metrics {
-                if last_published.is_none_or(|t| t.elapsed() >= custos_metrics::PUBLISH_EVERY) {
-                    publisher.publish(&self.metrics());
-                    last_published = Some(Instant::now());
-                }
+            if let Some(publisher) = metrics.filter(|p| p.due()) {
+                publisher.publish(&self.metrics());
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 break;

@@ -112,10 +112,12 @@ fn custos_loses_nothing_under_the_super_producer_where_the_default_scheduler_doe
 
     skips_are_in_band(out.path());
 
-    // Custos, every run: still attached, marker delivered, nothing lost.
+    // Custos, every run: still attached, marker and every step of the
+    // attack delivered, nothing lost.
     for r in &custos {
         assert_eq!(r["sched_ext_state"], "enabled", "{r}");
         assert_eq!(r["marker_delivered"], true, "{r}");
+        assert_eq!(r["attack_recorded"], true, "{r}");
         assert_eq!(
             n(r, "dropped"),
             0,
