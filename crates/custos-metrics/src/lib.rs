@@ -83,7 +83,8 @@ impl<T: Clone> Publisher<T> {
     pub fn due(&self) -> bool {
         let last = self.0.offered_ns.load(Ordering::Relaxed);
         last == u64::MAX
-            || self.0.created.elapsed().as_nanos() as u64 >= last.saturating_add(PUBLISH_EVERY.as_nanos() as u64)
+            || self.0.created.elapsed().as_nanos() as u64
+                >= last.saturating_add(PUBLISH_EVERY.as_nanos() as u64)
     }
 
     /// A periodic copy: skipped if a scrape is reading the last one right now.
