@@ -48,7 +48,8 @@ fn run(cmd: &mut Command) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// `make package` into `out`; the path of the .deb.
+/// `make package` into `out`; the path of the .deb. (cargo-deb also
+/// deletes any earlier custos .deb in the target dir's debian/: `make deb`'s.)
 fn build_deb(out: &Path) -> PathBuf {
     let custos = Path::new(env!("CARGO_BIN_EXE_custos"));
     // The binary cargo built for this test is the one packaged.
