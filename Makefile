@@ -6,7 +6,7 @@ CUSTOS := target/release/custos
 export BPF_CLANG ?= clang-19
 export PATH := $(CURDIR)/.tools/cargo/bin:$(CURDIR)/.tools/venv/bin:$(PATH)
 
-.PHONY: all deps build kernel demo test lint clean fuzz fuzz-smoke
+.PHONY: all deps build kernel demo test lint clean fuzz fuzz-smoke deb package
 
 all: build
 
@@ -57,6 +57,25 @@ fuzz: deps
 
 fuzz-smoke:
 	$(MAKE) fuzz FUZZ_SECONDS=30
+
+# The Debian package (docs/operations.md, "Installing the package"); its
+# contents are crates/custos/Cargo.toml's [package.metadata.deb].
+deb: build
+	@$(MAKE) --no-print-directory package
+
+# The same from the release binary already built (crates/custos/tests/package.rs
+# runs this): the man pages and completions it writes from its own clap
+# definition (gzipped, as Debian ships man pages), then cargo-deb.
+# --strip: the profile's debug info (debug = 1) is 9/10 of the binary.
+TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
+DEB_DOCS := $(TARGET_DIR)/release/docs
+DEB_OUT ?= $(TARGET_DIR)/debian
+package:
+	rm -rf $(DEB_DOCS)
+	$(TARGET_DIR)/release/custos generate-docs $(DEB_DOCS)
+	gzip -9n $(DEB_DOCS)/man/*.1
+	mkdir -p $(DEB_OUT)
+	$(CARGO) deb -p custos --no-build --strip -o $(DEB_OUT)
 
 clean:
 	$(CARGO) clean

@@ -31,6 +31,9 @@ APT_PACKAGES=(
   sysbench
   # systemd-analyze verify for the service units (crates/custos/tests/units.rs)
   systemd
+  # make deb: dpkg-shlibdeps for the package's Depends; man to check its
+  # pages render (crates/custos/tests/package.rs)
+  dpkg-dev man-db
 )
 
 missing=()
@@ -109,5 +112,11 @@ export PATH="$TOOLS/cargo/bin:$PATH"
 if ! cargo fuzz --version 2>/dev/null | grep -qx "cargo-fuzz $CARGO_FUZZ_VERSION"; then
   echo "deps: installing cargo-fuzz $CARGO_FUZZ_VERSION into .tools/cargo"
   cargo install -q --locked --root "$TOOLS/cargo" cargo-fuzz --version "$CARGO_FUZZ_VERSION"
+fi
+# make deb (docs/operations.md, "Installing the package").
+CARGO_DEB_VERSION=3.8.0
+if ! cargo deb --version 2>/dev/null | grep -qx "cargo-deb $CARGO_DEB_VERSION"; then
+  echo "deps: installing cargo-deb $CARGO_DEB_VERSION into .tools/cargo"
+  cargo install -q --locked --root "$TOOLS/cargo" cargo-deb --version "$CARGO_DEB_VERSION"
 fi
 echo "deps: ok"

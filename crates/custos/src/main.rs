@@ -1,11 +1,12 @@
 //! `custos`: the one command. Thin glue; each subcommand's options and logic
 //! live in the library crate that owns the job.
 
-use clap::{CommandFactory, Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::path::PathBuf;
 
 mod collect;
 mod config;
+mod docs;
 mod verify;
 
 /// mimalloc instead of glibc malloc: the store's ingest (`ingest`, `collect
@@ -69,7 +70,23 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let cli = match (Cli::try_parse_from(argv), from) {
+    // The hidden generate-docs is added here and not to `Cli`: the pages and
+    // completions it writes are `Cli`'s (clap_complete lists hidden
+    // subcommands too).
+    let mut cmd = Cli::command().subcommand(docs::command());
+    let parsed = cmd.try_get_matches_from_mut(argv).and_then(|m| {
+        if let Some(m) = m.subcommand_matches(docs::NAME) {
+            std::process::exit(match docs::run(Cli::command(), m) {
+                Ok(()) => 0,
+                Err(err) => {
+                    eprintln!("custos: error: {err:#}");
+                    1
+                }
+            });
+        }
+        Cli::from_arg_matches(&m).map_err(|e| e.format(&mut cmd))
+    });
+    let cli = match (parsed, from) {
         (Ok(cli), _) => cli,
         (Err(err), Some(from)) if err.use_stderr() => {
             let _ = err.print();

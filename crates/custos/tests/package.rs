@@ -1,0 +1,171 @@
+//! The Debian package (make deb) as dpkg would install it: `make package`
+//! builds the .deb from the release binary cargo built for this test
+//! (the same steps as `make deb` without rebuilding; cargo-deb 3.8.0,
+//! scripts/deps.sh), and the test unpacks it into a fresh directory tree
+//! with `dpkg-deb -x`: every file where the package's metadata says, the
+//! binary runs, the man pages render, the completions load, the config file
+//! parses, and the collector's unit from the package, with that config,
+//! records with real BPF (needs root; a host collector test).
+
+mod unit;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Where the package puts what (crates/custos/Cargo.toml,
+/// [package.metadata.deb]), as paths in the unpacked tree.
+const FILES: &[&str] = &[
+    "usr/bin/custos",
+    "lib/systemd/system/custos-collect.service",
+    "lib/systemd/system/custos-sched.service",
+    "lib/systemd/system/custos-fleet-ingest.service",
+    "etc/custos/custos.toml",
+    "usr/share/custos/custos-rules.yml",
+    "usr/share/custos/custos-collector.json",
+    "usr/share/doc/custos/operations.md",
+    "usr/share/man/man1/custos.1.gz",
+    "usr/share/man/man1/custos-collect.1.gz",
+    "usr/share/man/man1/custos-sched.1.gz",
+    "usr/share/man/man1/custos-fleet-ingest.1.gz",
+    "usr/share/bash-completion/completions/custos",
+    "usr/share/zsh/vendor-completions/_custos",
+    "usr/share/fish/vendor_completions.d/custos.fish",
+];
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// `make package` into `out`; the path of the .deb. (cargo-deb also
+/// deletes any earlier custos .deb in the target dir's debian/: `make deb`'s.)
+fn build_deb(out: &Path) -> PathBuf {
+    let custos = Path::new(env!("CARGO_BIN_EXE_custos"));
+    // The binary cargo built for this test is the one packaged.
+    let target = custos.parent().unwrap().parent().unwrap();
+    run(Command::new("make")
+        .current_dir(workspace())
+        .args(["--no-print-directory", "package"])
+        .arg(format!("TARGET_DIR={}", target.display()))
+        .arg(format!("DEB_OUT={}", out.display())));
+    let debs: Vec<PathBuf> = std::fs::read_dir(out)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "deb"))
+        .collect();
+    assert_eq!(debs.len(), 1, "{debs:?}");
+    debs.into_iter().next().unwrap()
+}
+
+#[test]
+fn the_package_installs_every_file_and_its_collector_unit_records() {
+    let tmp = tempfile::tempdir().unwrap();
+    let deb = build_deb(&tmp.path().join("out"));
+    let root = tmp.path().join("root");
+    run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&root));
+
+    let missing: Vec<&&str> = FILES.iter().filter(|f| !root.join(f).is_file()).collect();
+    assert!(missing.is_empty(), "not in the package: {missing:?}");
+
+    // The control file: Depends from dpkg-shlibdeps (the libraries the
+    // binary links), and the config file kept across upgrades.
+    let info = run(Command::new("dpkg-deb").arg("--info").arg(&deb));
+    let depends = info
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Depends: "))
+        .unwrap_or_else(|| panic!("no Depends: {info}"));
+    for lib in ["libc6", "libelf1", "zlib1g"] {
+        assert!(depends.contains(lib), "Depends: {depends}");
+    }
+    let conffiles = run(Command::new("dpkg-deb")
+        .arg("--info")
+        .arg(&deb)
+        .arg("conffiles"));
+    assert_eq!(conffiles.trim(), "/etc/custos/custos.toml");
+    // The units installed are the ones tests/units.rs checks in the tree.
+    for name in ["custos-collect.service", "custos-sched.service"] {
+        let tree = workspace().join("deploy/systemd").join(name);
+        assert!(
+            std::fs::read(&tree).unwrap()
+                == std::fs::read(root.join("lib/systemd/system").join(name)).unwrap(),
+            "{name} differs from deploy/systemd/"
+        );
+    }
+
+    let custos = root.join("usr/bin/custos");
+    let version = run(Command::new(&custos).arg("--version"));
+    assert_eq!(
+        version.trim(),
+        format!("custos {}", env!("CARGO_PKG_VERSION"))
+    );
+
+    // The pages render without groff warnings, and say what clap says.
+    for (page, says) in [
+        ("custos.1.gz", "custos-collect(1)"),
+        ("custos-collect.1.gz", "--rotate-mb"),
+    ] {
+        let out = Command::new("man")
+            .arg("-l")
+            .arg(root.join("usr/share/man/man1").join(page))
+            .env("MANWIDTH", "80")
+            // As a user reads them: UTF-8 (the help has "…"), no overstrike.
+            .env("LC_ALL", "C.UTF-8")
+            .env_remove("MAN_KEEP_FORMATTING")
+            .output()
+            .expect("man (Debian's man-db)");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && out.stderr.is_empty(),
+            "man -l {page}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            text.contains("SYNOPSIS") && text.contains(says),
+            "{page}: {text}"
+        );
+    }
+    // bash loads the completion, and it completes the subcommands.
+    let bash = root.join("usr/share/bash-completion/completions/custos");
+    let words = run(Command::new("bash").arg("-c").arg(format!(
+        "source '{}' && COMP_WORDS=(custos co) COMP_CWORD=1 && _custos custos co custos && echo \"${{COMPREPLY[@]}}\"",
+        bash.display()
+    )));
+    assert_eq!(words.trim(), "collect");
+
+    // The config file as the collector's unit will read it: its paths
+    // moved like the unit's, passed with --config (the installed binary
+    // reads /etc/custos/custos.toml by itself).
+    let state = tmp.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    let config = root.join("etc/custos/custos.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, unit::relocated(&text, "", &state)).unwrap();
+    // Every table of the file is checked before --help (src/config.rs).
+    run(Command::new(&custos)
+        .arg("--config")
+        .arg(&config)
+        .args(["collect", "--help"]));
+
+    let command = format!("{} --config {}", custos.display(), config.display());
+    let service =
+        std::fs::read_to_string(root.join("lib/systemd/system/custos-collect.service")).unwrap();
+    let text = unit::relocated(&service, &command, &state);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let (_, body) = unit::run_collect_unit(&text, &state, port);
+    assert!(!body.is_empty());
+}
