@@ -402,8 +402,9 @@ class Difference:
                     f"but {fig.results} {key} gives {self.generated!r}")
         diff = difflib.unified_diff(self.now.strip("\n").splitlines(), self.generated.strip("\n").splitlines(),
                                     "in the document", "generated now", lineterm="", n=0)
-        return (f"{where}: section {self.span.name} differs from what "
-                f"{', '.join(reg.sections[self.span.name].sources)} give now:\n  " + "\n  ".join(diff))
+        sources = reg.sections[self.span.name].sources
+        made_from = ", ".join(sources) if len(sources) <= 2 else "the results files and the history"
+        return f"{where}: section {self.span.name} differs from what {made_from} give now:\n  " + "\n  ".join(diff)
 
 
 @dataclasses.dataclass
@@ -500,7 +501,13 @@ def rewrite(ctx: Context) -> list:
 
 def check(ctx: Context) -> list:
     """Messages, one per marker whose text differs from what would be generated now."""
-    return [d.message(ctx) for d in plan(ctx).differences]
+    out = [d.message(ctx) for d in plan(ctx).differences]
+    shallow = [st.path for st in ctx.statuses() if ctx.git.shallow() and any(
+        STATUS_NOT_IN_HISTORY in v.words for v in (st.verdict, *(v for _, v in st.parts)))]
+    if out and shallow:
+        out.append(f"this clone is shallow, and lacks the commits that made {', '.join(shallow)}: their status "
+                   f"cannot be known here (`git fetch --unshallow`, then check again)")
+    return out
 
 
 def strict(ctx: Context) -> list:

@@ -171,6 +171,8 @@ def test_a_shallow_clone_says_so(repo, tmp_path):
     ctx = report.Context(clone, REGISTRY)
     v = ctx.status(RESULTS).verdict
     assert v.words == ("commit not in history",) and "shallow" in v.detail and "--unshallow" in v.detail
+    # --check says why the table differs.
+    assert f"this clone is shallow, and lacks the commits that made {RESULTS}" in report.check(ctx)[-1]
 
 
 def test_rewrite_then_check_and_a_figure_edited_by_hand(repo):
