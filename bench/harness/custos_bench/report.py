@@ -502,6 +502,8 @@ def rewrite(ctx: Context) -> list:
 def check(ctx: Context) -> list:
     """Messages, one per marker whose text differs from what would be generated now."""
     out = [d.message(ctx) for d in plan(ctx).differences]
+    if out:
+        out.append("the documents differ from the results files; `python bench/report.py` rewrites them")
     shallow = [st.path for st in ctx.statuses() if ctx.git.shallow() and any(
         STATUS_NOT_IN_HISTORY in v.words for v in (st.verdict, *(v for _, v in st.parts)))]
     if out and shallow:

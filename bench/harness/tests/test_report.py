@@ -178,7 +178,8 @@ def test_a_shallow_clone_says_so(repo, tmp_path):
 def test_rewrite_then_check_and_a_figure_edited_by_hand(repo):
     ctx = repo.context()
     differences = report.check(ctx)
-    assert len(differences) == 2 and "README.md:3: section benchmarks differs" in differences[0]
+    assert len(differences) == 3 and "README.md:3: section benchmarks differs" in differences[0]
+    assert "`python bench/report.py` rewrites them" in differences[2]
     assert report.rewrite(ctx) == ["README.md"]
     text = (repo.path / "README.md").read_text()
     assert "It answers in <!-- report:b.latency -->12.2 ms<!-- /report:b.latency -->." in text
@@ -186,7 +187,7 @@ def test_rewrite_then_check_and_a_figure_edited_by_hand(repo):
     assert report.check(repo.context()) == []
     # A figure the results file does not hold fails, naming where and what.
     (repo.path / "README.md").write_text(text.replace("12.2 ms", "9.8 ms"))
-    [message] = report.check(repo.context())
+    message, _ = report.check(repo.context())
     assert message == ("README.md:9: figure b.latency says '9.8 ms', "
                        f"but {RESULTS} latency_ms gives '12.2 ms'")
     report.rewrite(repo.context())
