@@ -7,10 +7,11 @@ A document marks what it quotes from a results file:
     <!-- report:NAME -->the generated text<!-- /report:NAME -->
 
 NAME is a section (a block: a table) or a figure (inline: one number and
-its unit), each defined once in a registry (bench/report.py has the
-project's). Rewriting puts there what the results files hold now; checking
-fails where the text differs, so a figure cannot outlive its file, nor a
-status its code, without a test failing.
+its unit), each defined once in a registry (registry.py beside this has
+the project's; bench/report.py is the command). Rewriting puts there what
+the results files hold now; checking fails where the text differs, so a
+figure cannot outlive its file, nor a status its code, without a test
+failing.
 
 Not for: running benchmarks (each bench/*/run.py does) or judging results.
 """
