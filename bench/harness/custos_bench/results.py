@@ -1,13 +1,11 @@
 """Results files: medians, ratios, intervals, and checked writing of
-results.json (stamped with the commit that made it)."""
-import datetime
+results.json (stamped with where it was made: provenance.py)."""
 import json
 import math
 import statistics
-import subprocess
 from pathlib import Path
 
-from .paths import ROOT
+from .provenance import Sitting, combined, provenance, sitting_entry  # noqa: F401 (the benches' one import)
 
 
 def median(values):
@@ -50,27 +48,22 @@ def proportion_interval(k, n, level=0.95):
     return ci.low, ci.high
 
 
-def provenance():
-    """What made a results file: the commit (and whether the tree had
-    uncommitted changes), the time, and the host's kernel."""
-    def git(*args):
-        out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
-        return out.stdout.strip() if out.returncode == 0 else None
-
-    return {
-        "commit": git("rev-parse", "HEAD"),
-        "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "host_kernel": Path("/proc/sys/kernel/osrelease").read_text().strip(),
-    }
-
-
-def write_results(path: Path, results: dict, required: list):
+def write_results(path: Path, results: dict, required: list, made_by: dict = None, sittings: list = None):
     """Writes results.json after checking every required key is there and
     every headline figure is a finite number (a missing figure is an error,
-    not a silent zero). The commit that made it is stamped in ("made_by")."""
+    not a silent zero), stamped with what made it ("made_by"): the record
+    of the sitting that made it (`Sitting.made_by()`), or, with `sittings`
+    (entries of `sitting_entry()`: its runs came from several), their
+    commits combined, the list kept beside. Without either, the record of
+    this moment (no binaries, no load over the runs)."""
     check_figures(results, required)
-    results = {**results, "made_by": provenance()}
+    if made_by is not None and sittings is not None:
+        raise ValueError("a results file is made by one sitting (made_by) or by several (sittings), not both")
+    if sittings is not None:
+        results = {**results, "sittings": sittings,
+                   "made_by": combined([s["provenance"] for s in sittings], written=provenance())}
+    else:
+        results = {**results, "made_by": made_by if made_by is not None else provenance()}
     path.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
 
 
