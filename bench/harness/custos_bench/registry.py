@@ -110,6 +110,8 @@ BENCHMARKS = (
 
 NOT_RESULTS = {
     "bench/results/plan.json": "the evaluation matrix's plan (its input: the runs in random order)",
+    "bench/results/sittings.json": "the evaluation matrix's sittings: where each ran and which runs it made "
+                                   "(summary.json's made_by names their commits)",
     "bench/completeness/hold-2026-11-28/": "raw runs kept beside the README's account of them",
     "bench/completeness/light-preempt-2026-11-29/": "raw runs kept beside the README's account of them",
 }

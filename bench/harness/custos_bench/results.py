@@ -194,7 +194,7 @@ def write_results(path: Path, results: dict, required: list, made_by: dict = Non
     of the sitting that made it (`Sitting.made_by()`), or, with `sittings`
     (entries of `sitting_entry()`: its runs came from several), their
     commits combined, the list kept beside. Without either, the record of
-    this moment (no binaries, no load over the runs)."""
+    this moment (no binaries, no load over the runs). Returns what it wrote."""
     check_figures(results, required)
     if made_by is not None and sittings is not None:
         raise ValueError("a results file is made by one sitting (made_by) or by several (sittings), not both")
@@ -204,6 +204,7 @@ def write_results(path: Path, results: dict, required: list, made_by: dict = Non
     else:
         results = {**results, "made_by": made_by if made_by is not None else provenance()}
     path.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    return results
 
 
 def check_figures(results: dict, required: list):
