@@ -279,6 +279,31 @@ class Sitting:
 
 # ---------------------------------------------------------------- several sittings
 
+# The record of the sitting that made the runs in a directory, kept beside
+# them for a report made later (`--report`, `--from`).
+KEPT = "sitting.json"
+
+
+def keep(directory: Path, made_by: dict):
+    """Keeps a sitting's record beside the runs it left in `directory`."""
+    (Path(directory) / KEPT).write_text(json.dumps(made_by, indent=1) + "\n")
+
+
+def kept(directory: Path):
+    """The record kept beside the runs in `directory`; None for runs made
+    before records were kept (their commit is unknown, not the reader's)."""
+    f = Path(directory) / KEPT
+    if not f.exists():
+        return None
+    try:
+        made_by = json.loads(f.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{f} is not JSON: {e}") from None
+    if not isinstance(made_by, dict):
+        raise ValueError(f"{f} holds no sitting's record")
+    return made_by
+
+
 def sitting_entry(made_by, made) -> dict:
     """One entry of a results file's `sittings`: its record (None where the
     runs predate the records) and what it made (run names, cells, parts)."""

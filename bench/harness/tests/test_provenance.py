@@ -177,3 +177,15 @@ def test_write_results_with_sittings_names_their_commits(tmp_path):
     assert doc["made_by"]["written"]["commit"] == HEAD
     with pytest.raises(ValueError, match="not both"):
         results.write_results(path, {"command": "x"}, ["command"], made_by=record("a" * 40), sittings=sittings)
+
+
+def test_a_record_kept_beside_the_runs_is_read_back_and_a_missing_one_is_unknown(tmp_path):
+    assert provenance.kept(tmp_path) is None
+    provenance.keep(tmp_path, record("a" * 40))
+    assert provenance.kept(tmp_path) == record("a" * 40)
+    (tmp_path / provenance.KEPT).write_text("[1]")
+    with pytest.raises(ValueError, match="holds no sitting's record"):
+        provenance.kept(tmp_path)
+    (tmp_path / provenance.KEPT).write_text("{")
+    with pytest.raises(ValueError, match="is not JSON"):
+        provenance.kept(tmp_path)
