@@ -7,7 +7,7 @@ import math
 import statistics
 from pathlib import Path
 
-from .provenance import Sitting, combined, provenance, sitting_entry  # noqa: F401 (the benches' one import)
+from .provenance import combined, provenance
 
 
 def median(values):
