@@ -1,4 +1,5 @@
 """Run a shell script inside the sched_ext VM through `custos vm run`."""
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,8 @@ class VmFailed(RuntimeError):
 
 def guest_prologue(share: Path) -> str:
     """The shell line a guest script starts with so the host learns the guest's kernel and vCPUs."""
-    return f"printf 'kernel %s\\ncpus %s\\n' \"$(uname -r)\" \"$(nproc)\" > {str(Path(share).resolve())!r}/{GUEST_FACTS}\n"
+    facts = shlex.quote(str(Path(share).resolve() / GUEST_FACTS))
+    return f"printf 'kernel %s\\ncpus %s\\n' \"$(uname -r)\" \"$(nproc)\" > {facts}\n"
 
 
 def guest_facts(share: Path) -> dict:
