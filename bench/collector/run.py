@@ -10,11 +10,16 @@ skipped under the 64-worker super producer in the sched_ext VM.
     sudo .tools/venv/bin/python bench/collector/run.py --no-vm --out /tmp/c.json   # host parts only
     sudo .tools/venv/bin/python bench/collector/run.py --io-uring-only   # adds io_uring_overhead_ratio
 
-The io_uring part (issue 30) times a file copy made of io_uring requests
-(uring_copy.c) with and without the collector.
+The overhead rounds run every configuration round robin until each one's
+median is known to ±5 % (its 95 % bootstrap interval; `--halfwidth`),
+after `--rounds` (5) and at most `--max-rounds` (20); results.json says
+how many rounds it took and which configurations converged. The io_uring
+part (issue 30) times a file copy made of io_uring requests (uring_copy.c)
+with and without the collector, in `--rounds` alternating rounds.
 
-Writes bench/collector/results.json, a table on stdout, and overhead.svg/.png
-and live.svg/.png beside it. Needs root, cc, `make build` (the VM part runs
+Writes bench/collector/results.json (made_by: where it ran, the host's CPU
+and mitigations among it: the cost per syscall depends on them), a table on
+stdout, and overhead.svg/.png and live.svg/.png beside it. Needs root, cc, `make build` (the VM part runs
 target/release/custos), and installs Debian's bpftrace and auditd if missing.
 """
 import argparse
@@ -31,8 +36,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "harness"))
-from custos_bench import plots, results, vm  # noqa: E402
-from custos_bench.paths import CUSTOS, ROOT  # noqa: E402
+from custos_bench import plots, provenance, results, vm  # noqa: E402
+from custos_bench.paths import CUSTOS, ROOT, WORKLOAD  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 PIN = Path("/sys/fs/bpf/custos/global_features")
@@ -221,12 +226,12 @@ def io_uring_overhead(work, rounds, size_mib=32, block=4096, copies=3):
     }
 
 
-def merge_io_uring(out, u, command):
+def merge_io_uring(out, u, command, made_by):
     """Adds the io_uring figure to an existing results file, keeping its
-    keys and the commit that made them; the new figure carries its own."""
+    keys and the record of what made them; the new figure carries its own."""
     res = json.loads(out.read_text())
     res["io_uring_overhead_ratio"] = round(u["ratio"], 3)
-    res.setdefault("details", {})["io_uring"] = {**u, "command": command, "made_by": results.provenance()}
+    res.setdefault("details", {})["io_uring"] = {**u, "command": command, "made_by": made_by}
     results.check_figures(res, ["io_uring_overhead_ratio"])
     out.write_text(json.dumps(res, indent=2, sort_keys=True) + "\n")
 
@@ -236,9 +241,16 @@ def loop_ns(loadgen, kind, n):
     return float(out.stdout)
 
 
-def overhead(loadgen, work, rounds, iterations):
-    """Interleaved rounds of every mode; per mode the median ns per
-    openat+close iteration and (custos and none only) per getpid call."""
+# The untraced syscall's configurations: getpid with custos and with nothing.
+GETPID = ("none", "custos")
+
+
+def overhead(loadgen, work, min_rounds, max_rounds, halfwidth, iterations):
+    """Rounds of every configuration, round robin (results.repeat_until),
+    until each median is known to ±halfwidth or max_rounds: per mode the ns
+    per openat+close iteration, and (custos and none, each under a tracer
+    of its own) per getpid call. Returns ({mode: samples}, {mode: getpid
+    samples}, the repetitions)."""
     modes = {
         "none": lambda: None,
         "custos": lambda: Custos(work),
@@ -246,21 +258,53 @@ def overhead(loadgen, work, rounds, iterations):
         "bpftrace": lambda: Bpftrace(work),
         "auditd": lambda: Auditd(work),
     }
-    openclose = {m: [] for m in modes}
-    getpid = {"none": [], "custos": []}
-    for r in range(rounds):
-        for mode, start in modes.items():
+
+    def measure(start, kind, n):
+        def run():
             tracer = start()
             try:
-                openclose[mode].append(loop_ns(loadgen, "openclose", iterations))
-                if mode in getpid:
-                    getpid[mode].append(loop_ns(loadgen, "getpid", 10 * iterations))
+                return loop_ns(loadgen, kind, n)
             finally:
                 if tracer:
                     tracer.stop()
-            extra = f", {getpid[mode][-1]:.0f} ns per getpid" if mode in getpid else ""
-            log(f"round {r + 1}/{rounds} {mode:>22}: {openclose[mode][-1]:.0f} ns per openat+close{extra}")
-    return openclose, getpid
+        return run
+
+    configs = []
+    for mode, start in modes.items():
+        configs.append((mode, measure(start, "openclose", iterations)))
+        if mode in GETPID:
+            configs.append((f"{mode}_getpid", measure(start, "getpid", 10 * iterations)))
+
+    def progress(name, rnd, ns):
+        what = "getpid" if name.endswith("_getpid") else "openat+close"
+        log(f"round {rnd} (of {min_rounds}-{max_rounds}) {name.removesuffix('_getpid'):>22}: {ns:.0f} ns per {what}")
+
+    rep = results.repeat_until(configs, min_runs=min_rounds, max_runs=max_rounds, rel_halfwidth=halfwidth,
+                               progress=progress)
+    loose = [n for n, ok in rep.converged.items() if not ok]
+    log(f"overhead: {rep.rounds} rounds; " + (f"not within ±{halfwidth:.0%} after them: {', '.join(loose)}"
+                                             if loose else f"every median within ±{halfwidth:.0%}"))
+    return {m: rep.runs[m] for m in modes}, {m: rep.runs[f"{m}_getpid"] for m in GETPID}, rep
+
+
+def against_none(openclose, getpid):
+    """Each mode's time over nothing's (openat+close; getpid for custos):
+    the ratio of medians, its 95 % bootstrap interval, and whether the
+    interval excludes 1 (a cost told apart from none)."""
+    def entry(a, b):
+        r, lo, hi = results.ratio_interval(a, b)
+        return {"ratio": r, "interval_95": [lo, hi], "differs": results.differs(a, b)}
+    out = {m: entry(v, openclose["none"]) for m, v in openclose.items() if m != "none"}
+    out["custos_getpid"] = entry(getpid["custos"], getpid["none"])
+    return out
+
+
+def peer_versions():
+    """bpftrace's and auditd's versions: the comparison is with these."""
+    def first_line(*cmd):
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        return (proc.stdout or proc.stderr).strip().splitlines()[0] if proc.returncode == 0 else None
+    return {"bpftrace": first_line("bpftrace", "--version"), "auditd": first_line("auditctl", "-v")}
 
 
 def live_step(loadgen, work, rate, producers=2, seconds=3.0):
@@ -372,7 +416,7 @@ def overload(loadgen, work):
     return res
 
 
-def superproducer_skips(share):
+def superproducer_skips(share, sitting):
     """One 64-worker super-producer run under `custos sched` in the VM (one
     vCPU): the syscalls no copy of the collector's programs saw."""
     env = {"SP_SCHEDULERS": "custos", "SP_WORKERS": "64", "SP_FILES": "2000", "SP_RUNS": "1",
@@ -380,7 +424,7 @@ def superproducer_skips(share):
     script = "".join(f"export {k}={json.dumps(v)}\n" for k, v in env.items())
     script += f"exec bash {ROOT / 'scripts' / 'superproducer-guest.sh'}\n"
     log("super producer, 64 workers, custos sched, in the VM (a few minutes)")
-    print(vm.run_script(script, share, timeout_s=1800, cpus=1), end="", file=sys.stderr)
+    print(vm.run_script(script, share, timeout_s=1800, cpus=1, sitting=sitting), end="", file=sys.stderr)
     rows = [json.loads(l) for l in (share / "results.jsonl").read_text().splitlines() if l.strip()]
     if len(rows) != 1 or rows[0]["unnumbered"] is None:
         raise RuntimeError(f"the super-producer run gave no account: {rows}")
@@ -395,13 +439,20 @@ def superproducer_skips(share):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=5,
+                    help="overhead: rounds before the intervals are first checked; io_uring: its rounds")
+    ap.add_argument("--max-rounds", type=int, default=20,
+                    help="overhead: rounds at most, tight intervals or not (--max-rounds = --rounds: fixed rounds)")
+    ap.add_argument("--halfwidth", type=float, default=0.05,
+                    help="overhead: stop once each median's 95 %% interval is within this share of it")
     ap.add_argument("--iterations", type=int, default=200_000)
     ap.add_argument("--no-vm", action="store_true", help="skip the VM run (its key is then missing: use another --out)")
     ap.add_argument("--out", type=Path, default=HERE / "results.json")
     ap.add_argument("--io-uring-only", action="store_true",
                     help="measure only the io_uring copy overhead and add it to --out, keeping its other figures")
     args = ap.parse_args()
+    if not 2 <= args.rounds <= args.max_rounds or not 0 < args.halfwidth < 1:
+        ap.error("--rounds must be at least 2 and at most --max-rounds; --halfwidth between 0 and 1")
     if os.geteuid() != 0:
         sys.exit("bench/collector: run as root (it loads BPF programs and starts auditd)")
     if PIN.exists():
@@ -415,11 +466,12 @@ def main():
             sys.exit(f"bench/collector: --io-uring-only adds to {args.out}, which does not exist")
         if not CUSTOS.exists():
             sys.exit(f"bench/collector: {CUSTOS} is missing; run `make build` first")
+        sitting = provenance.Sitting([CUSTOS])
         with tempfile.TemporaryDirectory(prefix="custos-bench-", dir=ROOT / "target") as tmp:
             u = io_uring_overhead(Path(tmp), args.rounds)
         command = "sudo .tools/venv/bin/python bench/collector/run.py --io-uring-only" + (
             f" --rounds {args.rounds}" if args.rounds != 5 else "")
-        merge_io_uring(args.out, u, command)
+        merge_io_uring(args.out, u, command, sitting.made_by())
         lo, hi = u["ratio_interval_95"]
         print(results.table([("io_uring_overhead_ratio", u["ratio"]), ("95 % interval", f"{lo:.3f} - {hi:.3f}")],
                             ["key", "value"]))
@@ -427,17 +479,22 @@ def main():
     if args.no_vm and args.out == HERE / "results.json":
         sys.exit("bench/collector: --no-vm leaves superproducer_skipped_syscalls out; write to another --out")
     ensure_tools()
+    if not CUSTOS.exists():
+        sys.exit(f"bench/collector: {CUSTOS} is missing; run `make build` first")
+    # The VM part's super producer runs custos-workload too.
+    sitting = provenance.Sitting([CUSTOS] + ([] if args.no_vm else [WORKLOAD]))
     with tempfile.TemporaryDirectory(prefix="custos-bench-", dir=ROOT / "target") as tmp:
         work = Path(tmp)
         loadgen = build_loadgen(work)
-        openclose, getpid = overhead(loadgen, work, args.rounds, args.iterations)
+        openclose, getpid, repetitions = overhead(loadgen, work, args.rounds, args.max_rounds, args.halfwidth,
+                                                  args.iterations)
         best, steps, how = live_max(loadgen, work)
         drain = drain_rate(loadgen, work)
         # What sealing the stream (on by default, docs/tamper-evidence.md) costs the consumer.
         drain_unsealed = drain_rate(loadgen, work, extra=["--no-seal"])
         over = overload(loadgen, work)
         u = io_uring_overhead(work, args.rounds)
-        sp = None if args.no_vm else superproducer_skips(work / "superproducer")
+        sp = None if args.no_vm else superproducer_skips(work / "superproducer", sitting)
 
     med = {m: results.median(v) for m, v in openclose.items()}
     # One iteration is two traced syscalls (openat + close).
@@ -445,6 +502,8 @@ def main():
     untraced = results.median(getpid["custos"]) - results.median(getpid["none"])
     command = "sudo .tools/venv/bin/python bench/collector/run.py" + (
         f" --rounds {args.rounds}" if args.rounds != 5 else "") + (
+        f" --max-rounds {args.max_rounds}" if args.max_rounds != 20 else "") + (
+        f" --halfwidth {args.halfwidth}" if args.halfwidth != 0.05 else "") + (
         f" --iterations {args.iterations}" if args.iterations != 200_000 else "")
     res = {
         "command": command,
@@ -466,6 +525,10 @@ def main():
             "median_ns_per_openat_close": {m: round(v, 1) for m, v in med.items()},
             "samples_ns_per_openat_close": openclose,
             "samples_ns_per_getpid": getpid,
+            # How many rounds, and whether each configuration's median came within the target.
+            "overhead_repetitions": repetitions.summary(),
+            "overhead_ratio_to_none": against_none(openclose, getpid),
+            "peer_versions": peer_versions(),
             "custos_same_syscalls_added_ns_per_syscall": round(added["custos_same_syscalls"], 1),
             "live_how": how,
             "live_steps": steps,
@@ -484,7 +547,8 @@ def main():
     }
     if sp is not None:
         res["superproducer_skipped_syscalls"] = sp["unnumbered"]
-    results.write_results(args.out, res, REQUIRED if sp is not None else [k for k in REQUIRED if k != "superproducer_skipped_syscalls"])
+    results.write_results(args.out, res, REQUIRED if sp is not None else [k for k in REQUIRED if k != "superproducer_skipped_syscalls"],
+                          made_by=sitting.made_by())
     stem = args.out.with_name("overhead")
     plots.grouped_bars({"traced (openat, close)": {"custos": added["custos"], "custos, 2 syscalls": added["custos_same_syscalls"],
                                                     "bpftrace": added["bpftrace"], "auditd": added["auditd"]},

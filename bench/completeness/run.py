@@ -24,6 +24,10 @@ runs", not "never". loss.svg/png show every run beside the mean.
 
 Cells already on disk (out/<cell>/results.jsonl with every planned run) are
 not run again: a long run can be stopped and resumed; --fresh redoes them.
+Each cell keeps the record of the sitting that ran it (out/<cell>/sitting.json:
+commit, binaries, host, VM, load); results.json lists them (`sittings`) and
+its made_by names their commits, "several" where cells were run at
+different commits, none for cells run before records were kept.
 The VM's vCPUs run in turns on one host thread (no KVM here), so the
 consumer's vCPU stands still while another runs: a harsher stall than real
 hardware. Needs `make build`; --quick took 8 min on the slow emulator of
@@ -38,8 +42,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "harness"))
-from custos_bench import matrix, plots, results, vm  # noqa: E402
-from custos_bench.paths import ROOT  # noqa: E402
+from custos_bench import matrix, plots, provenance, results, vm  # noqa: E402
+from custos_bench.paths import CUSTOS, ROOT, WORKLOAD  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "out"
@@ -157,19 +161,31 @@ def run_cell(cell, runs, schedulers, share: Path):
     # A guard against a hung guest: a run pair took 8 min on one vCPU of the
     # slow emulator; more vCPUs run in turns, so the budget grows with them.
     timeout = 300 + runs * len(schedulers) * 600 * cell["cpus"]
-    # The guest's table goes to stderr: a line per run as it ends.
-    vm.run_script(f"{env} bash {SCRIPT} {sched_args} >&2\n", share, timeout_s=timeout, cpus=cell["cpus"],
-                  mem="2G")
+    sitting = provenance.Sitting([CUSTOS, WORKLOAD])
+    try:
+        # The guest's table goes to stderr: a line per run as it ends.
+        vm.run_script(f"{env} bash {SCRIPT} {sched_args} >&2\n", share, timeout_s=timeout, cpus=cell["cpus"],
+                      mem="2G", sitting=sitting)
+    finally:
+        # Beside the runs, for the report: what made them (also the runs of a cell that failed).
+        provenance.keep(share, sitting.made_by())
+
+
+def sittings_of(names):
+    """The sitting of each cell on disk (a cell is run whole in one): its
+    record, None for a cell run before records were kept."""
+    return [provenance.sitting_entry(provenance.kept(OUT / name), [name]) for name in names]
 
 
 def report(cells, runs, command):
-    summary, groups, present = [], {}, []
+    summary, groups, present, names = [], {}, [], []
     for cell in cells:
         name = cell_name(**cell)
         rows = read_rows(OUT / name / "results.jsonl")
         if not rows:
             continue
         entry = dict(cell, name=name)
+        names.append(name)
         for s in SCHEDULERS:
             mine = [r for r in rows if r["scheduler"] == s]
             if mine:
@@ -205,7 +221,8 @@ def report(cells, runs, command):
     }
     doc.update(headlines(summary))
     required = ["command", "runs_per_cell", "vcpus_max", "default_min_loss_pct"]
-    results.write_results(HERE / "results.json", doc, required)
+    # Stamped with the commits that made the runs, not the one writing the report.
+    results.write_results(HERE / "results.json", doc, required, sittings=sittings_of(names))
     plots.runs_with_intervals(groups, "Loss under the super producer (every run; mean, 95 % interval)",
                               "events lost, % (symlog)", HERE / "loss", order=present, symlog=True)
     rows = []

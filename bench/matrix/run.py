@@ -8,8 +8,11 @@ with repetitions in randomized order, in the sched_ext VM (one vCPU).
 
 Every run is appended to OUT/runs.jsonl the moment it ends; run the same
 command again after an interruption and it continues where it stopped
-(`--fresh` starts over). The runs go to OUT/runs.parquet, with summary.md,
-summary.json and SVG/PNG pictures. bench/matrix/README.md explains each
+(`--fresh` starts over). Each invocation that runs is a sitting: where it
+ran (commit, binaries, host, VM, load) and which runs it made go to
+OUT/sittings.json. The runs go to OUT/runs.parquet (each with its sitting
+and commit), with summary.md, summary.json (made_by: the runs' commits)
+and SVG/PNG pictures. bench/matrix/README.md explains each
 workload, collector and scheduler.
 """
 import argparse
@@ -24,8 +27,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "harness"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from custos_bench import matrix  # noqa: E402
-from custos_bench.paths import CUSTOS, ROOT, TOOLS_BIN  # noqa: E402
+from custos_bench import matrix, vm  # noqa: E402
+from custos_bench.paths import CUSTOS, ROOT, TOOLS_BIN, WORKLOAD  # noqa: E402
+from custos_bench.provenance import Sitting  # noqa: E402
 from workloads import BY_NAME, COLLECTORS, QUICK_SCHEDULERS, SCHEDULERS, SCX_PEERS, SCX_VERSION, WORKLOADS, run_key  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -82,13 +86,21 @@ def count_lines(path: Path) -> int:
     return sum(1 for l in path.read_text().splitlines() if l.strip()) if path.exists() else 0
 
 
-def boot(plan_path: Path, out: Path, boot_no: int, total: int, timeout_s: int, mem: str):
+def made_since(path: Path, start: int, field: str) -> list:
+    """`field` of each line of runs.jsonl ("key") or drain.jsonl ("collector") after the first `start`."""
+    if not path.exists():
+        return []
+    return [json.loads(l)[field] for l in path.read_text().splitlines() if l.strip()][start:]
+
+
+def boot(plan_path: Path, out: Path, boot_no: int, total: int, timeout_s: int, mem: str, sitting: Sitting):
     """One VM session that runs what is left of the plan (or its time budget's worth)."""
     from tqdm import tqdm
     plan = json.loads(plan_path.read_text())
     plan["boot"] = boot_no
     plan_path.write_text(json.dumps(plan, indent=1))
-    script = f"exec python3 {HERE / 'guest.py'} {plan_path} {out}\n"
+    (out / vm.GUEST_FACTS).unlink(missing_ok=True)
+    script = vm.guest_prologue(out) + f"exec python3 {HERE / 'guest.py'} {plan_path} {out}\n"
     (out / "guest-script.sh").write_text(script)
     cmd = [str(CUSTOS), "vm", "run", "-q", "--cpus", "1", "--mem", mem, "--timeout", str(timeout_s),
            "--share", str(out), "--", "bash", str(out / "guest-script.sh")]
@@ -113,6 +125,8 @@ def boot(plan_path: Path, out: Path, boot_no: int, total: int, timeout_s: int, m
     t.join(5)
     bar.n = count_lines(runs)
     bar.close()
+    # Without --cpu-model the runner picks (max under emulation, host under KVM).
+    sitting.saw_vm(1, memory=mem, cpu_model="the runner's default", **vm.guest_facts(out))
     return proc.returncode
 
 
@@ -157,7 +171,7 @@ def main():
                                                   if a not in ("--fresh", "--retry-failed", "--report-only")])
     if not args.report_only:
         if args.fresh:
-            for f in ("runs.jsonl", "drain.jsonl", "plan.json"):
+            for f in ("runs.jsonl", "drain.jsonl", "plan.json", matrix.SITTINGS):
                 (out / f).unlink(missing_ok=True)
         if args.retry_failed and (out / "runs.jsonl").exists():
             lines = [l for l in (out / "runs.jsonl").read_text().splitlines() if l.strip()]
@@ -180,15 +194,25 @@ def main():
         plan["command"] = command
         plan_path.write_text(json.dumps(plan, indent=1))
         total = len(plan["runs"])
-        for boot_no in range(1, 100):
-            done = count_lines(out / "runs.jsonl")
-            drained = count_lines(out / "drain.jsonl")
-            if done >= total and drained >= len(plan["drain_collectors"]):
-                break
-            print(f"bench/matrix: VM boot {boot_no}: {total - done} of {total} runs to go", file=sys.stderr)
-            rc = boot(plan_path, out, boot_no, total, args.boot_minutes * 60 + 900, args.mem)
-            if count_lines(out / "runs.jsonl") == done and count_lines(out / "drain.jsonl") == drained:
-                raise SystemExit(f"bench/matrix: a VM boot made no progress (exit {rc}); see {out / 'guest.log'}")
+        # The binaries the guest runs: ours and the sched_ext peers of the plan.
+        sitting = Sitting([CUSTOS, WORKLOAD] + [TOOLS_BIN / s for s in schedulers if s in SCX_PEERS])
+        runs_before, drains_before = count_lines(out / "runs.jsonl"), count_lines(out / "drain.jsonl")
+        try:
+            for boot_no in range(1, 100):
+                done = count_lines(out / "runs.jsonl")
+                drained = count_lines(out / "drain.jsonl")
+                if done >= total and drained >= len(plan["drain_collectors"]):
+                    break
+                print(f"bench/matrix: VM boot {boot_no}: {total - done} of {total} runs to go", file=sys.stderr)
+                rc = boot(plan_path, out, boot_no, total, args.boot_minutes * 60 + 900, args.mem, sitting)
+                if count_lines(out / "runs.jsonl") == done and count_lines(out / "drain.jsonl") == drained:
+                    raise SystemExit(f"bench/matrix: a VM boot made no progress (exit {rc}); see {out / 'guest.log'}")
+        finally:
+            # What this sitting made, also when it stopped early: its runs are kept.
+            made = made_since(out / "runs.jsonl", runs_before, "key")
+            drains = made_since(out / "drain.jsonl", drains_before, "collector")
+            if made or drains:
+                matrix.add_sitting(out / matrix.SITTINGS, sitting.made_by(), made, drains)
     if (out / "plan.json").exists():  # the command that made the runs, also for --report-only
         command = json.loads((out / "plan.json").read_text()).get("command", command)
     df = matrix.load_runs(out / "runs.jsonl")
@@ -196,7 +220,8 @@ def main():
     plan_path = out / "plan.json"
     planned = len(json.loads(plan_path.read_text())["runs"]) if plan_path.exists() else None
     summary = matrix.write_all(df, rates, out, command, schedulers, workloads,
-                               rate_based=[w.name for w in WORKLOADS if w.rate_based], planned=planned)
+                               rate_based=[w.name for w in WORKLOADS if w.rate_based], planned=planned,
+                               sittings=matrix.load_sittings(out / matrix.SITTINGS))
     print((out / "summary.md").read_text())
     print(f"bench/matrix: {summary['runs']} runs, {summary['runs_failed']} failed; results in {out}", file=sys.stderr)
 

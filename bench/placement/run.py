@@ -7,7 +7,10 @@ and Custos's own placement, in one VM session with two vCPUs.
     bench/placement/run.py --quick   # small sizes, to check the pipeline
     bench/placement/run.py --speed   # the model's inference time here and in the VM: inference.json
 
-See README.md beside this file for what runs and how to read it.
+See README.md beside this file for what runs and how to read it. Each VM
+run keeps the record of its sitting beside its files (out/<time>/sitting.json);
+results.json lists them and its made_by names their commits, so a summary
+made again with --from names the commit that ran it.
 """
 import argparse
 import json
@@ -18,8 +21,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "harness"))
-from custos_bench import matrix, plots, results, vm  # noqa: E402
-from custos_bench.paths import CUSTOS, ROOT  # noqa: E402
+from custos_bench import matrix, plots, provenance, results, vm  # noqa: E402
+from custos_bench.paths import CUSTOS, ROOT, WORKLOAD  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 SHIPPED_MODEL = ROOT / "crates" / "custos-policy" / "models" / "placement-gru.onnx"
@@ -117,18 +120,20 @@ def train(args, out: Path):
 def speed(out: Path):
     """`custos placement speed` for the shipped model here and in the VM under
     both guest CPUs: what the agent's budget buys where it runs."""
+    sitting = provenance.Sitting([CUSTOS])
     cmd = [str(CUSTOS), "placement", "speed", "--cpus", "2", "--json"]
     rows = {"native": json.loads(subprocess.run(cmd + ["--windows", "4000"], check=True, stdout=subprocess.PIPE,
                                                 text=True).stdout)}
     for model in ("max", "qemu64"):
         print(f"bench/placement: timing the model in the VM, guest CPU {model}", file=sys.stderr)
         script = " ".join(cmd + ["--windows", "640"]) + "\n"
-        rows[f"vm_{model}"] = json.loads(vm.run_script(script, out / f"speed-{model}", timeout_s=1800, cpu_model=model))
+        rows[f"vm_{model}"] = json.loads(vm.run_script(script, out / f"speed-{model}", timeout_s=1800, cpu_model=model,
+                                                       sitting=sitting))
     res = {"command": "bench/placement/run.py --speed", "model": str(SHIPPED_MODEL.relative_to(ROOT)),
            "where": {"native": "this host", "vm_max": "the VM, QEMU emulation, guest CPU max (AVX2, FMA)",
                      "vm_qemu64": "the VM, QEMU emulation, guest CPU qemu64 (SSE2)"},
            "rows": rows}
-    (HERE / "inference.json").write_text(json.dumps(res, indent=1) + "\n")
+    results.write_results(HERE / "inference.json", res, ["command"], made_by=sitting.made_by())
     print(results.table([(where, r["batch"], r["us_per_call_median"], r["us_per_window"])
                          for where, rs in rows.items() for r in rs],
                         ["where", "batch", "us/call (median)", "us/window"]))
@@ -168,21 +173,32 @@ def main():
         env["MODEL"] = args.model.resolve()
     script = guest_script(env)
     t0 = time.time()
-    if not args.from_dir:
-        (out / "cpu-model").write_text(args.cpu_model + "\n")
-        vm.run_script(script, out, timeout_s=3 * 3600, cpu_model=args.cpu_model)
-    else:
+    if args.from_dir:
         # Runs before --cpu-model existed booted QEMU's default under emulation.
         args.cpu_model = (out / "cpu-model").read_text().strip() if (out / "cpu-model").exists() else "max"
     # The super producer again on a second guest CPU, in a boot of its own
     # (also added to an existing run given with --from).
     guests = {args.cpu_model: out}
+    second = None
     if args.sp_cpu_model not in ("none", args.cpu_model):
-        second = out / f"guest-{args.sp_cpu_model}"
-        if not (second / "sp-gru" / "results.jsonl").exists():
-            env2 = dict(env, OUT=second, CONFIGS="")
-            vm.run_script(guest_script(env2), second, timeout_s=3600, cpu_model=args.sp_cpu_model)
-        guests[args.sp_cpu_model] = second
+        guests[args.sp_cpu_model] = out / f"guest-{args.sp_cpu_model}"
+        if not (guests[args.sp_cpu_model] / "sp-gru" / "results.jsonl").exists():
+            second = guests[args.sp_cpu_model]
+    if not args.from_dir or second:
+        # The binaries the guests run, and a model given in place of the shipped one (in git).
+        sitting = provenance.Sitting([CUSTOS, WORKLOAD] + ([args.model] if args.model else []))
+    if not args.from_dir:
+        (out / "cpu-model").write_text(args.cpu_model + "\n")
+        try:
+            vm.run_script(script, out, timeout_s=3 * 3600, cpu_model=args.cpu_model, sitting=sitting)
+        finally:
+            provenance.keep(out, sitting.made_by())
+    if second:
+        env2 = dict(env, OUT=second, CONFIGS="")
+        try:
+            vm.run_script(guest_script(env2), second, timeout_s=3600, cpu_model=args.sp_cpu_model, sitting=sitting)
+        finally:
+            provenance.keep(second, sitting.made_by())
     s = summarize(parse((out / "results.jsonl").read_text().splitlines()))
     d, c, g = s["default"], s["custos"], s["gru"]
     stats = placement_stats(out / "stats-gru.json")
@@ -228,7 +244,11 @@ def main():
         + (f" --cpu-model {args.cpu_model}" if args.cpu_model != "qemu64" else "")
         + (f" --sp-cpu-model {args.sp_cpu_model}" if args.sp_cpu_model != "max" else ""),
     })
-    results.write_results(HERE / "results.json", res, REQUIRED)
+    # Each boot's sitting (one, or an earlier one's where --from reused its runs).
+    sittings = [provenance.sitting_entry(provenance.kept(d_), [f"{'the comparison and ' if d_ == out else ''}"
+                                                              f"the super producer, guest CPU {guest}"])
+                for guest, d_ in guests.items()]
+    results.write_results(HERE / "results.json", res, REQUIRED, sittings=sittings)
     keys = list(gru_r)
     print(results.table([(k, res["custos_placement_vs_default"][k], res[k]) for k in keys],
                         ["metric (vs default)", "custos placement", "gru placement"]))

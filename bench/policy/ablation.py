@@ -23,7 +23,10 @@ backbone, --no-consumer-preempt --no-overflow-hold), where the queue policy
 alone decides the loss, and with it (the product), where every policy lost
 nothing in bench/policy/results.json and the runtime tells them apart.
 Writes bench/policy/ablation.json, a table, ablation-loss.svg/png
-(protection off) and ablation-runtime.svg/png (on).
+(protection off) and ablation-runtime.svg/png (on). Each stage keeps the
+record of its sitting beside what it made (sitting.json in record/,
+models/ and each eval-protection-*/); ablation.json lists them and its
+made_by names their commits, "several" where stages ran at different ones.
 Needs `make build` and bench/policy/train.sh's recording
 (bench/policy/out/train/train.tr).
 """
@@ -35,8 +38,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "harness"))
-from custos_bench import matrix, plots, results, vm  # noqa: E402
-from custos_bench.paths import CUSTOS, ROOT  # noqa: E402
+from custos_bench import matrix, plots, provenance, results, vm  # noqa: E402
+from custos_bench.paths import CUSTOS, ROOT, WORKLOAD  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "out" / "ablation"
@@ -82,7 +85,11 @@ def record():
                  *UNPROTECTED, *args]
         lines.append(f"echo 'recording {v}'; TRAIN_RING_KB=64 bash {HERE / 'train-guest.sh'} {d} 4 {' '.join(sched)}")
     log(f"recording {len(QUEUE_VARIANTS)} configurations in the VM (about 6 min each)")
-    print(vm.run_script("\n".join(lines) + "\n", rec, timeout_s=5400, cpus=1), file=sys.stderr)
+    sitting = provenance.Sitting([CUSTOS, WORKLOAD])
+    try:
+        print(vm.run_script("\n".join(lines) + "\n", rec, timeout_s=5400, cpus=1, sitting=sitting), file=sys.stderr)
+    finally:
+        provenance.keep(rec, sitting.made_by())
 
 
 def train_one(name, recording, extra):
@@ -99,11 +106,15 @@ def train_one(name, recording, extra):
 def train():
     if not SHIPPED_RECORDING.exists():
         sys.exit(f"{SHIPPED_RECORDING} is missing: run bench/policy/train.sh first (it also retrains the shipped model)")
+    sitting = provenance.Sitting([CUSTOS])
+    (OUT / "models").mkdir(parents=True, exist_ok=True)
+    (OUT / "models" / provenance.KEPT).unlink(missing_ok=True)
     train_one("task", SHIPPED_RECORDING, ["--features", "task"])
     train_one("provenance", SHIPPED_RECORDING, ["--features", "provenance"])
     for v, args in QUEUE_VARIANTS.items():
         queues = {"--nr-queues": args[1], "--waiting-time-ns": str(len(args[1].split(",")))}.get(args[0], "3")
         train_one(v, OUT / "record" / v / "train.tr", ["--nr-queues", queues])
+    provenance.keep(OUT / "models", sitting.made_by())
 
 
 PROTECTION = {"off": UNPROTECTED, "on": []}
@@ -130,7 +141,20 @@ def evaluate(protection, workers, exec_iterations):
     (ev / "command.txt").write_text(f"bench/policy/ablation.py --from eval --protection {protection} "
                                     f"--workers '{' '.join(workers)}' --exec-iterations {exec_iterations}\n")
     log(f"protection {protection}: {len(CONFIGS)} policies + the default scheduler on {len(workloads)} workloads, one VM session")
-    print(vm.run_script("\n".join(lines) + "\n", ev, timeout_s=7200, cpus=1), file=sys.stderr)
+    sitting = provenance.Sitting([CUSTOS, WORKLOAD])
+    try:
+        print(vm.run_script("\n".join(lines) + "\n", ev, timeout_s=7200, cpus=1, sitting=sitting), file=sys.stderr)
+    finally:
+        provenance.keep(ev, sitting.made_by())
+
+
+def stages_sittings():
+    """The sitting of each stage whose output the report reads: the
+    recordings, the models, each evaluation (None where a stage ran before
+    records were kept)."""
+    dirs = [(OUT / "record", "the recordings (record/)"), (OUT / "models", "the models (models/)")]
+    dirs += [(d, f"the runs of {d.name}/") for d in sorted(OUT.glob("eval-protection-*"))]
+    return [provenance.sitting_entry(provenance.kept(d), [what]) for d, what in dirs if d.is_dir()]
 
 
 def workload_order(key):
@@ -185,12 +209,14 @@ def report(command):
         "table": table,
         "runs": runs,
     }
-    results.write_results(HERE / "ablation.json", out, ["command"])
-    # The benchmark's results file carries the ablation table too (issue 10).
+    written = results.write_results(HERE / "ablation.json", out, ["command"], sittings=stages_sittings())
+    # The benchmark's results file carries the ablation table too (issue 10),
+    # with what made it (a part measured apart from the rest of that file).
     main_results = HERE / "results.json"
     if main_results.exists():
         merged = json.loads(main_results.read_text())
-        merged["ablation"] = {"command": command, "file": "bench/policy/ablation.json", "table": table}
+        merged["ablation"] = {"command": command, "file": "bench/policy/ablation.json", "table": table,
+                              "made_by": written["made_by"]}
         main_results.write_text(json.dumps(merged, indent=2, sort_keys=True) + "\n")
     rows = []
     for wl, v in by.items():

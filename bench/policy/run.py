@@ -16,7 +16,9 @@ decision (under emulation), the CPU share and the delta function's skip
 rate. Each policy runs with Custos's consumer protection and without it
 (the seed's backbone, where the queue policy alone keeps the consumer fed),
 next to "none" (every task primary). Writes bench/policy/results.json, a table and loss.svg/png.
-Needs `make build`.
+The VM runs keep their sitting's record in out/eval/sitting.json; with
+--reuse, results.json names that sitting's commit for them and this one's
+for the inference cost. Needs `make build`.
 """
 import argparse
 import json
@@ -25,8 +27,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "harness"))
-from custos_bench import matrix, plots, results, vm  # noqa: E402
-from custos_bench.paths import CUSTOS, ROOT  # noqa: E402
+from custos_bench import matrix, plots, provenance, results, vm  # noqa: E402
+from custos_bench.paths import CUSTOS, ROOT, WORKLOAD  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_MODEL = ROOT / "crates/custos-policy/models/default.json"
@@ -59,6 +61,8 @@ def main():
     command = "bench/policy/run.py" + (f" --model {args.model}" if args.model != DEFAULT_MODEL else "") + \
         (" --quick" if args.quick else "") + (f" --runs {args.runs}" if args.runs != 1 else "")
 
+    # The binaries, and a model given in place of the shipped one (in git).
+    sitting = provenance.Sitting([CUSTOS, WORKLOAD] + ([model] if args.model != DEFAULT_MODEL else []))
     print("inference cost on the host kernel (BPF_PROG_TEST_RUN, JIT):", file=sys.stderr)
     cost = {"model": inference_cost("--from", model)}
     for hidden in (16, 32, 64, 128, 256):
@@ -75,7 +79,10 @@ def main():
         script = (f"EVAL_WORKERS='{workers}' EVAL_RUNS={args.runs} "
                   f"{'EVAL_UNSEEN_WORKERS=0 ' if args.quick else ''}"
                   f"bash {HERE / 'eval-guest.sh'} {share.resolve()} {model}\n")
-        print(vm.run_script(script, share, timeout_s=7200, cpus=1), file=sys.stderr)
+        try:
+            print(vm.run_script(script, share, timeout_s=7200, cpus=1, sitting=sitting), file=sys.stderr)
+        finally:
+            provenance.keep(share, sitting.made_by())
 
     runs = []
     for f in sorted(share.glob("*/results.jsonl")):
@@ -129,15 +136,20 @@ def main():
         "runtime_ms_by_config": {f"{r['workload']}-w{r['workers']}-{r['policy']}": r["runtime_ms"] for r in runs},
         "runs": [{k: v for k, v in r.items() if k != "sched"} for r in runs],
     }
+    # With --reuse the VM runs came from an earlier sitting: both are named.
+    stamp = dict(sittings=[provenance.sitting_entry(provenance.kept(share), ["the VM runs"]),
+                           provenance.sitting_entry(sitting.made_by(), ["the inference cost on the host"])]) \
+        if args.reuse else dict(made_by=sitting.made_by())
     if args.quick:
         # No unseen workload: a quick run is a check, not the results file.
         out.pop("loss_pct_learned_unseen")
-        results.write_results(HERE / "results-quick.json", out, [k for k in REQUIRED if k != "loss_pct_learned_unseen"])
+        results.write_results(HERE / "results-quick.json", out, [k for k in REQUIRED if k != "loss_pct_learned_unseen"],
+                              **stamp)
     else:
         previous = HERE / "results.json"
         if previous.exists() and "ablation" in json.loads(previous.read_text()):
             out["ablation"] = json.loads(previous.read_text())["ablation"]  # ablation.py's, kept
-        results.write_results(HERE / "results.json", out, REQUIRED)
+        results.write_results(HERE / "results.json", out, REQUIRED, **stamp)
 
     rows, groups = [], {}
     for r in runs:

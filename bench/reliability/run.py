@@ -27,8 +27,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "harness"))
-from custos_bench import plots, results, vm  # noqa: E402
-from custos_bench.paths import CUSTOS, ROOT  # noqa: E402
+from custos_bench import plots, provenance, results, vm  # noqa: E402
+from custos_bench.paths import CUSTOS, ROOT, WORKLOAD  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 REQUIRED = [
@@ -215,6 +215,7 @@ def main():
     args = ap.parse_args()
     runs, workers = (3, 4) if args.quick else (args.runs, args.workers)
     res = {"command": "bench/reliability/run.py" + (" --quick" if args.quick else "")}
+    sitting = provenance.Sitting([CUSTOS, WORKLOAD])
     with tempfile.TemporaryDirectory() as t:
         d = Path(t)
         kept = d / "pipeline-events.jsonl"
@@ -244,7 +245,7 @@ def main():
         out = d / "vm"
         script = (f"CUSTOS_BIN={ROOT / 'target' / 'release'} OUT={out.resolve()} WORKERS={workers} "
                   f"bash {HERE / 'guest.sh'}\n")
-        vm.run_script(script, out, timeout_s=3600, cpus=1)
+        vm.run_script(script, out, timeout_s=3600, cpus=1, sitting=sitting)
 
         steps, complete = attack_steps(out, d)
         attack_stats, _ = final_stats(out / "attack.jsonl")
@@ -280,7 +281,7 @@ def main():
     res["loss_pct"] = loss_pct
     res["workers"] = workers
     plot(res)
-    results.write_results(HERE / "results.json", res, REQUIRED)
+    results.write_results(HERE / "results.json", res, REQUIRED, made_by=sitting.made_by())
     rows = [[k, json.dumps(res[k]) if not isinstance(res[k], str) else res[k]] for k in REQUIRED]
     print(results.table(rows, ["figure", "value"]))
 

@@ -12,7 +12,9 @@ workers, default scheduler and Custos alternating, in one VM session (one
 vCPU); every run's figures and the worst of each scheduler go to results.json.
 
 Writes bench/sched/results.json, a table on stdout, and SVG/PNG pictures in
-bench/sched/. Needs `make build` and the scx_bpfland peer
+bench/sched/. results.json lists the sittings that made its parts (the
+workloads, the super producer, the series: `--series-only` makes the last
+again) with where each ran, and its made_by names their commits. Needs `make build` and the scx_bpfland peer
 (`cargo install --locked --root .tools/cargo scx_bpfland --version 1.1.4`,
 which this script runs when it is missing).
 """
@@ -27,8 +29,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "harness"))
-from custos_bench import matrix, plots, results, vm  # noqa: E402
-from custos_bench.paths import ROOT, TOOLS_BIN  # noqa: E402
+from custos_bench import matrix, plots, provenance, results, vm  # noqa: E402
+from custos_bench.paths import CUSTOS, ROOT, TOOLS_BIN, WORKLOAD  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 SERIES_REQUIRED = ["superproducer_runs", "custos_runs_with_loss", "custos_max_loss_pct", "default_min_loss_pct"]
@@ -38,6 +40,17 @@ REQUIRED = SERIES_REQUIRED + [
     "stress_seconds_without_stall", "worst_case_max_measured_over_bound", "command",
 ]
 BPFLAND_VERSION = "1.1.4"
+# What a sitting makes of results.json: --series-only makes the series again.
+PARTS = ["latency and CPU workloads", "super producer", "series"]
+SERIES = ["series"]
+
+
+def sittings_after(previous: dict, made_by: dict, made: list) -> list:
+    """results.json's sittings once a sitting made `made`: the previous
+    file's, those parts moved to the new sitting. A file from before
+    sittings were kept was made whole by its made_by (None when it had none)."""
+    old = previous.get("sittings") or [provenance.sitting_entry(previous.get("made_by"), PARTS)]
+    return provenance.replace_made(old, made, made_by)
 
 
 def ensure_bpfland():
@@ -59,7 +72,7 @@ def parse(lines):
     return out
 
 
-def run_series(out, workers, runs, files, ring_kb):
+def run_series(out, workers, runs, files, ring_kb, sitting):
     """The repeated super producer: `runs` runs of each scheduler per worker
     count, default and Custos alternating, all in one VM session on one vCPU."""
     sp_out = out / "series"
@@ -70,7 +83,7 @@ def run_series(out, workers, runs, files, ring_kb):
     script += f"exec bash {ROOT / 'scripts' / 'superproducer-guest.sh'}\n"
     t0 = time.time()
     try:
-        print(vm.run_script(script, sp_out, timeout_s=3 * 3600, cpus=1), end="")
+        print(vm.run_script(script, sp_out, timeout_s=3 * 3600, cpus=1, sitting=sitting), end="")
     except vm.VmFailed as e:
         # A run that failed is in results.jsonl without figures; the summary says so.
         print(f"bench/sched: {e}", file=sys.stderr)
@@ -178,23 +191,29 @@ def main():
     if "bpfland" in args.schedulers.split() and not args.series_only:
         ensure_bpfland()
 
+    # The binaries the guests run: ours, and the peer when it is compared.
+    binaries = [CUSTOS, WORKLOAD]
+    if "bpfland" in args.schedulers.split() and not args.series_only:
+        binaries.append(TOOLS_BIN / "scx_bpfland")
+    sitting = provenance.Sitting(binaries)
     out = HERE / "out" / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True)
     workers = [int(w) for w in args.series_workers.split(",")]
     series_runs = 2 if args.quick else args.series_runs
     if args.series_only:
-        series = run_series(out, workers, series_runs, args.series_files, params["SP_RING_KB"])
+        series = run_series(out, workers, series_runs, args.series_files, params["SP_RING_KB"], sitting)
         res = json.loads((HERE / "results.json").read_text())
+        sittings = sittings_after(res, sitting.made_by(), SERIES)
         res.update(series)
         res["series_command"] = "bench/sched/run.py --series-only"
-        results.write_results(HERE / "results.json", res, REQUIRED)
+        results.write_results(HERE / "results.json", res, REQUIRED, sittings=sittings)
         print_series(res)
         return
     env = "".join(f"export {k}={json.dumps(str(v))}\n" for k, v in
                   dict(params, OUT=out, ROOT=ROOT, SCHEDULERS=args.schedulers).items())
     script = env + (HERE / "guest.sh").read_text()
     t0 = time.time()
-    vm.run_script(script, out, timeout_s=7200)
+    vm.run_script(script, out, timeout_s=7200, sitting=sitting)
     data = parse((out / "results.jsonl").read_text().splitlines())
     # The super producer on one vCPU, every scheduler in one boot: QEMU's
     # single-threaded emulation runs one vCPU at a time for up to 100 ms, so
@@ -204,11 +223,11 @@ def main():
     sp_env.update(SP_OUT=sp_out, SP_SCHEDULERS=args.schedulers)
     sp_script = "".join(f"export {k}={json.dumps(str(v))}\n" for k, v in sp_env.items())
     sp_script += f"exec bash {ROOT / 'scripts' / 'superproducer-guest.sh'}\n"
-    print(vm.run_script(sp_script, sp_out, timeout_s=3600, cpus=1), end="")
+    print(vm.run_script(sp_script, sp_out, timeout_s=3600, cpus=1, sitting=sitting), end="")
     superproducer = [json.loads(l) for l in (sp_out / "results.jsonl").read_text().splitlines() if l.strip()]
     s = summarize(data, superproducer)
     d, c = s["default"], s["custos"]
-    series = run_series(out, workers, series_runs, args.series_files, params["SP_RING_KB"])
+    series = run_series(out, workers, series_runs, args.series_files, params["SP_RING_KB"], sitting)
 
     res = {
         "pipe_latency_ratio": results.ratio(c["pipe_rtt_ns"], d["pipe_rtt_ns"]),
@@ -239,7 +258,8 @@ def main():
         res["worst_case"] = wc
         res["worst_case_max_measured_over_bound"] = max(e["measured_over_bound"] for e in wc["experiments"])
 
-    results.write_results(HERE / "results.json", res, REQUIRED)
+    results.write_results(HERE / "results.json", res, REQUIRED,
+                          sittings=[provenance.sitting_entry(sitting.made_by(), PARTS)])
     ratio_keys = ["pipe_latency_ratio", "unix_latency_ratio", "forkexec_latency_ratio", "cpu_job_runtime_ratio",
                   "superproducer_runtime_ratio"]
     print(results.table([(k, res[k], res.get("bpfland", {}).get(k, "")) for k in ratio_keys],

@@ -11,7 +11,9 @@ the store answering queries while it ingests.
 
 One boot of the VM runs bench/soak/guest.sh (what it samples and how is
 described there and in README.md); its files land in out/. This writes
-results.json (stamped with the commit, `made_by`), samples.csv (the memory
+results.json (stamped with where the soak ran, `made_by`: the record kept
+in out/sitting.json by the sitting that ran it, so --report names that
+commit, not its own), samples.csv (the memory
 and state samples, kept beside the results) and rss.svg/png. Needs
 `make build`. The run fails (exit 1) when a check fails; results.json says
 which.
@@ -26,8 +28,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "harness"))
-from custos_bench import plots, results, vm  # noqa: E402
-from custos_bench.paths import ROOT  # noqa: E402
+from custos_bench import plots, provenance, results, vm  # noqa: E402
+from custos_bench.paths import CUSTOS, ROOT, WORKLOAD  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "out"
@@ -363,16 +365,20 @@ def main():
                f"SOAK_WORKERS={args.workers} SOAK_FILES={args.files} SOAK_SAMPLE_S={args.sample} "
                f"SOAK_DB_CACHE_MB={args.db_cache_mb}")
         print(f"soak: {args.minutes} min in the VM ({args.cpus} vCPUs); a line a minute", file=sys.stderr)
+        sitting = provenance.Sitting([CUSTOS, WORKLOAD])
         # Boot, the soak, the drain and the store's count: a hung guest is
         # killed after twice the soak and 15 minutes.
         try:
             vm.run_script(f"{env} bash {SCRIPT} >&2\n", OUT, timeout_s=2 * args.minutes * 60 + 900,
-                          cpus=args.cpus, mem="3G")
+                          cpus=args.cpus, mem="3G", sitting=sitting)
         except vm.VmFailed as e:
             print(f"soak: the guest failed: {e}; summarising what it left", file=sys.stderr)
+        finally:
+            provenance.keep(OUT, sitting.made_by())
     s = summarise(OUT)
     s["command"] = command.strip()
-    results.write_results(HERE / "results.json", s, REQUIRED)
+    results.write_results(HERE / "results.json", s, REQUIRED,
+                          sittings=[provenance.sitting_entry(provenance.kept(OUT), ["the soak"])])
     shutil.copy(OUT / "samples.csv", HERE / "samples.csv")
     picture(OUT, s, HERE / "rss")
     rows = [(k, s[k]) for k in REQUIRED[1:]] + [(f"check {k}", v) for k, v in s["checks"].items()]

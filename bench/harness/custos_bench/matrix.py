@@ -12,7 +12,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import plots, subset
+from . import plots, results, subset
+from .provenance import sitting_entry
+
+# OUT/sittings.json: each sitting of bench/matrix/run.py, where it ran
+# (provenance) and the runs (keys) and drain rates (collectors) it made.
+SITTINGS = "sittings.json"
 
 RUN_COLUMNS = [
     "key", "workload", "collector", "scheduler", "rep", "order", "boot", "ok", "error", "quick", "ring_kb",
@@ -59,6 +64,60 @@ def load_drains(path: Path) -> dict:
                 if "rate_eps" in r:
                     rates[r["collector"]] = r["rate_eps"]
     return rates
+
+
+def load_sittings(path: Path) -> list:
+    """The sittings recorded in OUT/sittings.json, oldest first ([] before any)."""
+    if not path.exists():
+        return []
+    doc = json.loads(path.read_text())
+    if not isinstance(doc, dict) or not isinstance(doc.get("sittings"), list):
+        raise ValueError(f"{path} holds no list of sittings")
+    return doc["sittings"]
+
+
+def add_sitting(path: Path, made_by: dict, runs: list, drains: list):
+    """Appends a sitting to OUT/sittings.json: its record and what it made."""
+    sittings = load_sittings(path) + [{"provenance": made_by, "runs": list(runs), "drains": list(drains)}]
+    path.write_text(json.dumps({"sittings": sittings}, indent=1) + "\n")
+
+
+def with_sittings(df: pd.DataFrame, sittings: list) -> pd.DataFrame:
+    """Adds to each run the sitting that made it (its index in sittings.json,
+    the last one that ran its key) and that sitting's commit; <NA> and None
+    for runs made before sittings were recorded."""
+    made = {}
+    for i, s in enumerate(sittings):
+        for key in s.get("runs", []):
+            made[key] = i
+    df = df.copy()
+    df["sitting"] = pd.array([made.get(k) for k in df["key"]], dtype="Int64")
+    df["commit"] = [(sittings[made[k]]["provenance"] or {}).get("commit") if k in made else None for k in df["key"]]
+    return df
+
+
+def summary_sittings(df: pd.DataFrame, sittings: list, rates: dict) -> list:
+    """summary.json's sittings: each one that made a run or a drain rate still
+    in the results, with how many runs (runs.parquet's rows with its index)
+    and which drain rates; the runs made before sittings were recorded as
+    one more, without a record."""
+    drained = {}
+    for i, s in enumerate(sittings):
+        for c in s.get("drains", []):
+            drained[c] = i
+    out = []
+    for i, s in enumerate(sittings):
+        n = int((df["sitting"] == i).sum())
+        drains = sorted(c for c, j in drained.items() if j == i and c in rates)
+        if n or drains:
+            out.append(sitting_entry(s["provenance"], ([f"{n} runs (runs.parquet's rows with sitting {i})"] if n else [])
+                                     + [f"the drain rate of {c}" for c in drains]))
+    unknown = int(df["sitting"].isna().sum())
+    undrained = sorted(c for c in rates if c not in drained)
+    if unknown or undrained:
+        out.append(sitting_entry(None, ([f"{unknown} runs made before sittings were recorded"] if unknown else [])
+                                 + [f"the drain rate of {c}, made before sittings were recorded" for c in undrained]))
+    return out
 
 
 def with_limits(df: pd.DataFrame, rates: dict, rate_based=()) -> pd.DataFrame:
@@ -198,11 +257,14 @@ def _num(v):
 
 
 def write_all(df: pd.DataFrame, rates: dict, out: Path, command: str, schedulers: list, workloads: list,
-              rate_based=(), planned: int = None) -> dict:
+              rate_based=(), planned: int = None, sittings: list = ()) -> dict:
     """runs.parquet, runs.csv, summary.md, summary.json and the pictures.
     `planned`: the plan's size; fewer runs than that is a partial matrix,
-    and the summary says so (and picks no subset from it)."""
-    df = with_limits(df, rates, rate_based)
+    and the summary says so (and picks no subset from it). `sittings`:
+    OUT/sittings.json's; each run carries its sitting and commit, and
+    summary.json's made_by names the commits of the runs (not of this
+    report). Returns summary.json's content."""
+    df = with_limits(with_sittings(df, list(sittings)), rates, rate_based)
     df.to_parquet(out / "runs.parquet", index=False)
     df.drop(columns=["sched_stats"]).to_csv(out / "runs.csv", index=False)
     summary, subset_inputs = summarize(df, rates, command, schedulers, workloads)
@@ -211,7 +273,8 @@ def write_all(df: pd.DataFrame, rates: dict, out: Path, command: str, schedulers
     if not summary["complete"]:
         for k in [k for k in summary if k.startswith("subset")]:
             del summary[k]
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    summary = results.write_results(out / "summary.json", summary, ["command", "runs", "runs_failed"],
+                                    sittings=summary_sittings(df, list(sittings), rates))
     c = cells(df)
     present = [w for w in workloads if w in set(c["workload"])]
     md = ["# Evaluation matrix", "", f"Command: `{command}`", ""]

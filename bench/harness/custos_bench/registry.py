@@ -48,8 +48,8 @@ BENCHMARKS = (
                   RELEASE_PROFILE, COLLECTOR, SCHEDULER, VM, SUPER_PRODUCER,
                   ("bench/collector/run.py", "bench/collector/loadgen.c", "bench/collector/uring_copy.c"),
                   harness("results", "vm"))),
-    Benchmark("store at LPM scale (6.9 M nodes)", "see `bench/store/README.md`",
-              ("bench/store/results.json",), measures(RELEASE_PROFILE, STORE)),
+    Benchmark("store at LPM scale (6.9 M nodes)", "`bench/store/run.sh` (see `bench/store/README.md`)",
+              ("bench/store/results.json",), measures(RELEASE_PROFILE, STORE, ("bench/store/run.sh",))),
     Benchmark("store: the cost of overflow checks on its ingest", "see `bench/store/README.md`, \"Overflow checks\"",
               ("bench/store/overflow.json",), measures(RELEASE_PROFILE, STORE)),
     Benchmark("scheduler vs default vs scx_bpfland", "`bench/sched/run.py`",
@@ -110,6 +110,8 @@ BENCHMARKS = (
 
 NOT_RESULTS = {
     "bench/results/plan.json": "the evaluation matrix's plan (its input: the runs in random order)",
+    "bench/results/sittings.json": "the evaluation matrix's sittings: where each ran and which runs it made "
+                                   "(summary.json's made_by names their commits)",
     "bench/completeness/hold-2026-11-28/": "raw runs kept beside the README's account of them",
     "bench/completeness/light-preempt-2026-11-29/": "raw runs kept beside the README's account of them",
 }

@@ -154,13 +154,21 @@ class Git:
 
 # ---------------------------------------------------------------- what made a results file
 
+# What made_by says when the runs of a file came from sittings at several
+# commits; its "commits" names them (provenance.combined writes both).
+SEVERAL = "several"
+
+
 @dataclasses.dataclass(frozen=True)
 class Stamp:
     """What a results file says made it (or a part of it: `where`)."""
     where: str  # the key holding it: "made_by", "commit", "details.io_uring.made_by"
-    commit: object  # as recorded: a full or short hash; None when made_by recorded none
+    commit: object  # as recorded: a full or short hash, or "several"; None when made_by recorded none
     dirty: object  # True, False, or None: not recorded
     date: object  # "2026-11-28", or None
+    # The runs' commits where they came from several (None for runs that
+    # recorded none); empty for one commit.
+    commits: tuple = ()
 
 
 def stamps(doc) -> list:
@@ -192,9 +200,12 @@ def stamps(doc) -> list:
 
 
 def _made_by(where, m):
-    commit, dirty, date = m.get("commit"), m.get("dirty"), m.get("date")
+    commit, dirty, date, commits = m.get("commit"), m.get("dirty"), m.get("date"), m.get("commits")
+    several = ()
+    if isinstance(commits, list) and len(commits) > 1:
+        several = tuple(c if isinstance(c, str) and c else None for c in commits)
     return Stamp(where, commit if isinstance(commit, str) and commit else None,
-                 dirty if isinstance(dirty, bool) else None, date[:10] if isinstance(date, str) else None)
+                 dirty if isinstance(dirty, bool) else None, date[:10] if isinstance(date, str) else None, several)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,6 +222,10 @@ def judge(git: Git, stamp, measures) -> Verdict:
     status written before a commit must hold after it)."""
     if stamp is None or not stamp.commit:
         return Verdict((STATUS_NO_COMMIT,), "the file names no commit that made it", False)
+    if stamp.commits:
+        return judge_several(git, stamp, measures)
+    if stamp.commit == SEVERAL:
+        return Verdict((STATUS_NO_COMMIT,), "made by several commits, which the file does not name", False)
     short = stamp.commit[:7]
     # A hash only: "HEAD" or a branch name would resolve to whatever is there now.
     if not re.fullmatch(r"[0-9a-f]{4,40}", stamp.commit):
@@ -250,9 +265,30 @@ def judge(git: Git, stamp, measures) -> Verdict:
                    words == [STATUS_CURRENT], tuple(later))
 
 
+def judge_several(git: Git, stamp, measures) -> Verdict:
+    """Runs from several commits: current only when every commit's runs are
+    (the code each measured is as it is now); the status words of each, else."""
+    verdicts = [(c, judge(git, Stamp(stamp.where, c, False, stamp.date), measures)) for c in stamp.commits]
+    words = list(dict.fromkeys(w for _, v in verdicts for w in v.words if w != STATUS_CURRENT))
+    why = [f"{c[:7] if c else 'runs without a record'}: " + ", ".join(v.words)
+           + ("" if v.current else f" ({v.detail})") for c, v in verdicts]
+    if stamp.dirty:
+        words.append(STATUS_DIRTY)
+        why.append("a sitting's tree had uncommitted changes")
+    elif stamp.dirty is None and all(stamp.commits):
+        words.append(STATUS_TREE_UNKNOWN)
+        why.append("a sitting did not record whether its tree was clean")
+    later = tuple(dict.fromkeys(x for _, v in verdicts for x in v.later))
+    return Verdict(tuple(words or [STATUS_CURRENT]), f"runs from {len(verdicts)} commits: " + "; ".join(why),
+                   not words, later)
+
+
 def measured_at(stamp) -> str:
     if stamp is None or not stamp.commit:
         return "not recorded"
+    if stamp.commits:
+        return "several: " + ", ".join(f"`{c[:7]}`" if c else "not recorded" for c in stamp.commits) + \
+            (f", {stamp.date}" if stamp.date else "")
     return f"`{stamp.commit[:7]}`" + (f", {stamp.date}" if stamp.date else "")
 
 

@@ -103,3 +103,49 @@ def test_the_attack_is_summarised_and_a_late_or_unrecorded_attack_is_a_headline(
     # In a cell where the attack ran, a run without its steps in the stream
     # counts as unrecorded, whether or not it was timed.
     assert h["custos_hold_attack_unrecorded_runs"] == 2
+
+
+def made_by(commit):
+    return {"commit": commit, "dirty": False, "date": "2026-11-30T10:00:00+00:00", "cpu_model": "AMD EPYC"}
+
+
+def test_the_report_names_the_commits_that_made_the_runs_not_its_own(tmp_path, monkeypatch):
+    import json
+    import subprocess
+
+    from custos_bench import provenance
+
+    monkeypatch.setattr(completeness, "OUT", tmp_path / "out")
+    monkeypatch.setattr(completeness, "HERE", tmp_path)
+    cells = [dict(cpus=c, flood="find16", pause_ms=0, policy="static", files=4000, ring_kb=64, hold_rings=False)
+             for c in (1, 2, 4)]
+    names = [completeness.cell_name(**c) for c in cells]
+    for name in names:
+        d = tmp_path / "out" / name
+        d.mkdir(parents=True)
+        rows = [row(900, 0, scheduler="default"), row(0, 0), row(700, 0, scheduler="default"), row(0, 0)]
+        (d / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    def report():
+        completeness.report(cells, 2, "bench/completeness/run.py --cpus 1 2 4 --floods find16 --pauses 0 --runs 2")
+        return json.loads((tmp_path / "results.json").read_text())
+
+    # Two cells run at one commit, the third after a fix.
+    provenance.keep(tmp_path / "out" / names[0], made_by("a" * 40))
+    provenance.keep(tmp_path / "out" / names[1], made_by("a" * 40))
+    provenance.keep(tmp_path / "out" / names[2], made_by("b" * 40))
+    doc = report()
+    assert doc["made_by"]["commit"] == "several" and doc["made_by"]["commits"] == ["a" * 40, "b" * 40]
+    assert [s["made"] for s in doc["sittings"]] == [[n] for n in names]
+    # What wrote the report is said apart: it is not what made the runs.
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
+                          cwd=ROOT).stdout.strip()
+    assert doc["made_by"]["written"]["commit"] == head
+    # Every cell at one commit: that commit.
+    provenance.keep(tmp_path / "out" / names[2], made_by("a" * 40))
+    assert report()["made_by"]["commit"] == "a" * 40
+    # A cell run before records were kept: its commit is unknown, and so the file's.
+    (tmp_path / "out" / names[1] / provenance.KEPT).unlink()
+    doc = report()
+    assert doc["made_by"]["commit"] == "several" and doc["made_by"]["commits"] == ["a" * 40, None]
+    assert doc["sittings"][1]["provenance"] is None

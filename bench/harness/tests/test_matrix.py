@@ -123,3 +123,51 @@ def test_a_partial_matrix_says_so_and_chooses_no_subset(runs_file, tmp_path):
                          ["flood", "cpu", "ipc"], planned=40)
     assert s["complete"] is False and s["planned_runs"] == 40 and "subset" not in s
     assert "Partial: 26 of 40 planned runs" in (tmp_path / "summary.md").read_text()
+
+
+def made_by(commit):
+    return {"commit": commit, "dirty": False, "date": "2026-11-30T10:00:00+00:00", "cpu_model": "AMD EPYC"}
+
+
+def test_each_run_carries_its_sitting_and_summary_json_the_commits_of_the_runs(runs_file, tmp_path):
+    df = matrix.load_runs(runs_file)
+    keys = list(df["key"])
+    out = tmp_path / "results"
+    out.mkdir()
+    f = out / matrix.SITTINGS
+    # The first sitting made half the runs and the drain rate; the second the
+    # rest, and ran one of the first's again (the last to run a key made it).
+    matrix.add_sitting(f, made_by("a" * 40), keys[:13], ["custos"])
+    matrix.add_sitting(f, made_by("b" * 40), keys[12:20], [])
+    sittings = matrix.load_sittings(f)
+    assert [s["provenance"]["commit"][0] for s in sittings] == ["a", "b"] and sittings[1]["runs"] == keys[12:20]
+    saved = matrix.write_all(df, {"custos": 500.0}, out, "bench/matrix/run.py", ["default", "custos"],
+                             ["flood", "cpu", "ipc"], sittings=sittings)
+    assert saved == json.loads((out / "summary.json").read_text())
+    import pandas as pd
+    runs = pd.read_parquet(out / "runs.parquet").set_index("key")
+    assert runs.loc[keys[0], "sitting"] == 0 and runs.loc[keys[0], "commit"] == "a" * 40
+    assert runs.loc[keys[12], "sitting"] == 1 and runs.loc[keys[12], "commit"] == "b" * 40
+    # Runs no sitting names were made before sittings were recorded.
+    assert pd.isna(runs.loc[keys[25], "sitting"]) and pd.isna(runs.loc[keys[25], "commit"])
+    assert saved["made_by"]["commit"] == "several" and saved["made_by"]["commits"] == ["a" * 40, "b" * 40, None]
+    assert [s["made"] for s in saved["sittings"]] == [
+        ["12 runs (runs.parquet's rows with sitting 0)", "the drain rate of custos"],
+        ["8 runs (runs.parquet's rows with sitting 1)"],
+        ["6 runs made before sittings were recorded"]]
+    # All made in one sitting: its commit, no "several".
+    matrix.add_sitting(f, made_by("c" * 40), keys, ["custos"])
+    saved = matrix.write_all(df, {"custos": 500.0}, out, "bench/matrix/run.py", ["default", "custos"],
+                             ["flood", "cpu", "ipc"], sittings=matrix.load_sittings(f))
+    assert saved["made_by"]["commits"] == ["c" * 40] and saved["made_by"]["commit"] == "c" * 40
+    assert saved["made_by"]["cpu_model"] == "AMD EPYC"
+
+
+def test_a_summary_without_sittings_names_no_commit(runs_file, tmp_path):
+    """The runs on disk before sittings were recorded: the report's own commit is not theirs."""
+    saved = matrix.write_all(matrix.load_runs(runs_file), {"custos": 500.0}, tmp_path, "bench/matrix/run.py",
+                             ["default", "custos"], ["flood", "cpu", "ipc"])
+    assert saved["made_by"]["commit"] is None and saved["made_by"]["written"]["commit"]
+    (tmp_path / matrix.SITTINGS).write_text("[]")
+    with pytest.raises(ValueError, match="holds no list of sittings"):
+        matrix.load_sittings(tmp_path / matrix.SITTINGS)

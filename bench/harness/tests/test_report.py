@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from custos_bench import report
+from custos_bench import provenance, report
 from custos_bench.report import Benchmark, Figure, Registry, Section
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -153,6 +153,42 @@ def test_every_kind_of_stamp(repo):
     [(part, v)] = st.parts
     assert part.where == "details.io_uring.made_by" and v.words == ("current",)
     assert "`details.io_uring`: current" in report.benchmark_table(repo.context())
+
+
+def sittings(*commits, dirty=False):
+    """made_by of a file whose runs came from sittings at `commits`, as write_results writes it."""
+    return provenance.combined([None if c is None else stamp(c, dirty) for c in commits])
+
+
+def test_runs_from_several_commits_are_current_only_when_every_commits_runs_are(repo):
+    notes = repo.commit("notes: a typo", other__notes_txt="notes.\n")
+    repo.results(sittings(repo.made, notes))
+    st = repo.status()
+    # Nothing measured changed between them: both sittings measured today's code.
+    assert st.verdict.words == ("current",) and st.verdict.current
+    assert report.measured_at(st.stamp) == f"several: `{repo.made[:7]}`, `{notes[:7]}`, 2026-11-30"
+    fixed = repo.commit("loop: fixed", src__loop_c="int loop[2];\n")
+    repo.results(sittings(repo.made, fixed))
+    v = repo.status().verdict
+    assert v.words == ("stale",) and not v.current
+    assert v.detail.startswith(f"runs from 2 commits: {repo.made[:7]}: stale (1 later commit touches what it measures")
+    assert v.detail.endswith(f"; {fixed[:7]}: current")
+    [message] = report.strict(repo.context())
+    assert message.startswith(f"{RESULTS}: stale: runs from 2 commits")
+    # Both made again after the fix: current.
+    repo.results(sittings(fixed, fixed))
+    assert repo.status().verdict.words == ("current",)
+    # A sitting's tree with uncommitted changes, and runs from before sittings were recorded.
+    repo.results(sittings(repo.made, fixed, dirty=True))
+    assert repo.status().verdict.words == ("stale", "dirty tree")
+    repo.results(sittings(None, fixed))
+    st = repo.status()
+    assert st.verdict.words == ("no commit recorded",) and "runs without a record: no commit recorded" in st.verdict.detail
+    assert report.measured_at(st.stamp) == f"several: not recorded, `{fixed[:7]}`, 2026-11-30"
+    # "several" that names none of them.
+    repo.results({"commit": "several", "dirty": False, "date": "2026-11-30"})
+    v = repo.status().verdict
+    assert v.words == ("no commit recorded",) and "does not name" in v.detail
 
 
 def test_a_commit_on_a_branch_not_merged(repo):

@@ -1,5 +1,6 @@
 import json
 import math
+import random
 import subprocess
 from pathlib import Path
 
@@ -84,3 +85,80 @@ def test_many_series_keep_their_order_and_a_colour_each(tmp_path):
     import re
     fills = set(re.findall(r"fill: (#[0-9a-f]{6})", svg)) - {"#ffffff", "#000000"}
     assert len(fills) >= 12, fills
+
+
+def test_median_and_ratio_intervals_on_known_data():
+    # Every run alike: the interval is the value itself.
+    assert results.median_interval([5.0] * 6) == (5.0, 5.0, 5.0)
+    assert results.ratio_interval([2.0] * 5, [1.0] * 5) == (2.0, 2.0, 2.0)
+    assert results.median_interval([7.0]) == (7.0, None, None)
+    rng = random.Random(7)
+    a = [100 + rng.gauss(0, 1) for _ in range(12)]
+    b = [200 + rng.gauss(0, 1) for _ in range(12)]
+    same = [100 + rng.gauss(0, 1) for _ in range(12)]
+    r, lo, hi = results.ratio_interval(a, b)
+    assert r == pytest.approx(0.5, abs=0.01) and lo < r < hi and hi < 1
+    assert results.differs(a, b) and results.differs(b, a)
+    # Two samples of one distribution: the interval holds 1, so no difference is claimed.
+    r, lo, hi = results.ratio_interval(a, same)
+    assert lo < 1 < hi and not results.differs(a, same)
+    # One run a side: no interval, no claim.
+    assert results.ratio_interval([3.0], [1.0, 1.0]) == (3.0, None, None) and not results.differs([3.0], [1.0, 1.0])
+    # The same runs, the same interval (a fixed seed).
+    assert results.ratio_interval(a, b) == results.ratio_interval(a, b)
+    for bad_a, bad_b, match in (([1.0], [0.0, 1.0], "positive"), ([math.nan], [1.0], "finite"), ([], [1.0], "no measurements")):
+        with pytest.raises(ValueError, match=match):
+            results.ratio_interval(bad_a, bad_b)
+
+
+def counting(values):
+    """A configuration returning `values` in turn."""
+    it = iter(values)
+    return lambda: next(it)
+
+
+def test_repeat_until_interleaves_round_robin_and_stops_when_every_interval_is_tight():
+    order = []
+
+    def config(name, values):
+        it = iter(values)
+
+        def run():
+            order.append(name)
+            return next(it)
+        return name, run
+
+    # A converges at once; B is noisy for six rounds, then steady.
+    b = [100, 140, 60, 130, 70, 100] + [100] * 30
+    rep = results.repeat_until([config("A", [50.0] * 40), config("B", b)], min_runs=5, max_runs=20)
+    assert order[:6] == ["A", "B", "A", "B", "A", "B"] and order == rep.order
+    assert rep.rounds == len(rep.runs["A"]) == len(rep.runs["B"]) and 5 < rep.rounds < 20
+    assert rep.converged == {"A": True, "B": True}
+    lo, hi = rep.intervals["B"]
+    assert max(hi - rep.medians["B"], rep.medians["B"] - lo) <= 0.05 * rep.medians["B"]
+    # It stopped at the first round after which both were tight, not later.
+    shorter = results.median_interval(b[:rep.rounds - 1])
+    assert not results.tight(*shorter, 0.05)
+    assert rep.summary()["configurations"]["B"]["converged"] is True
+
+
+def test_repeat_until_stops_at_min_runs_when_tight_and_at_the_cap_when_never():
+    rep = results.repeat_until({"steady": counting([10.0] * 10)}, min_runs=5, max_runs=10)
+    assert rep.rounds == 5 and rep.converged == {"steady": True}
+    wild = [1.0, 100.0] * 10
+    seen = []
+    rep = results.repeat_until({"steady": counting([10.0] * 20), "wild": counting(wild)}, min_runs=3, max_runs=8,
+                               progress=lambda name, rnd, value: seen.append((name, rnd)))
+    assert rep.rounds == 8 and rep.converged == {"steady": True, "wild": False}
+    assert seen[:3] == [("steady", 1), ("wild", 1), ("steady", 2)] and len(seen) == 16
+
+
+def test_repeat_until_refuses_what_it_cannot_do():
+    with pytest.raises(ValueError, match="finite number"):
+        results.repeat_until({"broken": lambda: None}, min_runs=2, max_runs=3)
+    with pytest.raises(ValueError, match="distinct names"):
+        results.repeat_until([("a", lambda: 1.0), ("a", lambda: 1.0)])
+    with pytest.raises(ValueError, match="min_runs <= max_runs"):
+        results.repeat_until({"a": lambda: 1.0}, min_runs=1, max_runs=3)
+    with pytest.raises(ValueError, match="min_runs <= max_runs"):
+        results.repeat_until({"a": lambda: 1.0}, min_runs=6, max_runs=5)

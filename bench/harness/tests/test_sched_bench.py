@@ -70,3 +70,26 @@ def test_series_run_without_figures_counts_as_loss():
     bad = dict(series_row("custos", 16, 1), produced=None, delivered=None, dropped=None, unnumbered=None)
     s = sched_run.summarize_series([series_row("default", 16, 1, dropped=300), bad], {}, 1.0)
     assert s["custos_runs_with_loss"] == 1
+
+
+def made_by(commit):
+    return {"commit": commit, "dirty": False, "date": "2026-11-30T10:00:00+00:00"}
+
+
+def test_the_series_made_again_names_both_sittings():
+    from custos_bench import provenance
+
+    # The committed file, from before sittings were kept: made whole by its made_by (or by no record).
+    assert sched_run.sittings_after({}, made_by("b" * 40), sched_run.SERIES) == [
+        {"provenance": None, "made": ["latency and CPU workloads", "super producer"]},
+        {"provenance": made_by("b" * 40), "made": ["series"]}]
+    full = {"sittings": [provenance.sitting_entry(made_by("a" * 40), sched_run.PARTS)]}
+    after = sched_run.sittings_after(full, made_by("b" * 40), sched_run.SERIES)
+    assert [(s["provenance"]["commit"][0], s["made"]) for s in after] == [
+        ("a", ["latency and CPU workloads", "super producer"]), ("b", ["series"])]
+    made = provenance.combined([s["provenance"] for s in after])
+    assert made["commit"] == "several" and made["commits"] == ["a" * 40, "b" * 40]
+    # The series made once more: the earlier series' sitting leaves, the workloads' stays.
+    again = sched_run.sittings_after({"sittings": after}, made_by("c" * 40), sched_run.SERIES)
+    assert [(s["provenance"]["commit"][0], s["made"]) for s in again] == [
+        ("a", ["latency and CPU workloads", "super producer"]), ("c", ["series"])]
