@@ -23,7 +23,8 @@
 # SP_HOLD_RINGS=1 (grow each ring from SP_RING_KB to the smallest on which
 # the hold's bound holds on the VM's CPUs: `custos collect --hold-rings`),
 # SP_PAUSE_MS (stop the collector with SIGSTOP for that long, 2 s into each
-# run's flood), SP_WORKLOAD (find, the default; exec: each worker forks and execs
+# run's flood; SP_RESUMER, read or exec, says how the shell that resumes it
+# waits: see run()), SP_WORKLOAD (find, the default; exec: each worker forks and execs
 # /bin/true SP_EXEC_ITERATIONS times; storm: each worker opens and closes a
 # file for SP_STORM_SECONDS; and in the shell, SP_ITERATIONS (300) rounds per
 # worker: swarm, a process reading 20 files each round; churn, create, rename
@@ -37,7 +38,8 @@ bpfland=${BPFLAND:-$root/.tools/cargo/bin/scx_bpfland}
 schedulers=${SP_SCHEDULERS:-default custos}
 files=${SP_FILES:-4000} worker_counts=${SP_WORKERS:-16} ring_kb=${SP_RING_KB:-64}
 runs=${SP_RUNS:-1} order=${SP_ORDER:-grouped} trace=${SP_TRACE:-0}
-workload=${SP_WORKLOAD:-find} hold_rings=${SP_HOLD_RINGS:-0}
+workload=${SP_WORKLOAD:-find} hold_rings=${SP_HOLD_RINGS:-0} resumer=${SP_RESUMER:-read}
+case $resumer in read | exec) ;; *) echo "SP_RESUMER must be read or exec, not $resumer" >&2; exit 2 ;; esac
 tracefs=/sys/kernel/tracing
 out=${SP_OUT:-/tmp/custos-superproducer}
 mkdir -p "$out"
@@ -179,19 +181,21 @@ run() { # name tag workers [custos sched args...]
    printf '%s %s\n' "$a0" "${EPOCHREALTIME/./}" >"$out/$tag.attack.log") & attack=$!
   # The consumer stopped mid-flood, as by a lock or a page fault outside
   # the CPU: what the scheduler can do is hold the producers until it drains.
-  # Between the stop and the resume the shell forks nothing: it waits in
-  # bash's own `read -t` on a FIFO nobody writes (times from bash's clock,
-  # written after). With a `date` and an `awk` forked in between, under
-  # the flood, a "2 s" stop lasted 4-6 s; with /bin/sleep, whose exec makes
-  # 18 events in a window (the hold's light_rate is 16), the hold took the
-  # sleep for a producer and the stop lasted until the guard (5.7-11.7 s,
-  # beside a CPU hog on the host).
+  # Between the stop and the resume the shell waits (times from bash's
+  # clock, written after). SP_RESUMER=exec: in /bin/sleep, a program exec'd
+  # while the hold is on, as an operator's would be (its exec makes 18
+  # events in a window; judged by light_rate 16, the hold took it for a
+  # producer and the stop lasted until the guard, 5.7-20.8 s). Otherwise
+  # (read): in bash's own `read -t` on a FIFO nobody writes, forking
+  # nothing. With a `date` and an `awk` forked in between, under the flood,
+  # a "2 s" stop lasted 4-6 s.
   local pause_ms=${SP_PAUSE_MS:-0} pause_s
   printf -v pause_s '%d.%03d' $((pause_ms / 1000)) $((pause_ms % 1000))
   [ "$pause_ms" -gt 0 ] &&
     { (rm -f /tmp/sp-pause.fifo; mkfifo /tmp/sp-pause.fifo; exec {never}<>/tmp/sp-pause.fifo
        sleep 2; kill -STOP "$collector"; stopped=${EPOCHREALTIME/./}
-       read -rt "$pause_s" -u "$never"; kill -CONT "$collector"; resumed=${EPOCHREALTIME/./}
+       if [ "$resumer" = exec ]; then /bin/sleep "$pause_s"; else read -rt "$pause_s" -u "$never"; fi
+       kill -CONT "$collector"; resumed=${EPOCHREALTIME/./}
        printf 'stopped %s000\nresumed %s000\n' "$stopped" "$resumed" >>"$out/$tag.pause.log") & pids+=($!); }
   wait "${pids[@]}"
   end=$(date +%s%N)

@@ -907,7 +907,7 @@ impl<'a> Scheduler<'a> {
                 .maps
                 .bss_data
                 .as_ref()
-                .map_or(0, |b| b.hold_on as u64),
+                .map_or(0, |b| u64::from(b.hold_since_ns != 0)),
             starvation_guard_picks: sum.starvation_guard_picks.iter().sum(),
             feature_updates: sum.feature_updates,
             feature_ns: sum.feature_ns,

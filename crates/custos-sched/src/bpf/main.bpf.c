@@ -283,6 +283,7 @@ struct task_ctx {
 	u64 inherited_rate;	/* its parent's event rate at fork (young tasks) */
 	bool held_in_program;	/* held while migration disabled (held_in_program[]) */
 	bool hold_spent;	/* its allowance in hold_epoch is spent (its children's too) */
+	u32 hold_born;		/* children it forked in hold_epoch (each costs light_rate events) */
 	bool light;		/* queued in (then running from) the light lane */
 };
 
@@ -341,10 +342,28 @@ u8 cpu_running[CUSTOS_MAX_CPUS];
 /* The light lane (see light_share_pct): one shared FIFO. */
 #define CUSTOS_LIGHT_DSQ	(CUSTOS_PINNED_DSQ_BASE - 2)
 
-/* 1 while the hold is on; an epoch per hold, so allowances restart. */
-u32 hold_on;
-u64 hold_epoch;
+/*
+ * When the hold began, 0 while it is off: one word, so that no CPU sees the
+ * hold on with the start of an earlier one (or 0) and lets held tasks
+ * through the guard at once (a CI run leaked one 2 s into a hold). An
+ * epoch per hold, so allowances restart.
+ */
 u64 hold_since_ns;
+u64 hold_epoch;
+
+static __always_inline bool hold_is_on(void)
+{
+	return hold_since_ns != 0;
+}
+
+/* How long the hold has been on at @now; 0 if off, or if it began after
+ * @now was read (another CPU's clock reading may be the later one). */
+static __always_inline u64 hold_age(u64 now)
+{
+	u64 since = hold_since_ns;
+
+	return since && now > since ? now - since : 0;
+}
 /* 1 while a ring is under its floor: every producer is held, light or not. */
 u32 hold_all;
 u64 hold_last_leak_ns;
@@ -878,7 +897,7 @@ static bool let_held_through(u64 now, struct custos_sched_stats *st)
 	u64 last = hold_last_leak_ns;
 	u32 tid;
 
-	if (now - last < hold_leak_gap_ns ||
+	if (now <= last || now - last < hold_leak_gap_ns ||
 	    __sync_val_compare_and_swap(&hold_last_leak_ns, last, now) != last)
 		return false;
 	bpf_rcu_read_lock();
@@ -925,7 +944,7 @@ static bool consume_starving(s32 cpu, u64 now, struct custos_sched_stats *st)
 	if (oldest < starvation_guard_ns)
 		oldest = 0;
 	/* The held queue has a guard of its own (hold_guard_ns). */
-	if (hold_enabled && hold_on && now - hold_since_ns >= hold_guard_ns &&
+	if (hold_enabled && hold_age(now) >= hold_guard_ns &&
 	    head_wait(CUSTOS_HELD_DSQ, now) && let_held_through(now, st))
 		return true;
 	if (!oldest || !scx_bpf_dsq_move_to_local(dsq, 0))
@@ -1073,6 +1092,7 @@ static bool hold_update(u64 now)
 	struct custos_sched_stats *st;
 	u32 zero = 0, nr_cpus;
 	bool under = false, clear = true, all = false;
+	u64 since;
 	s32 cpu, this_cpu;
 	int r;
 
@@ -1106,11 +1126,10 @@ static bool hold_update(u64 now)
 		if (st)
 			st->hold_floors++;
 	}
-	if (under && !hold_on) {
-		if (__sync_val_compare_and_swap(&hold_on, 0, 1) != 0)
+	if (under && !hold_is_on()) {
+		if (__sync_val_compare_and_swap(&hold_since_ns, 0, now) != 0)
 			return true;
 		__sync_fetch_and_add(&hold_epoch, 1);
-		hold_since_ns = now;
 		st = cpu_stats();
 		if (st)
 			st->holds++;
@@ -1131,18 +1150,19 @@ static bool hold_update(u64 now)
 		}
 		return true;
 	}
-	if (hold_on && clear && !under) {
-		if (__sync_val_compare_and_swap(&hold_on, 1, 0) != 1)
+	since = hold_since_ns;
+	if (since && clear && !under) {
+		if (__sync_val_compare_and_swap(&hold_since_ns, since, 0) != since)
 			return false;
 		st = cpu_stats();
-		if (st && now > hold_since_ns)
-			st->hold_ns += now - hold_since_ns;
+		if (st && now > since)
+			st->hold_ns += now - since;
 		nr_cpus = scx_bpf_nr_cpu_ids();
 		bpf_for(cpu, 0, nr_cpus)
 			scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
 		return false;
 	}
-	return hold_on;
+	return hold_is_on();
 }
 
 /*
@@ -1191,6 +1211,50 @@ static u64 task_rate(const struct task_struct *p, const struct task_ctx *tctx, u
 	return rate;
 }
 
+/*
+ * Whether a task makes events like a producer, held at once by the hold:
+ * light_rate a window or more, its own or, while it is young, its
+ * parent's. A task of a light parent that has made fewer than
+ * hold_allowance events in all is judged by them, not by its rate:
+ * its first window is the loading of the program it exec'd (18 events for
+ * /bin/sleep), and judged by light_rate, the sleep of the shell that
+ * resumes a stopped consumer was held until the guard let it through
+ * (stops of 9.7-20.8 s, not 2 s, beside a CPU hog). Not "while young": an
+ * exec under a flood, beside a hog, outlasted the two windows.
+ */
+static bool task_heavy(const struct task_ctx *tctx, u64 rate, u64 events)
+{
+	if (tctx->inherited_rate < light_rate && events < hold_allowance)
+		return false;
+	return rate >= light_rate;
+}
+
+/* A task's allowance counts from the first time it is seen in a hold. */
+static void hold_see(struct task_ctx *tctx, u64 events, u64 epoch)
+{
+	if (tctx->hold_epoch != epoch) {
+		tctx->hold_epoch = epoch;
+		tctx->hold_events_base = events;
+		tctx->hold_born = 0;
+		tctx->hold_spent = false;
+	}
+}
+
+/*
+ * What a task spent of its allowance in this hold: its events, and
+ * light_rate (about an exec's loading) for each child it forked. A child
+ * is judged by its own events and has an allowance of its own, so without
+ * the charge a light shell forking one program after another in a hold
+ * gave each a fresh allowance; with it, a light task starts at most
+ * hold_allowance / light_rate (4) before it and its young children are
+ * held.
+ */
+static bool hold_allowance_spent(const struct task_ctx *tctx, u64 events)
+{
+	return events - tctx->hold_events_base + (u64)tctx->hold_born * light_rate >=
+	       hold_allowance;
+}
+
 static bool parent_spent(const struct task_struct *p, u64 epoch)
 {
 	struct task_struct *parent;
@@ -1235,19 +1299,15 @@ static bool holdable(const struct task_struct *p, struct task_ctx *tctx, u64 now
 	/* Let through by the guard: for a slice, and a few events. */
 	if (now < tctx->hold_pass_until && events < tctx->hold_pass_events)
 		return false;
-	if (tctx->hold_epoch != epoch) {
-		tctx->hold_epoch = epoch;
-		tctx->hold_events_base = events;
-		tctx->hold_spent = false;
-	}
+	hold_see(tctx, events, epoch);
 	/* Under the floor the light tasks' share is spent: every task that
 	 * made an event lately (its rate shows it, for eight windows) or in
 	 * this hold is held. One that made none runs on: a task that only
 	 * computes cannot fill a ring, and its next event holds it. */
 	if (hold_all && (rate || events != tctx->hold_events_base))
 		return true;
-	if (tctx->hold_spent || rate >= light_rate ||
-	    events - tctx->hold_events_base >= hold_allowance) {
+	if (tctx->hold_spent || task_heavy(tctx, rate, events) ||
+	    hold_allowance_spent(tctx, events)) {
 		tctx->hold_spent = true;
 		return true;
 	}
@@ -1512,6 +1572,10 @@ void BPF_STRUCT_OPS(custos_enqueue, struct task_struct *p, u64 enq_flags)
 	    (enq_flags & SCX_ENQ_WAKEUP) && !is_pinned(p)) {
 		u64 events;
 
+		/* By rate alone, not task_heavy: outside a hold no fork charge
+		 * bounds what the children of a light parent make, and an exec
+		 * storm's children (fewer than hold_allowance events each) would
+		 * all be light. */
 		if (task_rate(p, tctx, bpf_ktime_get_ns(), &events) < light_rate) {
 			tctx->light = true;
 			scx_bpf_dsq_insert(p, CUSTOS_LIGHT_DSQ, slice_ns, enq_flags);
@@ -1774,7 +1838,7 @@ void BPF_STRUCT_OPS(custos_running, struct task_struct *p)
 	 * did not look): off again at once, through enqueue, which holds it.
 	 * Not inside a program (migration disabled): it has to leave it first.
 	 */
-	if (hold_enabled && hold_on && !is_migration_disabled(p) && holdable(p, tctx, now)) {
+	if (hold_enabled && hold_is_on() && !is_migration_disabled(p) && holdable(p, tctx, now)) {
 		scx_bpf_kick_cpu(scx_bpf_task_cpu(p), SCX_KICK_PREEMPT);
 		if (st)
 			st->hold_running_kicks++;
@@ -1954,14 +2018,31 @@ s32 BPF_STRUCT_OPS(custos_init_task, struct task_struct *p, struct scx_init_task
 		const struct custos_task_features *tf;
 		struct task_ctx *pctx;
 		u32 tid = parent->pid;
+		u64 events = 0;
 
 		tf = bpf_map_lookup_elem(&task_features, &tid);
-		if (tf && (!tf->start_time_ns || tf->start_time_ns == parent->start_time))
+		if (tf && (!tf->start_time_ns || tf->start_time_ns == parent->start_time)) {
 			tctx->inherited_rate = task_event_rate(tf, now, false);
+			events = tf->events_total;
+		}
 		pctx = bpf_task_storage_get(&task_ctx_stor, parent, 0, 0);
 		if (pctx && now - parent->start_time < 2 * CUSTOS_RATE_WINDOW_NS &&
 		    pctx->inherited_rate > tctx->inherited_rate)
 			tctx->inherited_rate = pctx->inherited_rate;
+		/* A child born in a hold costs its parent (hold_allowance_spent). */
+		if (pctx && hold_enabled && hold_is_on()) {
+			u64 epoch = hold_epoch;
+
+			hold_see(pctx, events, epoch);
+			pctx->hold_born++;
+			if (hold_allowance_spent(pctx, events))
+				pctx->hold_spent = true;
+			/* Born spent: no allowance of its own in this hold. */
+			if (pctx->hold_spent) {
+				hold_see(tctx, 0, epoch);
+				tctx->hold_spent = true;
+			}
+		}
 	}
 	return 0;
 }
