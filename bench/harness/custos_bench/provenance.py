@@ -295,13 +295,19 @@ def kept(directory: Path):
     f = Path(directory) / KEPT
     if not f.exists():
         return None
+    return json_object(f, "a sitting's record")
+
+
+def json_object(f: Path, what: str, error=ValueError) -> dict:
+    """The JSON object in file `f`, or `error` saying it is not JSON or
+    not an object (`what` it should hold)."""
     try:
-        made_by = json.loads(f.read_text())
+        doc = json.loads(Path(f).read_text())
     except json.JSONDecodeError as e:
-        raise ValueError(f"{f} is not JSON: {e}") from None
-    if not isinstance(made_by, dict):
-        raise ValueError(f"{f} holds no sitting's record")
-    return made_by
+        raise error(f"{f} is not JSON: {e}") from None
+    if not isinstance(doc, dict):
+        raise error(f"{f} holds a JSON {type(doc).__name__}, not {what}")
+    return doc
 
 
 def sitting_entry(made_by, made) -> dict:

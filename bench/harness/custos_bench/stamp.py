@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from .paths import ROOT
-from .provenance import Sitting, Start
+from .provenance import Sitting, Start, json_object
 
 
 class StampError(Exception):
@@ -44,12 +44,7 @@ def end(state: Path, files, vm=None):
         # A second's slack: file times come from a coarser clock than time.time().
         if f.stat().st_mtime < start.time - 1:
             raise StampError(f"{f} was last written before this sitting began: not stamping older figures")
-        try:
-            doc = json.loads(f.read_text())
-        except json.JSONDecodeError as e:
-            raise StampError(f"{f} is not JSON: {e}") from None
-        if not isinstance(doc, dict):
-            raise StampError(f"{f} holds a JSON {type(doc).__name__}, not an object a made_by can join")
+        doc = json_object(f, "an object a made_by can join", StampError)
         if "made_by" in doc:
             raise StampError(f"{f} is stamped already (made_by)")
         docs[f] = doc

@@ -184,7 +184,7 @@ def test_a_record_kept_beside_the_runs_is_read_back_and_a_missing_one_is_unknown
     provenance.keep(tmp_path, record("a" * 40))
     assert provenance.kept(tmp_path) == record("a" * 40)
     (tmp_path / provenance.KEPT).write_text("[1]")
-    with pytest.raises(ValueError, match="holds no sitting's record"):
+    with pytest.raises(ValueError, match="not a sitting's record"):
         provenance.kept(tmp_path)
     (tmp_path / provenance.KEPT).write_text("{")
     with pytest.raises(ValueError, match="is not JSON"):
