@@ -42,6 +42,27 @@ pub const DEFAULT_MAX_AGE: Duration = Duration::from_secs(1);
 
 pub mod series;
 
+/// Feeds each line of `input` to `line`, newline included, as the stream
+/// holds it: verifiers read bytes, so a line that is not UTF-8 is their
+/// finding, not a read error. `source` names the input in errors.
+pub fn for_each_line(
+    mut input: impl io::BufRead,
+    source: &Path,
+    mut line: impl FnMut(&[u8]),
+) -> Result<()> {
+    let mut buf = Vec::with_capacity(4096);
+    loop {
+        buf.clear();
+        let n = input
+            .read_until(b'\n', &mut buf)
+            .with_context(|| format!("reading {}", source.display()))?;
+        if n == 0 {
+            return Ok(());
+        }
+        line(&buf);
+    }
+}
+
 /// The host's signing key, kept as its 32-byte secret in a file only its
 /// owner can read.
 pub struct SealKey {

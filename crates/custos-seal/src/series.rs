@@ -20,7 +20,7 @@ use custos_output::segments::{file_name, list};
 use custos_output::{Existing, Output};
 use serde::{Deserialize, Serialize};
 use std::fs::File;
-use std::io::{self, BufRead, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -349,22 +349,12 @@ pub fn verify_dir(dir: &Path, pinned: Option<&str>) -> Result<SeriesReport> {
             dir.display()
         );
     }
-    let mut line = Vec::with_capacity(4096);
     for (number, path) in segments {
         let name = path.file_name().unwrap_or_default().to_string_lossy();
         series.segment(number, &name);
         let file = File::open(&path).with_context(|| format!("opening {}", path.display()))?;
-        let mut input = io::BufReader::with_capacity(1 << 20, file);
-        loop {
-            line.clear();
-            let n = input
-                .read_until(b'\n', &mut line)
-                .with_context(|| format!("reading {}", path.display()))?;
-            if n == 0 {
-                break;
-            }
-            series.line(&line);
-        }
+        let input = io::BufReader::with_capacity(1 << 20, file);
+        crate::for_each_line(input, &path, |line| series.line(line))?;
     }
     Ok(series.finish())
 }

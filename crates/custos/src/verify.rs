@@ -6,7 +6,6 @@
 
 use anyhow::{Context, Result};
 use clap::Args;
-use std::io::BufRead;
 use std::path::PathBuf;
 
 use custos_seal::{Report, Verifier};
@@ -60,18 +59,8 @@ pub fn run(args: VerifyArgs) -> Result<i32> {
         return verify_series(file, pinned.as_deref(), args.json);
     }
     let mut verifier = Verifier::new(pinned.as_deref()).context("--key")?;
-    let mut input = custos_store::archive::open_input(file)?;
-    let mut line = Vec::with_capacity(4096);
-    loop {
-        line.clear();
-        let n = input
-            .read_until(b'\n', &mut line)
-            .with_context(|| format!("reading {}", file.display()))?;
-        if n == 0 {
-            break;
-        }
-        verifier.line(&line);
-    }
+    let input = custos_store::archive::open_input(file)?;
+    custos_seal::for_each_line(input, file, |line| verifier.line(line))?;
     let report = verifier.finish();
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
