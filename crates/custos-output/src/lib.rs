@@ -309,7 +309,7 @@ fn set_aside_at(flag: &str, path: &Path, now: SystemTime) -> Result<Option<PathB
     if rc != 0 {
         let err = std::io::Error::last_os_error();
         let why = match err.raw_os_error() {
-            Some(libc::EEXIST) => format!("{} exists already", aside.display()),
+            Some(libc::EEXIST) => format!("{} exists already and is not replaced", aside.display()),
             Some(libc::EBUSY) => {
                 "it is in use by the system (a mount point?): name a directory inside it".into()
             }
@@ -321,7 +321,7 @@ fn set_aside_at(flag: &str, path: &Path, now: SystemTime) -> Result<Option<PathB
         };
         return Err(err).with_context(|| {
             format!(
-                "{flag} {}: the earlier recording there cannot be set aside: {why}; both are left as they are",
+                "{flag} {}: the earlier recording there cannot be set aside, and is left as it is: {why}",
                 path.display()
             )
         });
