@@ -31,14 +31,15 @@ pub const SCHED_NOT_RUNNING: i32 = 4;
 const STALE_SECS: f64 = 5.0;
 
 /// The exit statuses, for `custos status --help` and its man page.
+/// Lines short enough for the man page's indented text not to wrap.
 pub const EXIT_STATUS: &str = "\
 Exit status:
-  0  the collector runs (and, with --expect-sched, custos sched is attached)
-  1  the status could not be read (not root; pins of another custos version)
+  0  the collector runs (with --expect-sched, custos sched too)
+  1  the status could not be read (not root; another version's pins)
   2  a wrong option
-  3  the collector is not running, or has published nothing for 5 s
-  4  with --expect-sched: custos sched is not attached (no sched_ext on this
-     kernel, nothing or another scheduler attached); 3 wins if both";
+  3  the collector is not running, or silent for 5 s
+  4  with --expect-sched: custos sched is not attached (no sched_ext
+     here, none or another scheduler attached); 3 wins if both";
 
 #[derive(Args, Debug)]
 pub struct StatusArgs {

@@ -28,6 +28,7 @@ const FILES: &[&str] = &[
     "usr/share/man/man1/custos-collect.1.gz",
     "usr/share/man/man1/custos-sched.1.gz",
     "usr/share/man/man1/custos-fleet-ingest.1.gz",
+    "usr/share/man/man1/custos-status.1.gz",
     "usr/share/bash-completion/completions/custos",
     "usr/share/zsh/vendor-completions/_custos",
     "usr/share/fish/vendor_completions.d/custos.fish",
@@ -124,7 +125,8 @@ fn the_package_installs_every_file_and_its_collector_unit_records() {
     // The pages render without groff warnings, and say what clap says.
     for (page, says) in [
         ("custos.1.gz", "custos-collect(1)"),
-        ("custos-collect.1.gz", "--rotate-mb"),
+        ("custos-collect.1.gz", "--set-aside-previous"),
+        ("custos-status.1.gz", "3  the collector is not running"),
     ] {
         let out = Command::new("man")
             .arg("-l")
