@@ -42,6 +42,9 @@
  */
 #define CUSTOS_SYSCALL_COPIES         3
 
+/* Bytes of custos_global_features.collector_version, its NUL included. */
+#define CUSTOS_VERSION_LEN            32
+
 /* How long custos_global_features.hold_sched_ns says a hold is there. */
 #define CUSTOS_HOLD_SCHED_FRESH_NS    (1000ULL * 1000 * 1000)
 
@@ -104,6 +107,21 @@ struct custos_global_features {
 	__u32 consumer_pids[CUSTOS_MAX_CONSUMERS]; /* tgids; 0 = unused slot */
 	__u32 nr_consumers;
 	__u32 collector_running; /* 1 while a collector is attached */
+	/*
+	 * The collector's account so far, for `custos status` (its final
+	 * account is the stream's last `stats` record). Written by user space
+	 * with produced and consumed; no program reads them.
+	 */
+	__u64 delivered;         /* events the consumer received */
+	__u64 dropped[CUSTOS_NR_RINGS]; /* refused by a full ring: events on the
+				  * critical and events rings; on the attrs ring
+				  * attribute halves (their events delivered
+				  * incomplete) */
+	__u64 lost_to_skips;     /* events lost to the kernel's skips of
+				  * re-entrant programs, at most (stats
+				  * `unnumbered`) */
+	char collector_version[CUSTOS_VERSION_LEN]; /* `custos --version`'s
+				  * number, NUL-terminated */
 };
 
 #endif /* CUSTOS_PROVENANCE_FEATURES_H */

@@ -29,6 +29,13 @@ pub struct CollectArgs {
     /// refused and left as they are: they may be a previous recording.
     #[arg(long)]
     pub force: bool,
+    /// Rename an earlier recording at -o (a file, or with --rotate-mb a
+    /// directory holding segments) and at --archive to
+    /// NAME.YYYYMMDDTHHMMSS.NNNNNNNNNZ, the UTC time, before the run starts,
+    /// instead of refusing it: for a service that restarts. Never replaces
+    /// anything at that name; refused if it cannot be renamed.
+    #[arg(long, conflicts_with = "force")]
+    pub set_aside_previous: bool,
     /// Write -o DIR as numbered sealed segments (segment-000001.jsonl, …):
     /// a segment is closed at the first seal after it passes this many MiB,
     /// and the seal chain runs on into the next (docs/tamper-evidence.md,
@@ -153,7 +160,31 @@ impl CollectArgs {
 
     /// What an existing file at -o (or another output of this run) means.
     pub fn existing(&self) -> Existing {
-        Existing::unless_forced(self.force)
+        match self.set_aside_previous {
+            true => Existing::SetAside,
+            false => Existing::unless_forced(self.force),
+        }
+    }
+
+    /// `--set-aside-previous`: renames the earlier recording at -o, if
+    /// any. Called once every option and output is checked
+    /// ([`CollectArgs::validate`]) and before any output is created; a
+    /// second call finds nothing to move.
+    pub fn move_previous_aside(&self, program: &str) -> Result<()> {
+        let Some(p) = self.output.as_ref().filter(|p| p.as_os_str() != "-") else {
+            return Ok(());
+        };
+        if !self.set_aside_previous {
+            return Ok(());
+        }
+        if let Some(aside) = custos_output::set_aside("-o/--output", p)? {
+            eprintln!(
+                "{program}: set the earlier recording aside: {} is now {}",
+                p.display(),
+                aside.display()
+            );
+        }
+        Ok(())
     }
 
     /// Every option checked, and every file this run will write (-o and the
@@ -178,6 +209,15 @@ impl CollectArgs {
         }
         if !self.no_seal && self.seal_every == 0 {
             anyhow::bail!("--seal-every must be at least 1 line");
+        }
+        let to_stdout = self.output.as_ref().is_none_or(|p| p.as_os_str() == "-");
+        if self.set_aside_previous
+            && to_stdout
+            && !outputs.iter().any(|o| o.existing == Existing::SetAside)
+        {
+            anyhow::bail!(
+                "--set-aside-previous renames an earlier recording at -o or --archive: name one (stdout has none)"
+            );
         }
         let rotating = self.check_rotation()?;
         crate::syscalls::select(self.syscalls.as_deref())?;
@@ -299,6 +339,7 @@ pub fn run_with_sink(
         Some(e) => Some(e),
         None => args.bind_metrics()?,
     };
+    args.move_previous_aside("custos collect")?;
     let stats_interval = if args.stats_interval == 0.0 {
         None
     } else {

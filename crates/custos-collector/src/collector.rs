@@ -494,7 +494,15 @@ pub fn collect<W: Write>(
     if reuse_pins {
         // Threads that exited while no collector ran left their entries.
         features::forget_dead_tasks(&skel.maps.task_features);
-        features::publish(&skel.maps.global_features, 0, 0, true, monotonic_ns(), None)?;
+        features::publish(
+            &skel.maps.global_features,
+            0,
+            0,
+            true,
+            monotonic_ns(),
+            None,
+            &features::Account::default(),
+        )?;
     } else {
         pin(&skel)?;
     }
@@ -529,6 +537,7 @@ pub fn collect<W: Write>(
         false,
         monotonic_ns(),
         None,
+        &features::Account::default(),
     );
     result
 }
@@ -560,7 +569,15 @@ fn pin(skel: &MainSkel) -> Result<()> {
         let _ = std::fs::remove_file(features::task_features_path());
         return Err(e);
     }
-    features::publish(&skel.maps.global_features, 0, 0, true, monotonic_ns(), None)
+    features::publish(
+        &skel.maps.global_features,
+        0,
+        0,
+        true,
+        monotonic_ns(),
+        None,
+        &features::Account::default(),
+    )
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -791,6 +808,19 @@ fn drain<W: Write>(
                 );
             }
         }
+        let account = features::Account {
+            delivered: consumer.borrow().counters.delivered,
+            dropped: {
+                let mut d = [0; NR_RINGS];
+                for s in &states {
+                    d[RING_CRITICAL] += s.drops[DROP_CRITICAL];
+                    d[RING_EVENTS] += s.drops[DROP_EVENTS];
+                    d[RING_ATTRS] += s.drops[DROP_ATTRS];
+                }
+                d
+            },
+            lost_to_skips: skips.unnumbered,
+        };
         features::publish(
             &skel.maps.global_features,
             produced,
@@ -798,6 +828,7 @@ fn drain<W: Write>(
             true,
             monotonic_ns(),
             Some(&view),
+            &account,
         )?;
         if let Some(publisher) = opts.metrics.as_ref().filter(|p| p.due()) {
             let g = global_snapshot(skel);
@@ -926,7 +957,15 @@ fn watch(
     let mut served = Metrics::new(0);
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(opts.poll_interval);
-        features::publish(&skel.maps.global_features, 0, 0, true, monotonic_ns(), None)?;
+        features::publish(
+            &skel.maps.global_features,
+            0,
+            0,
+            true,
+            monotonic_ns(),
+            None,
+            &features::Account::default(),
+        )?;
         if let Some(publisher) = opts.metrics.as_ref().filter(|p| p.due()) {
             // Nothing is recorded: produced, the skips and the rings' (unused) state.
             let states = read_cpu_states(skel)?;

@@ -129,7 +129,7 @@ pub fn encode_metrics(e: &mut DescriptorEncoder, m: &Metrics) -> std::fmt::Resul
             None,
             MetricType::Gauge,
         )?;
-        for (ring, fill) in ["critical", "events", "attrs"].iter().zip(m.ring_fill) {
+        for (ring, fill) in crate::features::RING_NAMES.iter().zip(m.ring_fill) {
             ConstGauge::new(1.0 - fill).encode(fam.encode_family(&[("ring", *ring)])?)?;
         }
     }

@@ -125,7 +125,12 @@ pub fn forget_dead_tasks(map: &dyn MapCore) {
 fn running_collector(global: &Path) -> Option<u32> {
     let map = MapHandle::from_pinned_path(global).ok()?;
     let raw = map.lookup(&0u32.to_ne_bytes(), MapFlags::ANY).ok()??;
-    let g = read_global(&raw)?;
+    collector_pid(&read_global(&raw)?)
+}
+
+/// The pid of the collector these global features say is attached, if
+/// that process is alive (one killed outright never said it stopped).
+pub fn collector_pid(g: &GlobalFeatures) -> Option<u32> {
     if g.collector_running == 0 {
         return None;
     }
@@ -133,6 +138,57 @@ fn running_collector(global: &Path) -> Option<u32> {
     // SAFETY: kill with signal 0 only checks that the process exists.
     let alive = pid != 0 && unsafe { libc::kill(pid as i32, 0) } == 0;
     alive.then_some(pid)
+}
+
+/// The rings by their index in the features (enum custos_ring), as the
+/// metrics and `custos status` name them.
+pub const RING_NAMES: [&str; NR_RINGS] = ["critical", "events", "attrs"];
+
+/// The global features pinned in `pin_dir` (the collector's
+/// [`PIN_DIR`], or `custos sched --pin-dir`): `None` when nothing is
+/// pinned there; an error when they cannot be read (not root) or have
+/// another layout (pinned by another custos version).
+pub fn read_pinned_global(pin_dir: &Path) -> Result<Option<GlobalFeatures>> {
+    let path = pin_dir.join(GLOBAL_FEATURES_MAP);
+    match path.try_exists() {
+        Ok(false) => return Ok(None),
+        Ok(true) => {}
+        Err(e) => return Err(e).with_context(|| format!("looking for {}", path.display())),
+    }
+    let map = MapHandle::from_pinned_path(&path).with_context(|| {
+        format!(
+            "cannot open the pinned map {} (reading pinned BPF maps needs root)",
+            path.display()
+        )
+    })?;
+    let size = map
+        .info()
+        .with_context(|| format!("reading {}", path.display()))?
+        .info
+        .value_size as usize;
+    if size != size_of::<GlobalFeatures>() {
+        bail!(
+            "{} holds {size}-byte values, this custos reads {}: it was pinned by another custos version (a collector of this version replaces it as it starts)",
+            path.display(),
+            size_of::<GlobalFeatures>()
+        );
+    }
+    let raw = map
+        .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)
+        .with_context(|| format!("reading {}", path.display()))?;
+    Ok(raw.as_deref().and_then(read_global))
+}
+
+/// The version the collector wrote into the global features ("" before
+/// any collector did).
+pub fn collector_version(g: &GlobalFeatures) -> String {
+    let bytes: Vec<u8> = g
+        .collector_version
+        .iter()
+        .map(|&c| c as u8)
+        .take_while(|&c| c != 0)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 /// The two feature structs are plain old data (include/custos/
@@ -290,9 +346,21 @@ pub struct RingView {
     pub floor: [u64; NR_RINGS],
 }
 
+/// The collector's account so far, as [`publish`] writes it for
+/// `custos status`: what the consumer received and what was lost, by cause.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Account {
+    pub delivered: u64,
+    /// By ring (enum custos_ring): events refused by the critical and
+    /// events rings, attribute halves by the attrs ring.
+    pub dropped: [u64; NR_RINGS],
+    /// Events lost to the kernel's skips, at most (stats `unnumbered`).
+    pub lost_to_skips: u64,
+}
+
 /// Publishes the consumer side of the global features (produced, consumed,
-/// consumer lag, consumer pids, and the rings when given); the BPF side
-/// also writes ring availability, at submit.
+/// consumer lag, consumer pids, the account, the version, and the rings
+/// when given); the BPF side also writes ring availability, at submit.
 pub fn publish(
     map: &dyn MapCore,
     produced: u64,
@@ -300,6 +368,7 @@ pub fn publish(
     running: bool,
     now_ns: u64,
     rings: Option<&RingView>,
+    account: &Account,
 ) -> Result<()> {
     let key = 0u32.to_ne_bytes();
     let raw = map
@@ -314,6 +383,15 @@ pub fn publish(
     g.consumer_pids[0] = std::process::id();
     g.nr_consumers = 1;
     g.collector_running = running as u32;
+    g.delivered = account.delivered;
+    g.dropped = account.dropped;
+    g.lost_to_skips = account.lost_to_skips;
+    let version = env!("CARGO_PKG_VERSION").as_bytes();
+    let n = version.len().min(VERSION_LEN - 1);
+    g.collector_version = [0; VERSION_LEN];
+    for (to, from) in g.collector_version.iter_mut().zip(&version[..n]) {
+        *to = *from as _;
+    }
     if let Some(r) = rings {
         g.ring_size = r.size;
         g.ring_free_bytes = r.free;

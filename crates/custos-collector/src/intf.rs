@@ -66,6 +66,7 @@ pub const PIN_DIR: &str = "/sys/fs/bpf/custos";
 pub const TASK_FEATURES_MAP: &str = "task_features";
 pub const GLOBAL_FEATURES_MAP: &str = "global_features";
 pub const MAX_CONSUMERS: usize = 8;
+pub const VERSION_LEN: usize = 32;
 pub const RING_CRITICAL: usize = 0;
 pub const RING_EVENTS: usize = 1;
 pub const RING_ATTRS: usize = 2;

@@ -14,6 +14,7 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 pub mod segments;
 
@@ -27,6 +28,12 @@ pub enum Existing {
     Replace,
     /// Written after what it holds (the store; documented append modes).
     Append,
+    /// Renamed aside, never replaced (`custos collect --set-aside-previous`):
+    /// [`check`] accepts it where its directory lets it be renamed, the
+    /// caller calls [`set_aside`] once every option is checked, and
+    /// [`create`] then refuses whatever stands at the path, as with
+    /// [`Existing::Refuse`].
+    SetAside,
 }
 
 impl Existing {
@@ -123,6 +130,9 @@ pub fn check(outputs: &[Output<'_>], inputs: &[&Path]) -> Result<()> {
         if path.as_os_str().is_empty() {
             bail!("{flag}: an empty file name");
         }
+        if o.existing == Existing::SetAside {
+            check_aside(flag, path)?;
+        }
         match std::fs::metadata(path) {
             Ok(m) if m.is_dir() => bail!("{flag} {}: is a directory", path.display()),
             // A regular file holds what a previous run wrote.
@@ -131,6 +141,8 @@ pub fn check(outputs: &[Output<'_>], inputs: &[&Path]) -> Result<()> {
                 path.display(),
                 m.len()
             ),
+            // Renamed, not written: check_aside found its directory writable.
+            Ok(m) if m.is_file() && o.existing == Existing::SetAside => {}
             // Existing (a file we may replace or append to, a FIFO, /dev/null): writable?
             Ok(_) => may(path, libc::W_OK)
                 .with_context(|| format!("{flag} {}: cannot write it", path.display()))?,
@@ -173,14 +185,15 @@ pub fn check(outputs: &[Output<'_>], inputs: &[&Path]) -> Result<()> {
 pub fn create(o: &Output<'_>) -> Result<File> {
     let mut opts = OpenOptions::new();
     match o.existing {
-        Existing::Refuse => opts.write(true).create_new(true),
+        // Set aside already: what stands there now appeared since.
+        Existing::Refuse | Existing::SetAside => opts.write(true).create_new(true),
         Existing::Replace => opts.write(true).create(true).truncate(true),
         Existing::Append => opts.append(true).create(true),
     };
     let opened = match opts.open(o.path) {
         // Not a file of ours (/dev/null, a FIFO): written to, as check() allowed.
         Err(e)
-            if o.existing == Existing::Refuse
+            if matches!(o.existing, Existing::Refuse | Existing::SetAside)
                 && e.kind() == std::io::ErrorKind::AlreadyExists
                 && std::fs::metadata(o.path).is_ok_and(|m| !m.is_file() && !m.is_dir()) =>
         {
@@ -189,13 +202,131 @@ pub fn create(o: &Output<'_>) -> Result<File> {
         r => r,
     };
     opened.with_context(|| match o.existing {
-        Existing::Refuse if o.path.exists() => format!(
+        Existing::Refuse | Existing::SetAside if o.path.exists() => format!(
             "{} {}: the file exists and is left as it is (add --force to replace it)",
             o.flag,
             o.path.display()
         ),
         _ => format!("{} {}: cannot create it", o.flag, o.path.display()),
     })
+}
+
+/// Whether `path` holds an earlier recording: a regular file, or a
+/// directory with segments of a rotated series (a directory without any is
+/// written into as it is, [`segments::check_dir`]).
+fn holds_recording(path: &Path) -> Result<bool> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() => Ok(true),
+        Ok(m) if m.is_dir() => Ok(!segments::list(path)?.is_empty()),
+        Ok(_) => Ok(false),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e).with_context(|| path.display().to_string()),
+    }
+}
+
+/// What [`set_aside`] needs, checked before anything is made: a name of
+/// its own to add the time to (not `.`, `..` or `/`), and, if a recording
+/// is there, a directory that lets it be renamed.
+fn check_aside(flag: &str, path: &Path) -> Result<()> {
+    if path.file_name().is_none() {
+        bail!(
+            "{flag} {}: an earlier recording there is set aside under its name and the time, so name it by its own name (not . , .. or /)",
+            path.display()
+        );
+    }
+    if holds_recording(path)? {
+        let dir = parent(path);
+        may(dir, libc::W_OK | libc::X_OK).with_context(|| {
+            format!(
+                "{flag} {}: the earlier recording there cannot be set aside: cannot rename in {}",
+                path.display(),
+                dir.display()
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// `YYYYMMDDTHHMMSS.NNNNNNNNNZ`, the UTC time `t` to the nanosecond: the
+/// basic ISO 8601 form, no colon in a file name, sorting as the times do.
+fn utc_stamp(t: SystemTime) -> Result<String> {
+    let d = t
+        .duration_since(UNIX_EPOCH)
+        .context("the clock reads before 1970")?;
+    let secs = libc::time_t::try_from(d.as_secs()).context("the clock is out of range")?;
+    // SAFETY: gmtime_r fills the struct we own from the time we own.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    if unsafe { libc::gmtime_r(&secs, &mut tm) }.is_null() {
+        bail!("the clock is out of range ({secs} s)");
+    }
+    Ok(format!(
+        "{:04}{:02}{:02}T{:02}{:02}{:02}.{:09}Z",
+        tm.tm_year + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec,
+        d.subsec_nanos()
+    ))
+}
+
+/// Moves an earlier recording at `path` (a file, or a directory holding a
+/// rotated series' segments) aside to `path.YYYYMMDDTHHMMSS.NNNNNNNNNZ`,
+/// the UTC time of the move, and returns that name; `None` when there is
+/// none to move. One rename(2) with RENAME_NOREPLACE: the recording is
+/// wholly at one name or the other, and nothing at the new name is ever
+/// replaced or entered. Call it after [`check`] (or
+/// [`segments::check_dir`]) accepted the output as [`Existing::SetAside`].
+pub fn set_aside(flag: &str, path: &Path) -> Result<Option<PathBuf>> {
+    set_aside_at(flag, path, SystemTime::now())
+}
+
+fn set_aside_at(flag: &str, path: &Path, now: SystemTime) -> Result<Option<PathBuf>> {
+    check_aside(flag, path)?;
+    if !holds_recording(path)? {
+        return Ok(None);
+    }
+    let mut name = path.file_name().expect("checked above").to_os_string();
+    name.push(".");
+    name.push(utc_stamp(now)?);
+    let aside = parent(path).join(name);
+    let c = |p: &Path| {
+        CString::new(p.as_os_str().as_bytes())
+            .with_context(|| format!("{flag} {}: a NUL in the name", p.display()))
+    };
+    let (from, to) = (c(path)?, c(&aside)?);
+    // SAFETY: two NUL-terminated paths that live across the call.
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    if rc != 0 {
+        let err = std::io::Error::last_os_error();
+        let why = match err.raw_os_error() {
+            Some(libc::EEXIST) => format!("{} exists already and is not replaced", aside.display()),
+            Some(libc::EBUSY) => {
+                "it is in use by the system (a mount point?): name a directory inside it".into()
+            }
+            Some(libc::EINVAL) => format!(
+                "the file system of {} cannot rename without the risk of replacing (no RENAME_NOREPLACE)",
+                parent(path).display()
+            ),
+            _ => format!("renaming it to {}", aside.display()),
+        };
+        return Err(err).with_context(|| {
+            format!(
+                "{flag} {}: the earlier recording there cannot be set aside, and is left as it is: {why}",
+                path.display()
+            )
+        });
+    }
+    Ok(Some(aside))
 }
 
 #[cfg(test)]
@@ -239,6 +370,71 @@ mod tests {
         create(&out(&new, Existing::Refuse)).unwrap();
         assert!(new.exists());
         create(&out(Path::new("/dev/null"), Existing::Refuse)).unwrap();
+    }
+
+    /// An earlier recording (a file, a directory of segments) moves whole
+    /// to its name and the UTC time; nothing else moves, nothing at the
+    /// new name is replaced or entered, and a name without one is refused.
+    #[test]
+    fn set_aside_renames_a_recording_and_never_replaces() {
+        let at = |ns: u64| UNIX_EPOCH + std::time::Duration::from_nanos(ns);
+        let t = at(1_795_256_104_123_456_789);
+        assert_eq!(utc_stamp(t).unwrap(), "20261121T101504.123456789Z");
+        assert_eq!(utc_stamp(at(5)).unwrap(), "19700101T000000.000000005Z");
+
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let file = d.join("events.jsonl");
+        std::fs::write(&file, "first\n").unwrap();
+        let aside = set_aside_at("-o", &file, t).unwrap().unwrap();
+        assert_eq!(aside, d.join("events.jsonl.20261121T101504.123456789Z"));
+        assert_eq!(std::fs::read_to_string(&aside).unwrap(), "first\n");
+        assert!(!file.exists());
+        // Nothing there: nothing to do.
+        assert_eq!(set_aside_at("-o", &file, t).unwrap(), None);
+        // The same name taken: both left as they are.
+        std::fs::write(&file, "second\n").unwrap();
+        let e = set_aside_at("-o", &file, t).unwrap_err();
+        assert!(format!("{e:#}").contains("exists already"), "{e:#}");
+        assert_eq!(std::fs::read_to_string(&aside).unwrap(), "first\n");
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "second\n");
+
+        // A series: the directory whole; into a directory of the same name
+        // neither replaced nor entered.
+        let series = d.join("events");
+        std::fs::create_dir(&series).unwrap();
+        std::fs::write(series.join(segments::file_name(1)), "seg\n").unwrap();
+        let taken = d.join("events.20261121T101504.123456789Z");
+        std::fs::create_dir(&taken).unwrap();
+        let e = set_aside_at("-o", &series, t).unwrap_err();
+        assert!(format!("{e:#}").contains("exists already"), "{e:#}");
+        assert_eq!(std::fs::read_dir(&taken).unwrap().count(), 0);
+        let later = set_aside_at("-o", &series, at(1_795_256_105_000_000_000))
+            .unwrap()
+            .unwrap();
+        assert_eq!(later, d.join("events.20261121T101505.000000000Z"));
+        assert_eq!(
+            std::fs::read_to_string(later.join(segments::file_name(1))).unwrap(),
+            "seg\n"
+        );
+        // A directory without segments holds no recording: it stays.
+        std::fs::create_dir(&series).unwrap();
+        std::fs::write(series.join("notes.txt"), "").unwrap();
+        assert_eq!(set_aside_at("-o", &series, t).unwrap(), None);
+        assert!(series.join("notes.txt").exists());
+        // No name to add the time to.
+        for p in [".", "..", "/"] {
+            let e = set_aside_at("-o", Path::new(p), t).unwrap_err();
+            assert!(format!("{e:#}").contains("by its own name"), "{p}: {e:#}");
+            let e = check(&[Output::new("-o", Path::new(p), Existing::SetAside)], &[]);
+            assert!(e.is_err(), "{p}");
+        }
+        // check() accepts an existing file to set aside; create() then
+        // refuses one that stands there again.
+        let o = Output::new("-o", &file, Existing::SetAside);
+        check(&[o], &[]).unwrap();
+        assert!(create(&o).is_err());
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "second\n");
     }
 
     #[test]

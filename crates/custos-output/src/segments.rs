@@ -53,11 +53,20 @@ pub fn list(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
 /// anything is made: a new directory (its parent must exist and be
 /// writable), or an existing writable one. One that already holds segments
 /// is an earlier recording: refused unless `existing` allows replacing it
-/// (`--force`; the caller then removes those segments, and only those).
+/// (`--force`; the caller then removes those segments, and only those) or
+/// setting it aside (the caller then renames the directory, [`crate::set_aside`]).
 /// Files that are not segments are never touched, so they do not count.
 pub fn check_dir(flag: &str, dir: &Path, existing: Existing) -> Result<()> {
     if dir.as_os_str().is_empty() || dir.as_os_str() == "-" {
         bail!("{flag}: rotation writes segment files into a directory: name one (not stdout)");
+    }
+    if existing == Existing::SetAside {
+        crate::check_aside(flag, dir)?;
+        // Renamed whole, and a new directory made beside it: the parent's
+        // permission was what counted.
+        if crate::holds_recording(dir)? {
+            return Ok(());
+        }
     }
     match std::fs::metadata(dir) {
         Ok(m) if !m.is_dir() => bail!(
@@ -147,6 +156,10 @@ mod tests {
             "{e:#}"
         );
         check_dir("-o", d, Existing::Replace).unwrap();
+        // Or set aside, whole: its parent must let it be renamed.
+        check_dir("-o", d, Existing::SetAside).unwrap();
+        let e = check_dir("-o", Path::new("/"), Existing::SetAside).unwrap_err();
+        assert!(format!("{e:#}").contains("by its own name"), "{e:#}");
         // A file, a missing parent, stdout.
         let e = check_dir("-o", &d.join("notes.txt"), Existing::Replace).unwrap_err();
         assert!(format!("{e:#}").contains("is not a directory"), "{e:#}");

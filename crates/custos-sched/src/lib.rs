@@ -51,7 +51,7 @@ pub mod stats;
 pub mod train;
 pub mod waiting_time;
 
-pub use scheduler::sched_ext_state;
+pub use scheduler::{sched_ext_state, Attached};
 
 /// Number of budgeted queues the BPF side supports (queue 0 is primary).
 pub const MAX_BUDGETED_QUEUES: u32 = bpf_intf::custos_sched_consts_CUSTOS_MAX_QUEUES - 1;

@@ -31,12 +31,73 @@ use custos_policy::features::{norm_log2, norm_percent};
 use custos_policy::model::Model;
 
 const SCHED_EXT_STATE: &str = "/sys/kernel/sched_ext/state";
+/// The attached scheduler's name: its ops' `.name` and, from scx_utils, its
+/// version (`custos_0.1.0_...`).
+const SCHED_EXT_OPS: &str = "/sys/kernel/sched_ext/root/ops";
+/// The ops' `.name` in src/bpf/main.bpf.c.
+const OPS_NAME: &str = "custos";
 
 /// `/sys/kernel/sched_ext/state` ("enabled", "disabled", ...), None without sched_ext.
 pub fn sched_ext_state() -> Option<String> {
     std::fs::read_to_string(SCHED_EXT_STATE)
         .ok()
         .map(|s| s.trim().to_string())
+}
+
+/// What sched_ext runs on this kernel (`custos status`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Attached {
+    /// The kernel has no sched_ext (no /sys/kernel/sched_ext/state).
+    NoSchedExt,
+    /// sched_ext is there, no BPF scheduler is attached (`state` says so).
+    Nothing { state: String },
+    /// Another sched_ext scheduler, by its ops' name.
+    Other { state: String, ops: String },
+    /// `custos sched`, with the version its ops' name carries.
+    Custos {
+        state: String,
+        ops: String,
+        version: String,
+    },
+}
+
+impl Attached {
+    /// What sysfs says now.
+    pub fn now() -> Self {
+        let ops = std::fs::read_to_string(SCHED_EXT_OPS).ok();
+        Self::from_sysfs(sched_ext_state(), ops.as_deref())
+    }
+
+    /// From the contents of /sys/kernel/sched_ext/state and root/ops.
+    pub fn from_sysfs(state: Option<String>, ops: Option<&str>) -> Self {
+        let Some(state) = state else {
+            return Attached::NoSchedExt;
+        };
+        let ops = ops.map(str::trim).unwrap_or_default();
+        // root/ops keeps the last scheduler's name after it detached.
+        if ops.is_empty() || state == "disabled" {
+            return Attached::Nothing { state };
+        }
+        let ours = ops == OPS_NAME || ops.starts_with(&format!("{OPS_NAME}_"));
+        if !ours {
+            return Attached::Other {
+                state,
+                ops: ops.to_string(),
+            };
+        }
+        // scx_utils appends `_<version>[_<git>][_<build tag>]` to the name.
+        let version = ops[OPS_NAME.len()..]
+            .trim_start_matches('_')
+            .split('_')
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        Attached::Custos {
+            state,
+            ops: ops.to_string(),
+            version,
+        }
+    }
 }
 
 /// Fails clearly on kernels that cannot run a sched_ext scheduler.
@@ -50,7 +111,7 @@ pub fn check_kernel() -> Result<()> {
             SCHED_EXT_STATE
         );
     }
-    if let Ok(ops) = std::fs::read_to_string("/sys/kernel/sched_ext/root/ops") {
+    if let Ok(ops) = std::fs::read_to_string(SCHED_EXT_OPS) {
         if sched_ext_state().as_deref() == Some("enabled") {
             bail!(
                 "another sched_ext scheduler ({}) is attached; stop it first",
@@ -1052,6 +1113,48 @@ pub fn run(
 mod tests {
     use super::*;
     use clap::Parser;
+
+    /// sysfs read as `custos status` reports it: no sched_ext, nothing
+    /// attached (root/ops keeps a detached scheduler's name), another
+    /// scheduler, and ours with the version scx_utils put in its name.
+    #[test]
+    fn attached_reads_sysfs() {
+        let s = |v: &str| Some(v.to_string());
+        assert_eq!(Attached::from_sysfs(None, None), Attached::NoSchedExt);
+        assert_eq!(
+            Attached::from_sysfs(s("disabled"), Some("custos_0.1.0\n")),
+            Attached::Nothing {
+                state: "disabled".into()
+            }
+        );
+        assert_eq!(
+            Attached::from_sysfs(s("enabled"), Some("bpfland_1.0.9_x86_64\n")),
+            Attached::Other {
+                state: "enabled".into(),
+                ops: "bpfland_1.0.9_x86_64".into()
+            }
+        );
+        // A name that only begins like ours is another scheduler's.
+        assert!(matches!(
+            Attached::from_sysfs(s("enabled"), Some("custosx_1")),
+            Attached::Other { .. }
+        ));
+        for (ops, version) in [
+            ("custos_0.1.0_g1a2b3c4_x86_64_unknown_linux_gnu\n", "0.1.0"),
+            ("custos_0.1.0", "0.1.0"),
+            ("custos", ""),
+        ] {
+            assert_eq!(
+                Attached::from_sysfs(s("enabled"), Some(ops)),
+                Attached::Custos {
+                    state: "enabled".into(),
+                    ops: ops.trim().into(),
+                    version: version.into()
+                },
+                "{ops}"
+            );
+        }
+    }
 
     #[derive(Parser)]
     struct Cli {

@@ -406,7 +406,8 @@ pub fn create(
     }
     let old = list(dir)?;
     if !old.is_empty() {
-        if existing == Existing::Refuse {
+        // Set aside already: segments here now appeared since.
+        if matches!(existing, Existing::Refuse | Existing::SetAside) {
             bail!(
                 "-o/--output {}: holds segments of an earlier recording, left as they are (add --force to replace them)",
                 dir.display()

@@ -74,6 +74,23 @@ pub fn run(cmd: CollectCmd) -> Result<i32> {
         true => None,
         false => cmd.collect.bind_metrics()?,
     };
+    // After the port, before any output: a refusal moves nothing.
+    if !cmd.collect.list_syscalls {
+        cmd.collect.move_previous_aside("custos collect")?;
+        if let Some(a) = cmd
+            .archive
+            .as_ref()
+            .filter(|_| existing == Existing::SetAside)
+        {
+            if let Some(aside) = custos_output::set_aside("--archive", a)? {
+                eprintln!(
+                    "custos collect: set the earlier recording aside: {} is now {}",
+                    a.display(),
+                    aside.display()
+                );
+            }
+        }
+    }
     if cmd.db.is_none() && cmd.archive.is_none() && kafka.is_none() {
         return custos_collector::cli::run_with_sink(cmd.collect, None, endpoint);
     }

@@ -6,7 +6,9 @@
 //! The file is turned into `--key=value` arguments placed before the
 //! user's own, and clap then parses everything as usual: the file gets
 //! exactly the command line's validation, and the set of valid keys is
-//! clap's own (one definition, no list kept here).
+//! clap's own (one definition, no list kept here). A file's key the
+//! command line overrides, directly or by a flag that conflicts with it,
+//! is left out.
 
 use anyhow::{anyhow, bail, Context, Result};
 use std::ffi::OsString;
@@ -50,16 +52,16 @@ pub fn expand(cmd: &clap::Command, argv: Vec<OsString>) -> Result<(Vec<OsString>
         let toml::Value::Table(t) = value else {
             bail!("{file}: `{name}` must be a table ([{name}] with the flags under it), not a single value");
         };
-        tables.push((name.as_str(), to_args(&file, name, sub, t)?));
+        tables.push((name.as_str(), sub, to_args(&file, name, sub, t)?));
     }
     let (at, running) = subcommand_path(cmd, &argv);
-    let Some((_, extra)) = tables.into_iter().find(|(n, _)| *n == running) else {
+    let Some((_, sub, extra)) = tables.into_iter().find(|(n, _, _)| *n == running) else {
         return Ok((argv, None));
     };
     let user = &argv[at..];
     let mut out = argv[..at].to_vec();
     for (arg, value) in extra {
-        if !given(arg, user) {
+        if !given(arg, user) && !overridden(sub, arg, user) {
             out.extend(value);
         }
     }
@@ -211,6 +213,25 @@ fn to_args<'a>(
         out.push((arg, args));
     }
     Ok(out)
+}
+
+/// Whether the user set a flag that `arg` conflicts with (`--force`
+/// against the file's `set-aside-previous`): the user's choice wins over
+/// the file's, as it does for `arg` itself, instead of a conflict the
+/// user never typed.
+fn overridden(sub: &clap::Command, arg: &clap::Arg, user: &[OsString]) -> bool {
+    let id = arg.get_id();
+    let against = sub.get_arg_conflicts_with(arg);
+    sub.get_arguments()
+        .filter(|other| other.get_id() != id)
+        .filter(|other| {
+            against.iter().any(|a| a.get_id() == other.get_id())
+                || sub
+                    .get_arg_conflicts_with(other)
+                    .iter()
+                    .any(|a| a.get_id() == id)
+        })
+        .any(|other| given(other, user))
 }
 
 /// Whether the user set `arg` on the command line (long or short form) or

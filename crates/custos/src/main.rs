@@ -7,6 +7,7 @@ use std::path::PathBuf;
 mod collect;
 mod config;
 mod docs;
+mod status;
 mod verify;
 
 /// mimalloc instead of glibc malloc: the store's ingest (`ingest`, `collect
@@ -57,6 +58,9 @@ enum Command {
     /// Many hosts: move the collectors' Kafka topic into ClickHouse (docs/fleet.md).
     #[command(subcommand)]
     Fleet(custos_fleet::cli::FleetCommand),
+    /// Whether the collector and the scheduler run here: versions, pins, losses and rings so far.
+    #[command(after_help = status::EXIT_STATUS)]
+    Status(status::StatusArgs),
 }
 
 fn main() {
@@ -108,6 +112,7 @@ fn main() {
         Command::Placement(cmd) => custos_sched::placement::run(cmd),
         Command::Verify(args) => verify::run(args),
         Command::Fleet(cmd) => custos_fleet::cli::run(cmd),
+        Command::Status(args) => status::run(args),
     };
     match result {
         Ok(code) => std::process::exit(code),

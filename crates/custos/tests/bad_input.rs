@@ -633,3 +633,66 @@ fn collect_refuses_bad_rotation_before_touching_a_series() {
     );
     assert!(!db.exists(), "the store was made for nothing");
 }
+
+/// `--set-aside-previous` is checked with every other flag and output: a
+/// refusal moves nothing, and it is refused where it would name nothing.
+#[test]
+fn collect_refuses_a_bad_set_aside_before_moving_anything() {
+    let dir = tempfile::tempdir().unwrap();
+    let (file, body) = old_file(dir.path(), "events.jsonl");
+    let series = dir.path().join("series");
+    std::fs::create_dir(&series).unwrap();
+    let (seg, seg_body) = old_file(&series, "segment-000001.jsonl");
+    let kept: &[(&Path, &[u8])] = &[(&file, &body), (&seg, &seg_body)];
+    let names = || {
+        let mut v: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        v.sort();
+        v
+    };
+    let before = names();
+    let (s, f) = (series.to_str().unwrap(), file.to_str().unwrap());
+    let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = holder.local_addr().unwrap().to_string();
+    let zst = dir.path().join("new.jsonl.zst");
+    let series_aside = ["-o", s, "--rotate-mb", "1", "--set-aside-previous"];
+    for (args, why) in [
+        (
+            [&series_aside[..], &["--rotate-keep", "0"]].concat(),
+            "--rotate-keep must be at least 1",
+        ),
+        (
+            ["-o", f, "--set-aside-previous", "--reorder-buffer-mb", "0"].to_vec(),
+            "--reorder-buffer-mb",
+        ),
+        (
+            [&series_aside[..], &["--metrics", &taken]].concat(),
+            "cannot listen there",
+        ),
+        (
+            [&series_aside[..], &["--archive", zst.to_str().unwrap()]].concat(),
+            "--archive writes one compressed file",
+        ),
+        (
+            ["-o", f, "--set-aside-previous", "--force"].to_vec(),
+            "cannot be used with",
+        ),
+        (
+            ["--set-aside-previous"].to_vec(),
+            "--set-aside-previous renames an earlier recording",
+        ),
+        (
+            ["-o", "-", "--set-aside-previous"].to_vec(),
+            "--set-aside-previous renames an earlier recording",
+        ),
+        (
+            ["-o", "/", "--rotate-mb", "1", "--set-aside-previous"].to_vec(),
+            "by its own name",
+        ),
+    ] {
+        refused(&[&["collect"], &args[..]].concat(), why, kept);
+        assert_eq!(names(), before, "{args:?} moved or made something");
+    }
+}

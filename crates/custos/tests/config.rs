@@ -1,5 +1,6 @@
 //! The configuration file (`--config FILE`, src/config.rs): its values take
-//! effect, the command line and the environment override them, and a bad
+//! effect, the command line and the environment override them (also by a
+//! flag that conflicts with the file's), and a bad
 //! file (unknown table or key, wrong type, a value the flag refuses, a file
 //! that cannot be read) is refused with its name before any file is
 //! created. `custos ingest` serves as the subcommand: it needs no BPF and
@@ -89,6 +90,35 @@ fn the_files_values_take_effect_and_the_command_line_and_environment_override_th
     let out = custos(dir, &["--config", &cfg, "ingest"], &[]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(names(dir), ["a.zst", "b.zst", "custos.toml", "s.db"]);
+
+    // A flag on the command line also overrides the file's keys that
+    // conflict with it, in both directions: no conflict the user never typed.
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let cfg = config(d, "[ingest]\ndb = \"s.db\"\nno-seal = true\n");
+    let out = custos(d, &["--config", &cfg, "ingest", "--seal-key", "k1"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        names(d),
+        ["custos.toml", "k1", "k1.pub", "s.db"],
+        "sealed with k1"
+    );
+    let cfg = config(d, "[ingest]\ndb = \"s.db\"\nseal-key = \"k2\"\n");
+    let out = custos(d, &["--config", &cfg, "ingest", "--no-seal"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        names(d),
+        ["custos.toml", "k1", "k1.pub", "s.db"],
+        "no key made"
+    );
+    // Both typed: clap's refusal, as without a file.
+    let out = custos(
+        d,
+        &["--config", &cfg, "ingest", "--no-seal", "--seal-key", "k3"],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("cannot be used with"));
 
     // Another subcommand's table does not apply to ingest, but is checked
     // (a_bad_file_is_refused...).

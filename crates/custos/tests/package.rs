@@ -4,8 +4,9 @@
 //! scripts/deps.sh), and the test unpacks it into a fresh directory tree
 //! with `dpkg-deb -x`: every file where the package's metadata says, the
 //! binary runs, the man pages render, the completions load, the config file
-//! parses, and the collector's unit from the package, with that config,
-//! records with real BPF (needs root; a host collector test).
+//! parses, and the collector's unit from the package records with real
+//! BPF by that config's values (a changed rotate-mb rotates it) and sets
+//! the recording before a restart aside (needs root; a host collector test).
 
 mod unit;
 
@@ -27,6 +28,7 @@ const FILES: &[&str] = &[
     "usr/share/man/man1/custos-collect.1.gz",
     "usr/share/man/man1/custos-sched.1.gz",
     "usr/share/man/man1/custos-fleet-ingest.1.gz",
+    "usr/share/man/man1/custos-status.1.gz",
     "usr/share/bash-completion/completions/custos",
     "usr/share/zsh/vendor-completions/_custos",
     "usr/share/fish/vendor_completions.d/custos.fish",
@@ -93,13 +95,23 @@ fn the_package_installs_every_file_and_its_collector_unit_records() {
         .arg(&deb)
         .arg("conffiles"));
     assert_eq!(conffiles.trim(), "/etc/custos/custos.toml");
-    // The units installed are the ones tests/units.rs checks in the tree.
-    for name in ["custos-collect.service", "custos-sched.service"] {
-        let tree = workspace().join("deploy/systemd").join(name);
+    // The units and the config installed are the ones tests/units.rs
+    // checks in the tree.
+    for name in [
+        "lib/systemd/system/custos-collect.service",
+        "lib/systemd/system/custos-sched.service",
+        "lib/systemd/system/custos-fleet-ingest.service",
+        "etc/custos/custos.toml",
+    ] {
+        let file = Path::new(name).file_name().unwrap();
+        let tree = match name.starts_with("etc/") {
+            true => workspace().join("deploy").join(file),
+            false => workspace().join("deploy/systemd").join(file),
+        };
         assert!(
-            std::fs::read(&tree).unwrap()
-                == std::fs::read(root.join("lib/systemd/system").join(name)).unwrap(),
-            "{name} differs from deploy/systemd/"
+            std::fs::read(&tree).unwrap() == std::fs::read(root.join(name)).unwrap(),
+            "{name} differs from {}",
+            tree.display()
         );
     }
 
@@ -113,7 +125,8 @@ fn the_package_installs_every_file_and_its_collector_unit_records() {
     // The pages render without groff warnings, and say what clap says.
     for (page, says) in [
         ("custos.1.gz", "custos-collect(1)"),
-        ("custos-collect.1.gz", "--rotate-mb"),
+        ("custos-collect.1.gz", "--set-aside-previous"),
+        ("custos-status.1.gz", "3  the collector is not running"),
     ] {
         let out = Command::new("man")
             .arg("-l")
@@ -143,29 +156,47 @@ fn the_package_installs_every_file_and_its_collector_unit_records() {
     )));
     assert_eq!(words.trim(), "collect");
 
-    // The config file as the collector's unit will read it: its paths
-    // moved like the unit's, passed with --config (the installed binary
-    // reads /etc/custos/custos.toml by itself).
+    // The config file as the units will read it, its values the package's
+    // but for the paths, moved like the units' (under a temporary
+    // directory), and the metrics ports (free ones); passed with --config
+    // (the installed binary reads /etc/custos/custos.toml by itself).
     let state = tmp.path().join("state");
     std::fs::create_dir(&state).unwrap();
     let config = root.join("etc/custos/custos.toml");
-    let text = std::fs::read_to_string(&config).unwrap();
-    std::fs::write(&config, unit::relocated(&text, "", &state)).unwrap();
+    let mut file = unit::relocated_config(&std::fs::read_to_string(&config).unwrap(), &state);
+    unit::write_config(&file, &config);
     // Every table of the file is checked before --help (src/config.rs).
     run(Command::new(&custos)
         .arg("--config")
         .arg(&config)
         .args(["collect", "--help"]));
 
+    // The package's collector unit records where the config says, with its
+    // values: here segments of 1 MiB instead of the package's 256, seen
+    // rotating; and a restart sets the first recording aside.
+    unit::set_config(&mut file, "collect", "rotate-mb", 1);
+    unit::write_config(&file, &config);
+    let out = PathBuf::from(unit::config_str(&file, "collect", "output"));
+    let port: u16 = unit::config_str(&file, "collect", "metrics")
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
     let command = format!("{} --config {}", custos.display(), config.display());
     let service =
         std::fs::read_to_string(root.join("lib/systemd/system/custos-collect.service")).unwrap();
-    let text = unit::relocated(&service, &command, &state);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let (_, body) = unit::run_collect_unit(&text, &state, port);
-    assert!(!body.is_empty());
+    let text = unit::relocated(&service, &command);
+    let (first, _) = unit::run_collect_unit(&text, &out, port, |o| {
+        unit::segments(o).last().is_some_and(|(n, _)| *n >= 2)
+    });
+    let closed = std::fs::metadata(&unit::segments(&out)[0].1).unwrap().len();
+    assert!(
+        (1 << 20..16 << 20).contains(&closed),
+        "a closed segment of {closed} bytes with rotate-mb 1"
+    );
+    let (second, _) = unit::run_collect_unit(&text, &out, port, unit::recorded_an_open);
+    let aside = unit::set_aside(&out);
+    assert_eq!(aside.len(), 1, "{aside:?}");
+    assert!(unit::recording(&aside[0]) == first && second != first);
 }

@@ -1,17 +1,25 @@
-//! The systemd units of deploy/systemd/ as systemd would run them: each
-//! passes `systemd-analyze verify` and its command line parses; the
-//! collector's unit, run as its lines say (ExecStartPre, ExecStart, the
-//! KillSignal within TimeoutStopSec, a restart), records with real BPF,
-//! stops with its final account, and never overwrites an earlier
-//! recording. Paths under /var/lib/custos and /usr/bin/custos are moved into
-//! a temporary directory; nothing else of the lines is changed. The
-//! collector part needs root (BPF); a host collector test.
+//! The systemd units of deploy/systemd/ as systemd would run them, with
+//! deploy/custos.toml as their /etc/custos/custos.toml: each unit passes
+//! `systemd-analyze verify` and its command line parses with the config;
+//! no unit passes an option the config sets (the config is the one place
+//! a service is configured); the collector's unit, run as its lines say
+//! (ExecStart, the KillSignal within TimeoutStopSec, restarts), records
+//! with real BPF where the config says and rotates by its values, stops
+//! with its final account, sets each earlier recording aside byte for
+//! byte, and refuses to start rather than move a recording it cannot.
+//! Paths under /var/lib/custos and the metrics ports of the config are
+//! moved into a temporary directory and to free ports, and the units'
+//! /usr/bin/custos is this build with `--config` that file; nothing else
+//! is changed. The collector part needs root (BPF); a host collector test.
 
 mod unit;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use unit::{pre_script, recording, relocated, run_collect_unit, value};
+use unit::{
+    config_str, recorded_an_open, recording, refused_collect_unit, relocated, relocated_config,
+    run_collect_unit, segments, set_aside, set_config, value, write_config,
+};
 
 const UNITS: &[&str] = &[
     "custos-collect.service",
@@ -19,18 +27,37 @@ const UNITS: &[&str] = &[
     "custos-fleet-ingest.service",
 ];
 
-fn unit(name: &str) -> String {
+fn deploy(name: &str) -> String {
     let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../deploy/systemd")
+        .join("../../deploy")
         .join(name);
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+fn unit(name: &str) -> String {
+    deploy(&format!("systemd/{name}"))
+}
+
+/// The unit with this build and `--config config` in place of /usr/bin/custos.
+fn with_config(name: &str, config: &Path) -> String {
+    let custos = format!(
+        "{} --config {}",
+        env!("CARGO_BIN_EXE_custos"),
+        config.display()
+    );
+    relocated(&unit(name), &custos)
 }
 
 #[test]
 fn every_unit_verifies_and_its_command_line_parses() {
     let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("custos.toml");
+    write_config(
+        &relocated_config(&deploy("custos.toml"), tmp.path()),
+        &config,
+    );
     for name in UNITS {
-        let text = relocated(&unit(name), env!("CARGO_BIN_EXE_custos"), tmp.path());
+        let text = with_config(name, &config);
         let path = tmp.path().join(name);
         std::fs::write(&path, &text).unwrap();
         let out = Command::new("systemd-analyze")
@@ -45,7 +72,7 @@ fn every_unit_verifies_and_its_command_line_parses() {
             String::from_utf8_lossy(&out.stderr)
         );
         // clap stops at --help only after parsing (and checking the values
-        // of) every argument before it.
+        // of) every argument before it, the config's included.
         let start = value(&text, "ExecStart");
         let mut words = start.split_whitespace();
         let out = Command::new(words.next().unwrap())
@@ -61,88 +88,186 @@ fn every_unit_verifies_and_its_command_line_parses() {
     }
 }
 
-#[test]
-fn the_collector_unit_records_stops_with_its_account_and_a_restart_keeps_the_recording() {
-    let tmp = tempfile::tempdir().unwrap();
-    let state = tmp.path();
-    let text = relocated(
-        &unit("custos-collect.service"),
-        env!("CARGO_BIN_EXE_custos"),
-        state,
-    );
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-
-    let (out, first) = run_collect_unit(&text, state, port);
-    // A restart: the first recording is moved aside, byte for byte, and a
-    // new one begins.
-    let (_, second) = run_collect_unit(&text, state, port);
-    let mut kept: Vec<PathBuf> = std::fs::read_dir(state)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| {
-            p != &out
-                && p.file_name()
-                    .unwrap()
-                    .to_string_lossy()
-                    .starts_with("events.")
-        })
-        .collect();
-    assert_eq!(kept.len(), 1, "{kept:?}");
-    let kept = kept.pop().unwrap();
-    assert!(
-        recording(&kept) == first,
-        "{} is not the first recording",
-        kept.display()
-    );
-    assert!(second != first);
-    // Named by the UTC time of the move: events.YYYYMMDDTHHMMSS.NNNNNNNNNZ
-    let name = kept.file_name().unwrap().to_string_lossy().into_owned();
-    let stamp = name.strip_prefix("events.").unwrap();
-    assert!(
-        stamp.len() == 26 && stamp.ends_with('Z') && stamp.as_bytes()[8] == b'T',
-        "{name}"
-    );
-
-    // A directory already at the name the move would take is neither
-    // replaced nor entered: `mv -n -T` leaves both, and collect then
-    // refuses the existing series.
-    let script = pre_script(&text);
-    let stamp = "$(date -u +%Y%m%dT%H%M%S.%NZ)";
-    assert!(script.contains(stamp), "{script}");
-    let script = script.replace(stamp, "fixed");
-    let fixed = state.join("events.fixed");
-    std::fs::create_dir(&fixed).unwrap();
-    std::fs::write(fixed.join("segment-000001.jsonl"), b"older\n").unwrap();
-    let st = Command::new("/bin/sh")
-        .args(["-c", &script])
-        .status()
-        .unwrap();
-    assert!(st.success());
-    assert!(
-        recording(&fixed) == b"older\n",
-        "a directory of the same name was replaced or entered"
-    );
-    assert!(
-        recording(&out) == second,
-        "the recording was moved onto another directory's name"
-    );
-    let start = value(&text, "ExecStart").replace("127.0.0.1:9464", &format!("127.0.0.1:{port}"));
-    let mut words = start.split_whitespace();
-    let refused = Command::new(words.next().unwrap())
-        .args(words)
+/// The long names of a subcommand's short options (`o` → `output`), from
+/// its --help: the binary's own definition, not a list kept here.
+fn longs_of_shorts(subcommand: &[&str]) -> Vec<(char, String)> {
+    let out = Command::new(env!("CARGO_BIN_EXE_custos"))
+        .args(subcommand)
+        .arg("--help")
+        // No host's /etc/custos/custos.toml: an empty file.
+        .args(["--config", "/dev/null"])
         .output()
         .unwrap();
+    assert!(out.status.success(), "{subcommand:?} --help");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim_start().strip_prefix('-')?;
+            let (short, rest) = l.split_once(", --")?;
+            let long = rest.split([' ', '=', '<']).next()?;
+            Some((short.chars().next()?, long.to_string()))
+        })
+        .collect()
+}
+
+/// The configuration has one home: a unit that passed an option the config
+/// sets would override it, and an operator's edit of the config would
+/// change nothing for that service.
+#[test]
+fn no_unit_passes_an_option_the_config_sets() {
+    let config: toml::Table = deploy("custos.toml").parse().unwrap();
+    let mut tables_used = Vec::new();
+    for name in UNITS {
+        let text = unit(name);
+        let start = value(&text, "ExecStart");
+        let mut words = start.split_whitespace();
+        assert_eq!(words.next(), Some("/usr/bin/custos"), "{name}");
+        let words: Vec<&str> = words.collect();
+        let path: Vec<&str> = words
+            .iter()
+            .copied()
+            .take_while(|w| !w.starts_with('-'))
+            .collect();
+        let table = path.join("-");
+        let shorts = longs_of_shorts(&path);
+        let set = config
+            .get(&table)
+            .and_then(|t| t.as_table())
+            .map(|t| t.keys().cloned().collect::<Vec<_>>())
+            .unwrap_or_default();
+        for w in &words[path.len()..] {
+            let long = match w.strip_prefix("--") {
+                Some(l) => l.split('=').next().unwrap().to_string(),
+                None => match w.strip_prefix('-').and_then(|s| s.chars().next()) {
+                    Some(c) => shorts
+                        .iter()
+                        .find(|(s, _)| *s == c)
+                        .map(|(_, l)| l.clone())
+                        .unwrap_or_else(|| panic!("{name}: no long name for {w}")),
+                    None => continue,
+                },
+            };
+            assert!(
+                !set.contains(&long),
+                "{name}: ExecStart passes {w} (--{long}), which deploy/custos.toml's [{table}] sets: the unit's would override the file's"
+            );
+        }
+        tables_used.push(table);
+    }
+    // The tables the units read, named as src/config.rs names them.
+    assert_eq!(tables_used, ["collect", "sched", "fleet-ingest"]);
+}
+
+/// A tmpfs mounted for the test, unmounted when it ends (also on a panic).
+struct Mounted(PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn the_collector_unit_records_where_the_config_says_rotates_by_it_and_sets_earlier_recordings_aside(
+) {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let config = root.join("custos.toml");
+    let mut file = relocated_config(&deploy("custos.toml"), root);
+    // Another output and smaller segments than the shipped ones: the unit
+    // follows the file, with nothing of them on its command line.
+    let out = root.join("recordings");
+    set_config(&mut file, "collect", "output", out.to_str().unwrap());
+    set_config(&mut file, "collect", "rotate-mb", 1);
+    set_config(&mut file, "collect", "rotate-keep", 2);
+    write_config(&file, &config);
+    let port: u16 = config_str(&file, "collect", "metrics")
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let text = with_config("custos-collect.service", &config);
+
+    // Rotated by 1 MiB, the newest 2 kept.
+    let (first, _) = run_collect_unit(&text, &out, port, |o| {
+        segments(o).last().is_some_and(|(n, _)| *n >= 4)
+    });
+    // Segments 1 and 2 rotated away (for up to a batch there are 3).
+    let kept = segments(&out);
+    assert!(kept.len() <= 3 && kept[0].0 >= 3, "rotate-keep 2: {kept:?}");
+    // A segment is closed at the first seal past 1 MiB (a seal comes at
+    // least every 4096 lines): nowhere near the shipped 256 MiB.
+    let closed = std::fs::metadata(&kept[0].1).unwrap().len();
     assert!(
-        !refused.status.success() && String::from_utf8_lossy(&refused.stderr).contains("--force"),
-        "collect did not refuse the series left in place: {}",
-        String::from_utf8_lossy(&refused.stderr)
+        (1 << 20..16 << 20).contains(&closed),
+        "a closed segment of {closed} bytes with rotate-mb 1"
     );
+    assert!(set_aside(&out).is_empty());
+
+    // Two restarts: each earlier recording is set aside, byte for byte,
+    // under its name and the time, and a new one begins.
+    let (second, err) = run_collect_unit(&text, &out, port, recorded_an_open);
+    assert!(err.contains("set the earlier recording aside"), "{err}");
+    let aside = set_aside(&out);
+    assert_eq!(aside.len(), 1, "{aside:?}");
     assert!(
-        recording(&out) == second,
-        "the series left in place was changed"
+        recording(&aside[0]) == first,
+        "{aside:?} is not the first recording"
     );
+    let (third, _) = run_collect_unit(&text, &out, port, recorded_an_open);
+    let aside = set_aside(&out);
+    assert_eq!(aside.len(), 2, "{aside:?}");
+    assert!(recording(&aside[0]) == first && recording(&aside[1]) == second);
+    assert!(recording(&out) == third && third != second);
+
+    let names = || {
+        let mut v: Vec<_> = std::fs::read_dir(root)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        v.sort();
+        v
+    };
+    let before = names();
+    // A bad value in the file: refused before anything is moved.
+    let mut bad = file.clone();
+    set_config(&mut bad, "collect", "rotate-keep", 0);
+    write_config(&bad, &config);
+    let err = refused_collect_unit(&text);
+    assert!(err.contains("--rotate-keep must be at least 1"), "{err}");
+    assert_eq!(names(), before);
+    assert!(recording(&out) == third);
+
+    // A recording that cannot be renamed (a mount point): the collector
+    // refuses to start, saying why, and leaves it where and as it is.
+    let mounted = root.join("mounted");
+    std::fs::create_dir(&mounted).unwrap();
+    let st = Command::new("mount")
+        .args(["-t", "tmpfs", "custos-test", mounted.to_str().unwrap()])
+        .status()
+        .unwrap();
+    assert!(st.success(), "mount -t tmpfs (needs root)");
+    let _unmount = Mounted(mounted.clone());
+    std::fs::write(mounted.join("segment-000001.jsonl"), b"earlier\n").unwrap();
+    let before = names();
+    let mut on_mount = file.clone();
+    set_config(
+        &mut on_mount,
+        "collect",
+        "output",
+        mounted.to_str().unwrap(),
+    );
+    write_config(&on_mount, &config);
+    let err = refused_collect_unit(&text);
+    assert!(
+        err.contains("cannot be set aside") && err.contains("mount point"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read(mounted.join("segment-000001.jsonl")).unwrap(),
+        b"earlier\n"
+    );
+    assert_eq!(std::fs::read_dir(&mounted).unwrap().count(), 1);
+    assert_eq!(names(), before);
 }

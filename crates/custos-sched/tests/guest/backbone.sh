@@ -172,6 +172,8 @@ global_value() {
 	zeros 32  # produced, consumed, consumer_lag, updated_ns
 	zeros 32  # consumer_pids: none from the "collector"
 	le32 0; le32 1  # nr_consumers, collector_running
+	zeros 40  # delivered, dropped, lost_to_skips: the account is not read
+	zeros 32  # collector_version
 }
 
 # struct custos_task_features of a thread started at START (0: unknown)
@@ -187,7 +189,7 @@ policy() {
 	dir=/sys/fs/bpf/custos-test
 	mkdir -p $dir
 	bpftool map create $dir/task_features type lru_hash key 4 value 56 entries 65536 name task_features
-	bpftool map create $dir/global_features type array key 4 value 176 entries 1 name global_features
+	bpftool map create $dir/global_features type array key 4 value 248 entries 1 name global_features
 	# The values are built before the spinning shells start, so the map
 	# updates below are single commands (the section's minutes were the
 	# starved pinned kworkers, not these printf rounds).

@@ -1,10 +1,12 @@
 //! The units of deploy/systemd/ run as systemd would run them, outside
-//! systemd: shared by tests/units.rs (the units in the tree) and
-//! tests/package.rs (the units the .deb installs).
+//! systemd, with the configuration file they read: shared by
+//! tests/units.rs (the units and deploy/custos.toml in the tree) and
+//! tests/package.rs (those the .deb installs).
 
 // Each test crate that includes this module uses only some of it.
 #![allow(dead_code)]
 
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -16,35 +18,104 @@ pub fn value(text: &str, key: &str) -> String {
         .unwrap_or_else(|| panic!("no {key}= in the unit"))
 }
 
-/// A unit's (or the config file's) text with the installed paths moved:
-/// /usr/bin/custos to `custos` (a command: it may carry options),
-/// /var/lib/custos under `root`.
-pub fn relocated(text: &str, custos: &str, root: &Path) -> String {
+/// A unit's text with /usr/bin/custos replaced by `custos`, a command that
+/// may carry options (`custos --config FILE`, the test's config file in
+/// place of /etc/custos/custos.toml).
+pub fn relocated(text: &str, custos: &str) -> String {
     text.replace("/usr/bin/custos", custos)
-        .replace("/var/lib/custos", &root.to_string_lossy())
 }
 
-/// The script of `ExecStartPre=/bin/sh -c '...'`, with systemd's `%%`
-/// specifier unescaped as systemd does before running the line.
-pub fn pre_script(text: &str) -> String {
-    let pre = value(text, "ExecStartPre");
-    pre.strip_prefix("/bin/sh -c '")
-        .and_then(|s| s.strip_suffix('\''))
-        .unwrap_or_else(|| panic!("ExecStartPre is not /bin/sh -c '...': {pre}"))
-        .replace("%%", "%")
+/// A port on 127.0.0.1 nothing listens on.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
-/// A rotated recording's segments laid end to end: the stream.
-pub fn recording(dir: &Path) -> Vec<u8> {
-    let mut segments: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|d| d.map(|e| e.unwrap().path()).collect())
+/// A configuration file's text (deploy/custos.toml, or the one the package
+/// installs) as a test runs the units with it: every value under
+/// /var/lib/custos moved under `root`, every `metrics` address to a free
+/// port of 127.0.0.1; nothing else changed.
+pub fn relocated_config(text: &str, root: &Path) -> toml::Table {
+    let mut file: toml::Table = text.parse().expect("the config file is TOML");
+    for (name, table) in file.iter_mut() {
+        let toml::Value::Table(table) = table else {
+            panic!("[{name}] is not a table");
+        };
+        for (key, v) in table.iter_mut() {
+            let toml::Value::String(s) = v else { continue };
+            if let Some(rest) = s.strip_prefix("/var/lib/custos") {
+                *s = format!("{}{rest}", root.display());
+            }
+            if key == "metrics" {
+                *s = format!("127.0.0.1:{}", free_port());
+            }
+        }
+    }
+    file
+}
+
+/// Writes `file` to `path`.
+pub fn write_config(file: &toml::Table, path: &Path) {
+    std::fs::write(path, toml::to_string(file).unwrap()).unwrap();
+}
+
+/// The string `[table] key` of a config file.
+pub fn config_str(file: &toml::Table, table: &str, key: &str) -> String {
+    file[table][key]
+        .as_str()
+        .unwrap_or_else(|| panic!("[{table}] {key} is not a string"))
+        .to_string()
+}
+
+/// Sets `[table] key` of a config file.
+pub fn set_config(file: &mut toml::Table, table: &str, key: &str, v: impl Into<toml::Value>) {
+    file[table]
+        .as_table_mut()
+        .unwrap()
+        .insert(key.to_string(), v.into());
+}
+
+/// The segments of a rotated recording, by number.
+pub fn segments(dir: &Path) -> Vec<(u64, PathBuf)> {
+    let mut v: Vec<(u64, PathBuf)> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(|e| {
+                let p = e.unwrap().path();
+                let n = p
+                    .file_name()?
+                    .to_str()?
+                    .strip_prefix("segment-")?
+                    .strip_suffix(".jsonl")?
+                    .parse()
+                    .ok()?;
+                Some((n, p))
+            })
+            .collect()
+        })
         .unwrap_or_default();
-    // segment-NNNNNN.jsonl: the padded numbers sort by name.
-    segments.sort();
-    segments
+    v.sort();
+    v
+}
+
+/// A rotated recording's segments laid end to end: the stream (while the
+/// collector runs, a segment it rotates away between the listing and the
+/// read is left out).
+pub fn recording(dir: &Path) -> Vec<u8> {
+    segments(dir)
         .iter()
-        .flat_map(|p| std::fs::read(p).unwrap())
+        .flat_map(|(_, p)| match std::fs::read(p) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            r => r.unwrap(),
+        })
         .collect()
+}
+
+/// Whether the recording in `dir` holds an open (the workload's `cat`).
+pub fn recorded_an_open(dir: &Path) -> bool {
+    recording(dir).windows(8).any(|w| w == b"\"openat\"")
 }
 
 /// What a child wrote to its piped stderr, once it has exited.
@@ -58,29 +129,38 @@ pub fn seconds(v: &str) -> u64 {
     v.strip_suffix('s').unwrap_or(v).parse().unwrap()
 }
 
-/// Runs the collector unit's ExecStartPre then ExecStart until it has
-/// written events, stops it with its KillSignal, and returns the recording.
-pub fn run_collect_unit(text: &str, state: &Path, port: u16) -> (PathBuf, Vec<u8>) {
-    let script = pre_script(text);
-    let st = Command::new("/bin/sh")
-        .args(["-c", &script])
-        .status()
-        .unwrap();
-    assert!(st.success(), "ExecStartPre failed");
-
-    let start = value(text, "ExecStart").replace("127.0.0.1:9464", &format!("127.0.0.1:{port}"));
+/// The unit's ExecStart line as a command.
+fn exec_start(text: &str) -> Command {
+    let start = value(text, "ExecStart");
     let mut words = start.split_whitespace();
-    let mut child = Command::new(words.next().unwrap())
-        .args(words)
+    let mut cmd = Command::new(words.next().unwrap());
+    cmd.args(words);
+    cmd
+}
+
+/// Runs the collector unit's ExecStart, which records to `out` (its
+/// config's output, a new directory: an earlier one is set aside) and
+/// serves metrics on `port`, until `done(out)`, with a workload of short
+/// processes beside it; stops it with its
+/// KillSignal, and returns the recording and its stderr.
+pub fn run_collect_unit(
+    text: &str,
+    out: &Path,
+    port: u16,
+    mut done: impl FnMut(&Path) -> bool,
+) -> (Vec<u8>, String) {
+    let mut child = exec_start(text)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let out = state.join("events");
     let t0 = Instant::now();
+    // Until then `out` may be the earlier recording, not yet set aside.
+    let inode = |p: &Path| std::fs::metadata(p).ok().map(|m| m.ino());
+    let earlier = inode(out);
     // A process's opens, recorded under the unit's lines (a child: the
     // collector leaves out its own parent, this test).
-    while !recording(&out).windows(8).any(|w| w == b"\"openat\"") {
+    while inode(out).is_none() || inode(out) == earlier || !done(out) {
         Command::new("cat")
             .arg("/etc/hostname")
             .stdout(Stdio::null())
@@ -92,20 +172,20 @@ pub fn run_collect_unit(text: &str, state: &Path, port: u16) -> (PathBuf, Vec<u8
                 stderr_of(&mut child)
             );
         }
-        if t0.elapsed() > Duration::from_secs(60) {
+        if t0.elapsed() > Duration::from_secs(120) {
             let _ = child.kill();
             let err = stderr_of(&mut child);
             panic!(
-                "no open recorded in 60 s ({}, {} bytes): {err}",
+                "not done in 120 s ({}, {} bytes): {err}",
                 out.display(),
-                recording(&out).len()
+                recording(out).len()
             );
         }
-        std::thread::sleep(Duration::from_millis(100));
+        std::thread::sleep(Duration::from_millis(10));
     }
-    // Its metrics are served where the line says.
+    // Its metrics are served where the config says.
     let scrape = std::net::TcpStream::connect(("127.0.0.1", port));
-    assert!(scrape.is_ok(), "--metrics not served: {scrape:?}");
+    assert!(scrape.is_ok(), "metrics not served on {port}: {scrape:?}");
 
     let signal = value(text, "KillSignal");
     let stop = Duration::from_secs(seconds(&value(text, "TimeoutStopSec")));
@@ -133,12 +213,53 @@ pub fn run_collect_unit(text: &str, state: &Path, port: u16) -> (PathBuf, Vec<u8
         status.success(),
         "{signal} is a clean stop: {status}: {err}"
     );
-    let body = recording(&out);
+    let body = recording(out);
     assert!(
         String::from_utf8_lossy(&body)
             .lines()
             .any(|l| l.contains("\"type\":\"stats\"") && l.contains("\"final\":true")),
         "no final account after {signal}: {err}"
     );
-    (out, body)
+    (body, err)
+}
+
+/// Runs the unit's ExecStart expecting a refusal before it records:
+/// returns its stderr.
+pub fn refused_collect_unit(text: &str) -> String {
+    let out = exec_start(text).stdin(Stdio::null()).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "not refused: {err}");
+    err
+}
+
+/// The recordings set aside beside `out` (`NAME.YYYYMMDDTHHMMSS.NNNNNNNNNZ`),
+/// oldest first (the stamps sort as the times do), each name checked.
+pub fn set_aside(out: &Path) -> Vec<PathBuf> {
+    let prefix = format!("{}.", out.file_name().unwrap().to_string_lossy());
+    let mut v: Vec<PathBuf> = std::fs::read_dir(out.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with(&prefix)
+        })
+        .collect();
+    v.sort();
+    for p in &v {
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        let stamp = &name[prefix.len()..];
+        let b = stamp.as_bytes();
+        assert!(
+            stamp.len() == 26
+                && b[8] == b'T'
+                && b[15] == b'.'
+                && b[25] == b'Z'
+                && stamp[..8].bytes().all(|c| c.is_ascii_digit())
+                && stamp[16..25].bytes().all(|c| c.is_ascii_digit()),
+            "{name}"
+        );
+    }
+    v
 }
