@@ -494,15 +494,7 @@ pub fn collect<W: Write>(
     if reuse_pins {
         // Threads that exited while no collector ran left their entries.
         features::forget_dead_tasks(&skel.maps.task_features);
-        features::publish(
-            &skel.maps.global_features,
-            0,
-            0,
-            true,
-            monotonic_ns(),
-            None,
-            &features::Account::default(),
-        )?;
+        publish_running(&skel.maps.global_features)?;
     } else {
         pin(&skel)?;
     }
@@ -540,6 +532,20 @@ pub fn collect<W: Write>(
         &features::Account::default(),
     );
     result
+}
+
+/// Publishes that a collector runs, with nothing recorded (yet, or at all
+/// with --features-only): no rings, an empty account.
+fn publish_running(map: &dyn MapCore) -> Result<()> {
+    features::publish(
+        map,
+        0,
+        0,
+        true,
+        monotonic_ns(),
+        None,
+        &features::Account::default(),
+    )
 }
 
 fn pin(skel: &MainSkel) -> Result<()> {
@@ -957,15 +963,7 @@ fn watch(
     let mut served = Metrics::new(0);
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(opts.poll_interval);
-        features::publish(
-            &skel.maps.global_features,
-            0,
-            0,
-            true,
-            monotonic_ns(),
-            None,
-            &features::Account::default(),
-        )?;
+        publish_running(&skel.maps.global_features)?;
         if let Some(publisher) = opts.metrics.as_ref().filter(|p| p.due()) {
             // Nothing is recorded: produced, the skips and the rings' (unused) state.
             let states = read_cpu_states(skel)?;
