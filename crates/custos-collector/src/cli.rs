@@ -177,14 +177,7 @@ impl CollectArgs {
         if !self.set_aside_previous {
             return Ok(());
         }
-        if let Some(aside) = custos_output::set_aside("-o/--output", p)? {
-            eprintln!(
-                "{program}: set the earlier recording aside: {} is now {}",
-                p.display(),
-                aside.display()
-            );
-        }
-        Ok(())
+        set_aside_noting(program, "-o/--output", p)
     }
 
     /// Every option checked, and every file this run will write (-o and the
@@ -532,4 +525,17 @@ pub fn run_with_sink(
         return Ok(3);
     }
     Ok(child_status.load(Ordering::SeqCst))
+}
+
+/// Sets an earlier recording at `path` aside ([`custos_output::set_aside`])
+/// and says where it went, for `-o` and `--archive` alike.
+pub fn set_aside_noting(program: &str, flag: &str, path: &std::path::Path) -> Result<()> {
+    if let Some(aside) = custos_output::set_aside(flag, path)? {
+        eprintln!(
+            "{program}: set the earlier recording aside: {} is now {}",
+            path.display(),
+            aside.display()
+        );
+    }
+    Ok(())
 }

@@ -82,13 +82,7 @@ pub fn run(cmd: CollectCmd) -> Result<i32> {
             .as_ref()
             .filter(|_| existing == Existing::SetAside)
         {
-            if let Some(aside) = custos_output::set_aside("--archive", a)? {
-                eprintln!(
-                    "custos collect: set the earlier recording aside: {} is now {}",
-                    a.display(),
-                    aside.display()
-                );
-            }
+            custos_collector::cli::set_aside_noting("custos collect", "--archive", a)?;
         }
     }
     if cmd.db.is_none() && cmd.archive.is_none() && kafka.is_none() {
