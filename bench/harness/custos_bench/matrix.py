@@ -158,11 +158,6 @@ def cells(df: pd.DataFrame) -> pd.DataFrame:
     return c
 
 
-def geomean(values) -> float:
-    v = [x for x in values if x is not None and not math.isnan(x) and x > 0]
-    return float(math.exp(sum(map(math.log, v)) / len(v))) if v else np.nan
-
-
 def figure6_table(c: pd.DataFrame, collector: str, schedulers: list, workloads: list) -> str:
     """Markdown: runtime normalized to the default scheduler and loss, per
     workload and scheduler, for one collector; the last row is the geometric
@@ -192,8 +187,10 @@ def figure6_table(c: pd.DataFrame, collector: str, schedulers: list, workloads: 
     gm = []
     for s in scheds:
         col = sub.xs(s, level=1)
-        g = geomean(col["runtime_ratio"])
-        text = "?×" if math.isnan(g) else f"{g:.2f}×"
+        try:
+            text = f"{results.geomean(col['runtime_ratio']):.2f}×"
+        except ValueError:  # no run of this column finished
+            text = "?×"
         if collector != "none":
             text += f" / {col['loss_pct'].mean():.1f} %"
         gm.append(f"**{text}**")

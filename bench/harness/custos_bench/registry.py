@@ -13,6 +13,7 @@ import math
 import statistics
 
 from .report import Benchmark, Figure, Registry, Section, benchmark_table
+from .results import geomean
 
 
 def crate(name):
@@ -145,13 +146,6 @@ SUMMARY = "bench/results/summary.json"
 MATRIX_SCHEDULERS = [("default", "default"), ("custos", "Custos"), ("custos-learned", "Custos learned"),
                      ("scx_lavd", "scx_lavd"), ("scx_bpfland", "scx_bpfland"), ("scx_rusty", "scx_rusty")]
 CUSTOS_SCHEDULERS = ("custos", "custos-learned")
-
-
-def geomean(values):
-    """As custos_bench.matrix.geomean, which made summary.md's tables: over
-    the positive ratios only. Not imported from there: the matrix module
-    loads pandas and matplotlib, two seconds for every check."""
-    return statistics.geometric_mean([v for v in values if v is not None and v > 0])
 
 
 def workloads(doc):

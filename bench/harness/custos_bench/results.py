@@ -17,6 +17,16 @@ def median(values):
     return statistics.median(values)
 
 
+def geomean(values):
+    """The geometric mean of the positive values (None, NaN and ratios at or
+    under 0 are left out), refusing none at all. Here, not in the matrix
+    module, so that bench/report.py can use it without loading pandas."""
+    values = [v for v in values if v is not None and v > 0]
+    if not values:
+        raise ValueError("no positive values to take a geometric mean of")
+    return statistics.geometric_mean(values)
+
+
 def ratio(measured, baseline):
     """measured / baseline, refusing a zero or missing baseline."""
     if baseline is None or baseline == 0:
