@@ -304,40 +304,61 @@ fn vm_static_policy_budgets_pressured_producers_and_spares_consumers() {
 fn vm_a_sleeping_task_in_the_light_lane_does_not_wait_behind_spinning_ones() {
     let g = guest();
     let slice_us = 5_000;
-    let late = |share: &str| -> (u64, serde_json::Value) {
-        let log = g.log(&format!("light{share}.log"));
-        assert_eq!(
-            g.get(&format!("light{share}.state")),
-            "enabled",
-            "log: {log}"
-        );
-        assert_eq!(g.get(&format!("light{share}.rc")), "0", "log: {log}");
-        let m = g.json(&format!("light{share}.json"));
-        (
-            g.get(&format!("light{share}.late_p90_us")).parse().unwrap(),
-            m,
-        )
+    let rounds: u32 = g.get("light.rounds").parse().unwrap();
+    assert!(rounds >= 3, "{rounds} rounds: a median needs 3");
+    for round in 1..=rounds {
+        for share in [50, 0] {
+            let name = format!("light{share}.{round}");
+            let log = g.log(&format!("{name}.log"));
+            assert_eq!(g.get(&format!("{name}.state")), "enabled", "log: {log}");
+            assert_eq!(g.get(&format!("{name}.rc")), "0", "log: {log}");
+            let m = g.json(&format!("{name}.json"));
+            if share == 0 {
+                assert_eq!(m["light_enqueues"], 0, "the lane is off at 0: {m}");
+            } else {
+                assert!(m["light_dispatches"].as_u64().unwrap() > 0, "{m}");
+            }
+        }
+    }
+    let p90 = |name: String| -> u64 { g.get(&format!("{name}.late_p90_us")).parse().unwrap() };
+    let median = |share: u32| -> u64 {
+        let mut v: Vec<u64> = (1..=rounds)
+            .map(|r| p90(format!("light{share}.{r}")))
+            .collect();
+        v.sort_unstable();
+        v[v.len() / 2]
     };
-    let (with_lane, m) = late("50");
-    let (without, m0) = late("0");
-    eprintln!("light lane: a sleeper late by {with_lane} us with it, {without} us without (90th pct of 100 wake-ups)");
-    assert!(m["light_dispatches"].as_u64().unwrap() > 0, "{m}");
-    assert_eq!(m0["light_enqueues"], 0, "the lane is off at 0: {m0}");
+    let (with_lane, without) = (median(50), median(0));
+    let each: Vec<String> = (1..=rounds)
+        .map(|r| {
+            format!(
+                "{}/{}",
+                p90(format!("light50.{r}")),
+                p90(format!("light0.{r}"))
+            )
+        })
+        .collect();
+    eprintln!(
+        "light lane: a sleeper late by {with_lane} us with it, {without} us without \
+         (medians of {rounds} interleaved rounds' 90th pct of 100 wake-ups; with/without: {})",
+        each.join(" ")
+    );
     // Without the lane the sleeper waits behind the 4 spinners per CPU in
     // the FIFO (4 slices), so the check below can fail; with it, it waits
     // for the running slice to end, which happens at a tick (HZ=250: up to
-    // 8 ms). 90th percentiles of 100 wake-ups, not the maximum: the
-    // emulator runs the vCPUs in turns. Alone: 9.4 ms with the lane, 36.8
-    // without; in make test, beside another VM, 48.4 and 80.2 (the other
-    // VM's turns stretch both), so the lane is asked to be faster, not
-    // twice as fast.
+    // 8 ms). 90th percentiles, not the maximum: the emulator runs the vCPUs
+    // in turns. Alone: 5.6-9.4 ms with the lane, 36-37 without; in make
+    // test, beside another VM, 48.4 and 80.2 (the other VM's turns stretch
+    // both), so the lane is asked to be faster, not twice as fast. Medians
+    // of interleaved rounds: one pass of each saw a busier host in one.
     assert!(
         without > 2 * slice_us,
         "without the lane the sleeper was late by only {without} us (90th pct): the spinners did not delay it"
     );
     assert!(
         with_lane < without,
-        "the light lane's sleeper was late by {with_lane} us (90th pct), {without} us without the lane"
+        "the light lane's sleeper was late by {with_lane} us (90th pct), {without} us without the lane (rounds: {})",
+        each.join(" ")
     );
 }
 
