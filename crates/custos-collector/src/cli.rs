@@ -19,6 +19,16 @@ use crate::writer::{LinesDone, OffloadWriter};
 
 /// Record provenance (processes, files, sockets) as JSON Lines, losing nothing silently.
 #[derive(Args, Debug, Clone)]
+// --rotate-mb and --rotate-keep describe the output: a config file's
+// (`custos --config FILE`) are left out when -o is typed, and its output
+// when they are (crates/custos/src/config.rs honours the groups named
+// `with-…`; the derive's own group, named after the struct, holds every
+// field). `multiple`: they are given together, not one of them.
+#[command(group(
+    clap::ArgGroup::new("with-output")
+        .multiple(true)
+        .args(["output", "rotate_mb", "rotate_keep"])
+))]
 pub struct CollectArgs {
     /// Write events here (JSON Lines, docs/event-schema.md); `-` or absent: stdout
     /// (absent with --db or --archive: only there).

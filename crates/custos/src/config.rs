@@ -1,36 +1,38 @@
-//! The configuration file (`/etc/custos/custos.toml`, or `--config FILE`):
-//! one table per subcommand (`[collect]`, `[sched]`, `[fleet-ingest]`),
-//! whose keys are that subcommand's long flags, so a service is configured
-//! without editing its command line (docs/operations.md).
+//! The configuration file, read only when a command is given
+//! `--config FILE`: one table per subcommand (`[collect]`, `[sched]`,
+//! `[fleet-ingest]`), whose keys are that subcommand's long flags, so a
+//! service is configured without editing its command line
+//! (docs/operations.md). The package installs one at
+//! /etc/custos/custos.toml, and the units pass exactly `--config` that
+//! file. No file is read by default: a command typed by hand must not
+//! inherit the service's output, rotation and set-aside, and would if it
+//! read the service's file by itself (issue 34).
 //!
 //! The file is turned into `--key=value` arguments placed before the
 //! user's own, and clap then parses everything as usual: the file gets
 //! exactly the command line's validation, and the set of valid keys is
 //! clap's own (one definition, no list kept here). A file's key the
-//! command line overrides, directly or by a flag that conflicts with it,
-//! is left out.
+//! command line overrides is left out: directly, by a flag that conflicts
+//! with it, or by another option of a `with-…` group that holds it (the
+//! collector's `with-output`: a typed -o is not given the file's
+//! --rotate-mb, which describes the file's output).
 
 use anyhow::{anyhow, bail, Context, Result};
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-/// Read when no `--config` is given; its absence changes nothing.
-pub const DEFAULT_PATH: &str = "/etc/custos/custos.toml";
-
 /// Flags that belong to clap or to the file itself, never to a table.
 const NOT_KEYS: &[&str] = &["help", "version", "config"];
 
-/// `argv` with the options of the running subcommand's table inserted
-/// after the subcommand's name, unless the command line sets them itself;
-/// and, when any were, `FILE [table]` for an error's context.
+/// `argv` with the options of the running subcommand's table of the
+/// `--config` file inserted after the subcommand's name, unless the
+/// command line sets them itself; and, when any were, `FILE [table]` for
+/// an error's context. Without `--config`, `argv` as it is.
 pub fn expand(cmd: &clap::Command, argv: Vec<OsString>) -> Result<(Vec<OsString>, Option<String>)> {
-    let (path, explicit) = match config_flag(&argv)? {
-        Some(p) => (p, true),
-        None => (PathBuf::from(DEFAULT_PATH), false),
-    };
-    if !explicit && !path.exists() {
+    // Without --config, no file: not even the one the package installs.
+    let Some(path) = config_flag(&argv)? else {
         return Ok((argv, None));
-    }
+    };
     let text = std::fs::read_to_string(&path)
         .with_context(|| format!("cannot read the config file {}", path.display()))?;
     let table: toml::Table = text
@@ -215,13 +217,27 @@ fn to_args<'a>(
     Ok(out)
 }
 
+/// The prefix of the groups of options that go together (`with-output`:
+/// -o, --rotate-mb, --rotate-keep). Only these are honoured: clap's derive
+/// also makes a group of every field of each `#[derive(Args)]` struct,
+/// named after it, whose members have nothing to do with each other.
+const TOGETHER: &str = "with-";
+
 /// Whether the user set a flag that `arg` conflicts with (`--force`
-/// against the file's `set-aside-previous`): the user's choice wins over
-/// the file's, as it does for `arg` itself, instead of a conflict the
-/// user never typed.
+/// against the file's `set-aside-previous`), or another option of a
+/// `with-…` group that holds `arg` (`-o` against the file's `rotate-mb`):
+/// the user's choice wins over the file's, as it does for `arg` itself,
+/// instead of a conflict the user never typed or the file's value applied
+/// to what the user typed.
 fn overridden(sub: &clap::Command, arg: &clap::Arg, user: &[OsString]) -> bool {
     let id = arg.get_id();
     let against = sub.get_arg_conflicts_with(arg);
+    let together: Vec<&clap::Id> = sub
+        .get_groups()
+        .filter(|g| g.get_id().as_str().starts_with(TOGETHER))
+        .filter(|g| g.get_args().any(|a| a == id))
+        .flat_map(|g| g.get_args())
+        .collect();
     sub.get_arguments()
         .filter(|other| other.get_id() != id)
         .filter(|other| {
@@ -230,6 +246,7 @@ fn overridden(sub: &clap::Command, arg: &clap::Arg, user: &[OsString]) -> bool {
                     .get_arg_conflicts_with(other)
                     .iter()
                     .any(|a| a.get_id() == id)
+                || together.contains(&other.get_id())
         })
         .any(|other| given(other, user))
 }
@@ -264,4 +281,103 @@ fn given(arg: &clap::Arg, user: &[OsString]) -> bool {
         }
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn args(v: &[&str]) -> Vec<OsString> {
+        v.iter().map(OsString::from).collect()
+    }
+
+    /// A command typed without --config reads no file, whatever exists at
+    /// /etc/custos/custos.toml: its arguments are parsed as typed.
+    #[test]
+    fn without_config_the_arguments_are_left_as_typed() {
+        let cmd = crate::Cli::command();
+        for argv in [
+            &["custos", "collect", "--", "make"][..],
+            &["custos", "collect", "-o", "x.jsonl", "--", "make"],
+            &["custos", "sched"],
+            &["custos", "fleet", "ingest"],
+            &["custos", "ingest", "--db", "s.db"],
+            // After `--`, `--config` is the workload's.
+            &[
+                "custos",
+                "collect",
+                "--",
+                "make",
+                "--config",
+                "/nonexistent",
+            ],
+        ] {
+            let (out, from) = expand(&cmd, args(argv)).unwrap();
+            assert_eq!(out, args(argv));
+            assert_eq!(from, None, "{argv:?}");
+        }
+    }
+
+    /// The file's output options go with its output: a typed -o is not
+    /// given its rotate-mb and rotate-keep, a typed --rotate-mb not its
+    /// output; its other keys still apply.
+    #[test]
+    fn a_typed_option_of_a_with_group_leaves_out_the_files_others() {
+        let cmd = crate::Cli::command();
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("custos.toml");
+        std::fs::write(
+            &file,
+            "[collect]\noutput = \"/srv/events\"\nrotate-mb = 256\nrotate-keep = 64\nmetrics = \"127.0.0.1:9464\"\n",
+        )
+        .unwrap();
+        let file = file.to_str().unwrap();
+        let expanded = |typed: &[&str]| {
+            let mut argv = vec!["custos", "--config", file, "collect"];
+            argv.extend(typed);
+            let (out, _) = expand(&cmd, args(&argv)).unwrap();
+            // The file's keys in any order, then the typed arguments.
+            let mut out: Vec<String> = out
+                .into_iter()
+                .skip(4)
+                .map(|a| a.into_string().unwrap())
+                .collect();
+            let file_keys = out.len() - typed.len();
+            assert_eq!(out[file_keys..], *typed);
+            out[..file_keys].sort();
+            out
+        };
+        assert_eq!(
+            expanded(&[]),
+            [
+                "--metrics=127.0.0.1:9464",
+                "--output=/srv/events",
+                "--rotate-keep=64",
+                "--rotate-mb=256"
+            ]
+        );
+        for typed in [
+            &["-o", "x.jsonl"][..],
+            &["-ox.jsonl"],
+            &["--output=x.jsonl"],
+        ] {
+            let mut want = vec!["--metrics=127.0.0.1:9464"];
+            want.extend(typed);
+            assert_eq!(expanded(typed), want, "{typed:?}");
+        }
+        assert_eq!(
+            expanded(&["--rotate-mb", "1"]),
+            ["--metrics=127.0.0.1:9464", "--rotate-mb", "1"]
+        );
+        // Only the groups named `with-…`: the derive's group of every
+        // field of the collector's options does not tie --metrics to -o.
+        assert!(cmd
+            .find_subcommand("collect")
+            .unwrap()
+            .get_groups()
+            .any(|g| g.get_id() == "CollectArgs"
+                && g.get_args().any(|a| a == "metrics")
+                && g.get_args().any(|a| a == "output")));
+    }
 }

@@ -25,8 +25,9 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 struct Cli {
     /// Read options from this TOML file: one table per subcommand
     /// ([collect], [sched], [fleet-ingest]) whose keys are its long flags;
-    /// the command line overrides it. Default: /etc/custos/custos.toml if
-    /// it exists (docs/operations.md).
+    /// the command line overrides it. Without it no file is read: the
+    /// services pass --config /etc/custos/custos.toml, and a command typed
+    /// by hand does not take on their settings (docs/operations.md).
     #[arg(long, global = true, value_name = "FILE")]
     config: Option<PathBuf>,
     #[command(subcommand)]

@@ -1,10 +1,14 @@
-//! The configuration file (`--config FILE`, src/config.rs): its values take
-//! effect, the command line and the environment override them (also by a
-//! flag that conflicts with the file's), and a bad
-//! file (unknown table or key, wrong type, a value the flag refuses, a file
-//! that cannot be read) is refused with its name before any file is
-//! created. `custos ingest` serves as the subcommand: it needs no BPF and
-//! its `--db` leaves a visible trace.
+//! The configuration file (`--config FILE`, src/config.rs; without it no
+//! file is read, which src/config.rs's own tests check, as a test cannot
+//! write the host's /etc): its values take effect, the command line and
+//! the environment override them (also by a flag that conflicts with the
+//! file's), and a bad file (unknown table or key, wrong type, a value the
+//! flag refuses, a file that cannot be read) is refused with its name
+//! before any file is created. `custos ingest` serves as the subcommand:
+//! it needs no BPF and its `--db` leaves a visible trace. And a typed
+//! `collect -o FILE` records to that file, not given the file's
+//! rotate-mb, which describes the file's output: that one needs root
+//! (BPF); a host collector test.
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -212,4 +216,68 @@ fn a_bad_file_is_refused_with_its_name_before_any_file_is_created() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("--config needs a FILE"));
     assert_eq!(names(dir), ["custos.toml"]);
+}
+
+/// The file's rotate-mb and rotate-keep go with its output (the
+/// collector's `with-output` group): a typed -o FILE records to that file,
+/// one stream, and the file's directory is not made; not a directory of
+/// segments at FILE (or "is not a directory" if FILE exists) for the
+/// file's --rotate-mb applied to the typed FILE.
+#[test]
+fn a_typed_output_is_not_given_the_files_rotation() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let series = dir.join("events");
+    let cfg = config(
+        dir,
+        &format!(
+            "[collect]\noutput = \"{}\"\nrotate-mb = 1\nrotate-keep = 2\n",
+            series.display()
+        ),
+    );
+    let out = custos(
+        dir,
+        &[
+            "--config",
+            &cfg,
+            "collect",
+            "-o",
+            "typed.jsonl",
+            "--",
+            "cat",
+            "/etc/hostname",
+        ],
+        &[],
+    );
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(names(dir), ["custos.toml", "typed.jsonl"], "{err}");
+    // One stream, not a directory of segments the file's rotate-mb would
+    // have made of it.
+    let typed = dir.join("typed.jsonl");
+    assert!(
+        typed.is_file(),
+        "{} is not a file: {:?}",
+        typed.display(),
+        std::fs::read_dir(&typed).map(|d| d.count())
+    );
+    // The whole recording, in the typed file: the command's exec and the
+    // final account.
+    let stream = std::fs::read_to_string(dir.join("typed.jsonl")).unwrap();
+    let lines: Vec<serde_json::Value> = stream
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["type"] == "event" && l.to_string().contains("/etc/hostname")),
+        "{stream}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["type"] == "stats" && l["final"] == true),
+        "{stream}"
+    );
 }

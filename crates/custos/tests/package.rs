@@ -4,9 +4,11 @@
 //! scripts/deps.sh), and the test unpacks it into a fresh directory tree
 //! with `dpkg-deb -x`: every file where the package's metadata says, the
 //! binary runs, the man pages render, the completions load, the config file
-//! parses, and the collector's unit from the package records with real
-//! BPF by that config's values (a changed rotate-mb rotates it) and sets
-//! the recording before a restart aside (needs root; a host collector test).
+//! parses, and the collector's unit from the package, run with its own
+//! ExecStart (`--config` the package's config, in the unpacked tree),
+//! records with real BPF by that config's values (a changed rotate-mb
+//! rotates it) and sets the recording before a restart aside (needs root;
+//! a host collector test).
 
 mod unit;
 
@@ -115,7 +117,7 @@ fn the_package_installs_every_file_and_its_collector_unit_records() {
         );
     }
 
-    let custos = root.join("usr/bin/custos");
+    let custos = root.join(unit::BIN.trim_start_matches('/'));
     let version = run(Command::new(&custos).arg("--version"));
     assert_eq!(
         version.trim(),
@@ -158,11 +160,12 @@ fn the_package_installs_every_file_and_its_collector_unit_records() {
 
     // The config file as the units will read it, its values the package's
     // but for the paths, moved like the units' (under a temporary
-    // directory), and the metrics ports (free ones); passed with --config
-    // (the installed binary reads /etc/custos/custos.toml by itself).
+    // directory), and the metrics ports (free ones). It is read only
+    // through --config, as the units pass it (a command typed without it
+    // reads no file, src/config.rs).
     let state = tmp.path().join("state");
     std::fs::create_dir(&state).unwrap();
-    let config = root.join("etc/custos/custos.toml");
+    let config = root.join(unit::CONFIG.trim_start_matches('/'));
     let mut file = unit::relocated_config(&std::fs::read_to_string(&config).unwrap(), &state);
     unit::write_config(&file, &config);
     // Every table of the file is checked before --help (src/config.rs).
@@ -171,9 +174,11 @@ fn the_package_installs_every_file_and_its_collector_unit_records() {
         .arg(&config)
         .args(["collect", "--help"]));
 
-    // The package's collector unit records where the config says, with its
-    // values: here segments of 1 MiB instead of the package's 256, seen
-    // rotating; and a restart sets the first recording aside.
+    // The package's collector unit, its ExecStart as it is but for the
+    // unpacked tree's binary and config (`--config` the unit's own),
+    // records where the config says, with its values: here segments of
+    // 1 MiB instead of the package's 256, seen rotating; and a restart
+    // sets the first recording aside.
     unit::set_config(&mut file, "collect", "rotate-mb", 1);
     unit::write_config(&file, &config);
     let out = PathBuf::from(unit::config_str(&file, "collect", "output"));
@@ -183,10 +188,9 @@ fn the_package_installs_every_file_and_its_collector_unit_records() {
         .unwrap()
         .parse()
         .unwrap();
-    let command = format!("{} --config {}", custos.display(), config.display());
     let service =
         std::fs::read_to_string(root.join("lib/systemd/system/custos-collect.service")).unwrap();
-    let text = unit::relocated(&service, &command);
+    let text = unit::relocated(&service, &custos, &config);
     let (first, _) = unit::run_collect_unit(&text, &out, port, |o| {
         unit::segments(o).last().is_some_and(|(n, _)| *n >= 2)
     });

@@ -1,16 +1,19 @@
 //! The systemd units of deploy/systemd/ as systemd would run them, with
 //! deploy/custos.toml as their /etc/custos/custos.toml: each unit passes
 //! `systemd-analyze verify` and its command line parses with the config;
-//! no unit passes an option the config sets (the config is the one place
-//! a service is configured); the collector's unit, run as its lines say
+//! every unit passes `--config /etc/custos/custos.toml` (where the package
+//! installs the file) and no option the config sets (the config is the
+//! one place a service is configured, and a command typed by hand reads
+//! no file by itself); the collector's unit, run as its lines say
 //! (ExecStart, the KillSignal within TimeoutStopSec, restarts), records
 //! with real BPF where the config says and rotates by its values, stops
 //! with its final account, sets each earlier recording aside byte for
 //! byte, and refuses to start rather than move a recording it cannot.
 //! Paths under /var/lib/custos and the metrics ports of the config are
-//! moved into a temporary directory and to free ports, and the units'
-//! /usr/bin/custos is this build with `--config` that file; nothing else
-//! is changed. The collector part needs root (BPF); a host collector test.
+//! moved into a temporary directory and to free ports, the units'
+//! /usr/bin/custos is this build and their /etc/custos/custos.toml that
+//! file; nothing else is changed. The collector part needs root (BPF); a
+//! host collector test.
 
 mod unit;
 
@@ -18,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use unit::{
     config_str, recorded_an_open, recording, refused_collect_unit, relocated, relocated_config,
-    run_collect_unit, segments, set_aside, set_config, value, write_config,
+    run_collect_unit, segments, set_aside, set_config, value, write_config, BIN, CONFIG,
 };
 
 const UNITS: &[&str] = &[
@@ -38,14 +41,10 @@ fn unit(name: &str) -> String {
     deploy(&format!("systemd/{name}"))
 }
 
-/// The unit with this build and `--config config` in place of /usr/bin/custos.
+/// The unit with this build in place of /usr/bin/custos and `config` in
+/// place of /etc/custos/custos.toml (which its ExecStart passes to --config).
 fn with_config(name: &str, config: &Path) -> String {
-    let custos = format!(
-        "{} --config {}",
-        env!("CARGO_BIN_EXE_custos"),
-        config.display()
-    );
-    relocated(&unit(name), &custos)
+    relocated(&unit(name), Path::new(env!("CARGO_BIN_EXE_custos")), config)
 }
 
 #[test]
@@ -94,8 +93,6 @@ fn longs_of_shorts(subcommand: &[&str]) -> Vec<(char, String)> {
     let out = Command::new(env!("CARGO_BIN_EXE_custos"))
         .args(subcommand)
         .arg("--help")
-        // No host's /etc/custos/custos.toml: an empty file.
-        .args(["--config", "/dev/null"])
         .output()
         .unwrap();
     assert!(out.status.success(), "{subcommand:?} --help");
@@ -112,17 +109,22 @@ fn longs_of_shorts(subcommand: &[&str]) -> Vec<(char, String)> {
 
 /// The configuration has one home: a unit that passed an option the config
 /// sets would override it, and an operator's edit of the config would
-/// change nothing for that service.
+/// change nothing for that service. The file is read only when named
+/// (src/config.rs), so every unit names it: `--config`, before the
+/// subcommand, the file the package installs.
 #[test]
-fn no_unit_passes_an_option_the_config_sets() {
+fn every_unit_passes_the_config_and_no_option_it_sets() {
     let config: toml::Table = deploy("custos.toml").parse().unwrap();
     let mut tables_used = Vec::new();
     for name in UNITS {
         let text = unit(name);
         let start = value(&text, "ExecStart");
-        let mut words = start.split_whitespace();
-        assert_eq!(words.next(), Some("/usr/bin/custos"), "{name}");
-        let words: Vec<&str> = words.collect();
+        let words: Vec<&str> = start.split_whitespace().collect();
+        assert!(
+            words.len() > 3 && words[..3] == [BIN, "--config", CONFIG],
+            "{name}: ExecStart={start}: not `{BIN} --config {CONFIG} SUBCOMMAND`"
+        );
+        let words = &words[3..];
         let path: Vec<&str> = words
             .iter()
             .copied()
@@ -156,6 +158,34 @@ fn no_unit_passes_an_option_the_config_sets() {
     }
     // The tables the units read, named as src/config.rs names them.
     assert_eq!(tables_used, ["collect", "sched", "fleet-ingest"]);
+}
+
+/// The file the units name is the one the package installs, and where:
+/// deploy/custos.toml at /etc/custos/custos.toml (the package's assets in
+/// crates/custos/Cargo.toml; tests/package.rs checks the built .deb).
+#[test]
+fn the_units_config_is_where_the_package_installs_it() {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
+    let manifest: toml::Table = std::fs::read_to_string(&manifest).unwrap().parse().unwrap();
+    let assets = manifest["package"]["metadata"]["deb"]["assets"]
+        .as_array()
+        .expect("[package.metadata.deb] assets");
+    let to: Vec<&str> = assets
+        .iter()
+        .filter_map(|a| {
+            let a = a.as_array()?;
+            (a[0].as_str()? == "../../deploy/custos.toml").then(|| a[1].as_str().unwrap())
+        })
+        .collect();
+    assert_eq!(to, [CONFIG.trim_start_matches('/')], "{assets:?}");
+    // And the binary the units run.
+    assert!(
+        assets
+            .iter()
+            .any(|a| a[0].as_str() == Some("target/release/custos")
+                && a[1].as_str().map(|d| format!("/{d}custos")).as_deref() == Some(BIN)),
+        "{assets:?}"
+    );
 }
 
 /// A tmpfs mounted for the test, unmounted when it ends (also on a panic).

@@ -1,5 +1,6 @@
 //! The units of deploy/systemd/ run as systemd would run them, outside
-//! systemd, with the configuration file they read: shared by
+//! systemd, with the configuration file they name (`--config
+//! /etc/custos/custos.toml`, the only option they pass): shared by
 //! tests/units.rs (the units and deploy/custos.toml in the tree) and
 //! tests/package.rs (those the .deb installs).
 
@@ -18,11 +19,25 @@ pub fn value(text: &str, key: &str) -> String {
         .unwrap_or_else(|| panic!("no {key}= in the unit"))
 }
 
-/// A unit's text with /usr/bin/custos replaced by `custos`, a command that
-/// may carry options (`custos --config FILE`, the test's config file in
-/// place of /etc/custos/custos.toml).
-pub fn relocated(text: &str, custos: &str) -> String {
-    text.replace("/usr/bin/custos", custos)
+/// Where the package installs the binary, as the units name it.
+pub const BIN: &str = "/usr/bin/custos";
+/// Where the package installs the configuration file, as the units name
+/// it (crates/custos/Cargo.toml, [package.metadata.deb]).
+pub const CONFIG: &str = "/etc/custos/custos.toml";
+
+/// A unit's text with its two paths moved: /usr/bin/custos to `custos`,
+/// /etc/custos/custos.toml to `config` (the test's). Nothing else is
+/// changed: the unit's ExecStart, which must pass `--config` that file,
+/// is run as it is, so the command reads the config through the unit's
+/// own option.
+pub fn relocated(text: &str, custos: &Path, config: &Path) -> String {
+    let start = value(text, "ExecStart");
+    assert!(
+        start.starts_with(&format!("{BIN} --config {CONFIG} ")),
+        "ExecStart={start}: not `{BIN} --config {CONFIG} ...`"
+    );
+    text.replace(BIN, custos.to_str().unwrap())
+        .replace(CONFIG, config.to_str().unwrap())
 }
 
 /// A port on 127.0.0.1 nothing listens on.
