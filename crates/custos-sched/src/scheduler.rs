@@ -876,6 +876,7 @@ impl<'a> Scheduler<'a> {
                 sum.light_dispatches += s.light_dispatches;
                 sum.light_deferred += s.light_deferred;
                 sum.held_in_program += s.held_in_program;
+                sum.hold_bounces += s.hold_bounces;
                 sum.feature_ns += s.feature_ns;
                 sum.feature_updates += s.feature_updates;
                 sum.feature_outliers += s.feature_outliers;
@@ -963,6 +964,7 @@ impl<'a> Scheduler<'a> {
             light_dispatches: sum.light_dispatches,
             light_deferred: sum.light_deferred,
             held_in_program: sum.held_in_program,
+            hold_bounces: sum.hold_bounces,
             hold_on: self
                 .skel
                 .maps

@@ -120,6 +120,10 @@ pub struct Metrics {
     )]
     pub held_in_program: u64,
     #[stat(
+        desc = "Hold: bounces, producers kicked inside a program that their CPU could not hold there (no copy of the programs to spare): each makes another syscall before it is kicked again"
+    )]
+    pub hold_bounces: u64,
+    #[stat(
         desc = "Hold: the lowest free space seen on a ring, in percent of that ring (100 until seen)"
     )]
     pub hold_lowest_free_pct: f64,
@@ -287,12 +291,13 @@ impl Metrics {
         if self.holds > 0 || self.held > 0 {
             writeln!(
                 w,
-                "  hold {} on {} for {:.1} ms | held {} ({} in a program) kicks {} tick {} running {} released {} leaks {} floors {} | lowest free {:.1}% reserve {:.1}% floor {:.1}%",
+                "  hold {} on {} for {:.1} ms | held {} ({} in a program) bounced {} kicks {} tick {} running {} released {} leaks {} floors {} | lowest free {:.1}% reserve {:.1}% floor {:.1}%",
                 self.holds,
                 self.hold_on,
                 self.hold_ns as f64 / 1e6,
                 self.held,
                 self.held_in_program,
+                self.hold_bounces,
                 self.hold_kicks,
                 self.hold_tick_preemptions,
                 self.hold_running_kicks,
@@ -452,6 +457,7 @@ impl Metrics {
             hold_leaks: self.hold_leaks.saturating_sub(prev.hold_leaks),
             hold_floors: self.hold_floors.saturating_sub(prev.hold_floors),
             held_in_program: self.held_in_program.saturating_sub(prev.held_in_program),
+            hold_bounces: self.hold_bounces.saturating_sub(prev.hold_bounces),
             light_enqueues: self.light_enqueues.saturating_sub(prev.light_enqueues),
             light_dispatches: self.light_dispatches.saturating_sub(prev.light_dispatches),
             light_deferred: self.light_deferred.saturating_sub(prev.light_deferred),

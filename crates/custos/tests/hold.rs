@@ -126,11 +126,12 @@ fn the_hold_takes_producers_off_the_cpu_through_a_stalled_consumer_and_gives_the
         "rings large enough for the bound, yet the run lost records: {result}\n{sched}\n{collector}"
     );
     eprintln!(
-        "hold through a 2 s stall ({stall} ms): lost {lost} of {}, kicks {}, held {} ({} in a program), leaks {}, floors {}, lowest free {:.1}% (floor {:.1}%)",
+        "hold through a 2 s stall ({stall} ms): lost {lost} of {}, kicks {}, held {} ({} in a program), bounces {}, leaks {}, floors {}, lowest free {:.1}% (floor {:.1}%)",
         n(&result, "produced"),
         n(&collector, "hold_kicks"),
         n(&sched, "held"),
         n(&sched, "held_in_program"),
+        n(&sched, "hold_bounces"),
         n(&sched, "hold_leaks"),
         n(&sched, "hold_floors"),
         sched["hold_lowest_free_pct"].as_f64().unwrap_or(f64::NAN),

@@ -1352,14 +1352,22 @@ static bool hold_in_program(struct task_struct *p, struct task_ctx *tctx, u64 en
 {
 	struct custos_sched_stats *st;
 	s32 cpu = scx_bpf_task_cpu(p);
+	u64 now = bpf_ktime_get_ns();
 	u32 *held;
 
 	if (cpu < 0 || cpu >= CUSTOS_MAX_CPUS)
 		return false;
 	held = &held_in_program[cpu];
-	if (*held >= CUSTOS_SYSCALL_COPIES - 2)
+	if (*held >= CUSTOS_SYSCALL_COPIES - 2) {
+		/* A bounce: back on its CPU to leave the program, and kicked
+		 * inside it again at its next syscall while the hold lasts,
+		 * one syscall a round (the bound's open hole; --stats). */
+		st = cpu_stats();
+		if (st && hold_update(now) && holdable(p, tctx, now))
+			st->hold_bounces++;
 		return false;
-	if (!hold_task(p, tctx, enq_flags, bpf_ktime_get_ns()))
+	}
+	if (!hold_task(p, tctx, enq_flags, now))
 		return false;
 	__sync_fetch_and_add(held, 1);
 	tctx->held_in_program = true;
