@@ -207,9 +207,7 @@ impl CollectArgs {
         if self.output_buffer_mb == 0 || self.output_buffer_mb > 1 << 20 {
             anyhow::bail!("--output-buffer-mb must be between 1 and 1048576");
         }
-        if self.metrics_final_wait < 0.0 || !self.metrics_final_wait.is_finite() {
-            anyhow::bail!("--metrics-final-wait must be a number of seconds ≥ 0");
-        }
+        custos_metrics::final_wait(self.metrics_final_wait)?;
         if !self.no_seal && self.seal_every == 0 {
             anyhow::bail!("--seal-every must be at least 1 line");
         }
@@ -509,13 +507,10 @@ pub fn run_with_sink(
         );
     }
     if let Some(p) = &opts.metrics {
-        let wait = Duration::from_secs_f64(args.metrics_final_wait);
-        if !wait.is_zero() && !p.wait_scraped(wait) {
-            eprintln!(
-                "custos collect: metrics: no scrape read the final account within --metrics-final-wait {}s",
-                args.metrics_final_wait
-            );
-        }
+        p.wait_final(
+            custos_metrics::final_wait(args.metrics_final_wait)?,
+            "custos collect",
+        );
     }
     if let Some(e) = spawn_error.lock().unwrap().take() {
         return Err(e);

@@ -89,6 +89,16 @@ pub struct IngestArgs {
     /// ClickHouse, for `custos query --clickhouse` (docs/fleet.md, "The graph").
     #[arg(long, value_name = "DIR")]
     pub graph_dir: Option<std::path::PathBuf>,
+    /// Serve the ingester's figures (those of its final line,
+    /// docs/operations.md) for Prometheus at http://ADDR/metrics, e.g.
+    /// 127.0.0.1:9466 (an IP address and a port).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<std::net::SocketAddr>,
+    /// After the run ends (--stop-when-idle, SIGINT), keep serving until a
+    /// scrape has read the final account, at most this many seconds (0:
+    /// exit at once).
+    #[arg(long, default_value_t = 0.0, value_name = "SECS", requires = "metrics")]
+    pub metrics_final_wait: f64,
 }
 
 fn secs(name: &str, v: f64) -> Result<Duration> {
@@ -111,14 +121,27 @@ pub fn run(cmd: FleetCommand) -> Result<i32> {
                 .map(|s| secs("--stop-when-idle", s))
                 .transpose()?;
             opts.graph_dir = a.graph_dir;
+            let final_wait = custos_metrics::final_wait(a.metrics_final_wait)?;
+            // Bound before ClickHouse's schema or the graph's directory is
+            // made: a taken port is refused with nothing created.
+            if let Some(addr) = a.metrics {
+                let endpoint = custos_metrics::Endpoint::bind(addr)?;
+                opts.metrics =
+                    Some(endpoint.serve(crate::metrics::PROCESS, crate::metrics::encode_metrics)?);
+                eprintln!("custos fleet ingest: metrics at http://{addr}/metrics");
+            }
+            let metrics = opts.metrics.clone();
             let stop = Arc::new(AtomicBool::new(false));
             let s = Arc::clone(&stop);
             ctrlc::set_handler(move || s.store(true, Ordering::SeqCst))?;
             let summary = Ingester::connect(opts)?.run(&stop)?;
             eprintln!(
-                "custos fleet ingest: {} batches: {} events, {} loss records ({} events lost), {} other records, {} malformed lines; {} re-delivered lines skipped; graph: {} nodes, {} edges",
-                summary.batches, summary.events, summary.losses, summary.lost_events, summary.records, summary.malformed, summary.redelivered, summary.nodes, summary.edges
+                "custos fleet ingest: {} lines read, {} batches: {} events, {} loss records ({} events lost), {} other records, {} malformed lines; {} re-delivered lines skipped; graph: {} nodes, {} edges; {} requests to ClickHouse retried",
+                summary.lines, summary.batches, summary.events, summary.losses, summary.lost_events, summary.records, summary.malformed, summary.redelivered, summary.nodes, summary.edges, summary.retries
             );
+            if let Some(p) = metrics {
+                p.wait_final(final_wait, "custos fleet ingest");
+            }
             Ok(0)
         }
     }

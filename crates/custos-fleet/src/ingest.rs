@@ -24,7 +24,8 @@ use rdkafka::message::{Headers, Message};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use serde::Serialize;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone)]
@@ -46,6 +47,9 @@ pub struct IngestOptions {
     /// one SQLite file per host) and keep its nodes and edges in ClickHouse
     /// for `custos query --clickhouse`; None: events only.
     pub graph_dir: Option<std::path::PathBuf>,
+    /// `--metrics`: where the summary goes for the metrics server, once a
+    /// second and at the end (crate::metrics).
+    pub metrics: Option<crate::metrics::Publisher>,
 }
 
 /// Default lines per batch: large enough for ClickHouse (it wants few, big
@@ -65,13 +69,18 @@ impl IngestOptions {
             batch_wait: Duration::from_secs(1),
             stop_when_idle: None,
             graph_dir: None,
+            metrics: None,
         }
     }
 }
 
-/// What an ingest run did.
+/// What an ingest run did: the figures of the line `custos fleet ingest`
+/// prints at its end, and of its metrics (crate::metrics).
 #[derive(Debug, Default, Clone)]
 pub struct IngestSummary {
+    /// Lines (Kafka messages) read from the topic, re-deliveries included.
+    pub lines: u64,
+    /// Batches stored: inserted, then their offsets committed.
     pub batches: u64,
     pub events: u64,
     pub losses: u64,
@@ -79,7 +88,8 @@ pub struct IngestSummary {
     pub lost_events: u64,
     /// Boot, stats, seal and unknown lines.
     pub records: u64,
-    /// Lines that were not valid records (kept in `records` as `malformed`).
+    /// Lines that were not valid records (kept in `records` as `malformed`),
+    /// counted as they are inserted.
     pub malformed: u64,
     /// Lines Kafka delivered again that ClickHouse already held (skipped).
     pub redelivered: u64,
@@ -90,6 +100,10 @@ pub struct IngestSummary {
     pub edges: u64,
     /// From the first line read to the last batch stored (idle time excluded).
     pub busy: Duration,
+    /// Messages on the topic's assigned partitions not yet stored and
+    /// committed, summed (librdkafka's `consumer_lag`, with --metrics only;
+    /// None: not known yet).
+    pub consumer_lag: Option<u64>,
 }
 
 #[derive(clickhouse::Row, Serialize)]
@@ -160,10 +174,44 @@ struct RecordRow {
 /// Seq bits of an event id (`(cpu << 48) | seq`, docs/event-schema.md).
 const SEQ_MASK: u64 = (1 << 48) - 1;
 
-/// Tells the loop that partitions moved: the high-water marks must be read again.
-struct Rebalanced(AtomicBool);
+/// Tells the loop that partitions moved: the high-water marks must be read
+/// again. And keeps the consumer's lag from librdkafka's statistics (with
+/// --metrics, once a second).
+struct Rebalanced(AtomicBool, Arc<Lag>);
 
-impl ClientContext for Rebalanced {}
+/// The topic's lag, summed over the partitions whose lag librdkafka knows
+/// (-1: none yet).
+#[derive(Debug)]
+pub struct Lag {
+    topic: String,
+    messages: AtomicI64,
+}
+
+impl Lag {
+    fn get(&self) -> Option<u64> {
+        u64::try_from(self.messages.load(Ordering::Relaxed)).ok()
+    }
+}
+
+impl ClientContext for Rebalanced {
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        let Some(topic) = statistics.topics.get(&self.1.topic) else {
+            return;
+        };
+        // -1 where librdkafka does not know the partition's end or our
+        // committed offset (not assigned; -1 is its internal partition).
+        let known: Vec<u64> = topic
+            .partitions
+            .values()
+            .filter_map(|p| u64::try_from(p.consumer_lag).ok())
+            .collect();
+        let sum = match known.is_empty() {
+            true => -1,
+            false => i64::try_from(known.iter().sum::<u64>()).unwrap_or(i64::MAX),
+        };
+        self.1.messages.store(sum, Ordering::Relaxed);
+    }
+}
 
 impl ConsumerContext for Rebalanced {
     fn post_rebalance(&self, _: &BaseConsumer<Self>, _: &Rebalance<'_>) {
@@ -197,6 +245,7 @@ pub struct Ingester {
     summary: IngestSummary,
     last_notice: Option<(String, Instant)>,
     graphs: Option<crate::graph::HostGraphs>,
+    lag: Arc<Lag>,
 }
 
 impl Ingester {
@@ -284,7 +333,17 @@ impl Ingester {
             }
         }
         let client = client.with_database(&opts.database);
-        let consumer: BaseConsumer<Rebalanced> = ClientConfig::new()
+        let lag = Arc::new(Lag {
+            topic: opts.topic.clone(),
+            messages: AtomicI64::new(-1),
+        });
+        let mut config = ClientConfig::new();
+        if opts.metrics.is_some() {
+            // The consumer's lag for the metrics: librdkafka's statistics,
+            // handed to Rebalanced::stats from the consumer's poll.
+            config.set("statistics.interval.ms", "1000");
+        }
+        let consumer: BaseConsumer<Rebalanced> = config
             .set("bootstrap.servers", &opts.brokers)
             .set("group.id", &opts.group)
             // Offsets are committed by hand, after the insert.
@@ -297,7 +356,7 @@ impl Ingester {
             // resumed up to 10 s after the broker did (bench/fleet/README.md,
             // "Graph ingest, session 15").
             .set("reconnect.backoff.max.ms", "1000")
-            .create_with_context(Rebalanced(AtomicBool::new(true)))
+            .create_with_context(Rebalanced(AtomicBool::new(true), lag.clone()))
             .with_context(|| format!("connecting a Kafka consumer to {}", opts.brokers))?;
         consumer
             .subscribe(&[&opts.topic])
@@ -316,7 +375,18 @@ impl Ingester {
             summary: IngestSummary::default(),
             last_notice: None,
             graphs,
+            lag,
         })
+    }
+
+    /// Hands the metrics server a copy of the summary, if one is due.
+    fn publish(&self) {
+        if let Some(p) = self.opts.metrics.as_ref().filter(|p| p.due()) {
+            p.publish(&IngestSummary {
+                consumer_lag: self.lag.get(),
+                ..self.summary.clone()
+            });
+        }
     }
 
     /// Ingests until `stop` is set (or the stream is idle for `stop_when_idle`).
@@ -341,6 +411,11 @@ impl Ingester {
             self.store(batch, stop)?;
             last_line = Some(Instant::now());
             self.summary.busy = first_line.map_or(Duration::ZERO, |f| f.elapsed());
+            self.publish();
+        }
+        self.summary.consumer_lag = self.lag.get();
+        if let Some(p) = &self.opts.metrics {
+            p.publish_final(&self.summary);
         }
         Ok(self.summary)
     }
@@ -350,6 +425,7 @@ impl Ingester {
         let mut batch = Batch::default();
         let deadline = Instant::now() + self.opts.batch_wait;
         while batch.lines < self.opts.batch_lines && !stop.load(Ordering::Relaxed) {
+            self.publish();
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 break;
@@ -370,6 +446,7 @@ impl Ingester {
             let (partition, offset) = (msg.partition(), msg.offset());
             batch.next.insert(partition, offset + 1);
             batch.lines += 1;
+            self.summary.lines += 1;
             let (mut host, mut boot) = (None, None);
             if let Some(h) = msg.headers() {
                 for hd in h.iter() {
@@ -437,6 +514,7 @@ impl Ingester {
                 Err(e) if !stop.load(Ordering::Relaxed) && worth_retrying(&e, attempt) => {
                     attempt += 1;
                     eprintln!("custos fleet ingest: reading where table {table} stands in ClickHouse: {e}; trying again in {delay:?}");
+                    self.publish();
                     std::thread::sleep(delay);
                     delay = (delay * 2).min(Duration::from_secs(10));
                 }
@@ -536,9 +614,6 @@ impl Ingester {
                     Err(e) => ("malformed".to_string(), 0, e),
                     Ok(Record::Event(..) | Record::Loss(_)) => unreachable!("matched above"),
                 };
-                if kind == "malformed" {
-                    self.summary.malformed += 1;
-                }
                 batch.records.push(RecordRow {
                     host,
                     boot,
@@ -669,6 +744,7 @@ impl Ingester {
                     attempt += 1;
                     eprintln!("custos fleet ingest: {what}: {e}; trying again in {delay:?}");
                     self.summary.retries += 1;
+                    self.publish();
                     std::thread::sleep(delay);
                     delay = (delay * 2).min(Duration::from_secs(10));
                 }
@@ -692,6 +768,7 @@ impl Ingester {
                     attempt += 1;
                     eprintln!("custos fleet ingest: inserting {} rows into {table}: {e:#}; trying again in {delay:?}", rows.len());
                     self.summary.retries += 1;
+                    self.publish();
                     std::thread::sleep(delay);
                     delay = (delay * 2).min(Duration::from_secs(10));
                     // The failed insert may have landed after all (the
@@ -724,7 +801,10 @@ impl Ingester {
                 self.summary.losses += n;
                 self.summary.lost_events += rows.iter().map(Offsets::lost).sum::<u64>();
             }
-            _ => self.summary.records += n,
+            _ => {
+                self.summary.records += n;
+                self.summary.malformed += rows.iter().filter(|r| r.malformed()).count() as u64;
+            }
         }
         Ok(())
     }
@@ -760,6 +840,9 @@ trait Offsets {
     fn lost(&self) -> u64 {
         0
     }
+    fn malformed(&self) -> bool {
+        false
+    }
 }
 
 macro_rules! offsets {
@@ -770,7 +853,19 @@ macro_rules! offsets {
         }
     )*};
 }
-offsets!(EventRow, RecordRow);
+offsets!(EventRow);
+
+impl Offsets for RecordRow {
+    fn partition(&self) -> i32 {
+        self.kafka_partition
+    }
+    fn offset(&self) -> i64 {
+        self.kafka_offset
+    }
+    fn malformed(&self) -> bool {
+        self.kind == "malformed"
+    }
+}
 
 impl Offsets for LossRow {
     fn partition(&self) -> i32 {

@@ -10,6 +10,7 @@
 pub mod cli;
 pub mod graph;
 pub mod ingest;
+pub mod metrics;
 pub mod query;
 pub mod schema;
 pub mod servers;

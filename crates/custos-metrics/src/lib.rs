@@ -104,6 +104,18 @@ impl<T: Clone> Publisher<T> {
         *slot = Some((n, m.clone()));
     }
 
+    /// `--metrics-final-wait`: after the final account, waits at most
+    /// `limit` until a scrape has read it, and says so on stderr (as
+    /// `who`) if none did.
+    pub fn wait_final(&self, limit: Duration, who: &str) {
+        if !limit.is_zero() && !self.wait_scraped(limit) {
+            eprintln!(
+                "{who}: metrics: no scrape read the final account within --metrics-final-wait {}s",
+                limit.as_secs_f64()
+            );
+        }
+    }
+
     /// Waits, at most `limit`, until a scrape has carried the last copy
     /// published, so that the monitoring sees the final account of a run
     /// that ends (`--metrics-final-wait`). Whether it did.
@@ -118,6 +130,14 @@ impl<T: Clone> Publisher<T> {
         }
         true
     }
+}
+
+/// `--metrics-final-wait SECS`, checked: a number of seconds ≥ 0 (and
+/// one a duration can hold).
+pub fn final_wait(secs: f64) -> Result<Duration> {
+    Duration::try_from_secs_f64(secs)
+        .ok()
+        .context("--metrics-final-wait must be a number of seconds ≥ 0")
 }
 
 /// The listening socket, bound before any output is created: a bad or

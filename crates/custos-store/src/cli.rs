@@ -1,7 +1,7 @@
 //! `custos ingest`, `custos query`, `custos graph`: options and entry points.
 
 use crate::archive::{open_input, Recorder};
-use crate::ingest::{IngestOptions, Ingestor};
+use crate::ingest::{IngestOptions, IngestSummary, Ingestor};
 use crate::linereader::{LineReader, Msg};
 use crate::query::{self, Answer, Direction, Window};
 use crate::render;
@@ -64,6 +64,15 @@ pub struct IngestArgs {
     pub no_seal: bool,
     #[command(flatten)]
     pub cache: DbCacheArg,
+    /// Serve the ingest's figures (those of its summary line,
+    /// docs/operations.md) for Prometheus at http://ADDR/metrics while it
+    /// runs, e.g. 127.0.0.1:9467 (an IP address and a port).
+    #[arg(long, value_name = "ADDR", conflicts_with = "archive_only")]
+    pub metrics: Option<std::net::SocketAddr>,
+    /// After the last input, keep serving until a scrape has read the final
+    /// account, at most this many seconds (0: exit at once).
+    #[arg(long, default_value_t = 0.0, value_name = "SECS", requires = "metrics")]
+    pub metrics_final_wait: f64,
 }
 
 /// The writer's page cache, shared by `ingest` and `collect --db`.
@@ -94,6 +103,7 @@ impl IngestArgs {
         if self.batch_interval_ms == 0 {
             bail!("--batch-interval-ms must be at least 1");
         }
+        custos_metrics::final_wait(self.metrics_final_wait)?;
         if !(1024..=1 << 30).contains(&self.max_line_bytes) {
             bail!(
                 "--max-line-bytes must be between 1024 and 1073741824 (SQLite's limit on a value; got {})",
@@ -489,6 +499,11 @@ fn feed(ing: &mut Ingestor, msg: Msg, offset: &mut u64, limit: u64) -> Result<Op
 pub fn ingest(args: IngestArgs) -> Result<i32> {
     // Before anything is opened: a bad option must not cost an old archive.
     args.validate()?;
+    // And a taken metrics port neither (before the store is created).
+    let endpoint = args
+        .metrics
+        .map(custos_metrics::Endpoint::bind)
+        .transpose()?;
     let inputs = args.inputs();
     if args.archive_only {
         return archive_only(
@@ -507,6 +522,26 @@ pub fn ingest(args: IngestArgs) -> Result<i32> {
         ctrlc::set_handler(move || stop.store(true, std::sync::atomic::Ordering::SeqCst))
             .context("installing the Ctrl-C handler")?;
     }
+    let metrics = match endpoint {
+        Some(e) => {
+            let addr = e.addr();
+            let p = e.serve(crate::metrics::PROCESS, crate::metrics::encode_metrics)?;
+            eprintln!("custos ingest: metrics at http://{addr}/metrics");
+            Some(p)
+        }
+        None => None,
+    };
+    // The totals of the inputs ingested so far, the one being read
+    // included: what the metrics serve.
+    let mut done = IngestSummary::default();
+    let publish = |done: &IngestSummary, ing: &Ingestor| {
+        if let Some(p) = metrics.as_ref().filter(|p| p.due()) {
+            let mut totals = done.clone();
+            totals.add(&ing.totals());
+            p.publish(&totals);
+        }
+    };
+    let mut rc = 0;
     let limit = args.max_line_bytes;
     for input in inputs {
         let name = input.display().to_string();
@@ -545,13 +580,13 @@ pub fn ingest(args: IngestArgs) -> Result<i32> {
                 let _ = std::io::stdout().flush();
             }
         };
-        let started = Instant::now();
         let mut last_progress = Instant::now();
         let mut interrupted = None;
         // Bytes of the stream (decompressed) in the lines handed to the store.
         let mut offset = 0u64;
         let mut failed = None;
         loop {
+            publish(&done, &ing);
             if stop.load(std::sync::atomic::Ordering::SeqCst) {
                 // Every line already read goes in too: from a pipe it could
                 // not be read again.
@@ -584,12 +619,12 @@ pub fn ingest(args: IngestArgs) -> Result<i32> {
             }
             ack(ing.commit_if_due()?);
             if last_progress.elapsed() >= Duration::from_secs(5) {
-                let s = ing.summary();
+                let s = ing.totals();
                 eprintln!(
                     "custos ingest: {name}: {} lines, {} new events ({:.0}/s)",
                     s.lines,
                     s.events_new,
-                    s.events_new as f64 / started.elapsed().as_secs_f64()
+                    s.events_new as f64 / s.seconds
                 );
                 last_progress = Instant::now();
             }
@@ -646,11 +681,20 @@ pub fn ingest(args: IngestArgs) -> Result<i32> {
                 s.out_of_window
             );
         }
+        done.add(&s);
         if interrupted.is_some() {
-            return Ok(130);
+            rc = 130;
+            break;
         }
     }
-    Ok(0)
+    if let Some(p) = &metrics {
+        p.publish_final(&done);
+        p.wait_final(
+            custos_metrics::final_wait(args.metrics_final_wait)?,
+            "custos ingest",
+        );
+    }
+    Ok(rc)
 }
 
 /// `custos ingest --archive-only`: compress the stream(s) into one archive.

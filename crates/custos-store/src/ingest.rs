@@ -48,6 +48,49 @@ pub struct IngestSummary {
     pub seconds: f64,
 }
 
+impl IngestSummary {
+    /// `o`'s counts added to these: the totals of a run's inputs, one after
+    /// another (`custos ingest a.jsonl b.jsonl`, its metrics).
+    pub fn add(&mut self, o: &IngestSummary) {
+        // Every field named: one added to the summary must be added here.
+        let IngestSummary {
+            lines,
+            events_new,
+            events_duplicate,
+            losses_new,
+            lost_events,
+            malformed,
+            overlong,
+            unknown_types,
+            out_of_window,
+            batches,
+            graph:
+                GraphStats {
+                    nodes,
+                    edges,
+                    unresolved_io,
+                    no_graph_effect,
+                },
+            seconds,
+        } = o;
+        self.lines += lines;
+        self.events_new += events_new;
+        self.events_duplicate += events_duplicate;
+        self.losses_new += losses_new;
+        self.lost_events = self.lost_events.saturating_add(*lost_events);
+        self.malformed += malformed;
+        self.overlong += overlong;
+        self.unknown_types += unknown_types;
+        self.out_of_window += out_of_window;
+        self.batches += batches;
+        self.graph.nodes += nodes;
+        self.graph.edges += edges;
+        self.graph.unresolved_io += unresolved_io;
+        self.graph.no_graph_effect += no_graph_effect;
+        self.seconds += seconds;
+    }
+}
+
 pub struct IngestOptions {
     /// Lines per transaction.
     pub batch_lines: usize,
@@ -731,9 +774,7 @@ impl Ingestor {
         self.conn
             .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
             .context("checkpointing the WAL")?;
-        self.summary.graph = self.graph.stats.clone();
-        self.summary.seconds = self.started.elapsed().as_secs_f64();
-        Ok((self.summary, ack))
+        Ok((self.totals(), ack))
     }
 
     /// Commits the open batch and every event still held for reordering
@@ -756,6 +797,17 @@ impl Ingestor {
 
     pub fn summary(&self) -> &IngestSummary {
         &self.summary
+    }
+
+    /// The totals so far, the graph's and the time included: what
+    /// [`Ingestor::finish`] returns at the end, and what `custos ingest`
+    /// prints and serves (`--metrics`) meanwhile.
+    pub fn totals(&self) -> IngestSummary {
+        IngestSummary {
+            graph: self.graph.stats.clone(),
+            seconds: self.started.elapsed().as_secs_f64(),
+            ..self.summary.clone()
+        }
     }
 }
 

@@ -15,6 +15,7 @@ pub mod effects;
 pub mod graph;
 pub mod ingest;
 pub mod linereader;
+pub mod metrics;
 pub mod nodes;
 pub mod query;
 pub mod rawseg;

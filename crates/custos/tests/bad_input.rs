@@ -210,6 +210,27 @@ fn ingest_refuses_every_bad_flag_before_touching_its_files() {
         // A missing input (after a good one): nothing is ingested, no store made.
         (&[i, "/nonexistent/in.jsonl"], "/nonexistent/in.jsonl"),
         (&["--archive", "/nonexistent/x.zst", i], "/nonexistent"),
+        // --metrics: not an address, a wait without it, a wrong wait,
+        // with --archive-only (which serves nothing).
+        (&["--metrics", "127.0.0.1:notaport", i], "--metrics"),
+        (&["--metrics", "localhost", i], "--metrics"),
+        (&["--metrics-final-wait", "3", i], "--metrics"),
+        (
+            &["--metrics", "127.0.0.1:9", "--metrics-final-wait=-1", i],
+            "--metrics-final-wait",
+        ),
+        (
+            &[
+                "--archive-only",
+                "--archive",
+                z,
+                "--force",
+                "--metrics",
+                "127.0.0.1:9",
+                i,
+            ],
+            "--metrics",
+        ),
     ];
     for (args, why) in cases {
         let mut argv = vec!["ingest", "--quiet"];
@@ -219,6 +240,25 @@ fn ingest_refuses_every_bad_flag_before_touching_its_files() {
         argv.extend_from_slice(args);
         refused(&argv, why, kept);
         assert!(!db.exists(), "{args:?} made the store");
+    }
+    // A metrics port another program holds: refused before the store or
+    // the archive is made, or an earlier archive replaced.
+    let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = holder.local_addr().unwrap().to_string();
+    let new_zst = d.join("new.jsonl.zst");
+    let nz = new_zst.to_str().unwrap();
+    for archive in [&["--archive", z, "--force"][..], &["--archive", nz]] {
+        refused(
+            &[
+                &["ingest", "--quiet", "--db", s, "--metrics", &taken][..],
+                archive,
+                &[i],
+            ]
+            .concat(),
+            "cannot listen there",
+            kept,
+        );
+        assert!(!db.exists() && !new_zst.exists());
     }
     // stdin redirected from the archive it would write.
     let out = Command::new(env!("CARGO_BIN_EXE_custos"))
@@ -237,6 +277,43 @@ fn ingest_refuses_every_bad_flag_before_touching_its_files() {
     let out = custos(&["ingest", "--quiet", "--db", s, "--force", "--archive", z, i]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_ne!(std::fs::read(&zst).unwrap(), zbody);
+}
+
+/// `custos fleet ingest --metrics`: a bad address or a taken port is
+/// refused before Kafka or ClickHouse is asked (here neither listens,
+/// which would be the error otherwise) or the graph's directory is made.
+#[test]
+fn fleet_ingest_refuses_a_bad_metrics_address_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let graphs = dir.path().join("graphs");
+    let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = holder.local_addr().unwrap().to_string();
+    let base = [
+        "fleet",
+        "ingest",
+        "--kafka",
+        "127.0.0.1:9",
+        "--topic",
+        "t",
+        "--clickhouse",
+        "http://127.0.0.1:9",
+        "--stop-when-idle",
+        "1",
+        "--graph-dir",
+        graphs.to_str().unwrap(),
+    ];
+    for (args, why) in [
+        (&["--metrics", "localhost"][..], "--metrics"),
+        (&["--metrics-final-wait", "3"], "--metrics"),
+        (
+            &["--metrics", "127.0.0.1:9", "--metrics-final-wait", "inf"],
+            "--metrics-final-wait",
+        ),
+        (&["--metrics", &taken], "cannot listen there"),
+    ] {
+        refused(&[&base[..], args].concat(), why, &[]);
+        assert!(!graphs.exists(), "{args:?} made the graph's directory");
+    }
 }
 
 #[test]

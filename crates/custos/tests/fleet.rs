@@ -10,8 +10,41 @@ use custos_fleet::servers::{ClickHouseServer, KafkaBroker};
 use custos_fleet::sink::{KafkaOptions, KafkaTarget};
 use custos_store::sink::LiveSink;
 use custos_store::synth::{self, SynthConfig};
-use std::io::Write;
-use std::process::Command;
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// `custos fleet ingest`, to run until the topic is quiet.
+fn ingest_command(
+    broker: &KafkaBroker,
+    ch: &ClickHouseServer,
+    topic: &str,
+    group: &str,
+    db: &str,
+) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_custos"));
+    cmd.args([
+        "fleet",
+        "ingest",
+        "--kafka",
+        &broker.bootstrap(),
+        "--topic",
+        topic,
+        "--clickhouse",
+        &ch.url(),
+    ])
+    .args([
+        "--group",
+        group,
+        "--clickhouse-db",
+        db,
+        "--batch-secs",
+        "0.3",
+        "--stop-when-idle",
+        "2",
+    ]);
+    cmd
+}
 
 /// Runs `custos fleet ingest` until the topic is quiet; returns whether it
 /// succeeded and its report.
@@ -22,33 +55,157 @@ fn run_ingest(
     group: &str,
     db: &str,
 ) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_custos"))
-        .args([
-            "fleet",
-            "ingest",
-            "--kafka",
-            &broker.bootstrap(),
-            "--topic",
-            topic,
-            "--clickhouse",
-            &ch.url(),
-        ])
-        .args([
-            "--group",
-            group,
-            "--clickhouse-db",
-            db,
-            "--batch-secs",
-            "0.3",
-            "--stop-when-idle",
-            "2",
-        ])
+    let out = ingest_command(broker, ch, topic, group, db)
         .output()
         .unwrap();
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// `GET /metrics` from loopback `port`: the body, if it answered 200.
+fn scrape(port: u16) -> Option<String> {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).ok()?;
+    let (head, body) = raw.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.1 200").then(|| body.to_string())
+}
+
+/// The value of a series (with its labels, as exposed) in a scrape.
+fn sample(text: &str, series: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// Runs `custos fleet ingest --metrics` until the topic is quiet, scraping
+/// its endpoint every 100 ms; returns its report and the last scrape,
+/// which is its final account (it waits until a scrape has read that).
+fn ingest_scraped(
+    broker: &KafkaBroker,
+    ch: &ClickHouseServer,
+    topic: &str,
+    group: &str,
+) -> (String, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = ingest_command(broker, ch, topic, group, "custos")
+        .args(["--metrics", &format!("127.0.0.1:{port}")])
+        .args(["--metrics-final-wait", "30"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Its report, read as it comes (a full pipe would stop it).
+    let mut err = child.stderr.take().unwrap();
+    let report = std::thread::spawn(move || {
+        let mut s = String::new();
+        err.read_to_string(&mut s).unwrap();
+        s
+    });
+    let (t0, mut last) = (Instant::now(), String::new());
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if t0.elapsed() > Duration::from_secs(300) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("fleet ingest never ended: {}", report.join().unwrap());
+        }
+        if let Some(body) = scrape(port) {
+            last = body;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let report = report.join().unwrap();
+    assert!(status.success(), "fleet ingest failed: {report}");
+    assert!(
+        !report.contains("no scrape read the final account"),
+        "{report}"
+    );
+    (report, last)
+}
+
+/// The metrics of a fleet ingest's final account against the rows of
+/// `host` ClickHouse holds, and against the line the run printed.
+fn check_scrape(ch: &ClickHouseServer, host: &str, report: &str, scraped: &str) {
+    let rows = |sql: &str| ch.query_u64(&sql.replace("HOST", host)).unwrap()[0];
+    let line = report
+        .lines()
+        .find(|l| l.contains(" lines read, "))
+        .unwrap_or_else(|| panic!("no final line in: {report}"));
+    let printed = |label: &str| -> u64 {
+        let before = line.split(label).next().unwrap();
+        let at = before.rfind(|c: char| !c.is_ascii_digit()).unwrap() + 1;
+        before[at..].parse().unwrap()
+    };
+    let events = "custos_fleet_ingest_rows_inserted_total{table=\"events\"}";
+    let losses = "custos_fleet_ingest_rows_inserted_total{table=\"losses\"}";
+    let records = "custos_fleet_ingest_rows_inserted_total{table=\"records\"}";
+    for (series, held, label) in [
+        (
+            events,
+            rows("SELECT count() FROM custos.events WHERE host = 'HOST'"),
+            " events,",
+        ),
+        (
+            losses,
+            rows("SELECT count() FROM custos.losses WHERE host = 'HOST'"),
+            " loss records",
+        ),
+        (
+            "custos_fleet_ingest_events_reported_lost_total",
+            rows("SELECT sum(count) FROM custos.losses WHERE host = 'HOST'"),
+            " events lost",
+        ),
+        (
+            records,
+            rows("SELECT count() FROM custos.records WHERE host = 'HOST'"),
+            " other records",
+        ),
+        (
+            "custos_fleet_ingest_lines_malformed_total",
+            rows("SELECT count() FROM custos.records WHERE host = 'HOST' AND type = 'malformed'"),
+            " malformed lines",
+        ),
+    ] {
+        assert_eq!(
+            sample(scraped, series),
+            Some(held),
+            "{series}: ClickHouse holds {held}; scraped:\n{scraped}"
+        );
+        assert_eq!(printed(label), held, "{label}: {line}");
+    }
+    for (series, label) in [
+        ("custos_fleet_ingest_lines_read_total", " lines read"),
+        ("custos_fleet_ingest_batches_total", " batches"),
+        (
+            "custos_fleet_ingest_lines_redelivered_total",
+            " re-delivered",
+        ),
+        (
+            "custos_fleet_ingest_retries_total",
+            " requests to ClickHouse",
+        ),
+    ] {
+        assert_eq!(
+            sample(scraped, series),
+            Some(printed(label)),
+            "{series}: {line}\n{scraped}"
+        );
+    }
+    // Caught up and committed: nothing left on the topic for the group.
+    assert_eq!(
+        sample(scraped, "custos_fleet_ingest_consumer_lag_messages"),
+        Some(0),
+        "{scraped}"
+    );
 }
 
 fn ingest(broker: &KafkaBroker, ch: &ClickHouseServer, topic: &str, group: &str) -> String {
@@ -70,17 +227,38 @@ fn fleet_ingest_stores_the_topic_once() {
         KafkaTarget::connect(KafkaOptions::new(&broker.bootstrap(), topic, "cli-host")).unwrap();
     let (sink, mut w) = LiveSink::spawn("custos-kafka-sink", target, 1 << 20).unwrap();
     w.write_all(&stream).unwrap();
+    // And a line cut short, as a crash leaves one.
+    w.write_all(b"{\"type\":\"event\",\"id\":7,\"ti\n").unwrap();
     drop(w);
     let sent = sink.finish().unwrap();
-    assert_eq!(sent.delivered, report.lines, "{sent:?}");
+    let lines = report.lines + 1;
+    assert_eq!(sent.delivered, lines, "{sent:?}");
 
-    let first = ingest(&broker, &ch, topic, "g1");
+    // Both runs serve their figures (--metrics): the first's are the rows
+    // ClickHouse holds, the second's the lines it skipped.
+    let (first, scraped) = ingest_scraped(&broker, &ch, topic, "g1");
     let want = format!("{} events, {} loss records", report.events, report.losses);
     assert!(first.contains(&want), "expected {want:?} in: {first}");
+    assert!(first.contains(&format!(" {lines} lines read, ")), "{first}");
+    assert!(first.contains(" 1 malformed lines"), "{first}");
     assert!(first.contains(" 0 re-delivered lines skipped"), "{first}");
-    let again = ingest(&broker, &ch, topic, "g2");
-    let want = format!("0 events, 0 loss records (0 events lost), 0 other records, 0 malformed lines; {} re-delivered lines skipped", report.lines);
+    check_scrape(&ch, "cli-host", &first, &scraped);
+    let (again, scraped) = ingest_scraped(&broker, &ch, topic, "g2");
+    let want = format!("0 events, 0 loss records (0 events lost), 0 other records, 0 malformed lines; {lines} re-delivered lines skipped");
     assert!(again.contains(&want), "expected {want:?} in: {again}");
+    assert_eq!(
+        sample(&scraped, "custos_fleet_ingest_lines_redelivered_total"),
+        Some(lines),
+        "{scraped}"
+    );
+    assert_eq!(
+        sample(
+            &scraped,
+            "custos_fleet_ingest_rows_inserted_total{table=\"events\"}"
+        ),
+        Some(0),
+        "{scraped}"
+    );
 
     // A table of another schema where ours should be: refused at the start, saying why.
     ch.execute("CREATE DATABASE other").unwrap();
