@@ -2,7 +2,7 @@
 // Compiles the BPF scheduler and generates Rust bindings for its contract header.
 fn main() {
     // BPF_CLANG comes from .cargo/config.toml (clang-19 on Debian).
-    println!("cargo:rerun-if-changed=../../include/custos/provenance_features.h");
+    println!("cargo:rerun-if-changed=../../include/custos");
     scx_cargo::BpfBuilder::new()
         .unwrap()
         .add_include_path("../../include")

@@ -11,6 +11,7 @@ use anyhow::{bail, Context, Result};
 use libbpf_rs::{MapCore, MapFlags};
 
 use crate::bpf_intf::custos_global_features;
+use custos_policy::features::FEATURE_MAX;
 use std::collections::BTreeSet;
 use std::fs;
 
@@ -70,18 +71,19 @@ pub fn read_global_features<M: MapCore>(map: &M) -> Option<custos_global_feature
         .then(|| unsafe { std::ptr::read_unaligned(raw.as_ptr().cast()) })
 }
 
-/// Ring availability in [0, 128] as main.bpf.c's ring_availability
+/// Ring availability in [0, FEATURE_MAX] as main.bpf.c's ring_availability
 /// computes it, in its u64 arithmetic (which wraps): the free share of the
-/// fullest ring; 128 while no collector runs.
+/// fullest ring; FEATURE_MAX while no collector runs.
 pub fn ring_availability(g: Option<&custos_global_features>) -> u8 {
+    let max = u64::from(FEATURE_MAX);
     g.filter(|g| g.collector_running != 0)
         .and_then(|g| {
             (0..g.ring_size.len())
                 .filter(|&r| g.ring_size[r] > 0)
-                .map(|r| g.ring_free_bytes[r].wrapping_mul(128) / g.ring_size[r])
+                .map(|r| g.ring_free_bytes[r].wrapping_mul(max) / g.ring_size[r])
                 .min()
         })
-        .map_or(128, |a| a.min(128) as u8)
+        .map_or(FEATURE_MAX, |a| a.min(max) as u8)
 }
 
 /// The ring that came closest to full while the scheduler looked: its
