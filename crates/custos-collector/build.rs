@@ -3,7 +3,8 @@
 //! src/bpf/intf.h (bindgen; included by src/intf.rs).
 //! vmlinux.h comes from the build machine's kernel BTF (`bpftool btf dump`);
 //! CO-RE relocations make the object load on other kernels too.
-//! CUSTOS_VMLINUX_H=path uses a given vmlinux.h instead; BPF_CLANG picks clang.
+//! CUSTOS_VMLINUX_H=path uses a given vmlinux.h instead; BPF_CLANG picks clang
+//! (.cargo/config.toml names it, for this and scx_cargo's builds alike).
 use std::{
     env, fs,
     path::{Path, PathBuf},
@@ -43,7 +44,7 @@ fn main() {
     let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
     let include = manifest.join("../../include/custos");
     let vmlinux = vmlinux_h(&out);
-    let clang = env::var("BPF_CLANG").unwrap_or_else(|_| "clang-19".into());
+    let clang = env::var("BPF_CLANG").unwrap_or_else(|_| "clang".into());
     println!("cargo:rerun-if-env-changed=BPF_CLANG");
     SkeletonBuilder::new()
         .source("src/bpf/main.bpf.c")

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only
 // Compiles the BPF scheduler and generates Rust bindings for its contract header.
 fn main() {
-    // BPF_CLANG comes from .cargo/config.toml (clang-19 on Debian).
+    // BPF_CLANG comes from .cargo/config.toml.
     println!("cargo:rerun-if-changed=../../include/custos");
     scx_cargo::BpfBuilder::new()
         .unwrap()
