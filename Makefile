@@ -3,7 +3,6 @@
 
 CARGO ?= cargo
 CUSTOS := target/release/custos
-export BPF_CLANG ?= clang-19
 export PATH := $(CURDIR)/.tools/cargo/bin:$(CURDIR)/.tools/venv/bin:$(PATH)
 
 .PHONY: all deps build kernel demo test lint clean fuzz fuzz-smoke deb package

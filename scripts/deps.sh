@@ -7,8 +7,17 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 TOOLS=$ROOT/.tools
 
+# The BPF compiler is named once, in .cargo/config.toml; its LLVM tools
+# come in the same version.
+BPF_CLANG=$(sed -n 's/^BPF_CLANG *= *"\(.*\)"$/\1/p' .cargo/config.toml)
+if [[ ! $BPF_CLANG =~ ^clang-[0-9]+$ ]]; then
+  echo "deps: .cargo/config.toml's BPF_CLANG (${BPF_CLANG:-none}) is not clang-N, the Debian package to install" >&2
+  exit 1
+fi
+LLVM_VERSION=${BPF_CLANG#clang-}
+
 APT_PACKAGES=(
-  clang-19 llvm-19 lld-19 libelf-dev zlib1g-dev pkg-config make
+  "$BPF_CLANG" "llvm-$LLVM_VERSION" "lld-$LLVM_VERSION" libelf-dev zlib1g-dev pkg-config make
   qemu-system-x86 libcap-ng-dev libseccomp-dev busybox-static
   python3-venv graphviz bpftool stress-ng
   # a real Prometheus server and promtool for the --metrics scrape test

@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "harness"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from custos_bench import matrix, vm  # noqa: E402
-from custos_bench.paths import CUSTOS, ROOT, TOOLS_BIN, WORKLOAD  # noqa: E402
+from custos_bench.paths import CUSTOS, ROOT, TOOLS_BIN, WORKLOAD, bpf_clang  # noqa: E402
 from custos_bench.provenance import Sitting  # noqa: E402
 from workloads import BY_NAME, COLLECTORS, QUICK_SCHEDULERS, SCHEDULERS, SCX_PEERS, SCX_VERSION, WORKLOADS, run_key  # noqa: E402
 
@@ -56,7 +56,7 @@ def ensure_scx(peers):
         print(f"bench/matrix: building {', '.join(missing)} {SCX_VERSION} from crates.io (once, about 25 minutes)",
               file=sys.stderr)
         subprocess.run(["cargo", "install", "--locked", "--root", str(TOOLS_BIN.parent)]
-                       + [f"{p}@{SCX_VERSION}" for p in missing], check=True, env=dict(os.environ, BPF_CLANG="clang-19"))
+                       + [f"{p}@{SCX_VERSION}" for p in missing], check=True, env=dict(os.environ, BPF_CLANG=os.environ.get("BPF_CLANG", bpf_clang())))
 
 
 def quick_workloads():

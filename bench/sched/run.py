@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "harness"))
 from custos_bench import matrix, plots, provenance, results, vm  # noqa: E402
-from custos_bench.paths import CUSTOS, ROOT, TOOLS_BIN, WORKLOAD  # noqa: E402
+from custos_bench.paths import CUSTOS, ROOT, TOOLS_BIN, WORKLOAD, bpf_clang  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 SERIES_REQUIRED = ["superproducer_runs", "custos_runs_with_loss", "custos_max_loss_pct", "default_min_loss_pct"]
@@ -57,7 +57,7 @@ def ensure_bpfland():
     if (TOOLS_BIN / "scx_bpfland").exists():
         return
     print("bench/sched: building the scx_bpfland peer from crates.io (once, several minutes)", file=sys.stderr)
-    env = dict(os.environ, BPF_CLANG="clang-19")
+    env = dict(os.environ, BPF_CLANG=os.environ.get("BPF_CLANG", bpf_clang()))
     subprocess.run(["cargo", "install", "--locked", "--root", str(TOOLS_BIN.parent), "scx_bpfland",
                     "--version", BPFLAND_VERSION], check=True, env=env)
 

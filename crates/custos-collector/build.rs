@@ -1,7 +1,10 @@
-//! Compiles src/bpf/main.bpf.c (CO-RE, clang) and generates its libbpf-rs skeleton.
+//! Compiles src/bpf/main.bpf.c (CO-RE, clang) and generates its libbpf-rs
+//! skeleton, and generates the Rust bindings of its contract header
+//! src/bpf/intf.h (bindgen; included by src/intf.rs).
 //! vmlinux.h comes from the build machine's kernel BTF (`bpftool btf dump`);
 //! CO-RE relocations make the object load on other kernels too.
-//! CUSTOS_VMLINUX_H=path uses a given vmlinux.h instead; BPF_CLANG picks clang.
+//! CUSTOS_VMLINUX_H=path uses a given vmlinux.h instead; BPF_CLANG picks clang
+//! (.cargo/config.toml names it, for this and scx_cargo's builds alike).
 use std::{
     env, fs,
     path::{Path, PathBuf},
@@ -41,7 +44,7 @@ fn main() {
     let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
     let include = manifest.join("../../include/custos");
     let vmlinux = vmlinux_h(&out);
-    let clang = env::var("BPF_CLANG").unwrap_or_else(|_| "clang-19".into());
+    let clang = env::var("BPF_CLANG").unwrap_or_else(|_| "clang".into());
     println!("cargo:rerun-if-env-changed=BPF_CLANG");
     SkeletonBuilder::new()
         .source("src/bpf/main.bpf.c")
@@ -57,6 +60,18 @@ fn main() {
         ])
         .build_and_generate(out.join("collector.skel.rs"))
         .expect("building the BPF collector program");
+    // The header as the BPF programs see it (BPF target layout); the
+    // bindings' layout checks then hold it to the host's.
+    bindgen::Builder::default()
+        .header("src/bpf/intf.h")
+        .clang_args(["--target=bpf".into(), format!("-I{}", include.display())])
+        // CUSTOS_EV_CRITICAL, not custos_event_flags_CUSTOS_EV_CRITICAL.
+        .prepend_enum_name(false)
+        .derive_default(true)
+        .generate()
+        .expect("generating the bindings of src/bpf/intf.h")
+        .write_to_file(out.join("intf.rs"))
+        .expect("writing the bindings of src/bpf/intf.h");
     println!("cargo:rerun-if-changed=src/bpf");
     println!("cargo:rerun-if-changed={}", include.display());
 }

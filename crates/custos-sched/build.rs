@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-only
 // Compiles the BPF scheduler and generates Rust bindings for its contract header.
 fn main() {
-    // BPF_CLANG comes from .cargo/config.toml (clang-19 on Debian).
-    println!("cargo:rerun-if-changed=../../include/custos/provenance_features.h");
+    // BPF_CLANG comes from .cargo/config.toml.
+    println!("cargo:rerun-if-changed=../../include/custos");
     scx_cargo::BpfBuilder::new()
         .unwrap()
         .add_include_path("../../include")

@@ -14,7 +14,6 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{AsRawLibbpf, Link, MapCore, MapFlags, OpenObject, RingBufferBuilder};
 use serde::Serialize;
 
-use crate::bpf_skel::types::{custos_cpu_state, custos_syscall_spec};
 use crate::bpf_skel::{MainSkel, MainSkelBuilder};
 use crate::consumer::{monotonic_ns, Consumer, ConsumerCounters};
 use crate::features;
@@ -414,7 +413,7 @@ pub fn collect<W: Write>(
         // SAFETY: plain-old-data struct viewed as bytes.
         let bytes = unsafe {
             std::slice::from_raw_parts(
-                (&spec as *const crate::bpf_skel::types::custos_uring_op).cast::<u8>(),
+                (&spec as *const custos_uring_op).cast::<u8>(),
                 std::mem::size_of_val(&spec),
             )
         };
@@ -616,7 +615,7 @@ fn drain<W: Write>(
         .add(&skel.maps.ring_attrs, move |d| c3.borrow_mut().on_attrs(d))?
         .add(&skel.maps.ring_critical, move |d| {
             let mut c = c1.borrow_mut();
-            if d.len() == std::mem::size_of::<crate::bpf_skel::types::custos_event>() {
+            if d.len() == std::mem::size_of::<custos_event>() {
                 c.on_metadata(d)
             } else {
                 c.on_attrs(d)
@@ -1228,7 +1227,7 @@ fn hold_bound_note(size: &[u64; NR_RINGS], floor: &[u64; NR_RINGS], nr_cpus: usi
     )
 }
 
-fn global_snapshot(skel: &MainSkel) -> Option<crate::bpf_skel::types::custos_global_features> {
+fn global_snapshot(skel: &MainSkel) -> Option<custos_global_features> {
     let raw = skel
         .maps
         .global_features

@@ -9,7 +9,6 @@ use std::rc::Rc;
 use anyhow::{Context, Result};
 use serde::Serialize;
 
-use crate::bpf_skel::types::custos_event;
 use crate::intf::*;
 use crate::reorder::Merge;
 use crate::syscalls::{self, Arg};

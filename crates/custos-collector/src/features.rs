@@ -10,14 +10,13 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 
-use crate::bpf_skel::types::custos_global_features;
+use crate::intf::*;
 
 /// `struct custos_global_features` / `struct custos_task_features` of
-/// include/custos/provenance_features.h, as the skeleton's BTF lays them out.
-pub use crate::bpf_skel::types::{
+/// include/custos/provenance_features.h.
+pub use crate::intf::{
     custos_global_features as GlobalFeatures, custos_task_features as TaskFeatures,
 };
-use crate::intf::*;
 
 const BPF_FS_MAGIC: i64 = 0xcafe4a11;
 
@@ -263,8 +262,8 @@ pub const HOLD_IN_FLIGHT: u64 = 32;
 pub fn hold_floor(nr_cpus: u64) -> [u64; NR_RINGS] {
     // A ring record: its 8-byte header, the length rounded up to 8.
     let record = |len: usize| (8 + len.div_ceil(8) * 8) as u64;
-    let event = record(size_of::<crate::bpf_skel::types::custos_event>());
-    let attrs = record(size_of::<crate::bpf_skel::types::custos_attr_hdr>() + ATTR_DATA_MAX + 1);
+    let event = record(size_of::<custos_event>());
+    let attrs = record(size_of::<custos_attr_hdr>() + ATTR_DATA_MAX + 1);
     let per_syscall = [2 * (event + attrs), 2 * event, 2 * attrs];
     per_syscall.map(|b| b * nr_cpus * HOLD_IN_FLIGHT)
 }

@@ -1,123 +1,128 @@
-//! Constants of src/bpf/intf.h and include/custos/provenance_features.h that
-//! the consumer needs (the structs come from the skeleton's BTF types).
-//! Every value here mirrors a #define/enum there; change both together.
+//! The consumer's side of src/bpf/intf.h and of the
+//! include/custos/provenance_features.h it includes: bindings generated from
+//! the headers at build time (bindgen, build.rs), so each number and each
+//! record layout is written once, in C.
+//!
+//! The structs keep their C names. The constants the consumer uses are
+//! named here without their `CUSTOS_` prefix (the module is the prefix) and
+//! given the type of the fields they go with; a value that does not fit
+//! that type fails the build.
 
-pub const MAX_SYSCALLS: u32 = 512;
-pub const HOOK_BPRM_CHECK: u16 = 1000;
-pub const HOOK_FILE_OPEN: u16 = 1001;
-pub const HOOK_FORK: u16 = 1002;
-pub const HOOK_IO_URING: u16 = 1003;
-pub const URING_MAX_OPS: u32 = 256;
-pub const URING_EV_FIXED_FILE: u64 = 1;
-pub const URING_EV_AT_SUBMIT: u64 = 2;
-pub const URING_FILE: u16 = 1 << 0;
-pub const URING_RW: u16 = 1 << 1;
-pub const URING_WRITE: u16 = 1 << 2;
-pub const URING_RET_FD: u16 = 1 << 3;
-pub const URING_SOCK: u16 = 1 << 4;
-pub const URING_CLOSE: u16 = 1 << 5;
-pub const URING_OPEN: u16 = 1 << 6;
-pub const URING_NO_PATHS: u16 = 1 << 7;
-pub const ID_CPU_SHIFT: u32 = 48;
+mod c {
+    #![allow(
+        non_upper_case_globals,
+        non_camel_case_types,
+        non_snake_case,
+        dead_code
+    )]
+    include!(concat!(env!("OUT_DIR"), "/intf.rs"));
+}
 
-pub const ATTR_DATA_MAX: usize = 8192;
-pub const PATH_CAP: usize = 1024;
-pub const ARGV_CAP: usize = 4096;
-pub const ARGV_MAX_ARGS: usize = 64;
+pub use c::{
+    custos_attr_hdr, custos_cpu_state, custos_event, custos_global_features, custos_syscall_spec,
+    custos_task_features, custos_uring_op,
+};
 
-pub const DROP_CRITICAL: usize = 0;
-pub const DROP_EVENTS: usize = 1;
-pub const DROP_ATTRS: usize = 2;
+const fn u8_of(v: u32) -> u8 {
+    assert!(v <= u8::MAX as u32, "does not fit a u8");
+    v as u8
+}
 
-pub const SPEC_NO_EXIT: u16 = 1 << 0;
-pub const SPEC_EXEC: u16 = 1 << 1;
-pub const SPEC_FD_PATH: u16 = 1 << 2;
-pub const SPEC_RET_FD_PATH: u16 = 1 << 3;
-pub const SPEC_RW: u16 = 1 << 4;
-pub const SPEC_ADDR_OUT: u16 = 1 << 5;
-pub const SPEC_OPEN_HOW: u16 = 1 << 6;
-pub const SPEC_PROT_EXEC: u16 = 1 << 7;
-pub const SPEC_WRITE: u16 = 1 << 8;
-pub const SPEC_PATH_RAW: u16 = 1 << 9;
-pub const SPEC_LOCAL_ADDR: u16 = 1 << 10;
-pub const SPEC_FILE_MAP: u16 = 1 << 11;
-pub const SPEC_RET_FD_ID: u16 = 1 << 12;
+const fn u16_of(v: u32) -> u16 {
+    assert!(v <= u16::MAX as u32, "does not fit a u16");
+    v as u16
+}
 
-pub const EV_CRITICAL: u16 = 1 << 0;
-pub const EV_HAS_ATTRS: u16 = 1 << 1;
-pub const EV_ATTRS_LOST: u16 = 1 << 2;
-pub const EV_NO_RET: u16 = 1 << 3;
-pub const EV_FIRST: u16 = 1 << 4;
-pub const EV_HAS_FILE: u16 = 1 << 5;
-
-pub const ATTR_PATH: u8 = 1;
-pub const ATTR_PATH_BASE: u8 = 2;
-pub const ATTR_PATH2: u8 = 3;
-pub const ATTR_PATH2_BASE: u8 = 4;
-pub const ATTR_FILE_PATH: u8 = 5;
-pub const ATTR_ARGV: u8 = 6;
-pub const ATTR_ADDR: u8 = 7;
-pub const ATTR_ROOT: u8 = 8;
-pub const ATTR_LADDR: u8 = 9;
-pub const ATTR_TRUNCATED: u8 = 1;
-
-/// include/custos/provenance_features.h
-pub const PIN_DIR: &str = "/sys/fs/bpf/custos";
-pub const TASK_FEATURES_MAP: &str = "task_features";
-pub const GLOBAL_FEATURES_MAP: &str = "global_features";
-pub const MAX_CONSUMERS: usize = 8;
-pub const VERSION_LEN: usize = 32;
-pub const RING_CRITICAL: usize = 0;
-pub const RING_EVENTS: usize = 1;
-pub const RING_ATTRS: usize = 2;
-pub const NR_RINGS: usize = 3;
-/// Copies of each syscall tracepoint program (SYSCALL_COPY in the BPF
-/// program): a syscall is lost only when every copy was busy on its CPU.
-pub const SYSCALL_COPIES: usize = 3;
-
-#[cfg(test)]
-mod tests {
-    /// Every constant here has its twin `CUSTOS_<NAME>` in the C headers, with the same value.
-    #[test]
-    fn constants_agree_with_the_c_headers() {
-        let c = [
-            include_str!("bpf/intf.h"),
-            include_str!("../../../include/custos/provenance_features.h"),
-        ]
-        .concat();
-        let c_value = |name: &str| -> Option<String> {
-            let want = format!("CUSTOS_{name}");
-            c.lines().find_map(|l| {
-                let l = l.trim().trim_end_matches(',');
-                let l = l.split("/*").next().unwrap().trim().trim_end_matches(',');
-                if let Some(rest) = l.strip_prefix("#define ") {
-                    let (n, v) = rest.split_once(char::is_whitespace)?;
-                    return (n == want).then(|| v.trim().to_string());
-                }
-                let (n, v) = l.split_once('=')?;
-                (n.trim() == want).then(|| v.trim().to_string())
-            })
-        };
-        let eval = |v: &str| -> String {
-            let v = v.trim().trim_matches(|ch| ch == '(' || ch == ')');
-            match v.split_once("<<") {
-                Some((a, b)) => (a.trim().parse::<u64>().unwrap()
-                    << b.trim().parse::<u64>().unwrap())
-                .to_string(),
-                None => v.trim_matches('"').to_string(),
-            }
-        };
-        let mut checked = 0;
-        for line in include_str!("intf.rs").lines() {
-            let Some(rest) = line.strip_prefix("pub const ") else {
-                continue;
-            };
-            let (name, rest) = rest.split_once(':').unwrap();
-            let rust = eval(rest.split_once('=').unwrap().1.trim_end_matches(';'));
-            let c = c_value(name).unwrap_or_else(|| panic!("no CUSTOS_{name} in the C headers"));
-            assert_eq!(eval(&c), rust, "{name}");
-            checked += 1;
-        }
-        assert!(checked > 40, "checked {checked}");
+/// A C string constant (`#define X "..."`) without its NUL.
+const fn str_of(bytes: &'static [u8]) -> &'static str {
+    let Some((&0, text)) = bytes.split_last() else {
+        panic!("not NUL-terminated");
+    };
+    match std::str::from_utf8(text) {
+        Ok(s) => s,
+        Err(_) => panic!("not UTF-8"),
     }
 }
+
+pub const MAX_SYSCALLS: u32 = c::CUSTOS_MAX_SYSCALLS;
+pub const HOOK_BPRM_CHECK: u16 = u16_of(c::CUSTOS_HOOK_BPRM_CHECK);
+pub const HOOK_FILE_OPEN: u16 = u16_of(c::CUSTOS_HOOK_FILE_OPEN);
+pub const HOOK_FORK: u16 = u16_of(c::CUSTOS_HOOK_FORK);
+pub const HOOK_IO_URING: u16 = u16_of(c::CUSTOS_HOOK_IO_URING);
+pub const URING_MAX_OPS: u32 = c::CUSTOS_URING_MAX_OPS;
+pub const URING_EV_FIXED_FILE: u64 = c::CUSTOS_URING_EV_FIXED_FILE as u64;
+pub const URING_EV_AT_SUBMIT: u64 = c::CUSTOS_URING_EV_AT_SUBMIT as u64;
+pub const URING_FILE: u16 = u16_of(c::CUSTOS_URING_FILE);
+pub const URING_RW: u16 = u16_of(c::CUSTOS_URING_RW);
+pub const URING_WRITE: u16 = u16_of(c::CUSTOS_URING_WRITE);
+pub const URING_RET_FD: u16 = u16_of(c::CUSTOS_URING_RET_FD);
+pub const URING_SOCK: u16 = u16_of(c::CUSTOS_URING_SOCK);
+pub const URING_CLOSE: u16 = u16_of(c::CUSTOS_URING_CLOSE);
+pub const URING_OPEN: u16 = u16_of(c::CUSTOS_URING_OPEN);
+pub const URING_NO_PATHS: u16 = u16_of(c::CUSTOS_URING_NO_PATHS);
+pub const ID_CPU_SHIFT: u32 = c::CUSTOS_ID_CPU_SHIFT;
+
+pub const ATTR_DATA_MAX: usize = c::CUSTOS_ATTR_DATA_MAX as usize;
+pub const PATH_CAP: usize = c::CUSTOS_PATH_CAP as usize;
+pub const ARGV_CAP: usize = c::CUSTOS_ARGV_CAP as usize;
+pub const ARGV_MAX_ARGS: usize = c::CUSTOS_ARGV_MAX_ARGS as usize;
+
+/// `enum custos_category`, the `category` of a `custos_syscall_spec`.
+pub const CAT_PROCESS: u8 = u8_of(c::CUSTOS_CAT_PROCESS);
+pub const CAT_FILE: u8 = u8_of(c::CUSTOS_CAT_FILE);
+pub const CAT_NETWORK: u8 = u8_of(c::CUSTOS_CAT_NETWORK);
+pub const CAT_CREDENTIAL: u8 = u8_of(c::CUSTOS_CAT_CREDENTIAL);
+pub const CAT_MODULE: u8 = u8_of(c::CUSTOS_CAT_MODULE);
+pub const CAT_MOUNT: u8 = u8_of(c::CUSTOS_CAT_MOUNT);
+pub const CAT_MEMORY: u8 = u8_of(c::CUSTOS_CAT_MEMORY);
+pub const CAT_IPC: u8 = u8_of(c::CUSTOS_CAT_IPC);
+
+pub const DROP_CRITICAL: usize = c::CUSTOS_DROP_CRITICAL as usize;
+pub const DROP_EVENTS: usize = c::CUSTOS_DROP_EVENTS as usize;
+pub const DROP_ATTRS: usize = c::CUSTOS_DROP_ATTRS as usize;
+
+pub const SPEC_NO_EXIT: u16 = u16_of(c::CUSTOS_SPEC_NO_EXIT);
+pub const SPEC_EXEC: u16 = u16_of(c::CUSTOS_SPEC_EXEC);
+pub const SPEC_FD_PATH: u16 = u16_of(c::CUSTOS_SPEC_FD_PATH);
+pub const SPEC_RET_FD_PATH: u16 = u16_of(c::CUSTOS_SPEC_RET_FD_PATH);
+pub const SPEC_RW: u16 = u16_of(c::CUSTOS_SPEC_RW);
+pub const SPEC_ADDR_OUT: u16 = u16_of(c::CUSTOS_SPEC_ADDR_OUT);
+pub const SPEC_OPEN_HOW: u16 = u16_of(c::CUSTOS_SPEC_OPEN_HOW);
+pub const SPEC_PROT_EXEC: u16 = u16_of(c::CUSTOS_SPEC_PROT_EXEC);
+pub const SPEC_WRITE: u16 = u16_of(c::CUSTOS_SPEC_WRITE);
+pub const SPEC_PATH_RAW: u16 = u16_of(c::CUSTOS_SPEC_PATH_RAW);
+pub const SPEC_LOCAL_ADDR: u16 = u16_of(c::CUSTOS_SPEC_LOCAL_ADDR);
+pub const SPEC_FILE_MAP: u16 = u16_of(c::CUSTOS_SPEC_FILE_MAP);
+pub const SPEC_RET_FD_ID: u16 = u16_of(c::CUSTOS_SPEC_RET_FD_ID);
+
+pub const EV_CRITICAL: u16 = u16_of(c::CUSTOS_EV_CRITICAL);
+pub const EV_HAS_ATTRS: u16 = u16_of(c::CUSTOS_EV_HAS_ATTRS);
+pub const EV_ATTRS_LOST: u16 = u16_of(c::CUSTOS_EV_ATTRS_LOST);
+pub const EV_NO_RET: u16 = u16_of(c::CUSTOS_EV_NO_RET);
+pub const EV_FIRST: u16 = u16_of(c::CUSTOS_EV_FIRST);
+pub const EV_HAS_FILE: u16 = u16_of(c::CUSTOS_EV_HAS_FILE);
+
+pub const ATTR_PATH: u8 = u8_of(c::CUSTOS_ATTR_PATH);
+pub const ATTR_PATH_BASE: u8 = u8_of(c::CUSTOS_ATTR_PATH_BASE);
+pub const ATTR_PATH2: u8 = u8_of(c::CUSTOS_ATTR_PATH2);
+pub const ATTR_PATH2_BASE: u8 = u8_of(c::CUSTOS_ATTR_PATH2_BASE);
+pub const ATTR_FILE_PATH: u8 = u8_of(c::CUSTOS_ATTR_FILE_PATH);
+pub const ATTR_ARGV: u8 = u8_of(c::CUSTOS_ATTR_ARGV);
+pub const ATTR_ADDR: u8 = u8_of(c::CUSTOS_ATTR_ADDR);
+pub const ATTR_ROOT: u8 = u8_of(c::CUSTOS_ATTR_ROOT);
+pub const ATTR_LADDR: u8 = u8_of(c::CUSTOS_ATTR_LADDR);
+pub const ATTR_TRUNCATED: u8 = u8_of(c::CUSTOS_ATTR_TRUNCATED);
+
+// include/custos/provenance_features.h
+pub const PIN_DIR: &str = str_of(c::CUSTOS_PIN_DIR);
+pub const TASK_FEATURES_MAP: &str = str_of(c::CUSTOS_TASK_FEATURES_MAP);
+pub const GLOBAL_FEATURES_MAP: &str = str_of(c::CUSTOS_GLOBAL_FEATURES_MAP);
+pub const MAX_CONSUMERS: usize = c::CUSTOS_MAX_CONSUMERS as usize;
+pub const VERSION_LEN: usize = c::CUSTOS_VERSION_LEN as usize;
+pub const RING_CRITICAL: usize = c::CUSTOS_RING_CRITICAL as usize;
+pub const RING_EVENTS: usize = c::CUSTOS_RING_EVENTS as usize;
+pub const RING_ATTRS: usize = c::CUSTOS_RING_ATTRS as usize;
+pub const NR_RINGS: usize = c::CUSTOS_NR_RINGS as usize;
+/// Copies of each syscall tracepoint program (SYSCALL_COPY in the BPF
+/// program): a syscall is lost only when every copy was busy on its CPU.
+pub const SYSCALL_COPIES: usize = c::CUSTOS_SYSCALL_COPIES as usize;

@@ -4,7 +4,6 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::bpf_skel::types::{custos_cpu_state, custos_global_features};
 use crate::consumer::ConsumerCounters;
 use crate::intf::*;
 

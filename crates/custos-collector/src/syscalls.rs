@@ -35,16 +35,17 @@ impl Category {
         }
     }
 
+    /// `enum custos_category`.
     fn code(self) -> u8 {
         match self {
-            Category::Process => 0,
-            Category::File => 1,
-            Category::Network => 2,
-            Category::Credential => 3,
-            Category::Module => 4,
-            Category::Mount => 5,
-            Category::Memory => 6,
-            Category::Ipc => 7,
+            Category::Process => CAT_PROCESS,
+            Category::File => CAT_FILE,
+            Category::Network => CAT_NETWORK,
+            Category::Credential => CAT_CREDENTIAL,
+            Category::Module => CAT_MODULE,
+            Category::Mount => CAT_MOUNT,
+            Category::Memory => CAT_MEMORY,
+            Category::Ipc => CAT_IPC,
         }
     }
 }
@@ -118,7 +119,7 @@ impl Syscall {
         matches!(self.name, "clone" | "clone3" | "fork" | "vfork")
     }
 
-    pub fn spec(&self) -> crate::bpf_skel::types::custos_syscall_spec {
+    pub fn spec(&self) -> custos_syscall_spec {
         let find = |want: fn(&Arg) -> bool| -> i8 {
             self.args
                 .iter()
@@ -127,7 +128,7 @@ impl Syscall {
                 .unwrap_or(-1)
         };
         let addr_len = find(|a| matches!(a, Arg::AddrLen | Arg::AddrLenPtr));
-        crate::bpf_skel::types::custos_syscall_spec {
+        custos_syscall_spec {
             traced: 1,
             category: self.category.code(),
             critical: self.critical as u8,

@@ -103,8 +103,8 @@ impl UringOp {
         syscalls::by_name(self.twin).is_some_and(|s| s.critical)
     }
 
-    pub fn spec(&self) -> crate::bpf_skel::types::custos_uring_op {
-        crate::bpf_skel::types::custos_uring_op {
+    pub fn spec(&self) -> custos_uring_op {
+        custos_uring_op {
             traced: 1,
             critical: self.critical() as u8,
             flags: self.flags,

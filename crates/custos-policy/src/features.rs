@@ -1,15 +1,23 @@
-//! The policy's input: seed 000 Table 4's eleven task and provenance
-//! features, each normalised to [0, FEATURE_MAX]. The BPF scheduler fills
+//! The policy's input: seed 000 Table 4's task and provenance features, each normalised to [0, FEATURE_MAX]. The BPF scheduler fills
 //! them (`fill_policy_input` in main.bpf.c, `norm_log2` in features.bpf.h);
-//! this is the Rust side of the same definition, and the scheduler's
-//! bit-exactness test runs both on the same inputs.
+//! their count, scale and order are include/custos/policy_features.h's
+//! (bindgen, build.rs), and the scheduler's bit-exactness test runs both
+//! normalisations on the same inputs.
 
 use serde::{Deserialize, Serialize};
 
+mod c {
+    #![allow(non_camel_case_types, dead_code)]
+    include!(concat!(env!("OUT_DIR"), "/policy_features.rs"));
+}
+
 /// Number of features (`CUSTOS_NR_FEATURES`).
-pub const NR_FEATURES: usize = 11;
+pub const NR_FEATURES: usize = c::CUSTOS_NR_FEATURES as usize;
 /// Every normalised feature lies in [0, FEATURE_MAX] (`CUSTOS_FEATURE_MAX`).
-pub const FEATURE_MAX: u8 = 128;
+pub const FEATURE_MAX: u8 = {
+    assert!(c::CUSTOS_FEATURE_MAX <= u8::MAX as u32);
+    c::CUSTOS_FEATURE_MAX as u8
+};
 
 /// A normalised feature vector, in `CUSTOS_FEAT_*` order.
 pub type State = [u8; NR_FEATURES];
@@ -34,54 +42,46 @@ pub struct FeatureSpec {
 
 use Normalization::{Linear, Log2};
 
-/// The features in `enum custos_feature` order; a model file records this
-/// list, and a model trained on another list is refused.
-pub const FEATURES: [FeatureSpec; NR_FEATURES] = [
-    FeatureSpec {
-        name: "runtime",
-        normalization: Log2,
-    },
-    FeatureSpec {
-        name: "nvcsw",
-        normalization: Log2,
-    },
-    FeatureSpec {
-        name: "wait_freq",
-        normalization: Log2,
-    },
-    FeatureSpec {
-        name: "wake_freq",
-        normalization: Log2,
-    },
-    FeatureSpec {
-        name: "nr_stop",
-        normalization: Log2,
-    },
-    FeatureSpec {
-        name: "nr_idle",
-        normalization: Log2,
-    },
-    FeatureSpec {
-        name: "prio",
+/// The features in `enum custos_feature` order: each is placed at its
+/// index there, and a feature the header has and this list lacks fails the
+/// build. A model file records this list, and a model trained on another
+/// list is refused.
+pub const FEATURES: [FeatureSpec; NR_FEATURES] = at_header_indices([
+    (c::CUSTOS_FEAT_RUNTIME, "runtime", Log2),
+    (c::CUSTOS_FEAT_NVCSW, "nvcsw", Log2),
+    (c::CUSTOS_FEAT_WAIT_FREQ, "wait_freq", Log2),
+    (c::CUSTOS_FEAT_WAKE_FREQ, "wake_freq", Log2),
+    (c::CUSTOS_FEAT_NR_STOP, "nr_stop", Log2),
+    (c::CUSTOS_FEAT_NR_IDLE, "nr_idle", Log2),
+    (c::CUSTOS_FEAT_PRIO, "prio", Linear),
+    (c::CUSTOS_FEAT_NR_EVENT, "nr_event", Log2),
+    (c::CUSTOS_FEAT_NR_DROP, "nr_drop", Log2),
+    (c::CUSTOS_FEAT_LATENCY, "latency", Log2),
+    (c::CUSTOS_FEAT_AVAILABILITY, "availability", Linear),
+]);
+
+const fn at_header_indices(
+    list: [(c::custos_feature, &'static str, Normalization); NR_FEATURES],
+) -> [FeatureSpec; NR_FEATURES] {
+    let mut out = [FeatureSpec {
+        name: "",
         normalization: Linear,
-    },
-    FeatureSpec {
-        name: "nr_event",
-        normalization: Log2,
-    },
-    FeatureSpec {
-        name: "nr_drop",
-        normalization: Log2,
-    },
-    FeatureSpec {
-        name: "latency",
-        normalization: Log2,
-    },
-    FeatureSpec {
-        name: "availability",
-        normalization: Linear,
-    },
-];
+    }; NR_FEATURES];
+    let mut i = 0;
+    while i < NR_FEATURES {
+        let (index, name, normalization) = list[i];
+        assert!(
+            out[index as usize].name.is_empty(),
+            "two features at one index"
+        );
+        out[index as usize] = FeatureSpec {
+            name,
+            normalization,
+        };
+        i += 1;
+    }
+    out
+}
 
 /// Seed 000's feature groups (its F1/F2 ablation): what the scheduler knows
 /// of a task by itself, and what the collector publishes about provenance.
@@ -146,8 +146,8 @@ pub fn index_of(name: &str) -> Option<usize> {
     FEATURES.iter().position(|f| f.name == name)
 }
 
-pub const FEAT_NR_EVENT: usize = 7;
-pub const FEAT_AVAILABILITY: usize = 10;
+pub const FEAT_NR_EVENT: usize = c::CUSTOS_FEAT_NR_EVENT as usize;
+pub const FEAT_AVAILABILITY: usize = c::CUSTOS_FEAT_AVAILABILITY as usize;
 
 /// Long-tailed features: 2 × bit length, so any u64 maps onto [0, 128].
 /// The C twin is `norm_log2()` in the scheduler's features.bpf.h; the

@@ -200,22 +200,6 @@ mod tests {
             c::custos_policy_consts_CUSTOS_NET_REQUANT_LIMIT,
             net::REQUANT_LIMIT
         );
-        assert_eq!(
-            c::custos_feature_CUSTOS_NR_FEATURES as usize,
-            features::NR_FEATURES
-        );
-        assert_eq!(
-            c::custos_sched_consts_CUSTOS_FEATURE_MAX as u8,
-            features::FEATURE_MAX
-        );
-        assert_eq!(
-            c::custos_feature_CUSTOS_FEAT_NR_EVENT as usize,
-            features::FEAT_NR_EVENT
-        );
-        assert_eq!(
-            c::custos_feature_CUSTOS_FEAT_AVAILABILITY as usize,
-            features::FEAT_AVAILABILITY
-        );
         assert!(c::custos_policy_consts_CUSTOS_NET_ROW as usize >= features::NR_FEATURES);
     }
 

@@ -11,6 +11,7 @@ use anyhow::{bail, Context, Result};
 use libbpf_rs::{MapCore, MapFlags};
 
 use crate::bpf_intf::custos_global_features;
+use custos_policy::features::FEATURE_MAX;
 use std::collections::BTreeSet;
 use std::fs;
 
@@ -70,18 +71,19 @@ pub fn read_global_features<M: MapCore>(map: &M) -> Option<custos_global_feature
         .then(|| unsafe { std::ptr::read_unaligned(raw.as_ptr().cast()) })
 }
 
-/// Ring availability in [0, 128] as main.bpf.c's ring_availability
-/// computes it: the free share of the fullest ring; 128 while no
-/// collector runs.
+/// Ring availability in [0, FEATURE_MAX] as main.bpf.c's ring_availability
+/// computes it, in its u64 arithmetic (which wraps): the free share of the
+/// fullest ring; FEATURE_MAX while no collector runs.
 pub fn ring_availability(g: Option<&custos_global_features>) -> u8 {
+    let max = u64::from(FEATURE_MAX);
     g.filter(|g| g.collector_running != 0)
         .and_then(|g| {
             (0..g.ring_size.len())
                 .filter(|&r| g.ring_size[r] > 0)
-                .map(|r| g.ring_free_bytes[r] * 128 / g.ring_size[r])
+                .map(|r| g.ring_free_bytes[r].wrapping_mul(max) / g.ring_size[r])
                 .min()
         })
-        .map_or(128, |a| a.min(128) as u8)
+        .map_or(FEATURE_MAX, |a| a.min(max) as u8)
 }
 
 /// The ring that came closest to full while the scheduler looked: its
@@ -219,6 +221,123 @@ mod tests {
         assert_eq!(ring_availability(Some(&g)), 32);
         g.ring_size = Default::default();
         assert_eq!(ring_availability(Some(&g)), 128, "no ring sized");
+    }
+
+    /// The scheduler's BPF side computes the availability feature with
+    /// main.bpf.c's ring_availability; user space (placement snapshots,
+    /// statistics) with this one. The C function, as main.bpf.c defines
+    /// it, is compiled for the host with the scheduler's intf.h and both
+    /// run on the same table: edge cases, then random maps, most with the
+    /// sizes a ring can have (a BPF ring buffer is under 4 GiB), some with
+    /// any u64 (a free space that wrapped, a map written by hand).
+    #[test]
+    fn main_bpf_cs_ring_availability_agrees_with_this_one() {
+        use rand::{Rng, SeedableRng};
+        use std::io::Write;
+
+        let source = include_str!("bpf/main.bpf.c");
+        let head =
+            "static __always_inline u8 ring_availability(const struct custos_global_features *g)\n";
+        let start = source.find(head).expect(
+            "main.bpf.c defines ring_availability with another signature: update this test",
+        );
+        let len = source[start..].find("\n}\n").expect("the function's end") + 3;
+        let dir = tempfile::tempdir().unwrap();
+        let program = format!(
+            "#include \"intf.h\"\n#include <stdio.h>\n{}\n\
+             int main(void)\n{{\n\tstruct custos_global_features g;\n\n\
+             \tputchar(ring_availability(NULL));\n\
+             \twhile (fread(&g, sizeof(g), 1, stdin) == 1)\n\
+             \t\tputchar(ring_availability(&g));\n\treturn 0;\n}}\n",
+            &source[start..start + len]
+        );
+        fs::write(dir.path().join("t.c"), program).unwrap();
+        let manifest = env!("CARGO_MANIFEST_DIR");
+        let cc = std::process::Command::new("cc")
+            .args(["-Wall", "-Werror", "-O2", "-o", "t", "t.c"])
+            .arg("-D__always_inline=inline __attribute__((always_inline))")
+            .arg(format!("-I{manifest}/src/bpf"))
+            .arg(format!("-I{manifest}/../../include"))
+            .current_dir(dir.path())
+            .output()
+            .expect("running cc");
+        assert!(
+            cc.status.success(),
+            "{}",
+            String::from_utf8_lossy(&cc.stderr)
+        );
+
+        let mut table = Vec::new();
+        // SAFETY: plain integers.
+        let zero: custos_global_features = unsafe { std::mem::zeroed() };
+        let mut g = zero;
+        table.push(g);
+        g.collector_running = 1;
+        table.push(g);
+        for (size, free) in [
+            (4096, 0),
+            (4096, 4096),
+            (4096, 4095),
+            (4096, 1),
+            (4096, 8192),
+        ] {
+            g.ring_size[1] = size;
+            g.ring_free_bytes[1] = free;
+            table.push(g);
+        }
+        g.ring_size = [(1 << 32) - 4096, 1 << 12, 1 << 20];
+        g.ring_free_bytes = [(1 << 32) - 4096, 1 << 11, 3 << 18];
+        table.push(g);
+        g.ring_free_bytes[1] = 0u64.wrapping_sub(8);
+        table.push(g);
+        let mut rng = rand::rngs::StdRng::seed_from_u64(33);
+        for _ in 0..5000 {
+            let mut g = zero;
+            g.collector_running = rng.gen_range(0..4);
+            for r in 0..g.ring_size.len() {
+                if rng.gen_bool(0.8) {
+                    g.ring_size[r] = rng.gen_range(1..1u64 << 32);
+                    g.ring_free_bytes[r] = match rng.gen_range(0..10) {
+                        0 => g.ring_size[r],
+                        1 => rng.gen::<u64>() >> rng.gen_range(0..64),
+                        _ => rng.gen_range(0..=g.ring_size[r]),
+                    };
+                }
+                if rng.gen_bool(0.05) {
+                    g.ring_size[r] = rng.gen::<u64>() >> rng.gen_range(0..64);
+                }
+            }
+            table.push(g);
+        }
+        let mut input = Vec::new();
+        for g in &table {
+            // SAFETY: plain-old-data struct viewed as bytes, as the C side reads it.
+            input.extend_from_slice(unsafe {
+                std::slice::from_raw_parts(
+                    (g as *const custos_global_features).cast::<u8>(),
+                    std::mem::size_of_val(g),
+                )
+            });
+        }
+        let mut run = std::process::Command::new(dir.path().join("t"))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        run.stdin.take().unwrap().write_all(&input).unwrap();
+        let c = run.wait_with_output().unwrap().stdout;
+        assert_eq!(c.len(), 1 + table.len());
+        assert_eq!(c[0], ring_availability(None), "no features map");
+        for (g, &c) in table.iter().zip(&c[1..]) {
+            assert_eq!(
+                c,
+                ring_availability(Some(g)),
+                "running {}, sizes {:?}, free {:?}",
+                g.collector_running,
+                g.ring_size,
+                g.ring_free_bytes
+            );
+        }
     }
 
     /// The VM suite's guest builds the shared maps by hand (its policy

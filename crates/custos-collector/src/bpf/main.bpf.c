@@ -625,6 +625,19 @@ static __always_inline void note_hold_pressure(struct custos_cpu_state *cs, int 
 	cs->hold_kick_pending = 1;
 }
 
+/*
+ * A ring's free bytes. BPF_RB_AVAIL_DATA reads the consumer's position and
+ * then the producers' without their lock, so while both move it can exceed
+ * the ring's size (kernel/bpf/ringbuf.c): a full ring, not a free space
+ * that wrapped round to 2^64.
+ */
+static __always_inline __u64 ring_free(void *ring, __u64 size)
+{
+	__u64 waiting = bpf_ringbuf_query(ring, BPF_RB_AVAIL_DATA);
+
+	return waiting < size ? size - waiting : 0;
+}
+
 static __always_inline void sample_availability(struct custos_cpu_state *cs)
 {
 	struct custos_global_features *g;
@@ -639,16 +652,13 @@ static __always_inline void sample_availability(struct custos_cpu_state *cs)
 		return;
 	size = bpf_ringbuf_query(&ring_critical, BPF_RB_RING_SIZE);
 	g->ring_size[CUSTOS_RING_CRITICAL] = size;
-	g->ring_free_bytes[CUSTOS_RING_CRITICAL] =
-		size - bpf_ringbuf_query(&ring_critical, BPF_RB_AVAIL_DATA);
+	g->ring_free_bytes[CUSTOS_RING_CRITICAL] = ring_free(&ring_critical, size);
 	size = bpf_ringbuf_query(&ring_events, BPF_RB_RING_SIZE);
 	g->ring_size[CUSTOS_RING_EVENTS] = size;
-	g->ring_free_bytes[CUSTOS_RING_EVENTS] =
-		size - bpf_ringbuf_query(&ring_events, BPF_RB_AVAIL_DATA);
+	g->ring_free_bytes[CUSTOS_RING_EVENTS] = ring_free(&ring_events, size);
 	size = bpf_ringbuf_query(&ring_attrs, BPF_RB_RING_SIZE);
 	g->ring_size[CUSTOS_RING_ATTRS] = size;
-	g->ring_free_bytes[CUSTOS_RING_ATTRS] =
-		size - bpf_ringbuf_query(&ring_attrs, BPF_RB_AVAIL_DATA);
+	g->ring_free_bytes[CUSTOS_RING_ATTRS] = ring_free(&ring_attrs, size);
 }
 
 /* Direct loads through the BTF-typed current task: the verifier turns them

@@ -20,6 +20,8 @@ typedef unsigned long long __u64;
 
 /* The collector/scheduler contract, so both sides of this one see it too. */
 #include <custos/provenance_features.h>
+/* The policy's feature vector, shared with custos-policy. */
+#include <custos/policy_features.h>
 
 enum custos_sched_consts {
 	/* Queue 0 is the primary FIFO; 1..nr_queues are the budgeted ones. */
@@ -27,30 +29,11 @@ enum custos_sched_consts {
 	CUSTOS_MAX_QUEUES	= 8,
 	CUSTOS_MAX_CPUS		= 512,
 
-	/* Every normalised feature lies in [0, CUSTOS_FEATURE_MAX] (seed 000). */
-	CUSTOS_FEATURE_MAX	= 128,
-
 	/* Shared queue q is DSQ q; queue q pinned to CPU c is DSQ BASE + c * MAX_QUEUES + q. */
 	CUSTOS_PINNED_DSQ_BASE	= 1024,
 
 	/* Length of the comm key of the debug queue-forcing map (TASK_COMM_LEN). */
 	CUSTOS_COMM_LEN		= 16,
-};
-
-/* The policy's input: seed 000 Table 4, each normalised to [0, 128]. */
-enum custos_feature {
-	CUSTOS_FEAT_RUNTIME,		/* log2: total CPU time of the task */
-	CUSTOS_FEAT_NVCSW,		/* log2: voluntary switches per second (average) */
-	CUSTOS_FEAT_WAIT_FREQ,		/* log2: how often the task sleeps (scx_lavd) */
-	CUSTOS_FEAT_WAKE_FREQ,		/* log2: how often the task wakes others (scx_lavd) */
-	CUSTOS_FEAT_NR_STOP,		/* log2: stops within the current slice */
-	CUSTOS_FEAT_NR_IDLE,		/* log2: idle slices on the CPU before the task ran */
-	CUSTOS_FEAT_PRIO,		/* linear: current queue, 0 = primary */
-	CUSTOS_FEAT_NR_EVENT,		/* log2: provenance events per window (collector) */
-	CUSTOS_FEAT_NR_DROP,		/* log2: dropped events per window (collector) */
-	CUSTOS_FEAT_LATENCY,		/* log2: consumer lag in events (collector) */
-	CUSTOS_FEAT_AVAILABILITY,	/* linear: free ring space, 128 = empty ring */
-	CUSTOS_NR_FEATURES,
 };
 
 /*
