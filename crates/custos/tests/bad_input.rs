@@ -394,18 +394,34 @@ fn sigterm_with_lines_queued_commits_every_line_read_and_says_where_to_resume() 
     let mut stdin = child.stdin.take().unwrap();
     // A writer as fast as the pipe takes it, which keeps the pipe open.
     let (tx, rx) = std::sync::mpsc::channel::<()>();
-    let writer = std::thread::spawn(move || {
-        for first in (1..=total).step_by(1000) {
-            if stdin.write_all(&events(first, 1000)).is_err() {
-                break;
+    let written = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let writer = {
+        let written = written.clone();
+        std::thread::spawn(move || {
+            for first in (1..=total).step_by(1000) {
+                let batch = events(first, 1000);
+                if stdin.write_all(&batch).is_err() {
+                    break;
+                }
+                written.fetch_add(batch.len() as u64, std::sync::atomic::Ordering::Relaxed);
             }
-        }
-        // Held open until the test is done: a collector still running.
-        let _ = rx.recv();
-        drop(stdin);
-    });
-    // The reader outruns the store: lines queue up within milliseconds.
-    std::thread::sleep(std::time::Duration::from_millis(400));
+            // Held open until the test is done: a collector still running.
+            let _ = rx.recv();
+            drop(stdin);
+        })
+    };
+    // The signal once the ingest is reading (a pipe holds 64 KiB, so 1 MiB
+    // written means it read the rest), not after a fixed 400 ms: on a
+    // loaded machine (make test beside a VM) that could come before it
+    // read anything. The reader outruns the store: lines are queued then.
+    let reading = std::time::Instant::now();
+    while written.load(std::sync::atomic::Ordering::Relaxed) < 1 << 20 {
+        assert!(
+            reading.elapsed() < std::time::Duration::from_secs(120),
+            "the ingest read under 1 MiB in 120 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     let term = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
