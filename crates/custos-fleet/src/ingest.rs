@@ -845,37 +845,28 @@ trait Offsets {
     }
 }
 
+/// Each row's place from its `kafka_partition` and `kafka_offset`, with
+/// what else its table knows (`lost`, `malformed`).
 macro_rules! offsets {
-    ($($t:ty),*) => {$(
+    ($($t:ty { $($more:item)* })*) => {$(
         impl Offsets for $t {
             fn partition(&self) -> i32 { self.kafka_partition }
             fn offset(&self) -> i64 { self.kafka_offset }
+            $($more)*
         }
     )*};
 }
-offsets!(EventRow);
-
-impl Offsets for RecordRow {
-    fn partition(&self) -> i32 {
-        self.kafka_partition
+offsets! {
+    EventRow {}
+    RecordRow {
+        fn malformed(&self) -> bool {
+            self.kind == "malformed"
+        }
     }
-    fn offset(&self) -> i64 {
-        self.kafka_offset
-    }
-    fn malformed(&self) -> bool {
-        self.kind == "malformed"
-    }
-}
-
-impl Offsets for LossRow {
-    fn partition(&self) -> i32 {
-        self.kafka_partition
-    }
-    fn offset(&self) -> i64 {
-        self.kafka_offset
-    }
-    fn lost(&self) -> u64 {
-        self.count
+    LossRow {
+        fn lost(&self) -> u64 {
+            self.count
+        }
     }
 }
 

@@ -6,7 +6,7 @@
 //! describe each figure once, and the exposition is made from them.
 
 use crate::ingest::IngestSummary;
-use custos_metrics::{counter, counter_family, gauge, DescriptorEncoder};
+use custos_metrics::{counter_family, counters, gauge, Counter, DescriptorEncoder};
 
 /// The ingester's name in the build metric (`custos_fleet_ingest_build_info`).
 pub const PROCESS: &str = "fleet_ingest";
@@ -14,13 +14,9 @@ pub const PROCESS: &str = "fleet_ingest";
 /// The loop's handle on the metrics server.
 pub type Publisher = custos_metrics::Publisher<IngestSummary>;
 
-/// A counter: its name (the exposition adds `_total`), its HELP, its
-/// figure of the summary.
-pub type Counter = (&'static str, &'static str, Figure);
-
 /// The counters of one value each. The rate of ingest is
 /// `rate(custos_fleet_ingest_rows_inserted_total{table="events"}[1m])`.
-pub const COUNTERS: &[Counter] = &[
+pub const COUNTERS: &[Counter<IngestSummary>] = &[
     (
         "custos_fleet_ingest_lines_read",
         "Lines (Kafka messages) read from the topic, re-deliveries included.",
@@ -67,9 +63,7 @@ pub const ROWS: &[(&str, Figure)] = &[
 
 /// Every figure of a copy of the summary.
 pub fn encode_metrics(e: &mut DescriptorEncoder, s: &IngestSummary) -> std::fmt::Result {
-    for (name, help, value) in COUNTERS {
-        counter(e, name, help, value(s))?;
-    }
+    counters(e, COUNTERS, s)?;
     counter_family(
         e,
         "custos_fleet_ingest_rows_inserted",

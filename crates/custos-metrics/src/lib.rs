@@ -274,6 +274,20 @@ pub fn counter(e: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> std
     c.encode(e.encode_descriptor(name, help, None, c.metric_type())?)
 }
 
+/// A counter of a command's summary `T`: its name (the exposition adds
+/// `_total`), its HELP, and its figure of the summary. A table of them
+/// names and describes each figure once (`custos ingest`, `custos fleet
+/// ingest`).
+pub type Counter<T> = (&'static str, &'static str, fn(&T) -> u64);
+
+/// Every counter of `table`, from one copy of the summary.
+pub fn counters<T>(e: &mut DescriptorEncoder, table: &[Counter<T>], s: &T) -> std::fmt::Result {
+    for (name, help, value) in table {
+        counter(e, name, help, value(s))?;
+    }
+    Ok(())
+}
+
 /// A counter family: one descriptor, then a series per label set.
 pub fn counter_family<S: EncodeLabelSet>(
     e: &mut DescriptorEncoder,

@@ -5,7 +5,7 @@
 //! once, and the exposition is made from it at each scrape.
 
 use crate::ingest::IngestSummary;
-use custos_metrics::{counter, DescriptorEncoder};
+use custos_metrics::{counters, Counter, DescriptorEncoder};
 
 /// The ingest's name in the build metric (`custos_ingest_build_info`).
 pub const PROCESS: &str = "ingest";
@@ -13,13 +13,9 @@ pub const PROCESS: &str = "ingest";
 /// The loop's handle on the metrics server.
 pub type Publisher = custos_metrics::Publisher<IngestSummary>;
 
-/// A counter: its name (the exposition adds `_total`), its HELP, its
-/// figure of the summary.
-pub type Counter = (&'static str, &'static str, fn(&IngestSummary) -> u64);
-
 /// Every counter of an ingest. The rate of ingest is
 /// `rate(custos_ingest_events_stored_total[1m])` (or of the lines read).
-pub const COUNTERS: &[Counter] = &[
+pub const COUNTERS: &[Counter<IngestSummary>] = &[
     (
         "custos_ingest_lines_read",
         "Input lines read, of every kind (the summary's lines).",
@@ -89,10 +85,7 @@ pub const COUNTERS: &[Counter] = &[
 
 /// Every counter of [`COUNTERS`], from one copy of the totals.
 pub fn encode_metrics(e: &mut DescriptorEncoder, s: &IngestSummary) -> std::fmt::Result {
-    for (name, help, value) in COUNTERS {
-        counter(e, name, help, value(s))?;
-    }
-    Ok(())
+    counters(e, COUNTERS, s)
 }
 
 #[cfg(test)]
