@@ -253,11 +253,25 @@ print("yes" if execd and opened else "no", "true" if execd and opened and shadow
   # The attack's own time, and when it ended from the flood's start (the
   # flood's runtime is runtime_ms).
   [ -s "$out/$tag.attack.log" ] && read -r attack_ms attack_end_ms < <(awk -v s="$start" '{ printf "%d %d\n", ($2 - $1) / 1e3, ($2 * 1e3 - s) / 1e6 }' "$out/$tag.attack.log")
+  # The hold's own account, where a scheduler held (its --stats-json, the
+  # collector's final stats): bounces, floors crossed, the lowest free space.
+  local hold=
+  hold=$(python3 -c '
+import json, sys
+s = json.load(open(sys.argv[1]))
+c = json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])
+if s.get("holds"):
+    print(json.dumps({"holds": s["holds"], "held": s["held"], "held_in_program": s["held_in_program"],
+                      "held_at_stop": s.get("held_at_stop"), "bounces": s["hold_bounces"],
+                      "leaks": s["hold_leaks"], "floors": s["hold_floors"],
+                      "lowest_free_pct": round(s["hold_lowest_free_pct"], 2), "floor_pct": round(s["hold_floor_pct"], 2),
+                      "kicks": c.get("hold_kicks"), "stops": c.get("hold_stops")}, separators=(",", ":")))
+' "$out/$tag.sched.json" "$out/$tag.collector-stats.json" 2>/dev/null)
   [ -s "$out/$tag.pause.log" ] && stall_ms=$(awk '/^stopped/ { s = $2 } /^resumed/ { r = $2 } END { if (s && r) printf "%d", (r - s) / 1e6 }' "$out/$tag.pause.log")
-  printf '{"workload":"%s","scheduler":"%s","workers":%s,"run":%s,"produced":%s,"delivered":%s,"dropped":%s,"unnumbered":%s,"runtime_ms":%s,"marker_delivered":%s,"sched_ext_state":"%s","probe_p50_ns":%s,"probe_p99_ns":%s,"hold_bounded":%s,"stall_ms":%s,"attack_ms":%s,"attack_end_ms":%s,"attack_recorded":%s}\n' \
+  printf '{"workload":"%s","scheduler":"%s","workers":%s,"run":%s,"produced":%s,"delivered":%s,"dropped":%s,"unnumbered":%s,"runtime_ms":%s,"marker_delivered":%s,"sched_ext_state":"%s","probe_p50_ns":%s,"probe_p99_ns":%s,"hold_bounded":%s,"stall_ms":%s,"attack_ms":%s,"attack_end_ms":%s,"attack_recorded":%s,"hold":%s}\n' \
     "$workload" "$name" "$workers" "$run_no" "${produced:-null}" "${delivered:-null}" "${dropped:-null}" "${unnumbered:-null}" "$(( (end - start) / 1000000 ))" \
     "$([ $marker = yes ] && echo true || echo false)" "$state" "${probe_p50:-null}" "${probe_p99:-null}" "${bounded:-null}" "${stall_ms:-null}" \
-    "${attack_ms:-null}" "${attack_end_ms:-null}" "${attack_recorded:-false}" >>"$out/results.jsonl"
+    "${attack_ms:-null}" "${attack_end_ms:-null}" "${attack_recorded:-false}" "${hold:-null}" >>"$out/results.jsonl"
 }
 
 rm -f "$out/results.jsonl"

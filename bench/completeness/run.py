@@ -71,9 +71,10 @@ SCHEDULERS = ("default", "custos", "custos-hold")
 RING_KB = 64
 
 
-def cell_name(cpus, flood, pause_ms, policy, files=4000, ring_kb=RING_KB, hold_rings=False):
+def cell_name(cpus, flood, pause_ms, policy, files=4000, ring_kb=RING_KB, hold_rings=False, resumer="read"):
     return f"cpus{cpus}-{flood}-pause{pause_ms}-{policy}" + (f"-files{files}" if files != 4000 else "") + \
-        (f"-ring{ring_kb}" if ring_kb != RING_KB else "") + ("-holdrings" if hold_rings else "")
+        (f"-ring{ring_kb}" if ring_kb != RING_KB else "") + ("-holdrings" if hold_rings else "") + \
+        (f"-resumer{resumer}" if resumer != "read" and pause_ms else "")
 
 
 def plan(args):
@@ -86,7 +87,8 @@ def plan(args):
             for flood in args.floods:
                 for pause in (args.pauses if flood == args.floods[0] else [0]):
                     cells.append({"cpus": cpus, "flood": flood, "pause_ms": pause, "policy": policy,
-                                  "files": args.files, "ring_kb": args.ring_kb, "hold_rings": args.hold_rings})
+                                  "files": args.files, "ring_kb": args.ring_kb, "hold_rings": args.hold_rings,
+                                  "resumer": args.resumer})
     return cells
 
 
@@ -131,6 +133,28 @@ def summarise(rows):
         "attack_before_flood_end": sum(1 for r in rows if r.get("attack_end_ms") is not None
                                        and r["attack_end_ms"] < r["runtime_ms"]),
         "attack_recorded": sum(1 for r in rows if r.get("attack_recorded")),
+        **hold_account(rows),
+    }
+
+
+def hold_account(rows):
+    """The hold's own account of each run that held (the bound's margin):
+    producers kicked inside a program their CPU could not hold there
+    (bounces), rings taken under their floor, the lowest free space seen
+    (percent of the ring) against the floor, and the tasks held at their
+    hold stop. Empty for schedulers that never held."""
+    held = [r["hold"] for r in rows if r.get("hold")]
+    if not held:
+        return {}
+    return {
+        "hold_runs": len(held),
+        "hold_bounces": [h["bounces"] for h in held],
+        "hold_floors": [h["floors"] for h in held],
+        "hold_lowest_free_pct": [h["lowest_free_pct"] for h in held],
+        "hold_floor_pct": [h["floor_pct"] for h in held],
+        "hold_leaks": [h["leaks"] for h in held],
+        "held_at_stop": [h.get("held_at_stop") for h in held],
+        "hold_stops": [h.get("stops") for h in held],
     }
 
 
@@ -157,7 +181,8 @@ def run_cell(cell, runs, schedulers, share: Path):
     env = (f"CUSTOS_BIN={ROOT / 'target/release'} SP_OUT={share} SP_SCHEDULERS='{' '.join(schedulers)}' "
            f"SP_RUNS={runs} SP_ORDER=interleaved SP_KEEP_EVENTS=0 SP_WORKLOAD={workload} "
            f"SP_WORKERS={workers} SP_PAUSE_MS={cell['pause_ms']} SP_FILES={cell['files']} "
-           f"SP_RING_KB={cell['ring_kb']} SP_HOLD_RINGS={int(cell.get('hold_rings', False))}")
+           f"SP_RING_KB={cell['ring_kb']} SP_HOLD_RINGS={int(cell.get('hold_rings', False))} "
+           f"SP_RESUMER={cell.get('resumer', 'read')}")
     # A guard against a hung guest: a run pair took 8 min on one vCPU of the
     # slow emulator; more vCPUs run in turns, so the budget grows with them.
     timeout = 300 + runs * len(schedulers) * 600 * cell["cpus"]
@@ -206,7 +231,8 @@ def report(cells, runs, command):
             (f", {cell['policy']}" if cell["policy"] != "static" else "") + \
             (f", {cell['files']} files" if cell["files"] != 4000 else "") + \
             (f", {cell['ring_kb']} KiB rings" if cell["ring_kb"] != RING_KB else "") + \
-            (", rings for the hold" if cell.get("hold_rings") else "")
+            (", rings for the hold" if cell.get("hold_rings") else "") + \
+            (f", resumer {cell['resumer']}" if cell.get("resumer", "read") != "read" else "")
         groups[label] = {s: entry[s]["loss_pct"] for s in SCHEDULERS if s in entry}
     if not summary:
         raise SystemExit("no runs on disk: run the cells first")
@@ -253,6 +279,13 @@ def headlines(summary):
         stalls = [c for c in cells if c["pause_ms"] == 2000]
         if stalls:
             out[f"stall_2s_{key}_lost"] = sum(sum(c[s]["lost_events"]) for c in stalls)
+        held = [c for c in cells if c[s].get("hold_runs")]
+        if held:
+            # The bound's margin over every run that held: the hold's
+            # producers must never take a ring under its floor.
+            out[f"{key}_hold_floors"] = sum(sum(c[s]["hold_floors"]) for c in held)
+            out[f"{key}_hold_bounces_max"] = max(max(c[s]["hold_bounces"]) for c in held)
+            out[f"{key}_hold_lowest_free_pct_min"] = min(min(c[s]["hold_lowest_free_pct"]) for c in held)
         ratios = [c[s]["probe_p99_ratio_vs_default"] for c in cells if "probe_p99_ratio_vs_default" in c[s]]
         if ratios:
             out[f"innocent_p99_ratio_vs_default_{key}_max"] = max(ratios)
@@ -285,6 +318,9 @@ def main():
                          "(custos collect --hold-rings)")
     ap.add_argument("--files", type=int, default=4000,
                     help="files each find worker reads (a shorter flood at the same rate of events)")
+    ap.add_argument("--resumer", choices=["read", "exec"], default="read",
+                    help="what the shell resuming a stopped consumer waits with: a builtin read, or an exec'd "
+                         "sleep (18 events of loading while the hold is on)")
     ap.add_argument("--quick", action="store_true", help="1 vCPU, find16, no stall, one run of each")
     ap.add_argument("--fresh", action="store_true", help="run cells again even if their runs are on disk")
     ap.add_argument("--report", action="store_true", help="do not run: summarise the runs on disk")

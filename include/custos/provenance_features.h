@@ -38,7 +38,10 @@
  * other task there meanwhile; the next copy sees what it skipped. So while a
  * task is held off its CPU inside a program (preempted there, migration
  * disabled), one copy on that CPU is taken: the scheduler holds at most
- * CUSTOS_SYSCALL_COPIES - 1 such tasks per CPU.
+ * CUSTOS_SYSCALL_COPIES - 2 such tasks per CPU, so that two stay free (one
+ * for a task preempted inside it by anything else). The collector kicks a
+ * producer at its hold stop instead where the kernel has task works
+ * (custos_task_features.hold_stop), which takes no copy.
  */
 #define CUSTOS_SYSCALL_COPIES         3
 
@@ -73,6 +76,12 @@ struct custos_task_features {
 	__u64 window_start_ns;   /* start of the open window (bpf_ktime_get_ns) */
 	__u32 window_events;     /* events in the open window */
 	__u32 window_drops;      /* drops in the open window */
+	__u32 hold_stop;         /* 1 while the thread is kicked at its hold stop
+				  * (its return to user mode): off its CPU
+				  * there it is inside no copy of the
+				  * collector's programs (migration disabled
+				  * all the same) */
+	__u32 pad;
 };
 
 /* Value of the global_features map (array, one entry, key 0). */

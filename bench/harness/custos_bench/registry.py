@@ -115,6 +115,7 @@ NOT_RESULTS = {
                                    "(summary.json's made_by names their commits)",
     "bench/completeness/hold-2026-11-28/": "raw runs kept beside the README's account of them",
     "bench/completeness/light-preempt-2026-11-29/": "raw runs kept beside the README's account of them",
+    "bench/completeness/hold-stop-2026-11-29/": "raw runs kept beside the README's account of them",
 }
 
 

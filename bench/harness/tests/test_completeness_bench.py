@@ -36,7 +36,8 @@ def test_a_run_without_the_collectors_account_is_refused():
 
 def test_the_plan_puts_the_stalls_on_the_first_flood_only():
     args = type("A", (), {"cpus": [1, 2], "policies": ["static"], "floods": ["find16", "exec16"],
-                          "pauses": [0, 500, 2000], "files": 4000, "ring_kb": 512, "hold_rings": False})
+                          "pauses": [0, 500, 2000], "files": 4000, "ring_kb": 512, "hold_rings": False,
+                          "resumer": "read"})
     cells = completeness.plan(args)
     assert len(cells) == 2 * (3 + 1)
     assert {c["pause_ms"] for c in cells if c["flood"] == "exec16"} == {0}
@@ -45,6 +46,11 @@ def test_the_plan_puts_the_stalls_on_the_first_flood_only():
     assert completeness.cell_name(**dict(cells[0], ring_kb=64)) == "cpus1-find16-pause0-static"
     # Rings grown for the hold's bound are another cell.
     assert completeness.cell_name(**dict(cells[0], hold_rings=True)) == "cpus1-find16-pause0-static-ring512-holdrings"
+    # So is a stopped consumer resumed by an exec'd sleep.
+    assert completeness.cell_name(**dict(cells[0], pause_ms=2000, resumer="exec")) == \
+        "cpus1-find16-pause2000-static-ring512-resumerexec"
+    # Without a stop there is nothing to resume.
+    assert completeness.cell_name(**dict(cells[0], resumer="exec")) == "cpus1-find16-pause0-static-ring512"
 
 
 def test_a_runs_stall_and_bound_are_summarised():
@@ -53,6 +59,21 @@ def test_a_runs_stall_and_bound_are_summarised():
     s = completeness.summarise(rows)
     assert s["stall_ms"] == [2010, 11000]
     assert s["hold_bounded_runs"] == 1
+
+
+def test_the_holds_account_is_kept_per_run_and_its_worst_is_a_headline():
+    def hold(bounces, floors, lowest):
+        return {"holds": 1, "held": 16, "held_in_program": 0, "held_at_stop": 3, "bounces": bounces,
+                "leaks": 0, "floors": floors, "lowest_free_pct": lowest, "floor_pct": 8.59, "kicks": 90, "stops": 90}
+    runs = completeness.summarise([row(0, 0, hold=hold(0, 0, 27.5)), row(0, 0, hold=hold(2, 1, 7.9)), row(0, 0)])
+    assert runs["hold_runs"] == 2
+    assert runs["hold_bounces"] == [0, 2] and runs["hold_floors"] == [0, 1]
+    assert runs["hold_lowest_free_pct"] == [27.5, 7.9] and runs["held_at_stop"] == [3, 3]
+    # A scheduler that never held has no hold account.
+    assert "hold_runs" not in completeness.summarise([row(0, 0)])
+    h = completeness.headlines([{"pause_ms": 2000, "custos-hold": runs}])
+    assert h["custos_hold_hold_floors"] == 1 and h["custos_hold_hold_bounces_max"] == 2
+    assert h["custos_hold_hold_lowest_free_pct_min"] == 7.9
 
 
 def test_a_cell_lacking_a_schedulers_runs_is_not_on_disk():

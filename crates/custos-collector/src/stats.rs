@@ -43,6 +43,9 @@ pub struct Metrics {
     /// Producers the programs kicked off their CPU at a syscall that took a
     /// ring under the hold's reserve (only while `custos sched --hold` runs).
     pub hold_kicks: u64,
+    /// Of those, kicked at their return to user mode (the hold stop, outside
+    /// every copy of the programs) rather than inside the program.
+    pub hold_stops: u64,
     pub uptime_s: f64,
     /// Program runs the kernel skipped as re-entrant (never numbered).
     #[serde(flatten)]
@@ -71,6 +74,7 @@ impl Metrics {
         self.dropped_attrs = states.iter().map(|s| s.drops[DROP_ATTRS]).sum();
         self.dropped = self.dropped_critical + self.dropped_events;
         self.hold_kicks = states.iter().map(|s| s.hold_kicks).sum();
+        self.hold_stops = states.iter().map(|s| s.hold_stops).sum();
         self.delivered = c.delivered;
         self.incomplete = c.incomplete;
         self.loss_records = c.loss_records;

@@ -876,6 +876,7 @@ impl<'a> Scheduler<'a> {
                 sum.light_dispatches += s.light_dispatches;
                 sum.light_deferred += s.light_deferred;
                 sum.held_in_program += s.held_in_program;
+                sum.held_at_stop += s.held_at_stop;
                 sum.hold_bounces += s.hold_bounces;
                 sum.feature_ns += s.feature_ns;
                 sum.feature_updates += s.feature_updates;
@@ -964,6 +965,7 @@ impl<'a> Scheduler<'a> {
             light_dispatches: sum.light_dispatches,
             light_deferred: sum.light_deferred,
             held_in_program: sum.held_in_program,
+            held_at_stop: sum.held_at_stop,
             hold_bounces: sum.hold_bounces,
             hold_on: self
                 .skel

@@ -120,6 +120,10 @@ pub struct Metrics {
     )]
     pub held_in_program: u64,
     #[stat(
+        desc = "Hold: of the held, tasks held at their hold stop (kicked by the collector on their way back to user mode, inside no program)"
+    )]
+    pub held_at_stop: u64,
+    #[stat(
         desc = "Hold: bounces, producers kicked inside a program that their CPU could not hold there (no copy of the programs to spare): each makes another syscall before it is kicked again"
     )]
     pub hold_bounces: u64,
@@ -291,12 +295,13 @@ impl Metrics {
         if self.holds > 0 || self.held > 0 {
             writeln!(
                 w,
-                "  hold {} on {} for {:.1} ms | held {} ({} in a program) bounced {} kicks {} tick {} running {} released {} leaks {} floors {} | lowest free {:.1}% reserve {:.1}% floor {:.1}%",
+                "  hold {} on {} for {:.1} ms | held {} ({} in a program, {} at the stop) bounced {} kicks {} tick {} running {} released {} leaks {} floors {} | lowest free {:.1}% reserve {:.1}% floor {:.1}%",
                 self.holds,
                 self.hold_on,
                 self.hold_ns as f64 / 1e6,
                 self.held,
                 self.held_in_program,
+                self.held_at_stop,
                 self.hold_bounces,
                 self.hold_kicks,
                 self.hold_tick_preemptions,
@@ -457,6 +462,7 @@ impl Metrics {
             hold_leaks: self.hold_leaks.saturating_sub(prev.hold_leaks),
             hold_floors: self.hold_floors.saturating_sub(prev.hold_floors),
             held_in_program: self.held_in_program.saturating_sub(prev.held_in_program),
+            held_at_stop: self.held_at_stop.saturating_sub(prev.held_at_stop),
             hold_bounces: self.hold_bounces.saturating_sub(prev.hold_bounces),
             light_enqueues: self.light_enqueues.saturating_sub(prev.light_enqueues),
             light_dispatches: self.light_dispatches.saturating_sub(prev.light_dispatches),

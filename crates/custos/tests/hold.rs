@@ -22,12 +22,17 @@ fn n(r: &Value, k: &str) -> u64 {
 /// default scheduler lost 81.9 % of a run at these sizes). The hold must
 /// begin, the collector's programs must kick producers at the syscall that
 /// takes a ring under the reserve (the kfunc is callable from them on this
-/// kernel), and the hold must take producers off the CPU, end, and give
-/// back every task it held; the collector's account stays exact. On
-/// bounded rings nothing may be lost: the producers' overshoot past the
-/// reserve leaves the light tasks their share, so the shell resuming the
-/// collector runs when it wakes (the stop lasts its 2 s, not until the
-/// hold's 5 s guard lets tasks through), nothing leaks, and no ring fills.
+/// kernel), at their hold stop (their return to user mode, through a task
+/// work: this kernel has it), and the hold must take producers off the
+/// CPU, end, and give back every task it held; the collector's account
+/// stays exact. On bounded rings nothing may be lost: the producers'
+/// overshoot past the reserve stays above the floor (a producer kicked
+/// inside a program that its CPU could not hold there made one more
+/// syscall a round for the whole hold, and took a ring under its floor),
+/// leaving the light tasks their share, so the shell resuming the collector
+/// runs when it wakes, though it execs `sleep` during the hold (the stop
+/// lasts its 2 s, not until the hold's 5 s guard lets tasks through),
+/// nothing leaks, and no ring fills.
 #[test]
 fn the_hold_takes_producers_off_the_cpu_through_a_stalled_consumer_and_gives_them_back() {
     let bin = Path::new(env!("CARGO_BIN_EXE_custos"));
@@ -35,7 +40,7 @@ fn the_hold_takes_producers_off_the_cpu_through_a_stalled_consumer_and_gives_the
     let out = tempfile::tempdir().unwrap();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/superproducer-guest.sh");
     let env = format!(
-        "CUSTOS_BIN={} SP_OUT={} SP_SCHEDULERS=custos SP_WORKERS={WORKERS} SP_FILES=1000 SP_RING_KB=64 SP_HOLD_RINGS=1 SP_RUNS=1 SP_PAUSE_MS=2000 SP_KEEP_EVENTS=0",
+        "CUSTOS_BIN={} SP_OUT={} SP_SCHEDULERS=custos SP_WORKERS={WORKERS} SP_FILES=1000 SP_RING_KB=64 SP_HOLD_RINGS=1 SP_RUNS=1 SP_PAUSE_MS=2000 SP_RESUMER=exec SP_KEEP_EVENTS=0",
         bin_dir.display(),
         out.path().display()
     );
@@ -85,6 +90,10 @@ fn the_hold_takes_producers_off_the_cpu_through_a_stalled_consumer_and_gives_the
         n(&collector, "hold_kicks") >= 1,
         "the collector's programs never kicked a producer at the reserve: {collector}"
     );
+    assert!(
+        n(&collector, "hold_stops") >= 1,
+        "no kick was deferred to a producer's hold stop (bpf_task_work_schedule_resume): {collector}"
+    );
     assert_eq!(collector["invariant_holds"], true, "{collector}");
     assert_eq!(
         n(&collector, "produced"),
@@ -122,15 +131,22 @@ fn the_hold_takes_producers_off_the_cpu_through_a_stalled_consumer_and_gives_the
         "the guard let held tasks through: {sched}"
     );
     assert_eq!(
+        n(&sched, "hold_floors"),
+        0,
+        "the producers' overshoot took a ring under its floor: {sched}"
+    );
+    assert_eq!(
         lost, 0,
         "rings large enough for the bound, yet the run lost records: {result}\n{sched}\n{collector}"
     );
     eprintln!(
-        "hold through a 2 s stall ({stall} ms): lost {lost} of {}, kicks {}, held {} ({} in a program), bounces {}, leaks {}, floors {}, lowest free {:.1}% (floor {:.1}%)",
+        "hold through a 2 s stall ({stall} ms): lost {lost} of {}, kicks {} ({} at the stop), held {} ({} in a program, {} at the stop), bounces {}, leaks {}, floors {}, lowest free {:.1}% (floor {:.1}%)",
         n(&result, "produced"),
         n(&collector, "hold_kicks"),
+        n(&collector, "hold_stops"),
         n(&sched, "held"),
         n(&sched, "held_in_program"),
+        n(&sched, "held_at_stop"),
         n(&sched, "hold_bounces"),
         n(&sched, "hold_leaks"),
         n(&sched, "hold_floors"),

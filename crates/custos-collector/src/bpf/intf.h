@@ -213,9 +213,11 @@ struct custos_cpu_state {
 	__u64 counted;
 	/* The hold (custos sched --hold): set by submit() when a ring's free
 	 * space fell under the reserve; the syscall program then kicks this
-	 * CPU (hold_kick) and clears it. Kicks made, summed. */
+	 * CPU (hold_kick) and clears it. Kicks made, summed, and of them those
+	 * deferred to the task's return to user mode (its hold stop). */
 	__u64 hold_kick_pending;
 	__u64 hold_kicks;
+	__u64 hold_stops;
 };
 
 #endif /* CUSTOS_COLLECTOR_INTF_H */

@@ -737,10 +737,109 @@ extern void scx_bpf_kick_cpu(s32 cpu, u64 flags) __ksym __weak;
 #define CUSTOS_SCX_KICK_PREEMPT (1ULL << 1) /* enum scx_kick_flags, kernel ABI */
 
 /*
- * A kick note_hold_pressure() asked for: this CPU is rescheduled at once,
- * so the producer is off it (held, by custos sched --hold) at the end of
- * this program, before its next syscall. Called with preemption off, after
- * the record is built: the switch comes as preemption is turned back on.
+ * The hold stop: a producer kicked inside this program stops there, and
+ * while it is off its CPU that copy is skipped for every other task on the
+ * CPU, so the scheduler can hold only one such task per CPU; the others
+ * went back to leave the program and were kicked inside it again at their
+ * next syscall (a bounce, one more syscall a round, for the whole hold).
+ * So the kick is deferred to the task's return to user mode, through a
+ * task work: there it is outside every copy, and any number of producers
+ * can be held. One task work per thread (an LRU: a swarm cannot fill it);
+ * `armed` while it waits, so the exit of the syscall that armed it at entry
+ * does not arm it again.
+ */
+struct hold_stop {
+	struct bpf_task_work work;
+	__u32 armed;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, struct hold_stop);
+} hold_stops SEC(".maps");
+
+/* Weak, either one: kernels before 6.18 have neither, and fall back to the
+ * kick inside the program. 6.18 takes the program's aux as an argument
+ * (__prog, filled in by the verifier); 7.x names that the _impl and adds
+ * the plain one, whose _impl no longer matches this prototype. */
+extern int bpf_task_work_schedule_resume(struct task_struct *task, struct bpf_task_work *tw,
+					 void *map__map, bpf_task_work_callback_t callback) __ksym __weak;
+extern int bpf_task_work_schedule_resume_impl(struct task_struct *task, struct bpf_task_work *tw,
+					      void *map__map, bpf_task_work_callback_t callback,
+					      void *aux__prog) __ksym __weak;
+
+/*
+ * The hold stop itself, in the producer on its way back to user mode: it
+ * says it is there (task_features.hold_stop, which the scheduler reads to
+ * hold it without a copy to spare) and kicks its CPU; the switch comes as
+ * preemption is turned back on, and it goes on from here when released.
+ */
+static int hold_stop_run(struct bpf_map *map, void *key, void *value)
+{
+	struct hold_stop *hs = value;
+	struct custos_task_features *tf;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+
+	hs->armed = 0;
+	if (!bpf_ksym_exists(scx_bpf_kick_cpu))
+		return 0;
+	bpf_preempt_disable();
+	tf = bpf_map_lookup_elem(&task_features, &tid);
+	if (tf)
+		tf->hold_stop = 1;
+	scx_bpf_kick_cpu(bpf_get_smp_processor_id(), CUSTOS_SCX_KICK_PREEMPT);
+	bpf_preempt_enable();
+	/* Looked up again: held for seconds, the entry may be another's. */
+	tf = bpf_map_lookup_elem(&task_features, &tid);
+	if (tf)
+		tf->hold_stop = 0;
+	return 0;
+}
+
+enum { HOLD_STOP_NONE, HOLD_STOP_ARMED, HOLD_STOP_WAITING };
+
+/* Arms the current task's hold stop: HOLD_STOP_NONE if it cannot be (then
+ * the kick lands inside the program, as before), HOLD_STOP_WAITING if an
+ * earlier kick (its syscall's entry) armed it already. */
+static __always_inline int hold_stop_arm(void)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct hold_stop *hs, fresh = {};
+	__u32 tid = task->pid;
+	int err;
+
+	hs = bpf_map_lookup_elem(&hold_stops, &tid);
+	if (!hs) {
+		bpf_map_update_elem(&hold_stops, &tid, &fresh, BPF_NOEXIST);
+		hs = bpf_map_lookup_elem(&hold_stops, &tid);
+		if (!hs)
+			return HOLD_STOP_NONE;
+	}
+	if (hs->armed)
+		return HOLD_STOP_WAITING;
+	/* One test per branch: clang folded two existence tests into one
+	 * OR of the addresses, which the verifier refuses. */
+	if (bpf_ksym_exists(bpf_task_work_schedule_resume))
+		err = bpf_task_work_schedule_resume(task, &hs->work, &hold_stops, hold_stop_run);
+	else if (bpf_ksym_exists(bpf_task_work_schedule_resume_impl))
+		err = bpf_task_work_schedule_resume_impl(task, &hs->work, &hold_stops,
+							 hold_stop_run, NULL);
+	else
+		return HOLD_STOP_NONE;
+	if (err)
+		return HOLD_STOP_NONE;
+	hs->armed = 1;
+	return HOLD_STOP_ARMED;
+}
+
+/*
+ * A kick note_hold_pressure() asked for: the producer is off its CPU (held,
+ * by custos sched --hold) before its next syscall, at its hold stop when
+ * that can be armed, else at the end of this program. Called with
+ * preemption off, after the record is built: a kick here switches as
+ * preemption is turned back on.
  */
 static __always_inline void hold_kick(void)
 {
@@ -753,8 +852,16 @@ static __always_inline void hold_kick(void)
 	cs->hold_kick_pending = 0;
 	if (!bpf_ksym_exists(scx_bpf_kick_cpu))
 		return;
-	scx_bpf_kick_cpu(bpf_get_smp_processor_id(), CUSTOS_SCX_KICK_PREEMPT);
+	switch (hold_stop_arm()) {
+	case HOLD_STOP_WAITING:
+		return;
+	case HOLD_STOP_ARMED:
+		cs->hold_kicks++;
+		cs->hold_stops++;
+		return;
+	}
 	cs->hold_kicks++;
+	scx_bpf_kick_cpu(bpf_get_smp_processor_id(), CUSTOS_SCX_KICK_PREEMPT);
 }
 
 /*
@@ -1348,6 +1455,7 @@ int BPF_PROG(custos_task_exit, struct task_struct *p)
 	__u32 tid = p->pid;
 
 	bpf_map_delete_elem(&task_features, &tid);
+	bpf_map_delete_elem(&hold_stops, &tid);
 	return 0;
 }
 

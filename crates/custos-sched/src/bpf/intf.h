@@ -118,6 +118,7 @@ struct custos_sched_stats {
 	u64 hold_ns;				 /* time the hold was on, summed */
 	u64 held;				 /* tasks put in the held queue */
 	u64 held_in_program;			 /* of those, held preempted inside a program */
+	u64 held_at_stop;			 /* of those, held at their hold stop (return to user mode) */
 	u64 hold_bounces;			 /* kicked inside a program, not held there: no copy to spare */
 	u64 hold_kicks;				 /* CPUs running producers kicked when it began */
 	u64 hold_tick_preemptions;		 /* running producers stopped at the tick */

@@ -1339,9 +1339,24 @@ static bool hold_task(struct task_struct *p, struct task_ctx *tctx, u64 enq_flag
 }
 
 /*
- * Hold @p, preempted with migration disabled (inside a program), if the
- * hold is on, it produces events, and its CPU has copies of the collector's
- * programs to spare: CUSTOS_SYSCALL_COPIES - 2 such tasks per CPU at most,
+ * Whether @p (migration disabled) was kicked at its hold stop: on its way
+ * back to user mode, in the collector's task work, inside none of its
+ * programs (custos_task_features.hold_stop).
+ */
+static bool at_hold_stop(const struct task_struct *p)
+{
+	const struct custos_task_features *tf;
+	u32 tid = p->pid;
+
+	tf = bpf_map_lookup_elem(&task_features, &tid);
+	return tf && tf->hold_stop && (!tf->start_time_ns || tf->start_time_ns == p->start_time);
+}
+
+/*
+ * Hold @p, preempted with migration disabled, if the hold is on and it
+ * produces events. At its hold stop it takes no copy of the collector's
+ * programs: held like any other. Inside a program, only while its CPU has
+ * copies to spare: CUSTOS_SYSCALL_COPIES - 2 such tasks per CPU at most,
  * so that two copies stay free. With one free copy, another task preempted
  * inside it made the kernel skip every copy for whatever ran meanwhile (222
  * syscalls lost through a held hold of 6 s on one vCPU, two tasks held in
@@ -1355,13 +1370,21 @@ static bool hold_in_program(struct task_struct *p, struct task_ctx *tctx, u64 en
 	u64 now = bpf_ktime_get_ns();
 	u32 *held;
 
+	if (at_hold_stop(p)) {
+		if (!hold_task(p, tctx, enq_flags, now))
+			return false;
+		st = cpu_stats();
+		if (st)
+			st->held_at_stop++;
+		return true;
+	}
 	if (cpu < 0 || cpu >= CUSTOS_MAX_CPUS)
 		return false;
 	held = &held_in_program[cpu];
 	if (*held >= CUSTOS_SYSCALL_COPIES - 2) {
-		/* A bounce: back on its CPU to leave the program, and kicked
-		 * inside it again at its next syscall while the hold lasts,
-		 * one syscall a round (the bound's open hole; --stats). */
+		/* A bounce: back on its CPU to leave the program; its next
+		 * syscall arms its hold stop (or, on a kernel without task
+		 * works, kicks it inside the program again). */
 		st = cpu_stats();
 		if (st && hold_update(now) && holdable(p, tctx, now))
 			st->hold_bounces++;

@@ -178,7 +178,7 @@ global_value() {
 
 # struct custos_task_features of a thread started at START (0: unknown)
 # producing RATE events per window.
-task_value() { le64 "$1"; le64 0; le64 0; le64 "$2"; le64 0; le64 0; le32 0; le32 0; }
+task_value() { le64 "$1"; le64 0; le64 0; le64 "$2"; le64 0; le64 0; le32 0; le32 0; le32 0; le32 0; }
 
 # The static policy on maps laid out and pinned like the collector's: a
 # pressured producer is budgeted and comes back when the rings drain; a
@@ -188,7 +188,7 @@ task_value() { le64 "$1"; le64 0; le64 0; le64 "$2"; le64 0; le64 0; le32 0; le3
 policy() {
 	dir=/sys/fs/bpf/custos-test
 	mkdir -p $dir
-	bpftool map create $dir/task_features type lru_hash key 4 value 56 entries 65536 name task_features
+	bpftool map create $dir/task_features type lru_hash key 4 value 64 entries 65536 name task_features
 	bpftool map create $dir/global_features type array key 4 value 248 entries 1 name global_features
 	# The values are built before the spinning shells start, so the map
 	# updates below are single commands (the section's minutes were the
