@@ -14,6 +14,8 @@ use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod shipped;
+
 /// `custos fleet ingest`, to run until the topic is quiet.
 fn ingest_command(
     broker: &KafkaBroker,
@@ -206,6 +208,15 @@ fn check_scrape(ch: &ClickHouseServer, host: &str, report: &str, scraped: &str) 
         Some(0),
         "{scraped}"
     );
+    // Every metric the shipped dashboard names is one the ingester serves.
+    let names = shipped::metric_names(&[shipped::deployed("grafana/custos-fleet-ingest.json")]);
+    assert!(names.len() >= 5, "{names:?}");
+    for name in names {
+        assert!(
+            scraped.lines().any(|l| l.starts_with(&name)),
+            "{name} (in deploy/grafana/custos-fleet-ingest.json) is not served: {scraped}"
+        );
+    }
 }
 
 fn ingest(broker: &KafkaBroker, ch: &ClickHouseServer, topic: &str, group: &str) -> String {

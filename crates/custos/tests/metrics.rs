@@ -19,6 +19,8 @@ use std::time::{Duration, Instant};
 use custos_store::rusqlite::Connection;
 use serde_json::Value;
 
+mod shipped;
+
 /// Held while a test of this file runs a collector: one per machine.
 static COLLECTOR: Mutex<()> = Mutex::new(());
 
@@ -90,7 +92,7 @@ impl Drop for Killed {
 }
 
 fn rules_file() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/prometheus/custos-rules.yml")
+    shipped::deployed("prometheus/custos-rules.yml")
 }
 
 /// A Prometheus server on a free port scraping `targets` every second
@@ -298,18 +300,10 @@ fn prometheus_scrapes_the_loss_counters_and_the_alert_fires() {
     assert_eq!(summed[0].1 as u64, n("dropped"));
     // Every metric the shipped rule file and dashboard name is one the
     // collector serves (Prometheus has its series).
-    let dashboard =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/grafana/custos-collector.json");
-    let shipped =
-        std::fs::read_to_string(&rules).unwrap() + &std::fs::read_to_string(&dashboard).unwrap();
-    let mut names: Vec<&str> = shipped
-        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .filter(|w| {
-            (w.starts_with("custos_") && w.len() > "custos_".len()) || w.starts_with("process_")
-        })
-        .collect();
-    names.sort_unstable();
-    names.dedup();
+    let names = shipped::metric_names(&[
+        rules.clone(),
+        shipped::deployed("grafana/custos-collector.json"),
+    ]);
     assert!(names.len() >= 5, "{names:?}");
     for name in names {
         assert!(
@@ -514,10 +508,16 @@ fn ingest_metrics_are_its_summary_and_its_store() {
         }
         assert_eq!(got, Some(*want), "{series} scraped vs. printed");
     }
-    for series in ["custos_ingest_build_info", "process_cpu_seconds_total"] {
+    // And every metric the shipped dashboard names.
+    let dashboard = shipped::metric_names(&[shipped::deployed("grafana/custos-ingest.json")]);
+    assert!(dashboard.len() >= 5, "{dashboard:?}");
+    for series in ["custos_ingest_build_info".to_string()]
+        .iter()
+        .chain(&dashboard)
+    {
         assert!(
-            !query(prom, &format!("last_over_time({series}[5m])")).is_empty(),
-            "{series} was never scraped"
+            !query(prom, &format!("count(last_over_time({series}[5m]))")).is_empty(),
+            "{series} (custos ingest's, or in deploy/grafana/custos-ingest.json) was never scraped"
         );
     }
     drop(server);

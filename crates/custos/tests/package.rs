@@ -25,6 +25,8 @@ const FILES: &[&str] = &[
     "etc/custos/custos.toml",
     "usr/share/custos/custos-rules.yml",
     "usr/share/custos/custos-collector.json",
+    "usr/share/custos/custos-ingest.json",
+    "usr/share/custos/custos-fleet-ingest.json",
     "usr/share/doc/custos/operations.md",
     "usr/share/man/man1/custos.1.gz",
     "usr/share/man/man1/custos-collect.1.gz",
