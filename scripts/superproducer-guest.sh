@@ -10,7 +10,8 @@
 # that CPU ("unnumbered"; docs/collector.md).
 #
 # Environment: SP_SCHEDULERS (default "default custos"; "bpfland" runs the
-# scx_bpfland peer from .tools/cargo/bin, "custos-hold" Custos with --hold),
+# scx_bpfland peer from .tools/cargo/bin, "custos-hold" Custos naming --hold,
+# "custos-nohold" Custos with --no-hold, the hold's ablation),
 # SP_FILES, SP_WORKERS (one count or
 # several, "16 64"), SP_RING_KB, SP_RUNS (runs of each scheduler per worker
 # count, default 1; SP_ORDER=interleaved alternates the schedulers run by run,
@@ -139,8 +140,10 @@ run() { # name tag workers [custos sched args...]
     else
       local stats=()
       traced "$name" && stats=(--stats 1)
-      # custos-hold: Custos with the hold (--hold), beside plain custos.
+      # custos-hold names the hold (--hold; the default since it held
+      # producers at their stop), custos-nohold turns it off (the ablation).
       [ "$name" = custos-hold ] && set -- --hold "$@"
+      [ "$name" = custos-nohold ] && set -- --no-hold "$@"
       "$bin/custos" sched --stats-json "$out/$tag.sched.json" "${stats[@]}" "$@" >"$out/$tag.sched.log" 2>&1 &
     fi
     sched=$!

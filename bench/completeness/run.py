@@ -64,9 +64,10 @@ FLOODS = {
     "connect16": ("connect", 16),
     "critical16": ("critical", 16),
 }
-# The guest's names: the kernel's default, `custos sched`, and
-# `custos sched --hold` (issue 29's hold, off by default).
-SCHEDULERS = ("default", "custos", "custos-hold")
+# The guest's names: the kernel's default, `custos sched` as it ships at
+# the commit that ran (the hold on by default since 2026-11-29, off before),
+# `custos sched --hold` and `custos sched --no-hold` (the hold's ablation).
+SCHEDULERS = ("default", "custos", "custos-hold", "custos-nohold")
 # The guest's ring size when none is given (scripts/superproducer-guest.sh).
 RING_KB = 64
 
@@ -310,7 +311,7 @@ def main():
                     help="consumer stalls (ms, SIGSTOP 2 s into the flood), on the first flood")
     ap.add_argument("--policies", nargs="+", default=["static"], choices=["static", "feedback", "learned"])
     ap.add_argument("--runs", type=int, default=5, help="runs of each scheduler per cell, interleaved")
-    ap.add_argument("--schedulers", nargs="+", default=list(SCHEDULERS), choices=list(SCHEDULERS),
+    ap.add_argument("--schedulers", nargs="+", default=["default", "custos", "custos-nohold"], choices=list(SCHEDULERS),
                     help="alternated run by run in each cell")
     ap.add_argument("--ring-kb", type=int, default=RING_KB, help="the collector's rings (KiB, a power of two)")
     ap.add_argument("--hold-rings", action="store_true",

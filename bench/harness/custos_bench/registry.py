@@ -232,6 +232,8 @@ COMPLETENESS = "bench/completeness/results.json"
 
 def completeness_cell_label(cell, varying):
     stall = f"stall {cell['pause_ms'] / 1000:g} s" if cell["pause_ms"] else "no stall"
+    if cell["pause_ms"] and cell.get("resumer", "read") == "exec":
+        stall += ", resumed from an exec'd sleep"
     more = {"cpus": f"{cell['cpus']} vCPU{'s' if cell['cpus'] > 1 else ''}", "flood": cell["flood"],
             "files": f"{cell['files']} files", "ring_kb": f"{cell['ring_kb']} KiB rings",
             "hold_rings": "rings for the hold" if cell.get("hold_rings") else "64 KiB rings",
@@ -242,20 +244,23 @@ def completeness_cell_label(cell, varying):
 def completeness_cells(ctx):
     """The README's table of every cell: loss with its interval, runs that lost
     anything (with the exact interval where none did: 0 of 5 is not "never"),
-    events lost, the innocent probe's p99, how long the stop lasted."""
+    events lost, the innocent probe's p99, how long the stop lasted, and for
+    a scheduler that held, the hold's margin: bounces, times a ring went
+    under its floor, the lowest free space seen (percent of the ring)."""
     doc = ctx.load(COMPLETENESS)
     cells = doc["cells"]
     varying = {k for k in ("cpus", "flood", "files", "ring_kb", "hold_rings", "policy")
                if len({str(c.get(k)) for c in cells}) > 1}
     rows = ["| cell | scheduler | loss, mean [95 % interval] | runs that lost anything | events lost (all runs) "
-            "| probe p99, ms | the stop lasted, ms |", "|---|---|---|---|---|---|---|"]
+            "| probe p99, ms | the stop lasted, ms | hold: bounces, floors, lowest free % |",
+            "|---|---|---|---|---|---|---|---|"]
     for cell in cells:
-        for s in ("default", "custos", "custos-hold"):
+        for s in ("default", "custos", "custos-hold", "custos-nohold"):
             if s not in cell:
                 continue
             m = cell[s]
             name = {"default": "default", "custos": f"Custos ({cell['policy']})",
-                    "custos-hold": "Custos `--hold`"}[s]
+                    "custos-hold": "Custos `--hold`", "custos-nohold": "Custos `--no-hold`"}[s]
             mean, (lo, hi) = m["loss_pct_mean"], m["loss_pct_ci95"]
             if mean == 0 and hi == 0:
                 loss = "0"
@@ -267,15 +272,32 @@ def completeness_cells(ctx):
                 lossy += f" (exact interval 0–{m['runs_with_loss_ci95'][1] * 100:.0f} %)"
             p99 = m["probe_p99_ms"]
             stop = f"{min(m['stall_ms']):,}–{max(m['stall_ms']):,}" if cell["pause_ms"] else ""
+            hold = ""
+            if m.get("hold_runs"):
+                free = m["hold_lowest_free_pct"]
+                hold = (f"{sum(m['hold_bounces'])}, {sum(m['hold_floors'])}, "
+                        f"{min(free):.1f}–{max(free):.1f} (floor {max(m['hold_floor_pct']):.1f})")
             rows.append(f"| {completeness_cell_label(cell, varying)} | {name} | {loss} | {lossy} | "
-                        f"{sum(m['lost_events']):,} | {min(p99):.0f}–{max(p99):.0f} | {stop} |")
+                        f"{sum(m['lost_events']):,} | {min(p99):.0f}–{max(p99):.0f} | {stop} | {hold} |")
     return "\n".join(rows)
 
 
 def probe_ratio_range(doc):
-    ratios = [c[s]["probe_p99_ratio_vs_default"] for c in doc["cells"] for s in ("custos", "custos-hold")
+    ratios = [c[s]["probe_p99_ratio_vs_default"] for c in doc["cells"]
+              for s in ("custos", "custos-hold", "custos-nohold")
               if s in c and "probe_p99_ratio_vs_default" in c[s]]
-    return f"{min(ratios):.1f}–{max(ratios):.1f}×"
+    lo, hi = f"{min(ratios):.1f}", f"{max(ratios):.1f}"
+    return f"{lo}×" if lo == hi else f"{lo}–{hi}×"
+
+
+def attack_ratio_hold(doc):
+    """The attack's median time over the default's, worst cell, for the
+    Custos scheduler that held (`custos` once the hold is its default,
+    `custos-hold` before)."""
+    ratios = [c[s]["attack_time_ratio_vs_default"] for c in doc["cells"]
+              for s in ("custos", "custos-hold")
+              if c.get(s, {}).get("hold_runs") and "attack_time_ratio_vs_default" in c[s]]
+    return max(ratios)
 
 
 # ---------------------------------------------------------------- the collector
@@ -323,6 +345,7 @@ def figures():
         "matrix.subset-rmse-k5": Figure(S, subset_rmse(5), "{:.2f}"),
         # Completeness (bench/completeness/README.md)
         "completeness.probe-ratio": Figure(COMPLETENESS, probe_ratio_range),
+        "completeness.attack-ratio-hold": Figure(COMPLETENESS, attack_ratio_hold, "{:.2f}×"),
         # The collector (docs/collector.md, bench/collector/README.md)
         "collector.added-ns": Figure(C, "added_ns_per_syscall", "{:.0f} ns"),
         "collector.openclose-custos-ns": Figure(C, "details.median_ns_per_openat_close.custos", spaced),

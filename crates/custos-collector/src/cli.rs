@@ -76,7 +76,7 @@ pub struct CollectArgs {
     /// Size of the attribute ring: paths, argv, addresses (KiB, power of two).
     #[arg(long, default_value_t = 16384, value_name = "KIB")]
     pub attrs_ring_kb: u32,
-    /// Grow each ring to the smallest size on which `custos sched --hold`
+    /// Grow each ring to the smallest size on which `custos sched`'s hold
     /// rules loss out on this machine's CPUs (docs/collector.md); the sizes
     /// given are the least.
     #[arg(long)]

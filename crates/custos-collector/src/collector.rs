@@ -1203,7 +1203,7 @@ impl SkipCounters {
     }
 }
 
-/// What `custos sched --hold` can promise with these rings: which are too
+/// What `custos sched`'s hold can promise with these rings: which are too
 /// small for its bound on this many CPUs, and the size each needs.
 fn hold_bound_note(size: &[u64; NR_RINGS], floor: &[u64; NR_RINGS], nr_cpus: usize) -> String {
     let short: Vec<String> = [
@@ -1222,7 +1222,7 @@ fn hold_bound_note(size: &[u64; NR_RINGS], floor: &[u64; NR_RINGS], nr_cpus: usi
     })
     .collect();
     format!(
-        "the hold (custos sched --hold) limits loss but cannot rule it out with rings this small on {nr_cpus} CPUs; it can with {}",
+        "custos sched's hold limits loss but cannot rule it out with rings this small on {nr_cpus} CPUs; it can with {}",
         short.join(", ")
     )
 }

@@ -244,7 +244,7 @@ pub fn forget_rings(map: &dyn MapCore) -> Result<()> {
 }
 
 /// Syscalls a CPU may run between a ring crossing one of the hold's levels
-/// and its task being off the CPU (`custos sched --hold`): the collector's
+/// and its task being off the CPU (`custos sched`'s hold): the collector's
 /// program kicks its own CPU at the syscall that crossed, and the
 /// scheduler kicks the others when the hold begins; a task kicked inside
 /// the program runs on to leave it. Measured: 64 KiB rings on 2 vCPUs fell

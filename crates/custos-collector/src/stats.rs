@@ -41,7 +41,7 @@ pub struct Metrics {
     /// loss, stats and the other records; seals are added by the writer).
     pub lines_written: u64,
     /// Producers the programs kicked off their CPU at a syscall that took a
-    /// ring under the hold's reserve (only while `custos sched --hold` runs).
+    /// ring under the hold's reserve (only while `custos sched`'s hold runs).
     pub hold_kicks: u64,
     /// Of those, kicked at their return to user mode (the hold stop, outside
     /// every copy of the programs) rather than inside the program.

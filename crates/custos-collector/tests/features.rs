@@ -100,7 +100,7 @@ fn features_are_pinned_filled_and_kept_and_one_collector_runs_at_a_time() {
                 "ring {i} availability"
             );
         }
-        // The hold's levels (custos sched --hold): per ring, the computed
+        // The levels of custos sched's hold: per ring, the computed
         // floor is what one syscall can write (two events, an attribute
         // record each) times the CPUs times the syscalls in flight. On a
         // ring large enough for the bound the reserve is above it by that
@@ -129,7 +129,7 @@ fn features_are_pinned_filled_and_kept_and_one_collector_runs_at_a_time() {
             // The hold ends at half free: above the reserve.
             assert!(g.hold_reserve_bytes[r] < size / 2, "ring {r}");
         }
-        // No custos sched --hold said it is there: the programs never kick.
+        // No holding custos sched said it is there: the programs never kick.
         assert_eq!(g.hold_sched_ns, 0);
         let per_cpu = cpus * features::HOLD_IN_FLIGHT;
         assert_eq!(floor[1] % (2 * per_cpu), 0, "{floor:?}");

@@ -101,12 +101,20 @@ pub struct SchedArgs {
     #[arg(long)]
     pub no_overflow_hold: bool,
 
-    /// The hold (crates/custos-sched/README.md, "The hold"): while a ring's free space is under the
-    /// reserve the collector publishes, hold every task that produces events
-    /// off every CPU until the rings are back above --availability-high;
-    /// light tasks run on until the ring's floor.
-    #[arg(long)]
+    /// The hold (crates/custos-sched/README.md, "The hold"), on by default:
+    /// while a ring's free space is under the reserve the collector
+    /// publishes, hold every task that produces events off every CPU until
+    /// the rings are back above --availability-high; light tasks run on
+    /// until the ring's floor. Named, it changes nothing (command lines of
+    /// when it was off by default still work).
+    #[arg(long, conflicts_with = "no_hold")]
     pub hold: bool,
+
+    /// Ablation: no hold. Nothing but the queues and the consumer's
+    /// protection keeps the rings from filling: through a stopped consumer
+    /// they fill (bench/completeness).
+    #[arg(long)]
+    pub no_hold: bool,
 
     /// Events a task may make after the hold began before it is held too
     /// (a shell sending a stopped consumer SIGCONT makes a few).

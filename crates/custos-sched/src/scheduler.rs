@@ -572,7 +572,7 @@ impl<'a> Scheduler<'a> {
         rodata.producer_share_steps = config.producer_share_steps;
         rodata.consumer_preempt = !args.no_consumer_preempt;
         rodata.overflow_hold = !args.no_overflow_hold;
-        rodata.hold_enabled = args.hold;
+        rodata.hold_enabled = !args.no_hold;
         rodata.hold_allowance = args.hold_allowance;
         rodata.light_share_pct = args.light_share;
         rodata.hold_guard_ns = args.hold_guard_ms * 1_000_000;

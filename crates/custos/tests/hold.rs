@@ -1,4 +1,4 @@
-//! The hold (`custos sched --hold`, issue 29) in the sched_ext VM, through a
+//! The hold (`custos sched`'s, issue 29) in the sched_ext VM, through a
 //! stalled consumer. Its own test target: tests of one target run side by
 //! side, and two VMs at once would slow each other's emulated CPU (the
 //! super-producer test asserts zero loss on its own).
@@ -15,7 +15,7 @@ fn n(r: &Value, k: &str) -> u64 {
         .unwrap_or_else(|| panic!("{k} missing in {r}"))
 }
 
-/// The hold (`custos sched --hold`, issue 29) through a stalled consumer:
+/// The hold (on by default in `custos sched`, issue 29) through a stalled consumer:
 /// the collector is stopped (SIGSTOP) for 2 s mid-flood on two vCPUs, with
 /// rings grown to the smallest on which the hold's bound holds
 /// (`--hold-rings` from 64 KiB: 16 MiB, 256 KiB and 16 MiB there; the
@@ -57,7 +57,7 @@ fn the_hold_takes_producers_off_the_cpu_through_a_stalled_consumer_and_gives_the
         ])
         .arg(out.path())
         .args(["--", "sh", "-c"])
-        .arg(format!("{env} bash {} --hold", script.display()))
+        .arg(format!("{env} bash {}", script.display()))
         .output()
         .expect("run custos vm");
     let stdout = String::from_utf8_lossy(&run.stdout);

@@ -211,7 +211,7 @@ struct custos_cpu_state {
 	/* Features-only mode: events counted in their task's features and not
 	 * recorded (0 in a recording run, where submit() counts them). */
 	__u64 counted;
-	/* The hold (custos sched --hold): set by submit() when a ring's free
+	/* The hold (custos sched's): set by submit() when a ring's free
 	 * space fell under the reserve; the syscall program then kicks this
 	 * CPU (hold_kick) and clears it. Kicks made, summed, and of them those
 	 * deferred to the task's return to user mode (its hold stop). */

@@ -596,7 +596,7 @@ static __always_inline void account_task(__u32 tid, __u64 now, int dropped)
 }
 
 /*
- * The hold (custos sched --hold, issue 29). A ring whose free space is under
+ * The hold (custos sched's, issue 29). A ring whose free space is under
  * the reserve the consumer publishes (what one syscall can write, times the
  * CPUs, times the syscalls that may run before a producer is off its CPU)
  * stops this producer at the syscall that crossed it, not at the next tick:
@@ -836,7 +836,7 @@ static __always_inline int hold_stop_arm(void)
 
 /*
  * A kick note_hold_pressure() asked for: the producer is off its CPU (held,
- * by custos sched --hold) before its next syscall, at its hold stop when
+ * by custos sched) before its next syscall, at its hold stop when
  * that can be armed, else at the end of this program. Called with
  * preemption off, after the record is built: a kick here switches as
  * preemption is turned back on.

@@ -44,7 +44,7 @@ pressured_load() { # seconds
 	load "$1"
 	wait $!
 }
-BARE="--no-consumer-preempt --no-overflow-hold"
+BARE="--no-consumer-preempt --no-overflow-hold --no-hold"
 
 # A corrupt model named by --model: an error before anything is attached.
 $B/custos sched --policy learned --model "$OUT/corrupt.json" --duration 4 \
