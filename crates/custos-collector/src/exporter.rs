@@ -105,6 +105,18 @@ pub fn encode_metrics(e: &mut DescriptorEncoder, m: &Metrics) -> std::fmt::Resul
         "Lines the consumer handed to the output (events, loss, stats and other records): stats `lines_written`.",
         m.lines_written,
     )?;
+    counter(
+        e,
+        "custos_hold_kicks",
+        "Producers the programs kicked off their CPU at a syscall that took a ring under the reserve of custos sched's hold: stats `hold_kicks`.",
+        m.hold_kicks,
+    )?;
+    counter(
+        e,
+        "custos_hold_stops",
+        "Of the kicked producers, those kicked at their return to user mode (the hold stop, inside no program): stats `hold_stops`.",
+        m.hold_stops,
+    )?;
     let copies: Vec<String> = (0..m.skips.by_copy.len()).map(|k| k.to_string()).collect();
     counter_family(
         e,

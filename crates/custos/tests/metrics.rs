@@ -276,6 +276,8 @@ fn prometheus_scrapes_the_loss_counters_and_the_alert_fires() {
         ("custos_events_reported_lost_total", n("lost_in_gaps")),
         ("custos_reorder_forced_total", n("reorder_forced")),
         ("custos_lines_written_total", n("lines_written")),
+        ("custos_hold_kicks_total", n("hold_kicks")),
+        ("custos_hold_stops_total", n("hold_stops")),
     ];
     let scraped = |series: &str| -> Option<u64> {
         let r = query(prom, &format!("last_over_time({series}[5m])"));
