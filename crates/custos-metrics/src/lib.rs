@@ -361,6 +361,45 @@ impl<T: Clone + Send + std::fmt::Debug + 'static> Collector for Snapshot<T> {
     }
 }
 
+/// What a scrape of a daemon serving `encode` reads once it published `m`,
+/// without a socket: for the tests that hold the exposition to its
+/// documentation ([`undocumented`]).
+pub fn exposition<T: Clone + Send + std::fmt::Debug + 'static>(
+    process: &'static str,
+    encode: Encode<T>,
+    m: &T,
+) -> String {
+    let shared = Arc::new(Shared::default());
+    *shared.latest.lock().unwrap_or_else(|p| p.into_inner()) = Some((1, m.clone()));
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(Snapshot {
+        shared,
+        process,
+        encode,
+    }));
+    let mut body = String::new();
+    prometheus_client::encoding::text::encode(&mut body, &registry)
+        .expect("encoding into a String");
+    body
+}
+
+/// The series of an exposition (as a scrape names them: `x_total`,
+/// `x_info`) that `doc` does not name in backquotes, each once.
+pub fn undocumented(exposition: &str, doc: &str) -> Vec<String> {
+    let mut names: Vec<&str> = exposition
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| l.split(['{', ' ']).next())
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    names
+        .into_iter()
+        .filter(|n| !doc.contains(&format!("`{n}`")) && !doc.contains(&format!("`{n}{{")))
+        .map(str::to_string)
+        .collect()
+}
+
 /// The process's CPU time (seconds) and resident memory (bytes), from /proc.
 fn process_usage() -> Option<(f64, u64)> {
     let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
@@ -387,6 +426,18 @@ fn process_usage() -> Option<(f64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every series of an exposition is found in a document that names it,
+    /// with or without its labels; the others are listed once.
+    #[test]
+    fn undocumented_lists_each_series_a_document_does_not_name() {
+        let text = "# HELP a_x X.\n# TYPE a_x counter\na_x_total 3\nb_y{k=\"1\"} 1\nb_y{k=\"2\"} 2\nc_info{version=\"1\"} 1\n# EOF\n";
+        assert_eq!(
+            undocumented(text, "`a_x_total` and `b_y{k}`"),
+            vec!["c_info"]
+        );
+        assert!(undocumented(text, "`a_x_total`, `b_y`, `c_info`").is_empty());
+    }
 
     /// The first copy is due at once, the next one PUBLISH_EVERY after it
     /// was offered, whether or not a scrape was reading then.
