@@ -91,16 +91,11 @@ mod tests {
     /// docs/operations.md names every series a scrape reads, as exposed.
     #[test]
     fn every_series_is_documented() {
-        let doc = std::fs::read_to_string(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/operations.md"),
-        )
-        .unwrap();
-        let text = custos_metrics::exposition(PROCESS, encode_metrics, &IngestSummary::default());
-        assert!(
-            text.contains("custos_fleet_ingest_rows_inserted_total"),
-            "{text}"
+        custos_metrics::assert_documented(
+            PROCESS,
+            encode_metrics,
+            &IngestSummary::default(),
+            "custos_fleet_ingest_rows_inserted_total",
         );
-        let missing = custos_metrics::undocumented(&text, &doc);
-        assert!(missing.is_empty(), "not in docs/operations.md: {missing:?}");
     }
 }

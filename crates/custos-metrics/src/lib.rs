@@ -400,6 +400,23 @@ pub fn undocumented(exposition: &str, doc: &str) -> Vec<String> {
         .collect()
 }
 
+/// For a daemon's tests: docs/operations.md names every series a scrape of
+/// `encode` reads (after publishing `m`), and the scrape has `expected`
+/// (so that an empty exposition cannot pass).
+pub fn assert_documented<T: Clone + Send + std::fmt::Debug + 'static>(
+    process: &'static str,
+    encode: Encode<T>,
+    m: &T,
+    expected: &str,
+) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/operations.md");
+    let doc = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let text = exposition(process, encode, m);
+    assert!(text.contains(expected), "{expected} not served: {text}");
+    let missing = undocumented(&text, &doc);
+    assert!(missing.is_empty(), "not in docs/operations.md: {missing:?}");
+}
+
 /// The process's CPU time (seconds) and resident memory (bytes), from /proc.
 fn process_usage() -> Option<(f64, u64)> {
     let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
