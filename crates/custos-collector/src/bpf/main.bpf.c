@@ -856,12 +856,12 @@ static __always_inline void hold_kick(void)
 	case HOLD_STOP_WAITING:
 		return;
 	case HOLD_STOP_ARMED:
-		cs->hold_kicks++;
 		cs->hold_stops++;
-		return;
+		break;
+	default:
+		scx_bpf_kick_cpu(bpf_get_smp_processor_id(), CUSTOS_SCX_KICK_PREEMPT);
 	}
 	cs->hold_kicks++;
-	scx_bpf_kick_cpu(bpf_get_smp_processor_id(), CUSTOS_SCX_KICK_PREEMPT);
 }
 
 /*

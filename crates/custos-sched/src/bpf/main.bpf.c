@@ -170,6 +170,23 @@ struct {
 	__type(value, struct custos_task_features);
 } task_features SEC(".maps");
 
+/*
+ * @p's provenance features, or NULL: an entry with another start time is a
+ * dead thread's under a recycled tid; 0 is a writer that does not know it
+ * (not the collector).
+ */
+static __always_inline const struct custos_task_features *
+task_features_of(const struct task_struct *p)
+{
+	const struct custos_task_features *tf;
+	u32 tid = p->pid;
+
+	tf = bpf_map_lookup_elem(&task_features, &tid);
+	if (tf && tf->start_time_ns && tf->start_time_ns != p->start_time)
+		return NULL;
+	return tf;
+}
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
@@ -540,7 +557,7 @@ static void fill_policy_input(const struct task_struct *p, const struct task_ctx
 {
 	const struct custos_global_features *g;
 	const struct custos_task_features *tf;
-	u32 zero = 0, tid = p->pid;
+	u32 zero = 0;
 	u64 now = bpf_ktime_get_ns();
 
 	in->feat[CUSTOS_FEAT_RUNTIME] = norm_log2(tctx->runtime_ns);
@@ -553,10 +570,8 @@ static void fill_policy_input(const struct task_struct *p, const struct task_ctx
 		tctx->queue * CUSTOS_FEATURE_MAX / nr_queues : 0;
 
 	in->raw_nvcsw = tctx->nvcsw_avg;
-	tf = bpf_map_lookup_elem(&task_features, &tid);
-	/* An entry with another start time is a dead thread's under a recycled
-	 * tid; 0 is a writer that does not know it (not the collector). */
-	if (tf && (!tf->start_time_ns || tf->start_time_ns == p->start_time)) {
+	tf = task_features_of(p);
+	if (tf) {
 		in->raw_nr_event = task_event_rate(tf, now, false);
 		in->feat[CUSTOS_FEAT_NR_EVENT] = norm_log2(in->raw_nr_event);
 		in->feat[CUSTOS_FEAT_NR_DROP] = norm_log2(task_event_rate(tf, now, true));
@@ -1197,12 +1212,11 @@ static u64 task_rate(const struct task_struct *p, const struct task_ctx *tctx, u
 		     u64 *events)
 {
 	const struct custos_task_features *tf;
-	u32 tid = p->pid;
 	u64 rate = 0;
 
 	*events = 0;
-	tf = bpf_map_lookup_elem(&task_features, &tid);
-	if (tf && (!tf->start_time_ns || tf->start_time_ns == p->start_time)) {
+	tf = task_features_of(p);
+	if (tf) {
 		*events = tf->events_total;
 		rate = rate_since(tf, now);
 	}
@@ -1345,11 +1359,9 @@ static bool hold_task(struct task_struct *p, struct task_ctx *tctx, u64 enq_flag
  */
 static bool at_hold_stop(const struct task_struct *p)
 {
-	const struct custos_task_features *tf;
-	u32 tid = p->pid;
+	const struct custos_task_features *tf = task_features_of(p);
 
-	tf = bpf_map_lookup_elem(&task_features, &tid);
-	return tf && tf->hold_stop && (!tf->start_time_ns || tf->start_time_ns == p->start_time);
+	return tf && tf->hold_stop;
 }
 
 /*
@@ -2046,13 +2058,11 @@ s32 BPF_STRUCT_OPS(custos_init_task, struct task_struct *p, struct scx_init_task
 	 * fork runs in the parent. */
 	if ((hold_enabled || light_share_pct) && args->fork) {
 		struct task_struct *parent = bpf_get_current_task_btf();
-		const struct custos_task_features *tf;
+		const struct custos_task_features *tf = task_features_of(parent);
 		struct task_ctx *pctx;
-		u32 tid = parent->pid;
 		u64 events = 0;
 
-		tf = bpf_map_lookup_elem(&task_features, &tid);
-		if (tf && (!tf->start_time_ns || tf->start_time_ns == parent->start_time)) {
+		if (tf) {
 			tctx->inherited_rate = task_event_rate(tf, now, false);
 			events = tf->events_total;
 		}
