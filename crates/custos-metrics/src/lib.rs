@@ -168,12 +168,7 @@ impl Endpoint {
         encode: Encode<T>,
     ) -> Result<Publisher<T>> {
         let shared = Arc::new(Shared::default());
-        let mut registry = Registry::default();
-        registry.register_collector(Box::new(Snapshot {
-            shared: shared.clone(),
-            process,
-            encode,
-        }));
+        let registry = registry(shared.clone(), process, encode);
         let listener = self.listener;
         std::thread::Builder::new()
             .name("custos-metrics".into())
@@ -371,21 +366,30 @@ pub fn exposition<T: Clone + Send + std::fmt::Debug + 'static>(
 ) -> String {
     let shared = Arc::new(Shared::default());
     *shared.latest.lock().unwrap_or_else(|p| p.into_inner()) = Some((1, m.clone()));
+    let mut body = String::new();
+    prometheus_client::encoding::text::encode(&mut body, &registry(shared, process, encode))
+        .expect("encoding into a String");
+    body
+}
+
+/// What a daemon answers scrapes from: its copies, encoded at each scrape.
+fn registry<T: Clone + Send + std::fmt::Debug + 'static>(
+    shared: Arc<Shared<T>>,
+    process: &'static str,
+    encode: Encode<T>,
+) -> Registry {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(Snapshot {
         shared,
         process,
         encode,
     }));
-    let mut body = String::new();
-    prometheus_client::encoding::text::encode(&mut body, &registry)
-        .expect("encoding into a String");
-    body
+    registry
 }
 
-/// The series of an exposition (as a scrape names them: `x_total`,
-/// `x_info`) that `doc` does not name in backquotes, each once.
-pub fn undocumented(exposition: &str, doc: &str) -> Vec<String> {
+/// The series an exposition has samples of (as a scrape names them:
+/// `x_total`, `x_info`), sorted, each once.
+pub fn series(exposition: &str) -> Vec<&str> {
     let mut names: Vec<&str> = exposition
         .lines()
         .filter(|l| !l.starts_with('#') && !l.is_empty())
@@ -394,6 +398,11 @@ pub fn undocumented(exposition: &str, doc: &str) -> Vec<String> {
     names.sort_unstable();
     names.dedup();
     names
+}
+
+/// The [`series`] of an exposition that `doc` does not name in backquotes.
+pub fn undocumented(exposition: &str, doc: &str) -> Vec<String> {
+    series(exposition)
         .into_iter()
         .filter(|n| !doc.contains(&format!("`{n}`")) && !doc.contains(&format!("`{n}{{")))
         .map(str::to_string)
