@@ -483,20 +483,29 @@ pub fn collect<W: Write>(
     };
     set_skip_epoch(&skel, 1)?;
 
-    if opts.features_only {
-        // No ring: ring availability is not this collector's to publish, and
-        // what a recording collector left in kept pins must not read as pressure.
-        features::forget_rings(&skel.maps.global_features)?;
-    }
     // Publish the provenance features. The pins stay after the run: a
     // scheduler keeps reading the maps, and the next collector fills them.
     if reuse_pins {
         // Threads that exited while no collector ran left their entries.
         features::forget_dead_tasks(&skel.maps.task_features);
-        publish_running(&skel.maps.global_features)?;
     } else {
         pin(&skel)?;
     }
+    // Kept pins hold the previous collector's rings (their sizes, free space
+    // and hold levels): read with this one's pid they would be taken for
+    // its rings, by the scheduler as pressure. A features-only collector
+    // has none and runs from here; a recording one says it runs once its
+    // own rings are published (drain, before it is ready).
+    features::forget_rings(&skel.maps.global_features)?;
+    features::publish(
+        &skel.maps.global_features,
+        0,
+        0,
+        opts.features_only,
+        monotonic_ns(),
+        None,
+        &features::Account::default(),
+    )?;
     let result = if opts.features_only {
         watch(
             opts,
@@ -533,8 +542,8 @@ pub fn collect<W: Write>(
     result
 }
 
-/// Publishes that a collector runs, with nothing recorded (yet, or at all
-/// with --features-only): no rings, an empty account.
+/// Publishes that a features-only collector runs: no rings, an empty
+/// account.
 fn publish_running(map: &dyn MapCore) -> Result<()> {
     features::publish(
         map,
@@ -574,15 +583,7 @@ fn pin(skel: &MainSkel) -> Result<()> {
         let _ = std::fs::remove_file(features::task_features_path());
         return Err(e);
     }
-    features::publish(
-        &skel.maps.global_features,
-        0,
-        0,
-        true,
-        monotonic_ns(),
-        None,
-        &features::Account::default(),
-    )
+    Ok(())
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -627,7 +628,6 @@ fn drain<W: Write>(
     let rings = builder
         .build()
         .context("setting up the ring buffer consumer")?;
-    on_ready();
 
     let started = Instant::now();
     let mut metrics = Metrics::new(nr_cpus);
@@ -675,6 +675,41 @@ fn drain<W: Write>(
         // SAFETY: every pointer is a ring of the live ring buffer `rings`.
         ring_ptrs.iter().map(|&r| unsafe { f(r) }).collect()
     };
+    let ring_view = || {
+        // ring_ptrs are in drain order (attributes, critical, events).
+        let (prod, cons) = (
+            positions(libbpf_rs::libbpf_sys::ring__producer_pos),
+            positions(libbpf_rs::libbpf_sys::ring__consumer_pos),
+        );
+        let mut view = features::RingView {
+            size: [0; NR_RINGS],
+            free: [0; NR_RINGS],
+            reserve: [0; NR_RINGS],
+            floor: [0; NR_RINGS],
+        };
+        for (i, ring) in [RING_ATTRS, RING_CRITICAL, RING_EVENTS]
+            .into_iter()
+            .enumerate()
+        {
+            let size = ring_size[ring];
+            view.size[ring] = size;
+            view.free[ring] = size.saturating_sub(prod[i].saturating_sub(cons[i]));
+            (view.floor[ring], view.reserve[ring]) =
+                (hold_levels[ring].floor, hold_levels[ring].reserve);
+        }
+        view
+    };
+    // Running, with this collector's rings, before anyone is told it is ready.
+    features::publish(
+        &skel.maps.global_features,
+        0,
+        0,
+        true,
+        monotonic_ns(),
+        Some(&ring_view()),
+        &features::Account::default(),
+    )?;
+    on_ready();
     loop {
         let stopping = stop.load(Ordering::Relaxed);
         let mut consumed = 0i64;
@@ -777,27 +812,7 @@ fn drain<W: Write>(
             let backlog = held as u64 + c.lines_written.saturating_sub(done);
             (c.counters.delivered + dropped).saturating_sub(backlog)
         };
-        // ring_ptrs are in drain order (attributes, critical, events).
-        let (prod, cons) = (
-            positions(libbpf_rs::libbpf_sys::ring__producer_pos),
-            positions(libbpf_rs::libbpf_sys::ring__consumer_pos),
-        );
-        let mut view = features::RingView {
-            size: [0; NR_RINGS],
-            free: [0; NR_RINGS],
-            reserve: [0; NR_RINGS],
-            floor: [0; NR_RINGS],
-        };
-        for (i, ring) in [RING_ATTRS, RING_CRITICAL, RING_EVENTS]
-            .into_iter()
-            .enumerate()
-        {
-            let size = ring_size[ring];
-            view.size[ring] = size;
-            view.free[ring] = size.saturating_sub(prod[i].saturating_sub(cons[i]));
-            (view.floor[ring], view.reserve[ring]) =
-                (hold_levels[ring].floor, hold_levels[ring].reserve);
-        }
+        let view = ring_view();
         // Once, when a scheduler holding producers shows up (it stamps
         // hold_sched_ns) and a ring is too small for its bound.
         if !hold_noted

@@ -227,10 +227,11 @@ pub fn remove_pins() {
     let _ = fs::remove_dir(PIN_DIR);
 }
 
-/// A features-only collector has no rings: their sizes read 0 ("no ring",
-/// which the scheduler skips), so that what a recording collector left in
-/// the kept map is not taken for this one's pressure. The programs never
-/// write them in that mode, and [`publish`] keeps them.
+/// Forgets the rings a previous collector left in the kept map (sizes,
+/// free space, hold levels): their sizes read 0 ("no ring", which the
+/// scheduler skips) until this collector publishes its own. A
+/// features-only collector has none: its programs never write them, and
+/// [`publish`] keeps them.
 pub fn forget_rings(map: &dyn MapCore) -> Result<()> {
     let key = 0u32.to_ne_bytes();
     let raw = map
@@ -239,6 +240,8 @@ pub fn forget_rings(map: &dyn MapCore) -> Result<()> {
     let mut g = raw.as_deref().and_then(read_global).unwrap_or_default();
     g.ring_size = Default::default();
     g.ring_free_bytes = Default::default();
+    g.hold_reserve_bytes = Default::default();
+    g.hold_floor_bytes = Default::default();
     map.update(&key, global_bytes(&g), MapFlags::ANY)
         .context("updating global_features")
 }

@@ -238,22 +238,46 @@ fn features_are_pinned_filled_and_kept_and_one_collector_runs_at_a_time() {
             .update(&tid.to_ne_bytes(), task_bytes(&entry), MapFlags::ANY)
             .unwrap();
     }
-    // The next collector fills the same maps: a scheduler holding them sees it.
-    let mut running_again = 0;
-    run_collector(quiet_options(), &out, || {
-        let g = read_global(
-            &global
-                .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)
-                .unwrap()
-                .unwrap(),
-        )
-        .unwrap();
-        running_again = g.collector_running;
+    // The next collector fills the same maps: a scheduler holding them sees
+    // it. Its rings are smaller: from the moment it is ready, what the kept
+    // map says of the rings is this collector's, never the last one's
+    // (`custos status` once read the last one's sizes with the new pid).
+    let sized = custos_collector::Options {
+        critical_ring_kb: 512,
+        events_ring_kb: 1024,
+        attrs_ring_kb: 2048,
+        ..quiet_options()
+    };
+    let mut again = None;
+    run_collector(sized, &out, || {
+        again = Some(
+            read_global(
+                &global
+                    .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)
+                    .unwrap()
+                    .unwrap(),
+            )
+            .unwrap(),
+        );
     });
+    let g = again.unwrap();
     assert_eq!(
-        running_again, 1,
+        (g.collector_running, g.consumer_pids[0]),
+        (1, me),
         "the restarted collector publishes through the kept map"
     );
+    let sizes = [512 << 10, 1 << 20, 2 << 20];
+    assert_eq!(g.ring_size, sizes, "{g:?}");
+    let cpus = libbpf_rs::num_possible_cpus().unwrap() as u64;
+    for (r, &computed) in features::hold_floor(cpus).iter().enumerate() {
+        let levels = features::hold_levels(computed, sizes[r]);
+        assert_eq!(
+            (g.hold_floor_bytes[r], g.hold_reserve_bytes[r]),
+            (levels.floor, levels.reserve),
+            "ring {r}"
+        );
+        assert!(g.ring_free_bytes[r] <= sizes[r], "ring {r}: {g:?}");
+    }
     let has = |tid: u32| {
         tasks
             .lookup(&tid.to_ne_bytes(), MapFlags::ANY)
