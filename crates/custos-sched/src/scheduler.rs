@@ -875,6 +875,7 @@ impl<'a> Scheduler<'a> {
                 sum.light_enqueues += s.light_enqueues;
                 sum.light_dispatches += s.light_dispatches;
                 sum.light_deferred += s.light_deferred;
+                sum.light_spared += s.light_spared;
                 sum.held_in_program += s.held_in_program;
                 sum.held_at_stop += s.held_at_stop;
                 sum.hold_bounces += s.hold_bounces;
@@ -964,6 +965,7 @@ impl<'a> Scheduler<'a> {
             light_enqueues: sum.light_enqueues,
             light_dispatches: sum.light_dispatches,
             light_deferred: sum.light_deferred,
+            light_spared: sum.light_spared,
             held_in_program: sum.held_in_program,
             held_at_stop: sum.held_at_stop,
             hold_bounces: sum.hold_bounces,

@@ -141,6 +141,8 @@ pub struct Metrics {
     pub light_dispatches: u64,
     #[stat(desc = "Light lane: times it waited because its CPU share (--light-share) was spent")]
     pub light_deferred: u64,
+    #[stat(desc = "Light lane: waking consumers that left a light task's CPU alone")]
+    pub light_spared: u64,
     #[stat(desc = "Queues consumed because a task waited past the starvation guard")]
     pub starvation_guard_picks: u64,
     #[stat(desc = "Feature-maintenance calls")]
@@ -317,8 +319,8 @@ impl Metrics {
         if self.light_enqueues > 0 {
             writeln!(
                 w,
-                "  light lane: queued {} run {} deferred {}",
-                self.light_enqueues, self.light_dispatches, self.light_deferred,
+                "  light lane: queued {} run {} deferred {} spared {}",
+                self.light_enqueues, self.light_dispatches, self.light_deferred, self.light_spared,
             )?;
         }
         if self.policy.starts_with("learned") || self.transitions > 0 {
@@ -467,6 +469,7 @@ impl Metrics {
             light_enqueues: self.light_enqueues.saturating_sub(prev.light_enqueues),
             light_dispatches: self.light_dispatches.saturating_sub(prev.light_dispatches),
             light_deferred: self.light_deferred.saturating_sub(prev.light_deferred),
+            light_spared: self.light_spared.saturating_sub(prev.light_spared),
             starvation_guard_picks: self
                 .starvation_guard_picks
                 .saturating_sub(prev.starvation_guard_picks),

@@ -65,6 +65,7 @@ enum custos_cpu_running {
 	CUSTOS_RUN_PRIMARY	= 1,	/* an ordinary task */
 	CUSTOS_RUN_BUDGETED	= 2,	/* a task of a budgeted queue */
 	CUSTOS_RUN_PROTECTED	= 3,	/* a consumer or a per-CPU kthread: never preempted */
+	CUSTOS_RUN_LIGHT	= 4,	/* a task run from the light lane: not preempted by a consumer */
 };
 
 /* Per-CPU counters; user space sums them over CPUs. */
@@ -130,6 +131,7 @@ struct custos_sched_stats {
 	u64 light_enqueues;			 /* waking light tasks queued in the lane */
 	u64 light_dispatches;			 /* ... run from it */
 	u64 light_deferred;			 /* times the lane waited: its CPU share spent */
+	u64 light_spared;			 /* waking consumers that left a light task's CPU alone */
 };
 
 /*

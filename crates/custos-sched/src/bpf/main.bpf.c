@@ -125,14 +125,18 @@ const volatile u32 light_rate = 16;
  * queues and the primary FIFO, instead of behind every flood worker there
  * (a 10 ms ticker saw a p99 of 173 ms behind 16 of them on 2 vCPUs, the
  * default scheduler 33 ms). A flood split into processes does not make
- * them light: a young task counts as its parent's rate. Only a wake-up
- * enters the lane (a task that used up its slice goes to the primary
- * queue), and per CPU the lane runs at most light_share_pct of the time,
- * over a burst of LIGHT_BURST_NS: what makes few events and computes
- * much cannot starve the rest. The consumer still goes first. 0: no lane.
+ * them light: a young task counts as its parent's rate. A wake-up keeps
+ * the lane for LIGHT_SLICES_PER_WAKE slices, then a task that computes on
+ * goes to the primary queue; per CPU the lane runs at most light_share_pct
+ * of the time, over a burst of LIGHT_BURST_NS: what makes few events and
+ * computes much cannot starve the rest. The consumer
+ * still goes first, but never by preempting a light task (consumer_victim).
+ * 0: no lane.
  */
 const volatile u32 light_share_pct = 50;
 #define LIGHT_BURST_NS		(4 * slice_ns)
+/* Slices a light task keeps the lane for per wake-up (enqueue). */
+#define LIGHT_SLICES_PER_WAKE	2
 /* How long a held task may wait before it is let through (hold_leaks). */
 const volatile u64 hold_guard_ns = 5000ULL * NSEC_PER_MSEC;
 /* A task let through makes at most this many events before it is held
@@ -302,6 +306,8 @@ struct task_ctx {
 	bool hold_spent;	/* its allowance in hold_epoch is spent (its children's too) */
 	u32 hold_born;		/* children it forked in hold_epoch (each costs light_rate events) */
 	bool light;		/* queued in (then running from) the light lane */
+	bool light_direct;	/* light, sent straight to an idle CPU (not charged) */
+	u8 light_slices;	/* slices it was given in the lane since it woke up */
 };
 
 struct {
@@ -1019,12 +1025,19 @@ static __always_inline void feature_cost(u64 start)
 /*
  * A CPU a waking consumer may take: one running a budgeted task first (the
  * producers being held back), else one running an ordinary task. Consumers
- * and per-CPU kthreads are never preempted. Returns -1 if there is none.
+ * and per-CPU kthreads are never preempted, nor a task run from the light
+ * lane: preempted just after its wake-up, it went back behind every flood
+ * worker in the primary queue (a 10 ms ticker, preempted so in 194 of 544
+ * wake-ups, saw a p99 of 94 ms on 2 vCPUs where its wait to be first run
+ * had a p99 of 19 ms); it runs briefly, and the consumer waits at the head
+ * of that CPU's queue if no other CPU will do. Returns -1 if there is none.
  */
 static s32 consumer_victim(const struct task_struct *p, s32 prev_cpu)
 {
+	struct custos_sched_stats *st;
 	s32 cpu, ordinary = -1;
 	u32 nr_cpus = scx_bpf_nr_cpu_ids();
+	bool spared = false;
 	u8 r;
 
 	if (prev_cpu >= 0 && prev_cpu < CUSTOS_MAX_CPUS &&
@@ -1045,7 +1058,11 @@ static s32 consumer_victim(const struct task_struct *p, s32 prev_cpu)
 			return cpu;
 		if (r == CUSTOS_RUN_PRIMARY && ordinary < 0)
 			ordinary = cpu;
+		if (r == CUSTOS_RUN_LIGHT)
+			spared = true;
 	}
+	if (spared && (st = cpu_stats()))
+		st->light_spared++;
 	return ordinary;
 }
 
@@ -1463,7 +1480,13 @@ s32 BPF_STRUCT_OPS(custos_select_cpu, struct task_struct *p, s32 prev_cpu, u64 w
 	if (!sync)
 		cpu = scx_bpf_select_cpu_and(p, prev_cpu, wake_flags, p->cpus_ptr, 0);
 	if (cpu >= 0) {
+		u64 events;
+
 		tctx->enqueued_at = bpf_ktime_get_ns();
+		/* Light on an idle CPU: no lane to wait in, but a consumer waking
+		 * later spares it like one run from the lane. */
+		tctx->light_direct = light_share_pct && !tctx->consumer &&
+				     task_rate(p, tctx, tctx->enqueued_at, &events) < light_rate;
 		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, 0);
 		st = cpu_stats();
 		if (st) {
@@ -1611,8 +1634,19 @@ void BPF_STRUCT_OPS(custos_enqueue, struct task_struct *p, u64 enq_flags)
 			st->consumer_queued++;
 	}
 
+	/*
+	 * A wake-up enters the lane, and keeps it for LIGHT_SLICES_PER_WAKE
+	 * slices: a ticker whose 100 us of work read as a whole slice on a
+	 * vCPU the emulator had paused went back behind every flood worker in
+	 * the primary FIFO and waited 90 ms there (a steal-time stall does the
+	 * same on a real host). A task that computes on goes to the primary
+	 * FIFO: spinning shells that make no events must not crowd a sleeper
+	 * out of the lane. A light task preempted with slice left never comes
+	 * here: the kernel keeps it at the head of its CPU's local queue.
+	 */
 	if (light_share_pct && tctx && !tctx->consumer && q == CUSTOS_PRIMARY_QUEUE &&
-	    (enq_flags & SCX_ENQ_WAKEUP) && !is_pinned(p)) {
+	    !is_pinned(p) &&
+	    ((enq_flags & SCX_ENQ_WAKEUP) || tctx->light_slices < LIGHT_SLICES_PER_WAKE)) {
 		u64 events;
 
 		/* By rate alone, not task_heavy: outside a hold no fork charge
@@ -1620,6 +1654,7 @@ void BPF_STRUCT_OPS(custos_enqueue, struct task_struct *p, u64 enq_flags)
 		 * storm's children (fewer than hold_allowance events each) would
 		 * all be light. */
 		if (task_rate(p, tctx, bpf_ktime_get_ns(), &events) < light_rate) {
+			tctx->light_slices = enq_flags & SCX_ENQ_WAKEUP ? 1 : tctx->light_slices + 1;
 			tctx->light = true;
 			scx_bpf_dsq_insert(p, CUSTOS_LIGHT_DSQ, slice_ns, enq_flags);
 			if (st)
@@ -1890,6 +1925,7 @@ void BPF_STRUCT_OPS(custos_running, struct task_struct *p)
 	set_cpu_running(scx_bpf_task_cpu(p),
 			tctx->consumer || ((p->flags & PF_KTHREAD) && is_pinned(p)) ?
 				CUSTOS_RUN_PROTECTED :
+			tctx->light || tctx->light_direct ? CUSTOS_RUN_LIGHT :
 			q != CUSTOS_PRIMARY_QUEUE ? CUSTOS_RUN_BUDGETED : CUSTOS_RUN_PRIMARY);
 	if (st && tctx->enqueued_at) {
 		wait = now - tctx->enqueued_at;
@@ -1915,6 +1951,7 @@ void BPF_STRUCT_OPS(custos_stopping, struct task_struct *p, bool runnable)
 		return;
 	ran = now - tctx->running_at;
 	tctx->runtime_ns += ran;
+	tctx->light_direct = false;
 	/* The light lane's time here: charged, not below one burst owed. */
 	if (tctx->light) {
 		struct cpu_ctx *cctx = this_cpu_ctx();
