@@ -497,15 +497,9 @@ pub fn collect<W: Write>(
     // has none and runs from here; a recording one says it runs once its
     // own rings are published (drain, before it is ready).
     features::forget_rings(&skel.maps.global_features)?;
-    features::publish(
-        &skel.maps.global_features,
-        0,
-        0,
-        opts.features_only,
-        monotonic_ns(),
-        None,
-        &features::Account::default(),
-    )?;
+    if opts.features_only {
+        publish_running(&skel.maps.global_features)?;
+    }
     let result = if opts.features_only {
         watch(
             opts,

@@ -129,9 +129,8 @@ const volatile u32 light_rate = 16;
  * the lane for LIGHT_SLICES_PER_WAKE slices, then a task that computes on
  * goes to the primary queue; per CPU the lane runs at most light_share_pct
  * of the time, over a burst of LIGHT_BURST_NS: what makes few events and
- * computes much cannot starve the rest. The consumer
- * still goes first, but never by preempting a light task (consumer_victim).
- * 0: no lane.
+ * computes much cannot starve the rest. The consumer still goes first,
+ * but never by preempting a light task (consumer_victim). 0: no lane.
  */
 const volatile u32 light_share_pct = 50;
 #define LIGHT_BURST_NS		(4 * slice_ns)
@@ -1248,6 +1247,19 @@ static u64 task_rate(const struct task_struct *p, const struct task_ctx *tctx, u
 }
 
 /*
+ * Whether the light lane takes a task (and a consumer spares it): by rate
+ * alone, not task_heavy: outside a hold no fork charge bounds what the
+ * children of a light parent make, and an exec storm's children (fewer
+ * than hold_allowance events each) would all be light.
+ */
+static bool light_by_rate(const struct task_struct *p, const struct task_ctx *tctx, u64 now)
+{
+	u64 events;
+
+	return task_rate(p, tctx, now, &events) < light_rate;
+}
+
+/*
  * Whether a task makes events like a producer, held at once by the hold:
  * light_rate a window or more, its own or, while it is young, its
  * parent's. A task of a light parent that has made fewer than
@@ -1485,13 +1497,11 @@ s32 BPF_STRUCT_OPS(custos_select_cpu, struct task_struct *p, s32 prev_cpu, u64 w
 	if (!sync)
 		cpu = scx_bpf_select_cpu_and(p, prev_cpu, wake_flags, p->cpus_ptr, 0);
 	if (cpu >= 0) {
-		u64 events;
-
 		tctx->enqueued_at = bpf_ktime_get_ns();
 		/* Light on an idle CPU: no lane to wait in, but a consumer waking
 		 * later spares it like one run from the lane. */
 		tctx->light_direct = light_share_pct && !tctx->consumer &&
-				     task_rate(p, tctx, tctx->enqueued_at, &events) < light_rate;
+				     light_by_rate(p, tctx, tctx->enqueued_at);
 		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, 0);
 		st = cpu_stats();
 		if (st) {
@@ -1652,13 +1662,7 @@ void BPF_STRUCT_OPS(custos_enqueue, struct task_struct *p, u64 enq_flags)
 	if (light_share_pct && tctx && !tctx->consumer && q == CUSTOS_PRIMARY_QUEUE &&
 	    !is_pinned(p) &&
 	    ((enq_flags & SCX_ENQ_WAKEUP) || tctx->light_slices < LIGHT_SLICES_PER_WAKE)) {
-		u64 events;
-
-		/* By rate alone, not task_heavy: outside a hold no fork charge
-		 * bounds what the children of a light parent make, and an exec
-		 * storm's children (fewer than hold_allowance events each) would
-		 * all be light. */
-		if (task_rate(p, tctx, bpf_ktime_get_ns(), &events) < light_rate) {
+		if (light_by_rate(p, tctx, bpf_ktime_get_ns())) {
 			tctx->light_slices = enq_flags & SCX_ENQ_WAKEUP ? 1 : tctx->light_slices + 1;
 			tctx->light = true;
 			scx_bpf_dsq_insert(p, CUSTOS_LIGHT_DSQ, slice_ns, enq_flags);
