@@ -18,6 +18,7 @@
 //! Custos's run starts the collector first, then the scheduler: the
 //! collector-first start order (tests/attack.rs asks the other two).
 //!
+//! On one vCPU and on two (there with rings grown to the hold's bound).
 //! One run of each: repetitions are bench/completeness's (five and more
 //! interleaved runs on 1, 2 and 4 vCPUs and through a stalled consumer, with
 //! intervals), not make test's; three runs of each here took 15 of its
@@ -49,8 +50,36 @@ fn lost(r: &Value) -> (u64, f64) {
     )
 }
 
+/// One VM at a time: the two tests of this target would otherwise boot
+/// side by side and slow each other's emulated CPUs.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[test]
 fn custos_loses_nothing_under_the_super_producer_where_the_default_scheduler_does() {
+    let _g = serial();
+    default_loses_and_custos_does_not(1, "");
+}
+
+/// Issue 29: on two vCPUs producers run while the consumer runs (and, under
+/// the emulator, while its vCPU stands still), so running the consumer first
+/// no longer suffices: here only the hold keeps the rings from filling. Its
+/// bound needs rings at least the size it computes (`--hold-rings`: 16 MiB,
+/// 256 KiB and 16 MiB from 64 KiB), at which the default scheduler still
+/// loses most of the flood (asserted). Before the hold, Custos lost records
+/// in 2 of 5 and 7 of 12 such runs.
+#[test]
+fn custos_loses_nothing_under_the_super_producer_on_two_vcpus() {
+    let _g = serial();
+    default_loses_and_custos_does_not(2, "SP_HOLD_RINGS=1");
+}
+
+/// A run under the kernel's default scheduler, then one under Custos, on
+/// `cpus` vCPUs: the default must lose more than 5 %, with every skip in
+/// band; Custos nothing.
+fn default_loses_and_custos_does_not(cpus: u32, extra_env: &str) {
     let bin = Path::new(env!("CARGO_BIN_EXE_custos"));
     let bin_dir = bin.parent().unwrap();
     assert!(
@@ -60,21 +89,14 @@ fn custos_loses_nothing_under_the_super_producer_where_the_default_scheduler_doe
     let out = tempfile::tempdir().unwrap();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/superproducer-guest.sh");
     let env = format!(
-        "CUSTOS_BIN={} SP_OUT={} SP_WORKERS={WORKERS} SP_FILES={FILES} SP_RUNS={RUNS} SP_KEEP_EVENTS=0",
+        "CUSTOS_BIN={} SP_OUT={} SP_WORKERS={WORKERS} SP_FILES={FILES} SP_RUNS={RUNS} SP_KEEP_EVENTS=0 {extra_env}",
         bin_dir.display(),
         out.path().display()
     );
     let run = Command::new(bin)
-        .args([
-            "vm",
-            "run",
-            "-q",
-            "--cpus",
-            "1",
-            "--timeout",
-            "1800",
-            "--share",
-        ])
+        .args(["vm", "run", "-q", "--cpus"])
+        .arg(cpus.to_string())
+        .args(["--timeout", "1800", "--share"])
         .arg(out.path())
         .args(["--", "sh", "-c"])
         .arg(format!("{env} bash {}", script.display()))
@@ -107,7 +129,10 @@ fn custos_loses_nothing_under_the_super_producer_where_the_default_scheduler_doe
     // The attack works: the default scheduler loses more than 5 % every time.
     for r in &default {
         let (_, pct) = lost(r);
-        assert!(pct > 5.0, "the default scheduler lost only {pct:.2} %: {r}");
+        assert!(
+            pct > 5.0,
+            "the default scheduler lost only {pct:.2} % on {cpus} vCPU(s): {r}"
+        );
     }
 
     skips_are_in_band(out.path());
@@ -121,12 +146,12 @@ fn custos_loses_nothing_under_the_super_producer_where_the_default_scheduler_doe
         assert_eq!(
             n(r, "dropped"),
             0,
-            "custos: records refused by full rings: {r}"
+            "custos on {cpus} vCPU(s): records refused by full rings: {r}"
         );
         assert_eq!(
             n(r, "unnumbered"),
             0,
-            "custos: syscalls no copy of the program saw: {r}"
+            "custos on {cpus} vCPU(s): syscalls no copy of the program saw: {r}"
         );
         assert_eq!(lost(r).0, 0, "{r}");
     }
