@@ -11,7 +11,8 @@
 #
 # Environment: SP_SCHEDULERS (default "default custos"; "bpfland" runs the
 # scx_bpfland peer from .tools/cargo/bin, "custos-hold" Custos naming --hold,
-# "custos-nohold" Custos with --no-hold, the hold's ablation),
+# "custos-nohold" Custos with --no-hold, the hold's ablation, "bare" the
+# flood alone: no collector, no scheduler, its own runtime),
 # SP_FILES, SP_WORKERS (one count or
 # several, "16 64"), SP_RING_KB, SP_RUNS (runs of each scheduler per worker
 # count, default 1; SP_ORDER=interleaved alternates the schedulers run by run,
@@ -128,13 +129,15 @@ run() { # name tag workers [custos sched args...]
   local name=$1 tag=$2 workers=$3; shift 3
   local events="$out/$tag.jsonl"
   rm -rf /sys/fs/bpf/custos /tmp/custos-marker "$out/$tag.attack.log"
-  local grow=()
+  local grow=() collector= sched=
   [ "$hold_rings" = 1 ] && grow=(--hold-rings)
-  "$bin/custos" collect --force -o "$events" --events-ring-kb "$ring_kb" --attrs-ring-kb "$ring_kb" \
-    --critical-ring-kb "$ring_kb" "${grow[@]}" --stats-interval 0 2>"$out/$tag.collect.log" &
-  local collector=$! sched=
-  wait_for '[ -e /sys/fs/bpf/custos/global_features ]' 100 || { echo "collector did not start" >&2; return 1; }
-  if [ "$name" != default ]; then
+  if [ "$name" != bare ]; then
+    "$bin/custos" collect --force -o "$events" --events-ring-kb "$ring_kb" --attrs-ring-kb "$ring_kb" \
+      --critical-ring-kb "$ring_kb" "${grow[@]}" --stats-interval 0 2>"$out/$tag.collect.log" &
+    collector=$!
+    wait_for '[ -e /sys/fs/bpf/custos/global_features ]' 100 || { echo "collector did not start" >&2; return 1; }
+  fi
+  if [ "$name" != default ] && [ "$name" != bare ]; then
     if [ "$name" = bpfland ]; then
       "$bpfland" >"$out/$tag.sched.log" 2>&1 &
     else
@@ -155,6 +158,10 @@ run() { # name tag workers [custos sched args...]
   # syscall, and records how late it ran (issue 29: it must keep its pace).
   "$bin/custos-workload" ticker >"$out/$tag.probe.json" & probe=$!
   start=$(date +%s%N)
+  # The consumer's CPU time so far (its start: loading and verifying its
+  # programs, 25 of 31 s in a short run), taken off its time at exit.
+  local consumer_cpu0_ms=
+  [ -n "$collector" ] && consumer_cpu0_ms=$(awk -v hz="$(getconf CLK_TCK)" '{ printf "%d", ($14 + $15) * 1000 / hz }' "/proc/$collector/stat")
   for _ in $(seq "$workers"); do
     case $workload in
       find) find /tmp/sp-tree -type f -exec cat {} + >/dev/null & pids+=($!) ;;
@@ -194,7 +201,7 @@ run() { # name tag workers [custos sched args...]
   # a "2 s" stop lasted 4-6 s.
   local pause_ms=${SP_PAUSE_MS:-0} pause_s
   printf -v pause_s '%d.%03d' $((pause_ms / 1000)) $((pause_ms % 1000))
-  [ "$pause_ms" -gt 0 ] &&
+  [ "$pause_ms" -gt 0 ] && [ -n "$collector" ] &&
     { (rm -f /tmp/sp-pause.fifo; mkfifo /tmp/sp-pause.fifo; exec {never}<>/tmp/sp-pause.fifo
        sleep 2; kill -STOP "$collector"; stopped=${EPOCHREALTIME/./}
        if [ "$resumer" = exec ]; then /bin/sleep "$pause_s"; else read -rt "$pause_s" -u "$never"; fi
@@ -207,8 +214,30 @@ run() { # name tag workers [custos sched args...]
   trace_stop "$name" "$out/$tag.trace"
   local state; state=$(cat /sys/kernel/sched_ext/state)
   [ -n "$sched" ] && { kill -INT "$sched"; wait "$sched"; }
+  local attack_ms= attack_end_ms= probe_p50= probe_p99=
+  read -r probe_p50 probe_p99 < <(python3 -c 'import json,sys; p = json.load(open(sys.argv[1])); print(p["p50_ns"], p["p99_ns"])' "$out/$tag.probe.json" 2>/dev/null)
+  # The attack's own time, and when it ended from the flood's start (the
+  # flood's runtime is runtime_ms).
+  [ -s "$out/$tag.attack.log" ] && read -r attack_ms attack_end_ms < <(awk -v s="$start" '{ printf "%d %d\n", ($2 - $1) / 1e3, ($2 * 1e3 - s) / 1e6 }' "$out/$tag.attack.log")
+  if [ -z "$collector" ]; then
+    printf '%-8s %7s %10s %10s %9s %11s %7s %11s %8s %s\n' "$name" "$workers" - - - - - "$(( (end - start) / 1000000 )) ms" - "$state"
+    printf '{"workload":"%s","scheduler":"%s","workers":%s,"run":%s,"runtime_ms":%s,"sched_ext_state":"%s","probe_p50_ns":%s,"probe_p99_ns":%s,"attack_ms":%s,"attack_end_ms":%s}\n' \
+      "$workload" "$name" "$workers" "$run_no" "$(( (end - start) / 1000000 ))" "$state" "${probe_p50:-null}" "${probe_p99:-null}" \
+      "${attack_ms:-null}" "${attack_end_ms:-null}" >>"$out/results.jsonl"
+    return 0
+  fi
+  # The consumer's CPU time, all its threads, from the flood's start to its
+  # exit (its final drain included): at exit, the shell's reaped children's
+  # times (getrusage) before and after reaping it, the only child reaped in
+  # between. The consumer-bound limit (bench/completeness) is the flood's
+  # own runtime plus this.
+  times >"$out/$tag.times"
   kill -INT "$collector"; wait "$collector"
-  local line produced delivered dropped unnumbered marker attack_recorded attack_ms= attack_end_ms=
+  times >>"$out/$tag.times"
+  local consumer_cpu_ms
+  consumer_cpu_ms=$(awk 'function ms(t, a) { split(t, a, /[ms]/); return a[1] * 60000 + a[2] * 1000 }
+    NR == 2 { c0 = ms($1) + ms($2) } NR == 4 { c1 = ms($1) + ms($2) } END { printf "%d", c1 - c0 - s }' s="$consumer_cpu0_ms" "$out/$tag.times")
+  local line produced delivered dropped unnumbered marker attack_recorded
   line=$(grep -a 'produced [0-9]* = delivered' "$out/$tag.collect.log" | tail -1)
   produced=$(sed -E 's/.*produced ([0-9]+) = .*/\1/' <<<"$line")
   delivered=$(sed -E 's/.*delivered ([0-9]+) .*/\1/' <<<"$line")
@@ -248,14 +277,10 @@ print("yes" if execd and opened else "no", "true" if execd and opened and shadow
   printf '%-8s %7s %10s %10s %9s %11s %7s %11s %8s %s\n' "$name" "$workers" "$produced" "$delivered" "$dropped" "$unnumbered" \
     "$(awk -v d="$dropped" -v u="$unnumbered" -v p="$produced" 'BEGIN { t = p + u; printf "%.1f%%", t ? 100 * (d + u) / t : 0 }')" \
     "$(( (end - start) / 1000000 )) ms" "$marker" "${state}"
-  local probe_p50= probe_p99= bounded= stall_ms=
-  read -r probe_p50 probe_p99 < <(python3 -c 'import json,sys; p = json.load(open(sys.argv[1])); print(p["p50_ns"], p["p99_ns"])' "$out/$tag.probe.json" 2>/dev/null)
+  local bounded= stall_ms=
   # Whether the rings were large enough for the hold's bound (critical,
   # events, attributes), and how long a stop really lasted.
   bounded=$(python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1])).get("hold_bounded")).replace(" ", ""))' "$out/$tag.collector-stats.json" 2>/dev/null)
-  # The attack's own time, and when it ended from the flood's start (the
-  # flood's runtime is runtime_ms).
-  [ -s "$out/$tag.attack.log" ] && read -r attack_ms attack_end_ms < <(awk -v s="$start" '{ printf "%d %d\n", ($2 - $1) / 1e3, ($2 * 1e3 - s) / 1e6 }' "$out/$tag.attack.log")
   # The hold's own account, where a scheduler held (its --stats-json, the
   # collector's final stats): bounces, floors crossed, the lowest free space.
   local hold=
@@ -271,10 +296,10 @@ if s.get("holds"):
                       "kicks": c.get("hold_kicks"), "stops": c.get("hold_stops")}, separators=(",", ":")))
 ' "$out/$tag.sched.json" "$out/$tag.collector-stats.json" 2>/dev/null)
   [ -s "$out/$tag.pause.log" ] && stall_ms=$(awk '/^stopped/ { s = $2 } /^resumed/ { r = $2 } END { if (s && r) printf "%d", (r - s) / 1e6 }' "$out/$tag.pause.log")
-  printf '{"workload":"%s","scheduler":"%s","workers":%s,"run":%s,"produced":%s,"delivered":%s,"dropped":%s,"unnumbered":%s,"runtime_ms":%s,"marker_delivered":%s,"sched_ext_state":"%s","probe_p50_ns":%s,"probe_p99_ns":%s,"hold_bounded":%s,"stall_ms":%s,"attack_ms":%s,"attack_end_ms":%s,"attack_recorded":%s,"hold":%s}\n' \
+  printf '{"workload":"%s","scheduler":"%s","workers":%s,"run":%s,"produced":%s,"delivered":%s,"dropped":%s,"unnumbered":%s,"runtime_ms":%s,"marker_delivered":%s,"sched_ext_state":"%s","probe_p50_ns":%s,"probe_p99_ns":%s,"hold_bounded":%s,"stall_ms":%s,"attack_ms":%s,"attack_end_ms":%s,"attack_recorded":%s,"hold":%s,"consumer_cpu_ms":%s}\n' \
     "$workload" "$name" "$workers" "$run_no" "${produced:-null}" "${delivered:-null}" "${dropped:-null}" "${unnumbered:-null}" "$(( (end - start) / 1000000 ))" \
     "$([ $marker = yes ] && echo true || echo false)" "$state" "${probe_p50:-null}" "${probe_p99:-null}" "${bounded:-null}" "${stall_ms:-null}" \
-    "${attack_ms:-null}" "${attack_end_ms:-null}" "${attack_recorded:-false}" "${hold:-null}" >>"$out/results.jsonl"
+    "${attack_ms:-null}" "${attack_end_ms:-null}" "${attack_recorded:-false}" "${hold:-null}" "${consumer_cpu_ms:-null}" >>"$out/results.jsonl"
 }
 
 rm -f "$out/results.jsonl"

@@ -237,7 +237,7 @@ def completeness_cell_label(cell, varying):
     more = {"cpus": f"{cell['cpus']} vCPU{'s' if cell['cpus'] > 1 else ''}", "flood": cell["flood"],
             "files": f"{cell['files']} files", "ring_kb": f"{cell['ring_kb']} KiB rings",
             "hold_rings": "rings for the hold" if cell.get("hold_rings") else "64 KiB rings",
-            "policy": cell["policy"]}
+            "policy": cell["policy"], "rounds": f"{cell.get('rounds', 300)} rounds"}
     return ", ".join([more[k] for k in more if k in varying] + [stall])
 
 
@@ -246,14 +246,17 @@ def completeness_cells(ctx):
     anything (with the exact interval where none did: 0 of 5 is not "never"),
     events lost, the innocent probe's p99, how long the stop lasted, and for
     a scheduler that held, the hold's margin: bounces, times a ring went
-    under its floor, the lowest free space seen (percent of the ring)."""
+    under its floor, the lowest free space seen (percent of the ring); and
+    where the cell ran the bare flood, the runtime over the consumer-bound
+    limit (median, the runs' range)."""
     doc = ctx.load(COMPLETENESS)
     cells = doc["cells"]
-    varying = {k for k in ("cpus", "flood", "files", "ring_kb", "hold_rings", "policy")
+    varying = {k for k in ("cpus", "flood", "files", "ring_kb", "hold_rings", "policy", "rounds")
                if len({str(c.get(k)) for c in cells}) > 1}
     rows = ["| cell | scheduler | loss, mean [95 % interval] | runs that lost anything | events lost (all runs) "
-            "| probe p99, ms | the stop lasted, ms | hold: bounces, floors, lowest free % |",
-            "|---|---|---|---|---|---|---|---|"]
+            "| probe p99, ms | the stop lasted, ms | hold: bounces, floors, lowest free % "
+            "| runtime ÷ limit, median (runs) |",
+            "|---|---|---|---|---|---|---|---|---|"]
     for cell in cells:
         for s in ("default", "custos", "custos-hold", "custos-nohold"):
             if s not in cell:
@@ -277,8 +280,12 @@ def completeness_cells(ctx):
                 free = m["hold_lowest_free_pct"]
                 hold = (f"{sum(m['hold_bounces'])}, {sum(m['hold_floors'])}, "
                         f"{min(free):.1f}–{max(free):.1f} (floor {max(m['hold_floor_pct']):.1f})")
+            limit = ""
+            if m.get("limit_ratio"):
+                r = m["limit_ratio"]
+                limit = f"{m['limit_ratio_median']:.2f} ({min(r):.2f}–{max(r):.2f})"
             rows.append(f"| {completeness_cell_label(cell, varying)} | {name} | {loss} | {lossy} | "
-                        f"{sum(m['lost_events']):,} | {min(p99):.0f}–{max(p99):.0f} | {stop} | {hold} |")
+                        f"{sum(m['lost_events']):,} | {min(p99):.0f}–{max(p99):.0f} | {stop} | {hold} | {limit} |")
     return "\n".join(rows)
 
 

@@ -37,7 +37,7 @@ def test_a_run_without_the_collectors_account_is_refused():
 def test_the_plan_puts_the_stalls_on_the_first_flood_only():
     args = type("A", (), {"cpus": [1, 2], "policies": ["static"], "floods": ["find16", "exec16"],
                           "pauses": [0, 500, 2000], "files": 4000, "ring_kb": 512, "hold_rings": False,
-                          "resumer": "read"})
+                          "resumer": "read", "rounds": 300})
     cells = completeness.plan(args)
     assert len(cells) == 2 * (3 + 1)
     assert {c["pause_ms"] for c in cells if c["flood"] == "exec16"} == {0}
@@ -170,3 +170,42 @@ def test_the_report_names_the_commits_that_made_the_runs_not_its_own(tmp_path, m
     doc = report()
     assert doc["made_by"]["commit"] == "several" and doc["made_by"]["commits"] == ["a" * 40, None]
     assert doc["sittings"][1]["provenance"] is None
+
+
+def test_the_limit_is_the_bare_floods_runtime_plus_the_consumers_time_and_the_stop():
+    rows = [row(0, 0, runtime_ms=30_000, consumer_cpu_ms=10_000, delivered=100_000),
+            row(0, 0, runtime_ms=26_000, consumer_cpu_ms=5_000, delivered=100_000),
+            {"scheduler": "bare", "runtime_ms": 20_000}, {"scheduler": "bare", "runtime_ms": 24_000},
+            {"scheduler": "bare", "runtime_ms": 22_000}]
+    bare = completeness.summarise_bare([r for r in rows if r["scheduler"] == "bare"])
+    assert bare["runtime_ms"] == [20_000, 24_000, 22_000]
+    # Own runtime: the bare runs' median, 22 s; a 2 s stop adds 2 s.
+    acc = completeness.limit_account(rows, "custos", bare["runtime_ms"], 2000)
+    assert acc["own_runtime_ms"] == 22_000 and acc["limit_ms"] == [34_000, 29_000]
+    assert acc["limit_ratio"] == [30_000 / 34_000, 26_000 / 29_000]
+    assert acc["drain_rate_eps"] == [10_000, 20_000]
+    lo, hi = acc["limit_ratio_ci95"]
+    assert lo < acc["limit_ratio_mean"] < hi
+    # Runs made before the consumer's time was recorded: no limit, not zero.
+    assert completeness.limit_account([row(0, 0)], "custos", [20_000], 0) == {}
+
+
+def test_the_best_policy_lost_nothing_and_has_the_lowest_worst_cell_ratio():
+    def cell(policy, ratio, lossy=0):
+        return {"policy": policy, "custos": {"limit_ratio_median": ratio, "runs_with_loss": lossy}}
+    h = completeness.best_policy([cell("static", 1.2), cell("static", 1.4), cell("learned", 1.3),
+                                  cell("feedback", 1.1, lossy=1), {"policy": "static", "default": {}}])
+    assert h["limit_ratio_median_max_static"] == 1.4 and h["limit_ratio_median_max_feedback"] == 1.1
+    # Feedback's ratio is lower, but it lost a run.
+    assert h["best_policy"] == "learned" and h["best_policy_median_limit_ratio"] == 1.3
+    assert h["policies_compared"] == 3
+    # No Custos run beside a bare one: no best policy made up.
+    assert "best_policy" not in completeness.best_policy([{"policy": "static", "custos": {}}])
+
+
+def test_a_shell_floods_rounds_are_in_its_cells_name_unless_the_default():
+    cell = {"cpus": 2, "flood": "swarm16", "pause_ms": 0, "policy": "static", "files": 2000}
+    assert completeness.cell_name(**cell) == "cpus2-swarm16-pause0-static-files2000"
+    assert completeness.cell_name(**cell, rounds=40) == "cpus2-swarm16-pause0-static-files2000-rounds40"
+    # find reads files, it has no rounds.
+    assert completeness.cell_name(**dict(cell, flood="find16"), rounds=40) == "cpus2-find16-pause0-static-files2000"
