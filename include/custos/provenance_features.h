@@ -81,7 +81,16 @@ struct custos_task_features {
 				  * there it is inside no copy of the
 				  * collector's programs (migration disabled
 				  * all the same) */
-	__u32 pad;
+	/*
+	 * Its kin: events its children (threads and processes it forked) made
+	 * in all their lives, counted at their exit in the open window, and
+	 * their EWMA per window like event_rate. A flood split into
+	 * short-lived children (a shell starting a `cat` every few ms) shows
+	 * in its parent's kin, not in any child's own rate. Written by the
+	 * exiting child, so a count may race the parent's own roll.
+	 */
+	__u32 kin_window_events;
+	__u64 kin_rate;
 };
 
 /* Value of the global_features map (array, one entry, key 0). */

@@ -300,3 +300,56 @@ fn features_are_pinned_filled_and_kept_and_one_collector_runs_at_a_time() {
     );
     assert!(Path::new(PIN_DIR).exists());
 }
+
+/// A parent's kin (`kin_rate`, `kin_window_events`): the events of its
+/// children, counted at their exit, which the scheduler's light lane reads
+/// so that a flood split into short-lived children is not light. A shell
+/// that ran five `cat`s has kin; one that ran nothing has none.
+#[test]
+fn a_parent_counts_its_exited_childrens_events_as_its_kin() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("events.jsonl");
+    let mut kin = Vec::new();
+    run_collector(quiet_options(), &out, || {
+        let tasks = MapHandle::from_pinned_path(features::task_features_path())
+            .expect("task_features pinned");
+        for script in [
+            "for i in 1 2 3 4 5; do cat /etc/hostname /etc/passwd >/dev/null; done; echo done; read x || true",
+            "echo done; read x || true",
+        ] {
+            let mut sh = std::process::Command::new("bash")
+                .args(["-c", script])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let mut line = String::new();
+            std::io::BufReader::new(sh.stdout.take().unwrap())
+                .read_line(&mut line)
+                .unwrap();
+            assert_eq!(line.trim(), "done");
+            let t = read_task(
+                &tasks
+                    .lookup(&sh.id().to_ne_bytes(), MapFlags::ANY)
+                    .unwrap()
+                    .expect("the shell has a feature entry (its write)"),
+            )
+            .unwrap();
+            kin.push((t.kin_window_events, t.kin_rate, t.events_total));
+            drop(sh.stdin.take());
+            assert!(sh.wait().unwrap().success());
+        }
+    });
+    eprintln!("kin (open window, rate, own events): {kin:?}");
+    let (window, rate, _) = kin[0];
+    assert!(
+        window > 0 || rate > 0,
+        "five cats exited, their shell has no kin: {kin:?}"
+    );
+    assert_eq!(
+        (kin[1].0, kin[1].1),
+        (0, 0),
+        "a shell that forked nothing has kin: {kin:?}"
+    );
+}

@@ -555,18 +555,23 @@ static __always_inline void ewma_roll(struct custos_task_features *tf, __u64 now
 			 (tf->window_events >> CUSTOS_RATE_EWMA_SHIFT);
 	tf->drop_rate = tf->drop_rate - (tf->drop_rate >> CUSTOS_RATE_EWMA_SHIFT) +
 			(tf->window_drops >> CUSTOS_RATE_EWMA_SHIFT);
+	tf->kin_rate = tf->kin_rate - (tf->kin_rate >> CUSTOS_RATE_EWMA_SHIFT) +
+		       (tf->kin_window_events >> CUSTOS_RATE_EWMA_SHIFT);
 	/* Idle windows decay the rates; a few are enough to reach zero. */
 	for (i = 1; i < 8 && i < windows; i++) {
 		tf->event_rate -= tf->event_rate >> CUSTOS_RATE_EWMA_SHIFT;
 		tf->drop_rate -= tf->drop_rate >> CUSTOS_RATE_EWMA_SHIFT;
+		tf->kin_rate -= tf->kin_rate >> CUSTOS_RATE_EWMA_SHIFT;
 	}
 	if (windows >= 8) {
 		tf->event_rate = 0;
 		tf->drop_rate = 0;
+		tf->kin_rate = 0;
 	}
 	tf->window_start_ns = now;
 	tf->window_events = 0;
 	tf->window_drops = 0;
+	tf->kin_window_events = 0;
 }
 
 /* Called in the thread itself: its events and drops, in its own entry. */
@@ -1448,12 +1453,35 @@ SYSCALL_COPY(0)
 SYSCALL_COPY(1)
 SYSCALL_COPY(2)
 
-/* A thread's features end with it; its tid will name another thread. */
+/*
+ * A thread's features end with it; its tid will name another thread. Its
+ * events go to its parent's kin first (custos_task_features.kin_rate).
+ */
 SEC("tp_btf/sched_process_exit")
 int BPF_PROG(custos_task_exit, struct task_struct *p)
 {
-	__u32 tid = p->pid;
+	struct custos_task_features *tf, *ptf;
+	struct task_struct *parent;
+	__u32 tid = p->pid, ptid;
 
+	tf = bpf_map_lookup_elem(&task_features, &tid);
+	parent = p->real_parent;
+	/* An entry of start time 0 is taken as its thread's (the header). */
+	if (tf && (!tf->start_time_ns || tf->start_time_ns == p->start_time) &&
+	    tf->events_total && parent) {
+		ptid = parent->pid;
+		ptf = bpf_map_lookup_elem(&task_features, &ptid);
+		/* In the parent's window of now: a shell waiting out a child
+		 * that lived for windows has an old one open, and counted in
+		 * it the child's events would be folded in as that old. The
+		 * parent, waiting, rarely rolls it at the same moment.
+		 * Capped: one long life must not wrap the window's count. */
+		if (ptf && (!ptf->start_time_ns || ptf->start_time_ns == parent->start_time)) {
+			ewma_roll(ptf, bpf_ktime_get_ns());
+			__sync_fetch_and_add(&ptf->kin_window_events,
+					     tf->events_total > 0xffff ? 0xffff : (__u32)tf->events_total);
+		}
+	}
 	bpf_map_delete_elem(&task_features, &tid);
 	bpf_map_delete_elem(&hold_stops, &tid);
 	return 0;
