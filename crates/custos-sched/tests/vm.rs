@@ -103,7 +103,20 @@ fn boot() -> Result<Guest, String> {
     // A guard against a hung guest, not a speed target: this boot took
     // 278 to 832 s in make test runs on this 2-core host (QEMU emulation).
     spec.timeout = Duration::from_secs(1200);
+    // The feature maps' layout, for the maps the policy section pins
+    // like a collector (a size written there went stale with a new field).
+    let task_bytes = format!(
+        "TASK_FEATURES_BYTES={}",
+        std::mem::size_of::<custos_sched::bpf_intf::custos_task_features>()
+    );
+    let global_bytes = format!(
+        "GLOBAL_FEATURES_BYTES={}",
+        std::mem::size_of::<custos_sched::bpf_intf::custos_global_features>()
+    );
     let command: Vec<String> = [
+        "env",
+        &task_bytes,
+        &global_bytes,
         "sh",
         script.to_str().unwrap(),
         BIN,

@@ -174,11 +174,13 @@ global_value() {
 	le32 0; le32 1  # nr_consumers, collector_running
 	zeros 40  # delivered, dropped, lost_to_skips: the account is not read
 	zeros 32  # collector_version
+	zeros $((GLOBAL_FEATURES_BYTES - 248))  # fields added after these
 }
 
 # struct custos_task_features of a thread started at START (0: unknown)
-# producing RATE events per window.
-task_value() { le64 "$1"; le64 0; le64 0; le64 "$2"; le64 0; le64 0; le32 0; le32 0; le32 0; le32 0; }
+# producing RATE events per window; the rest zeros, to the struct's size
+# (TASK_FEATURES_BYTES, from tests/vm.rs: the header's one definition).
+task_value() { le64 "$1"; le64 0; le64 0; le64 "$2"; zeros $((TASK_FEATURES_BYTES - 32)); }
 
 # The static policy on maps laid out and pinned like the collector's: a
 # pressured producer is budgeted and comes back when the rings drain; a
@@ -188,8 +190,8 @@ task_value() { le64 "$1"; le64 0; le64 0; le64 "$2"; le64 0; le64 0; le32 0; le3
 policy() {
 	dir=/sys/fs/bpf/custos-test
 	mkdir -p $dir
-	bpftool map create $dir/task_features type lru_hash key 4 value 64 entries 65536 name task_features
-	bpftool map create $dir/global_features type array key 4 value 248 entries 1 name global_features
+	bpftool map create $dir/task_features type lru_hash key 4 value $TASK_FEATURES_BYTES entries 65536 name task_features
+	bpftool map create $dir/global_features type array key 4 value $GLOBAL_FEATURES_BYTES entries 1 name global_features
 	# The values are built before the spinning shells start, so the map
 	# updates below are single commands (the section's minutes were the
 	# starved pinned kworkers, not these printf rounds).
