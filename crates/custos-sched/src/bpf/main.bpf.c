@@ -1209,19 +1209,24 @@ static bool hold_update(u64 now)
  * consumer). Each window since then folds a zero in, as the collector's
  * ewma_roll would; eight or more leave nothing.
  */
-static u64 rate_since(const struct custos_task_features *tf, u64 now)
+static u64 decayed_since(u64 rate, u64 window_start_ns, u64 now)
 {
-	u64 rate = task_event_rate(tf, now, false), idle = 0;
+	u64 idle = 0;
 	u32 i;
 
-	if (now > tf->window_start_ns)
-		idle = (now - tf->window_start_ns) / CUSTOS_RATE_WINDOW_NS;
+	if (now > window_start_ns)
+		idle = (now - window_start_ns) / CUSTOS_RATE_WINDOW_NS;
 	if (idle >= 8)
 		return 0;
 	/* The open window is the first; the rest are empty. */
 	bpf_for(i, 1, idle)
 		rate -= rate >> CUSTOS_RATE_EWMA_SHIFT;
 	return rate;
+}
+
+static u64 rate_since(const struct custos_task_features *tf, u64 now)
+{
+	return decayed_since(task_event_rate(tf, now, false), tf->window_start_ns, now);
 }
 
 /*
@@ -1254,18 +1259,11 @@ static u64 task_rate(const struct task_struct *p, const struct task_ctx *tctx, u
  */
 static u64 kin_rate_of(const struct custos_task_features *tf, u64 now)
 {
-	u64 rate = tf->kin_rate, idle = 0;
-	u32 i;
+	u64 rate = tf->kin_rate;
 
 	if (now <= tf->window_start_ns + 2 * CUSTOS_RATE_WINDOW_NS && tf->kin_window_events > rate)
 		rate = tf->kin_window_events;
-	if (now > tf->window_start_ns)
-		idle = (now - tf->window_start_ns) / CUSTOS_RATE_WINDOW_NS;
-	if (idle >= 8)
-		return 0;
-	bpf_for(i, 1, idle)
-		rate -= rate >> CUSTOS_RATE_EWMA_SHIFT;
-	return rate;
+	return decayed_since(rate, tf->window_start_ns, now);
 }
 
 /*
