@@ -1128,8 +1128,9 @@ struct SkipCounters {
     covered: [u64; 2],
     unseen: [u64; 2],
     skipped: u64,
-    /// Skips of each hook's first copy, summed over the hooks.
-    hook_first_skips: u64,
+    /// Skips of each copy of each hook (fork, bprm_check, file_open, and
+    /// the io_uring programs with one copy).
+    hook_skips: Vec<Vec<u64>>,
     hook_runs_first: u64,
     hook_handled: u64,
 }
@@ -1163,14 +1164,16 @@ impl SkipCounters {
         let copies = syscall_copies(skel);
         let enter = copies.iter().map(|[enter, _]| misses(enter)).collect();
         let exit = copies.iter().map(|[_, exit]| misses(exit)).collect();
-        // The io_uring programs have one copy each (they run with
-        // preemption off): their skips are lost runs, like a hook's.
-        let hook_first_skips = hook_copies(skel)
+        // The io_uring programs are hooks of one copy (they run with
+        // preemption off): their skips are lost runs.
+        let hook_skips = hook_copies(skel)
             .iter()
-            .map(|copies| misses(copies[0]))
-            .sum::<u64>()
-            + misses(&skel.progs.custos_io_uring_complete)
-            + misses(&skel.progs.custos_io_uring_submit);
+            .map(|copies| copies.iter().map(|p| misses(p)).collect())
+            .chain([
+                vec![misses(&skel.progs.custos_io_uring_complete)],
+                vec![misses(&skel.progs.custos_io_uring_submit)],
+            ])
+            .collect();
         let states = match ours_first {
             Some(states) => states,
             None => read_cpu_states(skel)?,
@@ -1181,7 +1184,7 @@ impl SkipCounters {
             covered: [0, 1].map(|i| states.iter().map(|s| s.covered[i]).sum()),
             unseen: [0, 1].map(|i| states.iter().map(|s| s.unseen[i]).sum()),
             skipped: states.iter().map(|s| s.skipped).sum(),
-            hook_first_skips,
+            hook_skips,
             hook_runs_first: states.iter().map(|s| s.hook_runs_first).sum(),
             hook_handled: states.iter().map(|s| s.hook_handled).sum(),
         })
@@ -1202,12 +1205,15 @@ impl SkipCounters {
             pair(self.covered, base.covered),
             pair(self.unseen, base.unseen),
             self.skipped.saturating_sub(base.skipped),
-            [
-                self.hook_first_skips.saturating_sub(base.hook_first_skips),
-                // Runs handled without the first copy running.
-                (self.hook_handled.saturating_sub(base.hook_handled))
-                    .saturating_sub(self.hook_runs_first.saturating_sub(base.hook_runs_first)),
-            ],
+            &self
+                .hook_skips
+                .iter()
+                .zip(&base.hook_skips)
+                .map(|(a, b)| minus(a, b))
+                .collect::<Vec<_>>(),
+            // Runs handled without the first copy running.
+            (self.hook_handled.saturating_sub(base.hook_handled))
+                .saturating_sub(self.hook_runs_first.saturating_sub(base.hook_runs_first)),
         )
     }
 }

@@ -127,6 +127,18 @@ pub fn encode_metrics(e: &mut DescriptorEncoder, m: &Metrics) -> std::fmt::Resul
             .zip(&m.skips.by_copy)
             .map(|(copy, v)| ([("copy", copy.as_str())], *v)),
     )?;
+    let copies: Vec<String> = (0..m.skips.hooks_by_copy.len())
+        .map(|k| k.to_string())
+        .collect();
+    counter_family(
+        e,
+        "custos_hook_runs_skipped",
+        "Hook runs (fork, BPF-LSM) the kernel skipped as re-entrant, per program copy (a run is lost only if every copy skipped it): stats `hook_skips_by_copy`.",
+        copies
+            .iter()
+            .zip(&m.skips.hooks_by_copy)
+            .map(|(copy, v)| ([("copy", copy.as_str())], *v)),
+    )?;
     gauge(
         e,
         "custos_consumer_lag_events",

@@ -154,6 +154,11 @@ pub struct Skips {
     /// Of the first copy's hook skips, the runs a backup copy saw instead.
     #[serde(rename = "skips_covered_hooks")]
     pub hooks_covered: u64,
+    /// Hook runs each copy skipped (fork, bprm_check, file_open and the
+    /// one-copy io_uring programs together): a run is lost only if every
+    /// copy's count moved.
+    #[serde(rename = "hook_skips_by_copy")]
+    pub hooks_by_copy: Vec<u64>,
     /// Syscalls that would have been recorded and were lost because every
     /// copy skipped their entry or their exit: found in the task at its next
     /// tracepoint, exact, each once, and reported in-band per CPU.
@@ -170,32 +175,47 @@ impl Skips {
     /// `enter[k]`, `exit[k]`: skips of copy k of each tracepoint's program;
     /// `covered`: entries and exits a backup copy saw first; `unseen`:
     /// entries and exits found unseen in the task; `skipped`: of those, the
-    /// syscalls that would have been recorded; `hooks`: the hooks' first
-    /// copies' skips, and the runs a backup copy handled instead.
+    /// syscalls that would have been recorded; `hooks[h][k]`: skips of copy
+    /// k of hook h (the io_uring programs are hooks of one copy: each of
+    /// their skips is a lost run); `hooks_covered`: hook runs a backup copy
+    /// handled without the first copy running.
     pub fn new(
         enter: &[u64],
         exit: &[u64],
         covered: [u64; 2],
         unseen: [u64; 2],
         skipped: u64,
-        hooks: [u64; 2],
+        hooks: &[Vec<u64>],
+        hooks_covered: u64,
     ) -> Self {
         let first = |v: &[u64]| v.first().copied().unwrap_or(0);
+        // A run every copy skipped moved every copy's count: no more runs
+        // are lost than the least-skipped copy skipped. This caps what the
+        // covering counts below can overstate (read while programs run, or
+        // a first copy's run that found its object already handled).
+        let least = |v: &[u64]| v.iter().copied().min().unwrap_or(0);
         // Counters are read one after the other while programs run: a
         // covered count can be ahead of the skip count it belongs to.
-        let lost_entries = first(enter).saturating_sub(covered[0]);
-        let lost_exits = first(exit).saturating_sub(covered[1]);
+        let lost_entries = first(enter).saturating_sub(covered[0]).min(least(enter));
+        let lost_exits = first(exit).saturating_sub(covered[1]).min(least(exit));
         // Every entry (exit) no copy saw was either found unseen in its task,
         // or its syscall's exit (entry) went unseen too.
         let both = lost_entries
             .saturating_sub(unseen[0])
             .min(lost_exits.saturating_sub(unseen[1]));
-        let lsm = hooks[0].saturating_sub(hooks[1]);
+        let first_hook_skips: u64 = hooks.iter().map(|h| first(h)).sum();
+        let lsm = first_hook_skips
+            .saturating_sub(hooks_covered)
+            .min(hooks.iter().map(|h| least(h)).sum::<u64>());
+        let copies = hooks.iter().map(Vec::len).max().unwrap_or(0);
         Skips {
             by_copy: enter.iter().zip(exit).map(|(a, b)| a + b).collect(),
             covered: covered[0] + covered[1],
             lsm,
-            hooks_covered: hooks[1],
+            hooks_covered,
+            hooks_by_copy: (0..copies)
+                .map(|k| hooks.iter().filter_map(|h| h.get(k)).sum())
+                .collect(),
             skipped,
             skipped_bound: both,
             unnumbered: skipped + both + lsm,
@@ -213,29 +233,50 @@ impl Skips {
 mod skips_tests {
     use super::Skips;
 
+    const NONE: [u64; 2] = [0, 0];
+
     #[test]
     fn skips_split_into_exact_losses_and_a_bound_on_whole_syscalls() {
         // 5 entries and 2 exits no copy saw; 3 of those entries and 1 exit
         // were found in their tasks (2 of the 4 syscalls were traced): at
         // most 1 syscall went wholly unseen.
-        // 9 hook runs the first copies skipped, 7 of them seen by a backup.
-        let s = Skips::new(&[900, 12, 30], &[400, 50, 7], [895, 398], [3, 1], 2, [9, 7]);
+        // 9 hook runs the first copies skipped (fork 4, file_open 5), 7 of
+        // them seen by a backup; every copy of file_open skipped 2 or more.
+        let hooks = [vec![4, 0, 3], vec![0, 0, 0], vec![5, 2, 6]];
+        let (enter, exit) = ([900, 12, 30], [400, 50, 7]);
+        let s = Skips::new(&enter, &exit, [895, 398], [3, 1], 2, &hooks, 7);
         assert_eq!(s.by_copy, vec![1300, 62, 37]);
         assert_eq!(s.covered, 1293);
         assert_eq!(s.skipped, 2);
         assert_eq!(s.skipped_bound, 1);
         assert_eq!((s.lsm, s.hooks_covered), (2, 7));
+        assert_eq!(s.hooks_by_copy, vec![9, 2, 9]);
         assert_eq!(s.unnumbered, 2 + 1 + 2);
         assert_eq!(s.first_copy(), 1300);
         // A syscall counted twice before (entry and exit) counts once.
-        assert_eq!(
-            Skips::new(&[1], &[1], [0, 0], [0, 0], 0, [0, 0]).unnumbered,
-            1
-        );
+        assert_eq!(Skips::new(&[1], &[1], NONE, NONE, 0, &[], 0).unnumbered, 1);
         // Read while running, covered may run ahead: never an underflow.
-        assert_eq!(
-            Skips::new(&[3], &[0], [4, 0], [0, 0], 0, [1, 2]).unnumbered,
-            0
-        );
+        let s = Skips::new(&[3], &[0], [4, 0], NONE, 0, &[vec![1]], 2);
+        assert_eq!(s.unnumbered, 0);
+        // An io_uring program is a hook of one copy: each skip is a lost run.
+        assert_eq!(Skips::new(&[], &[], NONE, NONE, 0, &[vec![3]], 0).lsm, 3);
+    }
+
+    #[test]
+    fn no_more_runs_are_lost_than_the_least_skipped_copy_skipped() {
+        let quiet = [0, 0, 0];
+        // The first copy of file_open skipped one run and no backup counted
+        // covering it, yet neither backup ever skipped: it ran in them.
+        let idle_backups = [vec![0, 0, 0], vec![0, 0, 0], vec![1, 0, 0]];
+        let s = Skips::new(&quiet, &quiet, NONE, NONE, 0, &idle_backups, 0);
+        assert_eq!((s.lsm, s.unnumbered), (0, 0));
+        // Every copy busy at least once: the run may be lost.
+        let busy = [vec![0, 0, 0], vec![0, 0, 0], vec![1, 1, 1]];
+        let s = Skips::new(&quiet, &quiet, NONE, NONE, 0, &busy, 0);
+        assert_eq!((s.lsm, s.unnumbered), (1, 1));
+        // Likewise for syscalls wholly unseen: backups that never skipped an
+        // entry saw every entry the first copy skipped.
+        let s = Skips::new(&[5, 0, 0], &[5, 0, 0], NONE, NONE, 0, &[], 0);
+        assert_eq!((s.skipped_bound, s.unnumbered), (0, 0));
     }
 }
