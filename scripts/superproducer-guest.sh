@@ -11,7 +11,8 @@
 #
 # Environment: SP_SCHEDULERS (default "default custos"; "bpfland" runs the
 # scx_bpfland peer from .tools/cargo/bin, "custos-hold" Custos naming --hold,
-# "custos-nohold" Custos with --no-hold, the hold's ablation, "bare" the
+# "custos-nohold" Custos with --no-hold, the hold's ablation,
+# "custos-feedback" and "custos-learned" Custos with that --policy, "bare" the
 # flood alone: no collector, no scheduler, its own runtime),
 # SP_FILES, SP_WORKERS (one count or
 # several, "16 64"), SP_RING_KB, SP_RUNS (runs of each scheduler per worker
@@ -38,6 +39,11 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${CUSTOS_BIN:-$root/target/release}
 bpfland=${BPFLAND:-$root/.tools/cargo/bin/scx_bpfland}
 schedulers=${SP_SCHEDULERS:-default custos}
+for s in $schedulers; do
+  case $s in default | bare | bpfland | custos | custos-hold | custos-nohold | custos-feedback | custos-learned) ;;
+    *) echo "SP_SCHEDULERS: no scheduler named $s" >&2; exit 2 ;;
+  esac
+done
 files=${SP_FILES:-4000} worker_counts=${SP_WORKERS:-16} ring_kb=${SP_RING_KB:-64}
 runs=${SP_RUNS:-1} order=${SP_ORDER:-grouped} trace=${SP_TRACE:-0}
 workload=${SP_WORKLOAD:-find} hold_rings=${SP_HOLD_RINGS:-0} resumer=${SP_RESUMER:-read}
@@ -147,6 +153,7 @@ run() { # name tag workers [custos sched args...]
       # producers at their stop), custos-nohold turns it off (the ablation).
       [ "$name" = custos-hold ] && set -- --hold "$@"
       [ "$name" = custos-nohold ] && set -- --no-hold "$@"
+      case $name in custos-feedback | custos-learned) set -- --policy "${name#custos-}" "$@" ;; esac
       "$bin/custos" sched --stats-json "$out/$tag.sched.json" "${stats[@]}" "$@" >"$out/$tag.sched.log" 2>&1 &
     fi
     sched=$!

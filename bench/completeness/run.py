@@ -72,7 +72,10 @@ ROUNDS = 300
 # `custos sched --hold` and `custos sched --no-hold` (the hold's ablation);
 # "bare", the flood alone (no collector, no scheduler): its own runtime, the
 # first term of the consumer-bound limit.
-CUSTOS_SCHEDULERS = ("custos", "custos-hold", "custos-nohold")
+# "custos-feedback" and "custos-learned": `custos sched --policy ...`, so
+# that one cell can alternate the policies run by run (--interleave-policies).
+CUSTOS_SCHEDULERS = ("custos", "custos-hold", "custos-nohold", "custos-feedback", "custos-learned")
+POLICIES = ("static", "feedback", "learned")
 SCHEDULERS = ("default", *CUSTOS_SCHEDULERS, "bare")
 # The guest's ring size when none is given (scripts/superproducer-guest.sh).
 RING_KB = 64
@@ -89,10 +92,12 @@ def cell_name(cpus, flood, pause_ms, policy, files=4000, ring_kb=RING_KB, hold_r
 def plan(args):
     """Every cell: the floods on every vCPU count without a stall, and the
     stalls on the first flood (issue 29: find x16 with the consumer stopped
-    0.5 and 2 s)."""
+    0.5 and 2 s). With --interleave-policies the policies share each cell
+    (its policy names them all: "static-feedback-learned"), run by run."""
     cells = []
+    policies = ["-".join(args.policies)] if getattr(args, "interleave_policies", False) else args.policies
     for cpus in args.cpus:
-        for policy in args.policies:
+        for policy in policies:
             for flood in args.floods:
                 for pause in (args.pauses if flood == args.floods[0] else [0]):
                     cells.append({"cpus": cpus, "flood": flood, "pause_ms": pause, "policy": policy,
@@ -178,6 +183,34 @@ def ratio_vs_default(entry, scheduler="custos", key="probe_p99_ms"):
     return statistics.median(mine) / statistics.median(base)
 
 
+def cell_policies(cell):
+    """The policies a cell runs: one, or several interleaved."""
+    return cell["policy"].split("-")
+
+
+def cell_schedulers(cell, schedulers):
+    """The guest's schedulers for a cell: in a cell of several policies,
+    `custos` stands for `custos sched` under each of them (static is how it
+    ships, so plain `custos`); the hold's variants keep the shipped policy."""
+    policies = cell_policies(cell)
+    if len(policies) == 1:
+        return list(schedulers)
+    out = []
+    for s in schedulers:
+        out += [("custos" if p == "static" else f"custos-{p}") for p in policies] if s == "custos" else [s]
+    return out
+
+
+def policy_of(cell, scheduler):
+    """The policy a Custos scheduler's runs in a cell used, or None."""
+    if scheduler in ("custos-feedback", "custos-learned"):
+        return scheduler.split("-", 1)[1]
+    if scheduler != "custos":
+        return None
+    policies = cell_policies(cell)
+    return policies[0] if len(policies) == 1 else "static"
+
+
 def missing_runs(rows, schedulers, runs):
     """How many runs each scheduler still lacks in a cell on disk."""
     have = collections.Counter(r["scheduler"] for r in rows)
@@ -186,7 +219,8 @@ def missing_runs(rows, schedulers, runs):
 
 def run_cell(cell, runs, schedulers, share: Path):
     workload, workers = FLOODS[cell["flood"]]
-    sched_args = "" if cell["policy"] == "static" else f"--policy {cell['policy']}"
+    # A cell of several policies names each run's policy in its scheduler.
+    sched_args = "" if len(cell_policies(cell)) > 1 or cell["policy"] == "static" else f"--policy {cell['policy']}"
     env = (f"CUSTOS_BIN={ROOT / 'target/release'} SP_OUT={share} SP_SCHEDULERS='{' '.join(schedulers)}' "
            f"SP_RUNS={runs} SP_ORDER=interleaved SP_KEEP_EVENTS=0 SP_WORKLOAD={workload} "
            f"SP_WORKERS={workers} SP_PAUSE_MS={cell['pause_ms']} SP_FILES={cell['files']} "
@@ -240,7 +274,8 @@ def report(cells, runs, command):
         summary.append(entry)
         label = f"{cell['cpus']} vCPU{'s' if cell['cpus'] > 1 else ''}, {cell['flood']}" + \
             (f", stall {cell['pause_ms'] / 1000:g} s" if cell["pause_ms"] else "") + \
-            (f", {cell['policy']}" if cell["policy"] != "static" else "") + \
+            (f", {cell['policy']}" if cell["policy"] != "static" and len(cell_policies(cell)) == 1 else "") + \
+            (f", policies {', '.join(cell_policies(cell))} run by run" if len(cell_policies(cell)) > 1 else "") + \
             (f", {cell['files']} files" if cell["files"] != 4000 else "") + \
             (f", {cell['rounds']} rounds" if cell.get("rounds", ROUNDS) != ROUNDS
              and FLOODS[cell["flood"]][0] in SHELL_FLOODS else "") + \
@@ -326,20 +361,26 @@ def best_policy(summary):
     the worst cell's median runtime over the consumer-bound limit, and the
     runs that lost anything. The best is the policy that lost nothing with
     the lowest such ratio; with one policy measured it is that one, by
-    default rather than by comparison (`policies_compared` says how many)."""
-    worst, lossy = {}, collections.Counter()
+    default rather than by comparison (`policies_compared` says how many).
+    Only policies that ran in the same cells, run by run, are compared
+    fairly (`policies_interleaved`): cells run one after the other differ by
+    the emulator's drift."""
+    worst, lossy, alone = {}, collections.Counter(), False
     for c in summary:
-        m = c.get("custos")
-        if not m or "limit_ratio_median" not in m:
-            continue
-        p = c["policy"]
-        worst[p] = max(worst.get(p, 0.0), m["limit_ratio_median"])
-        lossy[p] += m["runs_with_loss"]
+        for s in ("custos", "custos-feedback", "custos-learned"):
+            m = c.get(s)
+            if not m or "limit_ratio_median" not in m:
+                continue
+            p = policy_of(c, s)
+            alone |= len(cell_policies(c)) == 1
+            worst[p] = max(worst.get(p, 0.0), m["limit_ratio_median"])
+            lossy[p] += m["runs_with_loss"]
     out = {f"limit_ratio_median_max_{p}": r for p, r in worst.items()}
     clean = {p: r for p, r in worst.items() if lossy[p] == 0}
     if clean:
         best = min(clean, key=clean.get)
-        out.update(best_policy=best, best_policy_median_limit_ratio=clean[best], policies_compared=len(worst))
+        out.update(best_policy=best, best_policy_median_limit_ratio=clean[best], policies_compared=len(worst),
+                   policies_interleaved=len(worst) > 1 and not alone)
     return out
 
 
@@ -389,9 +430,13 @@ def main():
     ap.add_argument("--floods", nargs="+", default=list(FLOODS), choices=list(FLOODS))
     ap.add_argument("--pauses", type=int, nargs="+", default=[0, 500, 2000],
                     help="consumer stalls (ms, SIGSTOP 2 s into the flood), on the first flood")
-    ap.add_argument("--policies", nargs="+", default=["static"], choices=["static", "feedback", "learned"])
+    ap.add_argument("--policies", nargs="+", default=["static"], choices=list(POLICIES))
+    ap.add_argument("--interleave-policies", action="store_true",
+                    help="run the policies in the same cells, alternated run by run (`custos` stands for each), "
+                         "rather than a cell per policy: the fair comparison for choosing the default")
     ap.add_argument("--runs", type=int, default=5, help="runs of each scheduler per cell, interleaved")
-    ap.add_argument("--schedulers", nargs="+", default=["default", "custos", "custos-nohold", "bare"], choices=list(SCHEDULERS),
+    ap.add_argument("--schedulers", nargs="+", default=["default", "custos", "custos-nohold", "bare"],
+                    choices=[s for s in SCHEDULERS if s not in ("custos-feedback", "custos-learned")],
                     help="alternated run by run in each cell")
     ap.add_argument("--ring-kb", type=int, default=RING_KB, help="the collector's rings (KiB, a power of two)")
     ap.add_argument("--hold-rings", action="store_true",
@@ -412,10 +457,13 @@ def main():
     if args.quick:
         args.cpus, args.floods, args.pauses, args.policies, args.runs = [1], ["find16"], [0], ["static"], 1
     if args.runs < 1 or any(c not in (1, 2, 4, 8) for c in args.cpus) or any(p < 0 for p in args.pauses) \
-            or args.files < 100 or args.rounds < 10 or args.ring_kb < 4 or args.ring_kb & (args.ring_kb - 1):
+            or args.files < 100 or args.rounds < 10 or args.ring_kb < 4 or args.ring_kb & (args.ring_kb - 1) \
+            or len(set(args.policies)) < len(args.policies):
         ap.error("--runs must be at least 1, --cpus of 1, 2, 4 or 8, --pauses not negative, --files at least 100, "
                  "--rounds at least 10, "
-                 "--ring-kb a power of two of at least 4")
+                 "--ring-kb a power of two of at least 4, --policies each once")
+    if args.interleave_policies and "custos" not in args.schedulers:
+        ap.error("--interleave-policies alternates the policies of `custos`: name it in --schedulers")
     # What reproduces the runs: --report and --fresh only say how.
     command = "bench/completeness/run.py " + " ".join(a for a in sys.argv[1:] if a not in ("--report", "--fresh"))
     cells = plan(args)
@@ -424,16 +472,17 @@ def main():
         for i, cell in enumerate(cells, 1):
             share = OUT / cell_name(**cell)
             done = read_rows(share / "results.jsonl")
-            if not args.fresh and not missing_runs(done, args.schedulers, args.runs):
+            schedulers = cell_schedulers(cell, args.schedulers)
+            if not args.fresh and not missing_runs(done, schedulers, args.runs):
                 print(f"[{i}/{len(cells)}] {share.name}: on disk", file=sys.stderr)
                 continue
-            print(f"[{i}/{len(cells)}] {share.name}: {args.runs} run(s) of each of {', '.join(args.schedulers)}",
+            print(f"[{i}/{len(cells)}] {share.name}: {args.runs} run(s) of each of {', '.join(schedulers)}",
                   file=sys.stderr)
             # A cell is one interleaved session: one that lacks runs is run
             # again whole, so that its schedulers shared the same emulator.
             shutil.rmtree(share, ignore_errors=True)
             try:
-                run_cell(cell, args.runs, args.schedulers, share)
+                run_cell(cell, args.runs, schedulers, share)
             except vm.VmFailed as e:
                 # The other cells still run; the runs this one finished are
                 # reported, and the bench fails at the end.

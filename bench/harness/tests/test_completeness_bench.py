@@ -199,6 +199,8 @@ def test_the_best_policy_lost_nothing_and_has_the_lowest_worst_cell_ratio():
     # Feedback's ratio is lower, but it lost a run.
     assert h["best_policy"] == "learned" and h["best_policy_median_limit_ratio"] == 1.3
     assert h["policies_compared"] == 3
+    # Each policy in cells of its own: compared, but not run by run.
+    assert h["policies_interleaved"] is False
     # No Custos run beside a bare one: no best policy made up.
     assert "best_policy" not in completeness.best_policy([{"policy": "static", "custos": {}}])
 
@@ -209,3 +211,41 @@ def test_a_shell_floods_rounds_are_in_its_cells_name_unless_the_default():
     assert completeness.cell_name(**cell, rounds=40) == "cpus2-swarm16-pause0-static-files2000-rounds40"
     # find reads files, it has no rounds.
     assert completeness.cell_name(**dict(cell, flood="find16"), rounds=40) == "cpus2-find16-pause0-static-files2000"
+
+
+def test_interleaved_policies_share_a_cell_and_are_told_apart_by_scheduler():
+    args = type("A", (), {"cpus": [2], "policies": ["static", "feedback", "learned"], "floods": ["find16"],
+                          "pauses": [0], "files": 2000, "ring_kb": 64, "hold_rings": True,
+                          "resumer": "read", "rounds": 300, "interleave_policies": True})
+    [cell] = completeness.plan(args)
+    assert completeness.cell_name(**cell) == "cpus2-find16-pause0-static-feedback-learned-files2000-holdrings"
+    # `custos` stands for each policy; the others run once per round.
+    assert completeness.cell_schedulers(cell, ["default", "custos", "custos-nohold", "bare"]) == \
+        ["default", "custos", "custos-feedback", "custos-learned", "custos-nohold", "bare"]
+    assert [completeness.policy_of(cell, s) for s in ("custos", "custos-learned", "custos-nohold")] == \
+        ["static", "learned", None]
+    # Without the flag, a cell per policy, as before.
+    separate = completeness.plan(type("B", (args,), {"interleave_policies": False}))
+    assert [c["policy"] for c in separate] == ["static", "feedback", "learned"]
+    assert completeness.cell_schedulers(separate[2], ["default", "custos"]) == ["default", "custos"]
+    assert completeness.policy_of(separate[2], "custos") == "learned"
+    # A cell of feedback and learned alone has no plain `custos`.
+    two = dict(cell, policy="feedback-learned")
+    assert completeness.cell_schedulers(two, ["custos", "bare"]) == ["custos-feedback", "custos-learned", "bare"]
+
+
+def test_the_best_policy_of_interleaved_cells_is_a_fair_comparison():
+    def cell(ratios, lossy=()):
+        return {"policy": "static-feedback-learned",
+                **{s: {"limit_ratio_median": r, "runs_with_loss": int(s in lossy)} for s, r in ratios.items()}}
+    h = completeness.best_policy([cell({"custos": 1.2, "custos-feedback": 1.1, "custos-learned": 1.15}),
+                                  cell({"custos": 1.3, "custos-feedback": 1.0, "custos-learned": 1.25},
+                                       lossy=("custos-feedback",))])
+    assert h["limit_ratio_median_max_static"] == 1.3 and h["limit_ratio_median_max_learned"] == 1.25
+    assert h["best_policy"] == "learned" and h["policies_compared"] == 3 and h["policies_interleaved"] is True
+
+
+def test_the_guest_knows_every_scheduler_the_bench_can_name():
+    script = (ROOT / "scripts" / "superproducer-guest.sh").read_text()
+    for s in completeness.SCHEDULERS:
+        assert s in script, s
