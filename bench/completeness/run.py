@@ -36,6 +36,7 @@ hardware. Needs `make build`; --quick took 8 min on the slow emulator of
 import argparse
 import collections
 import json
+import re
 import shutil
 import statistics
 import sys
@@ -87,6 +88,31 @@ def cell_name(cpus, flood, pause_ms, policy, files=4000, ring_kb=RING_KB, hold_r
         (f"-rounds{rounds}" if rounds != ROUNDS and FLOODS[flood][0] in SHELL_FLOODS else "") + \
         (f"-ring{ring_kb}" if ring_kb != RING_KB else "") + ("-holdrings" if hold_rings else "") + \
         (f"-resumer{resumer}" if resumer != "read" and pause_ms else "")
+
+
+CELL_NAME = re.compile(r"cpus(?P<cpus>\d+)-(?P<flood>[a-z]+\d+)-pause(?P<pause_ms>\d+)"
+                       r"-(?P<policy>(?:static|feedback|learned)(?:-(?:static|feedback|learned))*)"
+                       r"(?:-files(?P<files>\d+))?(?:-rounds(?P<rounds>\d+))?(?:-ring(?P<ring_kb>\d+))?"
+                       r"(?P<hold_rings>-holdrings)?(?:-resumer(?P<resumer>[a-z]+))?")
+
+
+def parse_cell_name(name):
+    """The cell a name stands for (cell_name's inverse), or None."""
+    m = CELL_NAME.fullmatch(name)
+    if not m or m["flood"] not in FLOODS:
+        return None
+    g = m.groupdict()
+    return {"cpus": int(g["cpus"]), "flood": g["flood"], "pause_ms": int(g["pause_ms"]), "policy": g["policy"],
+            "files": int(g["files"] or 4000), "ring_kb": int(g["ring_kb"] or RING_KB),
+            "hold_rings": bool(g["hold_rings"]), "resumer": g["resumer"] or "read",
+            "rounds": int(g["rounds"] or ROUNDS)}
+
+
+def cells_on_disk():
+    """Every cell with runs under out/, whatever command made it."""
+    found = [parse_cell_name(d.name) for d in sorted(OUT.iterdir()) if (d / "results.jsonl").exists()] \
+        if OUT.exists() else []
+    return [c for c in found if c]
 
 
 def plan(args):
@@ -453,6 +479,9 @@ def main():
     ap.add_argument("--quick", action="store_true", help="1 vCPU, find16, no stall, one run of each")
     ap.add_argument("--fresh", action="store_true", help="run cells again even if their runs are on disk")
     ap.add_argument("--report", action="store_true", help="do not run: summarise the runs on disk")
+    ap.add_argument("--all", action="store_true",
+                    help="with --report: every cell on disk, whatever command ran it (the cells' sittings name "
+                         "their commits)")
     args = ap.parse_args(sys.argv[1:])
     if args.quick:
         args.cpus, args.floods, args.pauses, args.policies, args.runs = [1], ["find16"], [0], ["static"], 1
@@ -466,7 +495,9 @@ def main():
         ap.error("--interleave-policies alternates the policies of `custos`: name it in --schedulers")
     # What reproduces the runs: --report and --fresh only say how.
     command = "bench/completeness/run.py " + " ".join(a for a in sys.argv[1:] if a not in ("--report", "--fresh"))
-    cells = plan(args)
+    if args.all and not args.report:
+        ap.error("--all only reports (--report --all)")
+    cells = cells_on_disk() if args.all else plan(args)
     failed = []
     if not args.report:
         for i, cell in enumerate(cells, 1):

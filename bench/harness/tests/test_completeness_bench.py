@@ -249,3 +249,27 @@ def test_the_guest_knows_every_scheduler_the_bench_can_name():
     script = (ROOT / "scripts" / "superproducer-guest.sh").read_text()
     for s in completeness.SCHEDULERS:
         assert s in script, s
+
+
+def test_a_cells_name_parses_back_to_the_cell(tmp_path, monkeypatch):
+    cells = [
+        {"cpus": 2, "flood": "find16", "pause_ms": 0, "policy": "static", "files": 2000, "ring_kb": 64,
+         "hold_rings": True, "resumer": "read", "rounds": 300},
+        {"cpus": 4, "flood": "find16", "pause_ms": 2000, "policy": "static", "files": 4000, "ring_kb": 512,
+         "hold_rings": False, "resumer": "exec", "rounds": 300},
+        {"cpus": 2, "flood": "swarm16", "pause_ms": 0, "policy": "static-feedback-learned", "files": 2000,
+         "ring_kb": 64, "hold_rings": True, "resumer": "read", "rounds": 30},
+    ]
+    for cell in cells:
+        assert completeness.parse_cell_name(completeness.cell_name(**cell)) == cell
+    assert completeness.parse_cell_name("cpus2-find16-pause0-bogus") is None
+    assert completeness.parse_cell_name("notes") is None
+    # --report --all: the cells with runs on disk, nothing else.
+    monkeypatch.setattr(completeness, "OUT", tmp_path)
+    for cell in cells[:2]:
+        d = tmp_path / completeness.cell_name(**cell)
+        d.mkdir()
+        (d / "results.jsonl").write_text("{}\n")
+    (tmp_path / completeness.cell_name(**cells[2])).mkdir()  # a cell that never ran a run
+    (tmp_path / "scratch").mkdir()
+    assert sorted(completeness.cells_on_disk(), key=lambda c: c["cpus"]) == cells[:2]
