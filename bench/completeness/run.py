@@ -285,6 +285,9 @@ def report(cells, runs, command):
             if mine:
                 entry[s] = summarise_bare(mine) if s == "bare" else summarise(mine)
                 present += [s] if s not in present else []
+        for s in CUSTOS_SCHEDULERS:
+            if s in entry:
+                entry[s]["policy_decisions"] = [policy_decisions(OUT / name, r) for r in rows if r["scheduler"] == s]
         for s in ("default", *CUSTOS_SCHEDULERS):
             if s in entry and "bare" in entry:
                 entry[s].update(limit_account(rows, s, entry["bare"]["runtime_ms"], cell["pause_ms"]))
@@ -381,32 +384,65 @@ def headlines(summary):
     return out
 
 
+def policy_decisions(share: Path, row):
+    """What the queue policy decided in a run (custos sched --stats-json):
+    tasks it sent to a budgeted queue plus the network's inferences; None
+    where the file is missing."""
+    try:
+        stats = json.loads((share / f"{row['scheduler']}-w{row['workers']}-r{row['run']}.sched.json").read_text())
+    except (OSError, ValueError, KeyError):
+        return None
+    return stats.get("policy_to_budgeted", 0) + stats.get("inferences", 0)
+
+
 def best_policy(summary):
     """Issue 29: which policy to ship. Per policy, over the cells where
     `custos sched` (the hold on, as it ships) ran beside the bare flood:
-    the worst cell's median runtime over the consumer-bound limit, and the
-    runs that lost anything. The best is the policy that lost nothing with
-    the lowest such ratio; with one policy measured it is that one, by
+    the worst cell's median runtime over the consumer-bound limit
+    (`limit_ratio_median_max_<policy>`, every such cell), and the runs that
+    lost anything. The best is the policy that lost nothing with the lowest
+    worst-cell ratio over the cells where every policy ran, run by run
+    (`policies_interleaved`; cells run one after the other differ by the
+    emulator's drift, so only those compare fairly, and only those are used
+    when there are any); with one policy measured it is that one, by
     default rather than by comparison (`policies_compared` says how many).
-    Only policies that ran in the same cells, run by run, are compared
-    fairly (`policies_interleaved`): cells run one after the other differ by
-    the emulator's drift."""
-    worst, lossy, alone = {}, collections.Counter(), False
+    Policies that never budgeted a task nor ran an inference ran alike
+    (`policies_acted` false): their ratios differ by noise alone, and the
+    default as shipped (static) stands rather than the luckiest."""
+    per_cell = []
     for c in summary:
+        mine = {}
         for s in ("custos", "custos-feedback", "custos-learned"):
             m = c.get(s)
-            if not m or "limit_ratio_median" not in m:
-                continue
-            p = policy_of(c, s)
-            alone |= len(cell_policies(c)) == 1
+            if m and "limit_ratio_median" in m:
+                mine[policy_of(c, s)] = m
+        if mine:
+            per_cell.append(mine)
+    policies = {p for mine in per_cell for p in mine}
+    common = [mine for mine in per_cell if len(policies) > 1 and set(mine) == policies]
+    out = {}
+    for p in sorted(policies):
+        out[f"limit_ratio_median_max_{p}"] = max(m[p]["limit_ratio_median"] for m in per_cell if p in m)
+    worst, lossy, decided, known = {}, collections.Counter(), collections.Counter(), False
+    for mine in common or per_cell:
+        for p, m in mine.items():
             worst[p] = max(worst.get(p, 0.0), m["limit_ratio_median"])
+    for mine in per_cell:
+        for p, m in mine.items():
             lossy[p] += m["runs_with_loss"]
-    out = {f"limit_ratio_median_max_{p}": r for p, r in worst.items()}
+            for d in m.get("policy_decisions", []):
+                if d is not None:
+                    decided[p] += d
+                    known = True
     clean = {p: r for p, r in worst.items() if lossy[p] == 0}
     if clean:
         best = min(clean, key=clean.get)
+        # (Unknown for runs made before --stats-json was kept.)
+        acted = any(decided[p] for p in worst) if known else None
+        if acted is False and "static" in clean:
+            best = "static"
         out.update(best_policy=best, best_policy_median_limit_ratio=clean[best], policies_compared=len(worst),
-                   policies_interleaved=len(worst) > 1 and not alone)
+                   policies_interleaved=bool(common), policies_acted=acted)
     return out
 
 

@@ -273,3 +273,37 @@ def test_a_cells_name_parses_back_to_the_cell(tmp_path, monkeypatch):
     (tmp_path / completeness.cell_name(**cells[2])).mkdir()  # a cell that never ran a run
     (tmp_path / "scratch").mkdir()
     assert sorted(completeness.cells_on_disk(), key=lambda c: c["cpus"]) == cells[:2]
+
+
+def test_policies_that_decided_nothing_do_not_pick_a_new_default(tmp_path):
+    import json
+
+    def cell(ratios, decisions):
+        return {"policy": "static-feedback-learned",
+                **{s: {"limit_ratio_median": r, "runs_with_loss": 0, "policy_decisions": decisions}
+                   for s, r in ratios.items()}}
+    ratios = {"custos": 1.08, "custos-feedback": 1.02, "custos-learned": 1.10}
+    idle = completeness.best_policy([cell(ratios, [0, 0, None])])
+    # Three identical configurations: feedback's lower ratio is noise.
+    assert idle["best_policy"] == "static" and idle["policies_acted"] is False
+    assert idle["best_policy_median_limit_ratio"] == 1.08
+    acted = completeness.best_policy([cell(ratios, [0, 12, 3])])
+    assert acted["best_policy"] == "feedback" and acted["policies_acted"] is True
+    # The decisions come from each run's --stats-json.
+    (tmp_path / "custos-learned-w16-r2.sched.json").write_text(json.dumps({"policy_to_budgeted": 5, "inferences": 40}))
+    row = {"scheduler": "custos-learned", "workers": 16, "run": 2}
+    assert completeness.policy_decisions(tmp_path, row) == 45
+    assert completeness.policy_decisions(tmp_path, dict(row, run=3)) is None
+
+
+def test_policies_are_compared_over_the_cells_they_shared():
+    shared = {"policy": "static-feedback-learned",
+              **{s: {"limit_ratio_median": r, "runs_with_loss": 0, "policy_decisions": [4]}
+                 for s, r in {"custos": 1.08, "custos-feedback": 1.12, "custos-learned": 1.10}.items()}}
+    # A stall cell run with the static policy alone: its ratio is a worst
+    # case to report, not a handicap in a comparison the others never ran.
+    stall = {"policy": "static", "custos": {"limit_ratio_median": 1.25, "runs_with_loss": 0, "policy_decisions": [9]}}
+    h = completeness.best_policy([shared, stall])
+    assert h["limit_ratio_median_max_static"] == 1.25
+    assert h["best_policy"] == "static" and h["best_policy_median_limit_ratio"] == 1.08
+    assert h["policies_interleaved"] is True and h["policies_acted"] is True
