@@ -932,7 +932,6 @@ static bool let_held_through(u64 now, struct custos_sched_stats *st)
 	struct task_struct *p;
 	struct task_ctx *tctx;
 	u64 last = hold_last_leak_ns;
-	u32 tid;
 
 	if (now <= last || now - last < hold_leak_gap_ns ||
 	    __sync_val_compare_and_swap(&hold_last_leak_ns, last, now) != last)
@@ -942,8 +941,8 @@ static bool let_held_through(u64 now, struct custos_sched_stats *st)
 	if (p) {
 		tctx = bpf_task_storage_get(&task_ctx_stor, p, 0, 0);
 		if (tctx) {
-			tid = p->pid;
-			tf = bpf_map_lookup_elem(&task_features, &tid);
+			/* Not a dead thread's entry under a recycled tid. */
+			tf = task_features_of(p);
 			tctx->hold_pass_until = now + slice_ns;
 			tctx->hold_pass_events = (tf ? tf->events_total : 0) + hold_leak_events;
 		}
