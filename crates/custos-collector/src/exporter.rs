@@ -117,27 +117,17 @@ pub fn encode_metrics(e: &mut DescriptorEncoder, m: &Metrics) -> std::fmt::Resul
         "Of the kicked producers, those kicked at their return to user mode (the hold stop, inside no program): stats `hold_stops`.",
         m.hold_stops,
     )?;
-    let copies: Vec<String> = (0..m.skips.by_copy.len()).map(|k| k.to_string()).collect();
-    counter_family(
+    per_copy(
         e,
         "custos_program_runs_skipped",
         "Syscall tracepoint runs the kernel skipped as re-entrant, per program copy (a backup copy covers the first's): stats `skipped_by_copy`.",
-        copies
-            .iter()
-            .zip(&m.skips.by_copy)
-            .map(|(copy, v)| ([("copy", copy.as_str())], *v)),
+        &m.skips.by_copy,
     )?;
-    let copies: Vec<String> = (0..m.skips.hooks_by_copy.len())
-        .map(|k| k.to_string())
-        .collect();
-    counter_family(
+    per_copy(
         e,
         "custos_hook_runs_skipped",
         "Hook runs (fork, BPF-LSM) the kernel skipped as re-entrant, per program copy (a run is lost only if every copy skipped it): stats `hook_skips_by_copy`.",
-        copies
-            .iter()
-            .zip(&m.skips.hooks_by_copy)
-            .map(|(copy, v)| ([("copy", copy.as_str())], *v)),
+        &m.skips.hooks_by_copy,
     )?;
     gauge(
         e,
@@ -163,6 +153,20 @@ pub fn encode_metrics(e: &mut DescriptorEncoder, m: &Metrics) -> std::fmt::Resul
         "Time since the collector began draining: stats `uptime_s`.",
         Some(&Unit::Seconds),
         m.uptime_s,
+    )
+}
+
+/// A counter per program copy, labelled `copy="0"`, `"1"`, ...
+fn per_copy(e: &mut DescriptorEncoder, name: &str, help: &str, counts: &[u64]) -> std::fmt::Result {
+    let copies: Vec<String> = (0..counts.len()).map(|k| k.to_string()).collect();
+    counter_family(
+        e,
+        name,
+        help,
+        copies
+            .iter()
+            .zip(counts)
+            .map(|(copy, v)| ([("copy", copy.as_str())], *v)),
     )
 }
 
