@@ -73,10 +73,12 @@ ROUNDS = 300
 # `custos sched --hold` and `custos sched --no-hold` (the hold's ablation);
 # "bare", the flood alone (no collector, no scheduler): its own runtime, the
 # first term of the consumer-bound limit.
-# "custos-feedback" and "custos-learned": `custos sched --policy ...`, so
-# that one cell can alternate the policies run by run (--interleave-policies).
-CUSTOS_SCHEDULERS = ("custos", "custos-hold", "custos-nohold", "custos-feedback", "custos-learned")
+# `custos sched --policy P` is "custos-P" in the guest ("custos" for static,
+# as it ships), so that one cell can alternate the policies run by run
+# (--interleave-policies).
 POLICIES = ("static", "feedback", "learned")
+POLICY_SCHEDULERS = {p: "custos" if p == "static" else f"custos-{p}" for p in POLICIES}
+CUSTOS_SCHEDULERS = ("custos", "custos-hold", "custos-nohold", *list(POLICY_SCHEDULERS.values())[1:])
 SCHEDULERS = ("default", *CUSTOS_SCHEDULERS, "bare")
 # The guest's ring size when none is given (scripts/superproducer-guest.sh).
 RING_KB = 64
@@ -223,18 +225,15 @@ def cell_schedulers(cell, schedulers):
         return list(schedulers)
     out = []
     for s in schedulers:
-        out += [("custos" if p == "static" else f"custos-{p}") for p in policies] if s == "custos" else [s]
+        out += [POLICY_SCHEDULERS[p] for p in policies] if s == "custos" else [s]
     return out
 
 
 def policy_of(cell, scheduler):
     """The policy a Custos scheduler's runs in a cell used, or None."""
-    if scheduler in ("custos-feedback", "custos-learned"):
-        return scheduler.split("-", 1)[1]
-    if scheduler != "custos":
-        return None
-    policies = cell_policies(cell)
-    return policies[0] if len(policies) == 1 else "static"
+    if scheduler == "custos" and len(cell_policies(cell)) == 1:
+        return cell["policy"]
+    return next((p for p, s in POLICY_SCHEDULERS.items() if s == scheduler), None)
 
 
 def missing_runs(rows, schedulers, runs):
@@ -412,7 +411,7 @@ def best_policy(summary):
     per_cell = []
     for c in summary:
         mine = {}
-        for s in ("custos", "custos-feedback", "custos-learned"):
+        for s in POLICY_SCHEDULERS.values():
             m = c.get(s)
             if m and "limit_ratio_median" in m:
                 mine[policy_of(c, s)] = m
@@ -498,7 +497,7 @@ def main():
                          "rather than a cell per policy: the fair comparison for choosing the default")
     ap.add_argument("--runs", type=int, default=5, help="runs of each scheduler per cell, interleaved")
     ap.add_argument("--schedulers", nargs="+", default=["default", "custos", "custos-nohold", "bare"],
-                    choices=[s for s in SCHEDULERS if s not in ("custos-feedback", "custos-learned")],
+                    choices=[s for s in SCHEDULERS if s == "custos" or s not in POLICY_SCHEDULERS.values()],
                     help="alternated run by run in each cell")
     ap.add_argument("--ring-kb", type=int, default=RING_KB, help="the collector's rings (KiB, a power of two)")
     ap.add_argument("--hold-rings", action="store_true",
