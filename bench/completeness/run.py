@@ -423,16 +423,18 @@ def best_policy(summary):
     for p in sorted(policies):
         out[f"limit_ratio_median_max_{p}"] = max(m[p]["limit_ratio_median"] for m in per_cell if p in m)
     worst, lossy, decided, known = {}, collections.Counter(), collections.Counter(), False
+    # Whether the policies acted is asked of the runs they are compared
+    # by; a loss anywhere rules a policy out.
     for mine in common or per_cell:
         for p, m in mine.items():
             worst[p] = max(worst.get(p, 0.0), m["limit_ratio_median"])
-    for mine in per_cell:
-        for p, m in mine.items():
-            lossy[p] += m["runs_with_loss"]
             for d in m.get("policy_decisions", []):
                 if d is not None:
                     decided[p] += d
                     known = True
+    for mine in per_cell:
+        for p, m in mine.items():
+            lossy[p] += m["runs_with_loss"]
     clean = {p: r for p, r in worst.items() if lossy[p] == 0}
     if clean:
         best = min(clean, key=clean.get)

@@ -307,3 +307,14 @@ def test_policies_are_compared_over_the_cells_they_shared():
     assert h["limit_ratio_median_max_static"] == 1.25
     assert h["best_policy"] == "static" and h["best_policy_median_limit_ratio"] == 1.08
     assert h["policies_interleaved"] is True and h["policies_acted"] is True
+
+
+def test_whether_policies_acted_is_asked_of_the_cells_they_are_compared_by():
+    shared = {"policy": "static-feedback-learned",
+              **{s: {"limit_ratio_median": r, "runs_with_loss": 0, "policy_decisions": [0, 0]}
+                 for s, r in {"custos": 1.08, "custos-feedback": 1.02, "custos-learned": 1.10}.items()}}
+    # Static budgeted tasks in a cell the others never ran: the shared cell,
+    # where none acted, still compares three identical configurations.
+    stall = {"policy": "static", "custos": {"limit_ratio_median": 1.25, "runs_with_loss": 0, "policy_decisions": [9]}}
+    h = completeness.best_policy([shared, stall])
+    assert h["policies_acted"] is False and h["best_policy"] == "static"
