@@ -406,6 +406,99 @@ def drain_rate(loadgen, work, backlog_seconds=2.5, producer_rate=800_000, extra=
     return res
 
 
+class Scraper:
+    """Reads `GET /metrics` from a port every `every` seconds, as a
+    Prometheus server would (its usual interval is 15 s; 1 s is harsher),
+    until stopped: the scrapes answered and the bytes read. A scrape of a
+    stopped (SIGSTOPped) collector times out and counts as unanswered."""
+
+    def __init__(self, port, every=1.0):
+        import threading
+        self.port, self.every, self.answered, self.unanswered, self.bytes = port, every, 0, 0, 0
+        self.produced_seen = False
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        import urllib.request
+        while not self.done.wait(self.every):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=1) as r:
+                    body = r.read()
+                self.answered += 1
+                self.bytes += len(body)
+                self.produced_seen |= b"custos_events_produced_total" in body
+            except OSError:
+                self.unanswered += 1
+
+    def stop(self):
+        self.done.set()
+        self.thread.join()
+        return {"scrapes_answered": self.answered, "scrapes_unanswered": self.unanswered, "bytes": self.bytes}
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def metrics_cost(loadgen, work, rounds):
+    """What serving `--metrics` costs the consumer (issue 34): the drain
+    (`drain_rate`) with and without `custos collect --metrics`, scraped every
+    second while it runs, in rounds of alternating order. Per round the
+    ratio with/without of events drained per wall second and per consumer
+    CPU-second; their means with 95 % t intervals, and the ratio of the
+    medians with its bootstrap interval."""
+    samples = {"none": [], "metrics": []}
+    scrapes = []
+    for r in range(rounds):
+        for mode in (("none", "metrics") if r % 2 == 0 else ("metrics", "none")):
+            if mode == "none":
+                d = drain_rate(loadgen, work)
+            else:
+                port = free_port()
+                scraper = Scraper(port)
+                try:
+                    d = drain_rate(loadgen, work, extra=["--metrics", f"127.0.0.1:{port}"])
+                finally:
+                    sc = scraper.stop()
+                if not sc["scrapes_answered"] or not scraper.produced_seen:
+                    raise RuntimeError(f"--metrics was never scraped with its counters: {sc}")
+                scrapes.append(sc)
+            samples[mode].append(d)
+            log(f"metrics round {r + 1}/{rounds} {mode:>7}: {d['events_per_s']:.0f} events/s, "
+                f"{d['events_per_core_s']:.0f} per consumer CPU-second")
+    res = {}
+    for key in ("events_per_s", "events_per_core_s"):
+        ratios = [m[key] / n[key] for n, m in zip(samples["none"], samples["metrics"])]
+        mean, lo, hi = results.mean_interval(ratios)
+        med, mlo, mhi = results.ratio_interval([m[key] for m in samples["metrics"]], [n[key] for n in samples["none"]])
+        res[key] = {"ratio": mean, "ratio_interval_95": [lo, hi], "ratios": ratios,
+                    "median_ratio": med, "median_ratio_interval_95": [mlo, mhi],
+                    "median": {mode: results.median([d[key] for d in v]) for mode, v in samples.items()}}
+    return {
+        **res,
+        "samples": samples,
+        "scrapes": scrapes,
+        "how": f"drain_rate (a 1 GiB ring filled while the collector is stopped, then drained) with and without "
+               f"`--metrics 127.0.0.1:PORT`, a scraper reading /metrics every second during the metrics runs; "
+               f"{rounds} rounds in alternating order",
+    }
+
+
+def merge_metrics_cost(out, m, command, made_by):
+    """Adds the --metrics cost to an existing results file, keeping its keys
+    and their record; the new figure carries its own."""
+    res = json.loads(out.read_text())
+    res["metrics_drain_ratio"] = round(m["events_per_s"]["ratio"], 3)
+    res.setdefault("details", {})["metrics_cost"] = {**m, "command": command, "made_by": made_by}
+    results.check_figures(res, ["metrics_drain_ratio"])
+    out.write_text(json.dumps(res, indent=2, sort_keys=True) + "\n")
+
+
 def overload(loadgen, work):
     c = Custos(work, ["--events-ring-kb", "4", "--attrs-ring-kb", "4"])
     storm = [subprocess.Popen([str(loadgen), "read", "0", "2"], stdout=subprocess.DEVNULL) for _ in range(4)]
@@ -450,7 +543,12 @@ def main():
     ap.add_argument("--out", type=Path, default=HERE / "results.json")
     ap.add_argument("--io-uring-only", action="store_true",
                     help="measure only the io_uring copy overhead and add it to --out, keeping its other figures")
+    ap.add_argument("--metrics-only", action="store_true",
+                    help="measure only what --metrics costs the consumer's drain (--rounds rounds) and add it to "
+                         "--out, keeping its other figures")
     args = ap.parse_args()
+    if args.io_uring_only and args.metrics_only:
+        ap.error("--io-uring-only and --metrics-only each measure one figure: give one")
     if not 2 <= args.rounds <= args.max_rounds or not 0 < args.halfwidth < 1:
         ap.error("--rounds must be at least 2 and at most --max-rounds; --halfwidth between 0 and 1")
     if os.geteuid() != 0:
@@ -475,6 +573,24 @@ def main():
         lo, hi = u["ratio_interval_95"]
         print(results.table([("io_uring_overhead_ratio", u["ratio"]), ("95 % interval", f"{lo:.3f} - {hi:.3f}")],
                             ["key", "value"]))
+        return
+    if args.metrics_only:
+        if not args.out.exists():
+            sys.exit(f"bench/collector: --metrics-only adds to {args.out}, which does not exist")
+        if not CUSTOS.exists():
+            sys.exit(f"bench/collector: {CUSTOS} is missing; run `make build` first")
+        sitting = provenance.Sitting([CUSTOS])
+        with tempfile.TemporaryDirectory(prefix="custos-bench-", dir=ROOT / "target") as tmp:
+            work = Path(tmp)
+            m = metrics_cost(build_loadgen(work), work, args.rounds)
+        command = "sudo .tools/venv/bin/python bench/collector/run.py --metrics-only" + (
+            f" --rounds {args.rounds}" if args.rounds != 5 else "")
+        merge_metrics_cost(args.out, m, command, sitting.made_by())
+        rows = []
+        for key, what in (("events_per_s", "events/s drained"), ("events_per_core_s", "per consumer CPU-second")):
+            lo, hi = m[key]["ratio_interval_95"]
+            rows.append((f"with/without --metrics, {what}", f"{m[key]['ratio']:.3f} [{lo:.3f}, {hi:.3f}]"))
+        print(results.table(rows, ["key", "mean ratio [95 % interval]"]))
         return
     if args.no_vm and args.out == HERE / "results.json":
         sys.exit("bench/collector: --no-vm leaves superproducer_skipped_syscalls out; write to another --out")

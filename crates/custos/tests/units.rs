@@ -15,13 +15,15 @@
 //! file; nothing else is changed. The collector part needs root (BPF); a
 //! host collector test.
 
+mod shipped;
 mod unit;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use unit::{
-    config_str, recorded_an_open, recording, refused_collect_unit, relocated, relocated_config,
-    run_collect_unit, segments, set_aside, set_config, value, write_config, BIN, CONFIG,
+    config_str, confined_exec_start, recorded_an_open, recording, refused_collect_unit, relocated,
+    relocated_config, run_collect_unit, seconds, segments, set_aside, set_config, value,
+    write_config, BIN, CONFIG,
 };
 
 const UNITS: &[&str] = &[
@@ -31,9 +33,7 @@ const UNITS: &[&str] = &[
 ];
 
 fn deploy(name: &str) -> String {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../deploy")
-        .join(name);
+    let p = shipped::deployed(name);
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
@@ -300,4 +300,213 @@ fn the_collector_unit_records_where_the_config_says_rotates_by_it_and_sets_earli
     );
     assert_eq!(std::fs::read_dir(&mounted).unwrap().count(), 1);
     assert_eq!(names(), before);
+}
+
+/// The "key value" lines a guest script printed.
+fn guest_results(stdout: &str) -> std::collections::BTreeMap<String, String> {
+    stdout
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(k, v)| (k.to_string(), v.trim().to_string()))
+        .collect()
+}
+
+/// The scheduler's and the collector's units in the sched_ext VM (the
+/// host kernel has no sched_ext), run as their lines say, as the other
+/// tests here run the collector's: each ExecStart with the unit's
+/// capabilities and NoNewPrivileges (`setpriv`; the rest of the sandbox
+/// needs systemd, which the VM does not run), with deploy/custos.toml,
+/// watched by a real Prometheus loading the shipped rule file and scraping
+/// both ports. Either may start first: here the scheduler does, pinning
+/// the feature maps the collector then shares. `custos status` follows
+/// each state (collector missing: 3; both: 0; the scheduler killed or
+/// stopped: 4, the collector running on). Under a find flood on 2 vCPUs
+/// with the config's rings `CustosEventsLost` must not fire and nothing
+/// is lost; the scheduler killed, the kernel falls back to its own
+/// scheduler, and started again (Restart=on-failure, after RestartSec) it
+/// attaches beside the running collector; stopped by its KillSignal within
+/// TimeoutStopSec, the same flood under the kernel's scheduler loses
+/// events and the alert fires. The collector's unit then stops within its
+/// TimeoutStopSec, and its rotated recording verifies.
+#[test]
+fn the_units_run_the_scheduler_and_collector_in_the_vm_and_the_alert_tells_them_apart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let config = root.join("custos.toml");
+    let file = relocated_config(&deploy("custos.toml"), root);
+    write_config(&file, &config);
+    let port = |table: &str| -> String {
+        config_str(&file, table, "metrics")
+            .rsplit(':')
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    let collect = with_config("custos-collect.service", &config);
+    let sched = with_config("custos-sched.service", &config);
+    let signal = |text: &str| {
+        value(text, "KillSignal")
+            .trim_start_matches("SIG")
+            .to_string()
+    };
+    let timeout = |text: &str| seconds(&value(text, "TimeoutStopSec")).to_string();
+    let bin = Path::new(env!("CARGO_BIN_EXE_custos"));
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guest/units.sh");
+    let env: Vec<(&str, String)> = vec![
+        ("B", bin.parent().unwrap().display().to_string()),
+        ("OUT", root.display().to_string()),
+        ("COLLECT", confined_exec_start(&collect).join(" ")),
+        ("SCHED", confined_exec_start(&sched).join(" ")),
+        ("COLLECT_SIGNAL", signal(&collect)),
+        ("COLLECT_TIMEOUT", timeout(&collect)),
+        ("SCHED_SIGNAL", signal(&sched)),
+        ("SCHED_TIMEOUT", timeout(&sched)),
+        (
+            "RESTART_SEC",
+            seconds(&value(&sched, "RestartSec")).to_string(),
+        ),
+        ("EVENTS", config_str(&file, "collect", "output")),
+        ("PROM", unit::free_port().to_string()),
+        ("COLLECT_PORT", port("collect")),
+        ("SCHED_PORT", port("sched")),
+        (
+            "RULES",
+            shipped::deployed("prometheus/custos-rules.yml")
+                .canonicalize()
+                .unwrap()
+                .display()
+                .to_string(),
+        ),
+        ("FILES", "1000".to_string()),
+    ];
+    let env: Vec<String> = env.iter().map(|(k, v)| format!("{k}='{v}'")).collect();
+    let t0 = std::time::Instant::now();
+    let run = Command::new(bin)
+        .args([
+            "vm",
+            "run",
+            "-q",
+            "--cpus",
+            "2",
+            "--timeout",
+            "1500",
+            "--share",
+        ])
+        .arg(root)
+        .args(["--", "sh", "-c"])
+        .arg(format!("env {} bash {}", env.join(" "), script.display()))
+        .output()
+        .expect("run custos vm");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    let log = |name: &str| std::fs::read_to_string(root.join(name)).unwrap_or_default();
+    let context = format!(
+        "stdout: {stdout}\nstderr: {stderr}\nsched: {}{}\ncollect: {}",
+        log("sched-first.log"),
+        log("sched-restarted.log"),
+        log("collect.log")
+    );
+    assert_eq!(run.status.code(), Some(0), "{context}");
+    let r = guest_results(&stdout);
+    let got = |k: &str| r.get(k).map(String::as_str).unwrap_or("(missing)");
+    assert_eq!(got("done"), "yes", "{context}");
+    let json = |name: &str| -> serde_json::Value {
+        serde_json::from_str(&log(name)).unwrap_or_else(|e| panic!("{name}: {e}; {context}"))
+    };
+    let result = |name: &str| -> Vec<serde_json::Value> {
+        let q = json(&format!("query-{name}.json"));
+        assert_eq!(q["status"], "success", "{name}: {q}");
+        q["data"]["result"].as_array().unwrap().clone()
+    };
+    let scalar = |name: &str| -> f64 {
+        let r = result(name);
+        assert_eq!(r.len(), 1, "{name}: {r:?}; {context}");
+        r[0]["value"][1].as_str().unwrap().parse().unwrap()
+    };
+    let version = String::from_utf8(Command::new(bin).arg("--version").output().unwrap().stdout)
+        .unwrap()
+        .split_whitespace()
+        .last()
+        .unwrap()
+        .to_string();
+
+    assert_eq!(got("prometheus.ready"), "yes", "{context}");
+    // The scheduler alone: attached, the collector missing (exit 3).
+    assert_eq!(got("sched.first.attached"), "yes", "{context}");
+    assert_eq!(got("status.sched-only"), "3", "{context}");
+    let alone = json("status-sched-only.json");
+    assert_eq!(alone["scheduler"]["running"], true, "{alone}");
+    assert_eq!(alone["scheduler"]["version"], version.as_str(), "{alone}");
+    assert_eq!(alone["collector"]["running"], false, "{alone}");
+    // Both, the collector started second on the scheduler's pins.
+    assert_eq!(got("status.both"), "0", "{context}");
+    let both = json("status-both.json");
+    assert_eq!(both["collector"]["running"], true, "{both}");
+    assert_eq!(both["collector"]["version"], version.as_str(), "{both}");
+    // The scheduler's metrics where the config says, scraped by Prometheus.
+    assert_eq!(got("sched.metrics_rc"), "0", "{context}");
+    let metrics = log("sched-metrics.txt");
+    assert!(
+        metrics.contains(&format!(
+            "custos_sched_build_info{{version=\"{version}\"}} 1"
+        )),
+        "{metrics}"
+    );
+    assert_eq!(scalar("sched-up"), 1.0, "{context}");
+
+    // Under custos sched: nothing lost, the alert never fired.
+    assert!(
+        scalar("custos-produced") > 100_000.0,
+        "the flood hardly ran: {context}"
+    );
+    assert_eq!(scalar("custos-lost"), 0.0, "{context}");
+    assert!(
+        result("custos-alert").is_empty(),
+        "CustosEventsLost fired under custos sched: {context}"
+    );
+    assert_eq!(got("status.after-custos-flood"), "0", "{context}");
+
+    // Killed: the kernel's scheduler again, the collector running on;
+    // started again, it attaches beside it.
+    assert_eq!(got("sched.killed_state"), "disabled", "{context}");
+    assert_eq!(got("status.sched-killed"), "4", "{context}");
+    assert_eq!(
+        json("status-sched-killed.json")["collector"]["running"],
+        true
+    );
+    assert_eq!(got("sched.restarted.attached"), "yes", "{context}");
+    assert_eq!(got("status.restarted"), "0", "{context}");
+
+    // Stopped by its KillSignal within TimeoutStopSec, with its final stats.
+    assert_eq!(r.get("sched.stop_timed_out"), None, "{context}");
+    assert_eq!(got("sched.stop_rc"), "0", "{context}");
+    assert_eq!(got("sched.stopped_state"), "disabled", "{context}");
+    assert_eq!(got("status.sched-stopped"), "4", "{context}");
+    let stopped = json("status-sched-stopped.json");
+    assert!(
+        stopped["scheduler"]["says"]
+            .as_str()
+            .unwrap()
+            .contains("no sched_ext scheduler is attached"),
+        "{stopped}"
+    );
+    // Under the kernel's scheduler the flood overflows the rings: the alert fires.
+    assert!(
+        scalar("default-lost") > 0.0,
+        "the default scheduler lost nothing: the flood shows nothing; {context}"
+    );
+    assert_eq!(got("default.alert_fired"), "yes", "{context}");
+
+    // The collector's unit stops within its TimeoutStopSec; its recording verifies.
+    assert_eq!(r.get("collect.stop_timed_out"), None, "{context}");
+    assert_eq!(got("collect.stop_rc"), "0", "{context}");
+    assert_eq!(got("verify.rc"), "0", "{}; {context}", log("verify.log"));
+    eprintln!(
+        "units in the VM: {:.0} s; floods {} s under custos sched, the alert {} s into the default's; stops {} ms (sched), {} ms (collector)",
+        t0.elapsed().as_secs_f64(),
+        got("flood.custos_s"),
+        got("default.alert_after_s"),
+        got("sched.stop_ms"),
+        got("collect.stop_ms"),
+    );
 }

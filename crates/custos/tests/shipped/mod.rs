@@ -1,6 +1,9 @@
 //! The monitoring files shipped in deploy/ (rules, dashboards), for the
 //! tests that check each metric they name is one a command serves.
 
+// Each test crate that includes this module uses only some of it.
+#![allow(dead_code)]
+
 use std::path::{Path, PathBuf};
 
 /// A file of deploy/ by its path there (`grafana/custos-ingest.json`).
