@@ -377,22 +377,26 @@ def drain_rate(loadgen, work, backlog_seconds=2.5, producer_rate=800_000, extra=
     for g in gens:
         g.wait()
     start_consumed = global_features()["consumed"]
-    c0, t0 = cpu_ticks(pid), time.time()
+    c0, t0, resumed_ns = cpu_ticks(pid), time.time(), time.monotonic_ns()
     os.kill(pid, signal.SIGCONT)
-    # The consumer publishes `consumed` every 100 ms. The backlog is gone
-    # when it moves at a twentieth of its fastest pace (this benchmark's own
-    # polling keeps making a trickle of events); the drain ended at the last
-    # fast move. (Its published lag knows only the records it has seen.)
-    last, t1, c1, peak = start_consumed, t0, c0, 0
+    # The consumer publishes `produced` and `consumed` every 100 ms (on the
+    # monotonic clock, `updated_ns`). The backlog is what had been produced
+    # when it resumed: the first `produced` published after that (a trickle
+    # more, from this benchmark's own polling). The drain ends when
+    # `consumed` reaches it. (Ending at the first slow step instead ended
+    # early whenever the consumer lost its CPU for 100 ms on a busy host.)
+    target = last = t1 = c1 = None
     while time.time() - t0 < 120:
-        time.sleep(0.1)
-        consumed, now, ticks = global_features()["consumed"], time.time(), cpu_ticks(pid)
-        step = consumed - last
-        if peak and step < peak / 20:
+        time.sleep(0.02)
+        g, now, ticks = global_features(), time.time(), cpu_ticks(pid)
+        if target is None and g["updated_ns"] > resumed_ns:
+            target = g["produced"]
+        if target is not None and g["consumed"] >= target:
+            last, t1, c1 = g["consumed"], now, ticks
             break
-        if step > 0:
-            peak = max(peak, step)
-            last, t1, c1 = consumed, now, ticks
+    if last is None:
+        c.stop()
+        raise RuntimeError("the drain did not end within 120 s")
     drained = last - start_consumed
     res = c.stop()
     stream.unlink()

@@ -328,6 +328,14 @@ def io_uring_interval(doc):
     return f"[{lo:.2f}, {hi:.2f}]"
 
 
+def metrics_interval(key):
+    """The 95 % interval of the --metrics drain ratio by `key` (events_per_s, events_per_core_s)."""
+    def interval(doc):
+        lo, hi = doc["details"]["metrics_cost"][key]["ratio_interval_95"]
+        return f"[{lo:.2f}, {hi:.2f}]"
+    return interval
+
+
 def figures():
     C, S, ST, F = COLLECTOR_RESULTS, SUMMARY, "bench/store/results.json", "bench/fleet/results.json"
     lz4, zstd = "bench/fleet/results-lz4.json", "bench/fleet/results-zstd.json"
@@ -385,6 +393,13 @@ def figures():
         "collector.io-uring-interval": Figure(C, io_uring_interval),
         "collector.io-uring-custos": Figure(C, "details.io_uring.median_ns_per_request.custos", micro),
         "collector.io-uring-none": Figure(C, "details.io_uring.median_ns_per_request.none", micro),
+        "collector.metrics-ratio": Figure(C, "metrics_drain_ratio", "{:.2f}"),
+        "collector.metrics-interval": Figure(C, metrics_interval("events_per_s")),
+        "collector.metrics-cpu-ratio": Figure(C, "details.metrics_cost.events_per_core_s.ratio", "{:.2f}"),
+        "collector.metrics-cpu-interval": Figure(C, metrics_interval("events_per_core_s")),
+        "collector.metrics-rounds": Figure(C, lambda d: str(len(d["details"]["metrics_cost"]["events_per_s"]["ratios"]))),
+        "collector.metrics-none": Figure(C, "details.metrics_cost.events_per_s.median.none", millions),
+        "collector.metrics-with": Figure(C, "details.metrics_cost.events_per_s.median.metrics", millions),
         # The store (docs/store.md)
         "store.nodes": Figure(ST, "nodes", "{:,}"),
         "store.edges": Figure(ST, "edges", "{:,}"),
