@@ -1,19 +1,25 @@
-//! The files of a rotated recording (`custos collect -o DIR --rotate-mb N`):
-//! how a segment is named, how a directory's segments are found in order,
-//! and the check of DIR before the first one is made.
+//! The files of a rotated recording (`custos collect -o DIR --rotate-mb N`,
+//! and its compressed copy `--archive DIR`): how a segment is named, how a
+//! directory's segments are found in order and opened, and the check of
+//! DIR before the first one is made.
 //!
 //! What a segment holds (its header line, the seal chain running on from
 //! the segment before) is defined in custos-seal; this module only knows
-//! the paths.
+//! the files.
 
 use anyhow::{bail, Context, Result};
 use std::ffi::OsStr;
+use std::fs::File;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use crate::Existing;
 
 const PREFIX: &str = "segment-";
 const SUFFIX: &str = ".jsonl";
+/// A segment compressed (by `--archive DIR`, or by hand after it closed):
+/// the suffix after `.jsonl` picks the decompression.
+const COMPRESSED: [&str; 2] = [".zst", ".gz"];
 /// Zero-padded to six digits so that `ls` lists a series in order (a
 /// million segments of the least size, 1 MiB, is a terabyte); a longer
 /// number is written whole and still ordered by value here.
@@ -24,19 +30,34 @@ pub fn file_name(n: u64) -> String {
     format!("{PREFIX}{n:0DIGITS$}{SUFFIX}")
 }
 
-/// The number of a segment's file name; `None` for any other name (and for
-/// another spelling of a number, `segment-1.jsonl`: one name per segment).
+/// The name of segment `n` compressed with zstd, as `--archive DIR` writes
+/// it: `segment-000001.jsonl.zst`.
+pub fn zstd_file_name(n: u64) -> String {
+    format!("{}{}", file_name(n), COMPRESSED[0])
+}
+
+/// The number of a segment's file name, plain or compressed
+/// (`segment-000001.jsonl`, `.jsonl.zst`, `.jsonl.gz`); `None` for any
+/// other name (and for another spelling of a number, `segment-1.jsonl`:
+/// one name per segment).
 pub fn number_of(name: &OsStr) -> Option<u64> {
-    let digits = name.to_str()?.strip_prefix(PREFIX)?.strip_suffix(SUFFIX)?;
+    let name = name.to_str()?;
+    let plain = COMPRESSED
+        .iter()
+        .find_map(|c| name.strip_suffix(c))
+        .unwrap_or(name);
+    let digits = plain.strip_prefix(PREFIX)?.strip_suffix(SUFFIX)?;
     if !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
     let n: u64 = digits.parse().ok()?;
-    (n > 0 && file_name(n) == name.to_str()?).then_some(n)
+    (n > 0 && file_name(n) == plain).then_some(n)
 }
 
 /// The segments in `dir`, by number (other files are not ours and are
-/// left out).
+/// left out). A number there twice (plain and compressed: `zstd` keeps
+/// the file it compressed) is an error that names both: which one is the
+/// recording is the user's call.
 pub fn list(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
@@ -45,8 +66,34 @@ pub fn list(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
             found.push((n, entry.path()));
         }
     }
-    found.sort_unstable_by_key(|(n, _)| *n);
+    found.sort_unstable();
+    if let Some(w) = found.windows(2).find(|w| w[0].0 == w[1].0) {
+        bail!(
+            "{}: segment {} is there twice, as {} and {}: remove one (after compressing a segment, remove the plain one)",
+            dir.display(),
+            w[0].0,
+            w[0].1.display(),
+            w[1].1.display()
+        );
+    }
     Ok(found)
+}
+
+/// Opens a segment (or any stream file) for reading, decompressed as its
+/// name says: `.zst`/`.zstd` zstd, `.gz` gzip (every member), else plain.
+pub fn open(path: &Path) -> Result<Box<dyn Read + Send>> {
+    let file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let name = path.to_string_lossy();
+    Ok(if name.ends_with(".zst") || name.ends_with(".zstd") {
+        Box::new(
+            zstd::stream::read::Decoder::new(file)
+                .with_context(|| format!("reading zstd {}", path.display()))?,
+        )
+    } else if name.ends_with(".gz") {
+        Box::new(flate2::read::MultiGzDecoder::new(file))
+    } else {
+        Box::new(file)
+    })
 }
 
 /// Checks the directory a rotated recording will be written to, before
@@ -122,7 +169,9 @@ mod tests {
             "segment-000000.jsonl",
             "segment-00001a.jsonl",
             "segment-+00001.jsonl",
-            "segment-000001.jsonl.zst",
+            "segment-1.jsonl.zst",
+            "segment-000001.jsonl.xz",
+            "segment-000001.zst",
             "events.jsonl",
             "segment-.jsonl",
         ] {
@@ -136,6 +185,26 @@ mod tests {
         std::fs::write(dir.path().join("notes.txt"), "").unwrap();
         let numbers: Vec<u64> = list(dir.path()).unwrap().iter().map(|s| s.0).collect();
         assert_eq!(numbers, [3, 10, 999_999, 1_000_000]);
+        // Compressed segments count, under the plain one's number.
+        for (name, n) in [
+            ("segment-000001.jsonl.zst", 1),
+            ("segment-000002.jsonl.gz", 2),
+        ] {
+            assert_eq!(number_of(OsStr::new(name)), Some(n));
+        }
+        assert_eq!(zstd_file_name(7), "segment-000007.jsonl.zst");
+        std::fs::write(dir.path().join(zstd_file_name(4)), "").unwrap();
+        let numbers: Vec<u64> = list(dir.path()).unwrap().iter().map(|s| s.0).collect();
+        assert_eq!(numbers, [3, 4, 10, 999_999, 1_000_000]);
+        // The same segment plain and compressed: which is the recording is not ours to guess.
+        std::fs::write(dir.path().join(file_name(4)), "").unwrap();
+        let err = format!("{:#}", list(dir.path()).unwrap_err());
+        assert!(
+            err.contains("segment 4 is there twice")
+                && err.contains("segment-000004.jsonl ")
+                && err.contains("segment-000004.jsonl.zst"),
+            "{err}"
+        );
     }
 
     #[test]

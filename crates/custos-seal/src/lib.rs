@@ -1106,7 +1106,7 @@ impl Decoded {
 }
 
 /// Whether a line is a seal (cheap test; a damaged one fails its parse).
-pub(crate) fn is_seal(line: &[u8]) -> bool {
+pub fn is_seal(line: &[u8]) -> bool {
     line.starts_with(b"{\"type\":\"seal\"")
 }
 

@@ -345,15 +345,14 @@ pub fn verify_dir(dir: &Path, pinned: Option<&str>) -> Result<SeriesReport> {
     let segments = list(dir)?;
     if segments.is_empty() {
         bail!(
-            "{}: no segments (segment-NNNNNN.jsonl) in this directory",
+            "{}: no segments (segment-NNNNNN.jsonl, or .jsonl.zst/.jsonl.gz) in this directory",
             dir.display()
         );
     }
     for (number, path) in segments {
         let name = path.file_name().unwrap_or_default().to_string_lossy();
         series.segment(number, &name);
-        let file = File::open(&path).with_context(|| format!("opening {}", path.display()))?;
-        let input = io::BufReader::with_capacity(1 << 20, file);
+        let input = io::BufReader::with_capacity(1 << 20, custos_output::segments::open(&path)?);
         crate::for_each_line(input, &path, |line| series.line(line))?;
     }
     Ok(series.finish())

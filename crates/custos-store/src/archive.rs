@@ -1,6 +1,9 @@
 //! The cheapest archive: the JSON Lines stream itself, zstd- or gzip-compressed.
 //! `custos collect` can hold a [`Recorder`] and call [`Recorder::write_line`]
 //! for every line it emits; `custos ingest --archive` does the same for its input.
+//! Beside a rotated recording (`-o DIR --rotate-mb N`) the archive is a
+//! directory of zstd segments cut where the stream's segment headers say
+//! ([`Recorder::create_series`]): the same series, compressed.
 
 use anyhow::{bail, Context, Result};
 use custos_output::{Existing, Output};
@@ -23,6 +26,26 @@ pub struct Recorder {
     sink: Sink,
     path: PathBuf,
     lines: u64,
+    /// A rotated archive's state (boxed: most archives are one file).
+    series: Option<Box<ArchiveSeries>>,
+}
+
+/// A rotated archive: a directory of `segment-NNNNNN.jsonl.zst` files,
+/// each begun at the stream's header line of that segment (written by the
+/// collector's `-o DIR --rotate-mb` rotation), so that each holds exactly
+/// what the plain segment of that number holds. The segments a header
+/// rotates away (`--rotate-keep`) are deleted once it is sealed, as the
+/// plain ones are.
+struct ArchiveSeries {
+    dir: PathBuf,
+    /// The segment being written, and whether a line is in it yet.
+    number: u64,
+    written: bool,
+    /// The oldest segment on disk, and the oldest the last header keeps:
+    /// those between go at the next seal.
+    oldest: u64,
+    kept_from: u64,
+    program: &'static str,
 }
 
 /// The compression an archive's name picks; an error for any other name.
@@ -38,6 +61,26 @@ pub fn check_name(path: &Path) -> Result<()> {
     )
 }
 
+fn zstd_sink(file: File) -> Result<Sink> {
+    let out = BufWriter::with_capacity(1 << 20, file);
+    Ok(Sink::Zstd(
+        zstd::stream::write::Encoder::new(out, ZSTD_LEVEL).context("starting zstd")?,
+    ))
+}
+
+impl Sink {
+    /// Ends the compressed stream and writes it out.
+    fn finish(self, path: &Path) -> Result<()> {
+        let mut out = match self {
+            Sink::Zstd(e) => e.finish(),
+            Sink::Gzip(e) => e.finish(),
+        }
+        .with_context(|| format!("finishing archive {}", path.display()))?;
+        out.flush()
+            .with_context(|| format!("finishing archive {}", path.display()))
+    }
+}
+
 impl Recorder {
     /// Creates the archive at `path`; an existing file there is as `existing`
     /// says (the CLIs have checked the path with custos_output::check).
@@ -46,23 +89,73 @@ impl Recorder {
         check_name(path)?;
         let name = path.to_string_lossy();
         let file = custos_output::create(&Output::new("--archive", path, existing))?;
-        let out = BufWriter::with_capacity(1 << 20, file);
         let sink = if name.ends_with(".gz") {
             Sink::Gzip(flate2::write::GzEncoder::new(
-                out,
+                BufWriter::with_capacity(1 << 20, file),
                 flate2::Compression::default(),
             ))
         } else {
-            Sink::Zstd(zstd::stream::write::Encoder::new(out, ZSTD_LEVEL).context("starting zstd")?)
+            zstd_sink(file)?
         };
         Ok(Self {
             sink,
             path: path.to_path_buf(),
             lines: 0,
+            series: None,
+        })
+    }
+
+    /// Creates a rotated archive in `dir` (checked by
+    /// custos_output::segments::check_dir with `existing`, and set aside
+    /// already if it said so): makes the directory if it is new, removes an
+    /// earlier series' segments if `existing` says to replace them, and
+    /// begins segment 1.
+    pub fn create_series(dir: &Path, existing: Existing, program: &'static str) -> Result<Self> {
+        match std::fs::create_dir(dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+                return Err(e).with_context(|| format!("--archive {}: creating it", dir.display()))
+            }
+            _ => {}
+        }
+        let old = custos_output::segments::list(dir)?;
+        if !old.is_empty() {
+            if existing != Existing::Replace {
+                bail!(
+                    "--archive {}: holds segments of an earlier recording, left as they are (add --force to replace them)",
+                    dir.display()
+                );
+            }
+            for (_, path) in &old {
+                std::fs::remove_file(path)
+                    .with_context(|| format!("--force: removing {}", path.display()))?;
+            }
+            eprintln!(
+                "{program}: --force: removed the {} segments of an earlier archive in {}",
+                old.len(),
+                dir.display()
+            );
+        }
+        let path = dir.join(custos_output::segments::zstd_file_name(1));
+        let file = custos_output::create(&Output::new("--archive", &path, Existing::Refuse))?;
+        Ok(Self {
+            sink: zstd_sink(file)?,
+            path,
+            lines: 0,
+            series: Some(Box::new(ArchiveSeries {
+                dir: dir.to_path_buf(),
+                number: 1,
+                written: false,
+                oldest: 1,
+                kept_from: 1,
+                program,
+            })),
         })
     }
 
     pub fn write_line(&mut self, line: &str) -> Result<()> {
+        if self.series.is_some() {
+            self.follow_series(line.as_bytes())?;
+        }
         let w: &mut dyn Write = match &mut self.sink {
             Sink::Zstd(e) => e,
             Sink::Gzip(e) => e,
@@ -71,6 +164,64 @@ impl Recorder {
             .and_then(|_| w.write_all(b"\n"))
             .with_context(|| format!("writing archive {}", self.path.display()))?;
         self.lines += 1;
+        if let Some(s) = &mut self.series {
+            s.written = true;
+        }
+        Ok(())
+    }
+
+    /// A rotated archive's cuts, before `line` is written: a segment header
+    /// begins that segment's file (closing the one before); a seal after a
+    /// header that rotated segments away deletes them.
+    fn follow_series(&mut self, line: &[u8]) -> Result<()> {
+        let s = self.series.as_mut().expect("a series");
+        if let Some(h) = custos_seal::series::SegmentHeader::parse(line) {
+            if h.segment != s.number || s.written {
+                if h.segment <= s.number {
+                    bail!(
+                        "--archive {}: the stream's segment {} header came after segment {}",
+                        s.dir.display(),
+                        h.segment,
+                        s.number
+                    );
+                }
+                let path = s
+                    .dir
+                    .join(custos_output::segments::zstd_file_name(h.segment));
+                // create_new: a file that appeared under the next name is never overwritten.
+                let file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(&path)
+                    .with_context(|| format!("--archive: creating {}", path.display()))?;
+                let done = std::mem::replace(&mut self.sink, zstd_sink(file)?);
+                done.finish(&self.path)?;
+                self.path = path;
+                (s.number, s.written) = (h.segment, false);
+            }
+            s.kept_from = h.kept_from;
+        } else if custos_seal::is_seal(line) && s.oldest < s.kept_from {
+            let first = s.oldest;
+            while s.oldest < s.kept_from {
+                let path = s
+                    .dir
+                    .join(custos_output::segments::zstd_file_name(s.oldest));
+                match std::fs::remove_file(&path) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        return Err(e)
+                            .with_context(|| format!("--archive: removing {}", path.display()))
+                    }
+                    _ => s.oldest += 1,
+                }
+            }
+            eprintln!(
+                "{}: rotated away archived segments {first} to {} (--rotate-keep): the archive in {} now starts at {}",
+                s.program,
+                s.oldest - 1,
+                s.dir.display(),
+                custos_output::segments::zstd_file_name(s.oldest)
+            );
+        }
         Ok(())
     }
 
@@ -85,14 +236,7 @@ impl Recorder {
 
     /// Ends the compressed stream; returns the lines written.
     pub fn finish(self) -> Result<u64> {
-        let path = self.path.clone();
-        let mut out = match self.sink {
-            Sink::Zstd(e) => e.finish(),
-            Sink::Gzip(e) => e.finish(),
-        }
-        .with_context(|| format!("finishing archive {}", path.display()))?;
-        out.flush()
-            .with_context(|| format!("finishing archive {}", path.display()))?;
+        self.sink.finish(&self.path)?;
         Ok(self.lines)
     }
 }
@@ -109,18 +253,7 @@ pub fn open_input(path: &Path) -> Result<Input> {
     } else if path.is_dir() {
         Box::new(open_series(path)?)
     } else {
-        let file = File::open(path).with_context(|| format!("opening input {}", path.display()))?;
-        let name = path.to_string_lossy();
-        if name.ends_with(".zst") || name.ends_with(".zstd") {
-            Box::new(
-                zstd::stream::read::Decoder::new(file)
-                    .with_context(|| format!("reading zstd {}", path.display()))?,
-            )
-        } else if name.ends_with(".gz") {
-            Box::new(flate2::read::MultiGzDecoder::new(file))
-        } else {
-            Box::new(file)
-        }
+        custos_output::segments::open(path).context("input")?
     };
     Ok(BufReader::with_capacity(1 << 20, raw))
 }
@@ -131,7 +264,7 @@ fn open_series(dir: &Path) -> Result<impl Read + Send> {
     let segments = custos_output::segments::list(dir)?;
     if segments.is_empty() {
         bail!(
-            "{}: a directory without segments (segment-NNNNNN.jsonl)",
+            "{}: a directory without segments (segment-NNNNNN.jsonl, or .jsonl.zst/.jsonl.gz)",
             dir.display()
         );
     }
@@ -153,19 +286,19 @@ fn open_series(dir: &Path) -> Result<impl Read + Send> {
     let mut paths: std::collections::VecDeque<PathBuf> =
         segments.into_iter().map(|(_, p)| p).collect();
     let first = paths.pop_front().expect("one at least");
-    let file = File::open(&first).with_context(|| format!("opening input {}", first.display()))?;
+    let current = custos_output::segments::open(&first).context("input")?;
     Ok(Series {
-        current: file,
+        current,
         rest: paths,
     })
 }
 
-/// Segment files read one after the other, each opened when the one before
-/// is done (a long series has more segments than a process may hold open;
-/// one that vanished meanwhile, rotated away by a live collector, is an
-/// error, not a silent gap).
+/// Segment files read one after the other (each decompressed as its name
+/// says), each opened when the one before is done (a long series has more
+/// segments than a process may hold open; one that vanished meanwhile,
+/// rotated away by a live collector, is an error, not a silent gap).
 struct Series {
-    current: File,
+    current: Box<dyn Read + Send>,
     rest: std::collections::VecDeque<PathBuf>,
 }
 
@@ -179,9 +312,8 @@ impl Read for Series {
             let Some(next) = self.rest.pop_front() else {
                 return Ok(0);
             };
-            self.current = File::open(&next).map_err(|e| {
-                std::io::Error::new(e.kind(), format!("opening {}: {e}", next.display()))
-            })?;
+            self.current = custos_output::segments::open(&next)
+                .map_err(|e| std::io::Error::other(format!("{e:#}")))?;
         }
     }
 }

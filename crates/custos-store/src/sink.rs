@@ -144,20 +144,18 @@ impl LineTarget for Target {
 }
 
 impl LiveSink {
-    /// Opens the store (`db`) and/or archive and starts the writer thread,
-    /// which holds at most `buffer_bytes` queued.
+    /// Opens the store (`db`), takes the archive (a file or a rotated
+    /// series, made by the caller) and starts the writer thread, which
+    /// holds at most `buffer_bytes` queued.
     /// `seal_key`: seal the store's batches (tamper.rs).
     pub fn start(
         db: Option<&Path>,
-        archive: Option<(&Path, custos_output::Existing)>,
+        recorder: Option<Recorder>,
         source: &str,
         buffer_bytes: usize,
         seal_key: Option<custos_seal::SealKey>,
         page_cache_mib: u32,
     ) -> Result<(LiveSink, SinkWriter)> {
-        let recorder = archive
-            .map(|(path, existing)| Recorder::create(path, existing))
-            .transpose()?;
         // The collector writes its stream in causal order (docs/event-schema.md),
         // so the store applies it as it comes: no reorder window to hold.
         let opts = IngestOptions {
@@ -272,7 +270,7 @@ mod tests {
         let zst = dir.path().join("s.jsonl.zst");
         let (sink, mut w) = LiveSink::start(
             Some(&db),
-            Some((&zst, custos_output::Existing::Refuse)),
+            Some(Recorder::create(&zst, custos_output::Existing::Refuse).unwrap()),
             "test",
             16,
             None,

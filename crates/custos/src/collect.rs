@@ -20,8 +20,10 @@ pub struct CollectCmd {
     /// Also ingest the events into this provenance store (SQLite) as they are recorded.
     #[arg(long, value_name = "FILE")]
     pub db: Option<PathBuf>,
-    /// Also record the raw stream, compressed (`.zst` or `.gz`).
-    #[arg(long, value_name = "FILE")]
+    /// Also record the raw stream, compressed (`.zst` or `.gz`); beside a
+    /// rotated `-o DIR` (--rotate-mb), a directory of the same segments
+    /// compressed with zstd.
+    #[arg(long, value_name = "FILE|DIR")]
     pub archive: Option<PathBuf>,
     #[command(flatten)]
     pub kafka: custos_fleet::cli::KafkaArgs,
@@ -42,13 +44,10 @@ pub fn run(cmd: CollectCmd) -> Result<i32> {
         ("--archive", cmd.archive.is_some()),
         ("--kafka", cmd.kafka.kafka.is_some()),
     ])?;
-    // The archive is one compressed stream; cutting it into files would
-    // mean a compressor per segment: rotate -o DIR and compress closed segments.
-    if cmd.collect.rotate_mb.is_some() && cmd.archive.is_some() {
-        anyhow::bail!(
-            "--archive writes one compressed file and does not rotate: drop --archive (compress the closed segments of -o DIR instead), or drop --rotate-mb"
-        );
-    }
+    // Beside a rotated -o DIR the archive is a directory of the same
+    // segments, compressed (one compressor per segment, cut where the
+    // stream's segment headers are).
+    let archive_series = cmd.collect.rotate_mb.is_some() && cmd.archive.is_some();
     let kafka = cmd.kafka.options()?;
     if cmd.sink_buffer_mb == 0 || cmd.sink_buffer_mb > 1 << 20 {
         anyhow::bail!("--sink-buffer-mb must be between 1 and 1048576");
@@ -62,9 +61,27 @@ pub fn run(cmd: CollectCmd) -> Result<i32> {
             // The store grows with every run: an existing one is the point.
             outputs.push(Output::new("--db", db, Existing::Append));
         }
-        if let Some(a) = &cmd.archive {
-            custos_store::archive::check_name(a)?;
-            outputs.push(Output::new("--archive", a, existing));
+        match &cmd.archive {
+            Some(a) if archive_series => {
+                if custos_store::archive::check_name(a).is_ok() {
+                    anyhow::bail!(
+                        "--archive {}: with --rotate-mb the archive is a directory of compressed segments (segment-NNNNNN.jsonl.zst), like -o DIR: name a directory, not a .zst or .gz file",
+                        a.display()
+                    );
+                }
+                custos_output::segments::check_dir("--archive", a, existing)?;
+                if cmd.collect.output.as_deref() == Some(a.as_path()) {
+                    anyhow::bail!(
+                        "--archive {}: the same directory as -o: the archive's segments go beside the plain ones of the same numbers; name another directory",
+                        a.display()
+                    );
+                }
+            }
+            Some(a) => {
+                custos_store::archive::check_name(a)?;
+                outputs.push(Output::new("--archive", a, existing));
+            }
+            None => {}
         }
         cmd.collect.validate(&outputs)?;
     }
@@ -98,9 +115,18 @@ pub fn run(cmd: CollectCmd) -> Result<i32> {
                 )?),
                 false => None,
             };
+            let recorder = match &cmd.archive {
+                Some(a) if archive_series => Some(custos_store::archive::Recorder::create_series(
+                    a,
+                    existing,
+                    "custos collect",
+                )?),
+                Some(a) => Some(custos_store::archive::Recorder::create(a, existing)?),
+                None => None,
+            };
             Some(custos_store::sink::LiveSink::start(
                 cmd.db.as_deref(),
-                cmd.archive.as_deref().map(|a| (a, existing)),
+                recorder,
                 "custos collect",
                 cmd.sink_buffer_mb << 20,
                 seal_key,

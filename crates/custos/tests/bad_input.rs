@@ -700,7 +700,17 @@ fn collect_refuses_bad_rotation_before_touching_a_series() {
                 "--archive",
                 zst.to_str().unwrap(),
             ][..],
-            "--archive writes one compressed file and does not rotate",
+            "with --rotate-mb the archive is a directory",
+        ),
+        // The archive's series beside the plain one: never in its directory,
+        // never over an earlier archive's segments without --force.
+        (
+            &["-o", n, "--rotate-mb", "1", "--archive", n][..],
+            "the same directory as -o",
+        ),
+        (
+            &["-o", n, "--rotate-mb", "1", "--archive", s][..],
+            "holds 1 segments of an earlier recording",
         ),
         (
             &["-o", "/no/such/dir", "--rotate-mb", "1"][..],
@@ -766,7 +776,7 @@ fn collect_refuses_a_bad_set_aside_before_moving_anything() {
         ),
         (
             [&series_aside[..], &["--archive", zst.to_str().unwrap()]].concat(),
-            "--archive writes one compressed file",
+            "with --rotate-mb the archive is a directory",
         ),
         (
             ["-o", f, "--set-aside-previous", "--force"].to_vec(),
