@@ -871,6 +871,7 @@ impl<'a> Scheduler<'a> {
                 sum.hold_running_kicks += s.hold_running_kicks;
                 sum.hold_released += s.hold_released;
                 sum.hold_leaks += s.hold_leaks;
+                sum.hold_unbudgeted += s.hold_unbudgeted;
                 sum.hold_floors += s.hold_floors;
                 sum.light_enqueues += s.light_enqueues;
                 sum.light_dispatches += s.light_dispatches;
@@ -961,6 +962,7 @@ impl<'a> Scheduler<'a> {
             hold_running_kicks: sum.hold_running_kicks,
             hold_released: sum.hold_released,
             hold_leaks: sum.hold_leaks,
+            hold_unbudgeted: sum.hold_unbudgeted,
             hold_floors: sum.hold_floors,
             light_enqueues: sum.light_enqueues,
             light_dispatches: sum.light_dispatches,

@@ -116,6 +116,10 @@ pub struct Metrics {
     #[stat(desc = "Hold: times a ring went under its floor, where every producer is held")]
     pub hold_floors: u64,
     #[stat(
+        desc = "Hold: tasks it let run that a policy had budgeted, sent to the primary side (it does not serve budgeted queues)"
+    )]
+    pub hold_unbudgeted: u64,
+    #[stat(
         desc = "Hold: of the held, tasks held inside a program (the collector's kick at the crossing syscall)"
     )]
     pub held_in_program: u64,
@@ -297,7 +301,7 @@ impl Metrics {
         if self.holds > 0 || self.held > 0 {
             writeln!(
                 w,
-                "  hold {} on {} for {:.1} ms | held {} ({} in a program, {} at the stop) bounced {} kicks {} tick {} running {} released {} leaks {} floors {} | lowest free {:.1}% reserve {:.1}% floor {:.1}%",
+                "  hold {} on {} for {:.1} ms | held {} ({} in a program, {} at the stop) bounced {} kicks {} tick {} running {} released {} leaks {} floors {} unbudgeted {} | lowest free {:.1}% reserve {:.1}% floor {:.1}%",
                 self.holds,
                 self.hold_on,
                 self.hold_ns as f64 / 1e6,
@@ -311,6 +315,7 @@ impl Metrics {
                 self.hold_released,
                 self.hold_leaks,
                 self.hold_floors,
+                self.hold_unbudgeted,
                 self.hold_lowest_free_pct,
                 self.hold_reserve_pct,
                 self.hold_floor_pct,
@@ -462,6 +467,7 @@ impl Metrics {
                 .saturating_sub(prev.hold_running_kicks),
             hold_released: self.hold_released.saturating_sub(prev.hold_released),
             hold_leaks: self.hold_leaks.saturating_sub(prev.hold_leaks),
+            hold_unbudgeted: self.hold_unbudgeted.saturating_sub(prev.hold_unbudgeted),
             hold_floors: self.hold_floors.saturating_sub(prev.hold_floors),
             held_in_program: self.held_in_program.saturating_sub(prev.held_in_program),
             held_at_stop: self.held_at_stop.saturating_sub(prev.held_at_stop),

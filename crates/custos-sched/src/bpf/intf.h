@@ -127,6 +127,7 @@ struct custos_sched_stats {
 	u64 hold_released;			 /* held tasks run after the hold ended */
 	u64 hold_leaks;				 /* held tasks let through by hold_guard_ns */
 	u64 hold_floors;			 /* times a ring went under its floor: all held */
+	u64 hold_unbudgeted;			 /* tasks the hold let run, sent primary from a budgeted queue */
 	/* The light lane (light_share_pct); 0 while it is off. */
 	u64 light_enqueues;			 /* waking light tasks queued in the lane */
 	u64 light_dispatches;			 /* ... run from it */

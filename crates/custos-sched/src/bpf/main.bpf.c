@@ -1682,6 +1682,19 @@ void BPF_STRUCT_OPS(custos_enqueue, struct task_struct *p, u64 enq_flags)
 
 	if (hold_enabled && hold_task(p, tctx, enq_flags, bpf_ktime_get_ns()))
 		return;
+	/*
+	 * While the hold is on it decides who waits: a task it lets run (a
+	 * light one, within its allowance) goes to the primary side, the
+	 * light lane included, not to the budgeted queue a policy chose,
+	 * which dispatch does not serve during a hold. There it waited for
+	 * the starvation guard: under the learned policy, through a 2 s stop
+	 * of the consumer, 62 guard picks, and the stop lasted 20 s.
+	 */
+	if (hold_enabled && q != CUSTOS_PRIMARY_QUEUE && hold_is_on()) {
+		q = CUSTOS_PRIMARY_QUEUE;
+		if (st)
+			st->hold_unbudgeted++;
+	}
 
 	if (tctx && tctx->consumer && q == CUSTOS_PRIMARY_QUEUE) {
 		if (enqueue_consumer(p, tctx, enq_flags, st))
