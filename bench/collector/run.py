@@ -226,14 +226,31 @@ def io_uring_overhead(work, rounds, size_mib=32, block=4096, copies=3):
     }
 
 
-def merge_io_uring(out, u, command, made_by):
-    """Adds the io_uring figure to an existing results file, keeping its
-    keys and the record of what made them; the new figure carries its own."""
+def merge_part(out, key, value, part, details, command, made_by):
+    """Adds one figure measured alone (`key` = `value`, its `details` under
+    details.`part`) to an existing results file, keeping its keys and the
+    record of what made them; the new figure carries its own."""
     res = json.loads(out.read_text())
-    res["io_uring_overhead_ratio"] = round(u["ratio"], 3)
-    res.setdefault("details", {})["io_uring"] = {**u, "command": command, "made_by": made_by}
-    results.check_figures(res, ["io_uring_overhead_ratio"])
+    res[key] = round(value, 3)
+    res.setdefault("details", {})[part] = {**details, "command": command, "made_by": made_by}
+    results.check_figures(res, [key])
     out.write_text(json.dumps(res, indent=2, sort_keys=True) + "\n")
+
+
+def measure_alone(args, flag, measure):
+    """`--io-uring-only`, `--metrics-only`: `measure(work)` in a scratch
+    directory, with the record of what made it and the command; for
+    merge_part."""
+    if not args.out.exists():
+        sys.exit(f"bench/collector: {flag} adds to {args.out}, which does not exist")
+    if not CUSTOS.exists():
+        sys.exit(f"bench/collector: {CUSTOS} is missing; run `make build` first")
+    sitting = provenance.Sitting([CUSTOS])
+    with tempfile.TemporaryDirectory(prefix="custos-bench-", dir=ROOT / "target") as tmp:
+        m = measure(Path(tmp))
+    command = f"sudo .tools/venv/bin/python bench/collector/run.py {flag}" + (
+        f" --rounds {args.rounds}" if args.rounds != 5 else "")
+    return m, command, sitting.made_by()
 
 
 def loop_ns(loadgen, kind, n):
@@ -493,16 +510,6 @@ def metrics_cost(loadgen, work, rounds):
     }
 
 
-def merge_metrics_cost(out, m, command, made_by):
-    """Adds the --metrics cost to an existing results file, keeping its keys
-    and their record; the new figure carries its own."""
-    res = json.loads(out.read_text())
-    res["metrics_drain_ratio"] = round(m["events_per_s"]["ratio"], 3)
-    res.setdefault("details", {})["metrics_cost"] = {**m, "command": command, "made_by": made_by}
-    results.check_figures(res, ["metrics_drain_ratio"])
-    out.write_text(json.dumps(res, indent=2, sort_keys=True) + "\n")
-
-
 def overload(loadgen, work):
     c = Custos(work, ["--events-ring-kb", "4", "--attrs-ring-kb", "4"])
     storm = [subprocess.Popen([str(loadgen), "read", "0", "2"], stdout=subprocess.DEVNULL) for _ in range(4)]
@@ -564,32 +571,16 @@ def main():
         if g["collector_running"] == 1 and live:
             sys.exit(f"bench/collector: a collector is running (pid {live[0]}); stop it first")
     if args.io_uring_only:
-        if not args.out.exists():
-            sys.exit(f"bench/collector: --io-uring-only adds to {args.out}, which does not exist")
-        if not CUSTOS.exists():
-            sys.exit(f"bench/collector: {CUSTOS} is missing; run `make build` first")
-        sitting = provenance.Sitting([CUSTOS])
-        with tempfile.TemporaryDirectory(prefix="custos-bench-", dir=ROOT / "target") as tmp:
-            u = io_uring_overhead(Path(tmp), args.rounds)
-        command = "sudo .tools/venv/bin/python bench/collector/run.py --io-uring-only" + (
-            f" --rounds {args.rounds}" if args.rounds != 5 else "")
-        merge_io_uring(args.out, u, command, sitting.made_by())
+        u, command, made_by = measure_alone(args, "--io-uring-only", lambda work: io_uring_overhead(work, args.rounds))
+        merge_part(args.out, "io_uring_overhead_ratio", u["ratio"], "io_uring", u, command, made_by)
         lo, hi = u["ratio_interval_95"]
         print(results.table([("io_uring_overhead_ratio", u["ratio"]), ("95 % interval", f"{lo:.3f} - {hi:.3f}")],
                             ["key", "value"]))
         return
     if args.metrics_only:
-        if not args.out.exists():
-            sys.exit(f"bench/collector: --metrics-only adds to {args.out}, which does not exist")
-        if not CUSTOS.exists():
-            sys.exit(f"bench/collector: {CUSTOS} is missing; run `make build` first")
-        sitting = provenance.Sitting([CUSTOS])
-        with tempfile.TemporaryDirectory(prefix="custos-bench-", dir=ROOT / "target") as tmp:
-            work = Path(tmp)
-            m = metrics_cost(build_loadgen(work), work, args.rounds)
-        command = "sudo .tools/venv/bin/python bench/collector/run.py --metrics-only" + (
-            f" --rounds {args.rounds}" if args.rounds != 5 else "")
-        merge_metrics_cost(args.out, m, command, sitting.made_by())
+        m, command, made_by = measure_alone(args, "--metrics-only",
+                                            lambda work: metrics_cost(build_loadgen(work), work, args.rounds))
+        merge_part(args.out, "metrics_drain_ratio", m["events_per_s"]["ratio"], "metrics_cost", m, command, made_by)
         rows = []
         for key, what in (("events_per_s", "events/s drained"), ("events_per_core_s", "per consumer CPU-second")):
             lo, hi = m[key]["ratio_interval_95"]

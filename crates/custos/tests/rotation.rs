@@ -99,6 +99,21 @@ fn copy(from: &Path, to: &Path) {
     }
 }
 
+/// `custos ingest --db DB INPUT` (a stream or a series directory), then
+/// the graph it built.
+fn ingested_graph(db: &Path, input: &Path) -> (Vec<String>, Vec<String>) {
+    let o = custos(&[
+        "ingest",
+        "--db",
+        db.to_str().unwrap(),
+        "--no-seal",
+        "-q",
+        input.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    graph_dump(db)
+}
+
 fn graph_dump(db: &Path) -> (Vec<String>, Vec<String>) {
     let conn = custos_store::rusqlite::Connection::open(db).unwrap();
     let nodes = custos_store::nodes::all(&conn)
@@ -176,18 +191,10 @@ fn a_rotated_flood_accounts_verifies_names_tampering_and_ingests_as_one_stream()
         .flat_map(|s| std::fs::read(s).unwrap())
         .collect();
     std::fs::write(&all, body).unwrap();
-    for (db, input) in [(d.join("dir.db"), &dir), (d.join("all.db"), &all)] {
-        let o = custos(&[
-            "ingest",
-            "--db",
-            db.to_str().unwrap(),
-            "--no-seal",
-            "-q",
-            input.to_str().unwrap(),
-        ]);
-        assert!(o.status.success(), "{}", text(&o.stderr));
-    }
-    let (a, b) = (graph_dump(&d.join("dir.db")), graph_dump(&d.join("all.db")));
+    let (a, b) = (
+        ingested_graph(&d.join("dir.db"), &dir),
+        ingested_graph(&d.join("all.db"), &all),
+    );
     assert!(
         a.0.len() > 100 && a.1.len() > 100,
         "{} nodes, {} edges",
@@ -354,23 +361,10 @@ fn rotate_keep_bounds_the_series_and_verify_says_where_it_starts() {
     let (code, r) = verify(&archive, &key);
     assert_eq!(code, Some(0), "{r}");
     assert_eq!(r["first_segment"].as_u64(), Some(first));
-    let mut graphs = Vec::new();
-    for (name, input) in [("plain.db", &dir), ("archive.db", &archive)] {
-        let db = d.join(name);
-        let o = custos(&[
-            "ingest",
-            "--db",
-            db.to_str().unwrap(),
-            "--no-seal",
-            "-q",
-            input.to_str().unwrap(),
-        ]);
-        assert!(o.status.success(), "{}", text(&o.stderr));
-        graphs.push(graph_dump(&db));
-    }
-    assert!(graphs[0].0.len() > 100, "{} nodes", graphs[0].0.len());
+    let plain = ingested_graph(&d.join("plain.db"), &dir);
+    assert!(plain.0.len() > 100, "{} nodes", plain.0.len());
     assert!(
-        graphs[0] == graphs[1],
+        plain == ingested_graph(&d.join("archive.db"), &archive),
         "the archive ingested into another graph"
     );
 
