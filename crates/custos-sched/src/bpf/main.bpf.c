@@ -313,7 +313,7 @@ struct task_ctx {
 	u64 hold_events_base;
 	u64 hold_pass_until;	/* let through by the hold's guard until then, */
 	u64 hold_pass_events;	/* and while its events stay under this */
-	u64 hold_rate;		/* its event rate when last held (the held queue's order) */
+	u64 hold_order;		/* the held queue's order: its rate and what it spent in the hold */
 	u64 inherited_rate;	/* its parent's event rate at fork (young tasks) */
 	u64 inherited_kin;	/* its parent's kin rate at fork (young tasks) */
 	bool held_in_program;	/* held while migration disabled (held_in_program[]) */
@@ -1385,11 +1385,18 @@ static bool holdable(const struct task_struct *p, struct task_ctx *tctx, u64 now
 	 * stats (a socket round-trip and a log line a second) spent the light
 	 * tasks' share of a 64 KiB ring through a 2 s stall. */
 	rate = task_rate(p, task_features_of(p), tctx, now, &events);
-	tctx->hold_rate = rate;
 	/* Let through by the guard: for a slice, and a few events. */
 	if (now < tctx->hold_pass_until && events < tctx->hold_pass_events)
 		return false;
 	hold_see(tctx, events, epoch);
+	/* Lightest first by what it makes now and what it spent of its
+	 * allowance in this hold: a producer a policy slowed before the hold
+	 * looks light by its rate, but spent its allowance. By rate alone the
+	 * guard let 93-149 of them through before the shell resuming a
+	 * stopped consumer (learned policy, 2 s stop: the stop lasted 14-20 s
+	 * and what they wrote overflowed the ring). */
+	tctx->hold_order = rate + events - tctx->hold_events_base +
+			   (u64)tctx->hold_born * light_rate;
 	/* Under the floor the light tasks' share is spent: every task that
 	 * made an event lately (its rate shows it, for eight windows) or in
 	 * this hold is held. One that made none runs on: a task that only
@@ -1419,9 +1426,9 @@ static bool hold_task(struct task_struct *p, struct task_ctx *tctx, u64 enq_flag
 
 	if (!hold_update(now) || !holdable(p, tctx, now))
 		return false;
-	/* Lightest first: the guard lets the shell that resumes a stopped
-	 * consumer through before the flood's workers. */
-	scx_bpf_dsq_insert_vtime(p, CUSTOS_HELD_DSQ, slice_ns, tctx->hold_rate, enq_flags);
+	/* Lightest first (hold_order): the guard lets the shell that resumes
+	 * a stopped consumer through before the flood's workers. */
+	scx_bpf_dsq_insert_vtime(p, CUSTOS_HELD_DSQ, slice_ns, tctx->hold_order, enq_flags);
 	st = cpu_stats();
 	if (st)
 		st->held++;
