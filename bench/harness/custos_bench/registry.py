@@ -258,11 +258,14 @@ def completeness_cells(ctx):
             "| runtime ÷ limit, median (runs) |",
             "|---|---|---|---|---|---|---|---|---|"]
     for cell in cells:
-        for s in ("default", "custos", "custos-hold", "custos-nohold"):
+        for s in ("default", "custos", "custos-feedback", "custos-learned", "custos-hold", "custos-nohold"):
             if s not in cell:
                 continue
             m = cell[s]
-            name = {"default": "default", "custos": f"Custos ({cell['policy']})",
+            # A cell of policies run by run (`static-feedback-learned`):
+            # `custos` is its first, the others are named by their scheduler.
+            name = {"default": "default", "custos": f"Custos ({cell['policy'].split('-')[0]})",
+                    "custos-feedback": "Custos (feedback)", "custos-learned": "Custos (learned)",
                     "custos-hold": "Custos `--hold`", "custos-nohold": "Custos `--no-hold`"}[s]
             mean, (lo, hi) = m["loss_pct_mean"], m["loss_pct_ci95"]
             if mean == 0 and hi == 0:
