@@ -79,6 +79,44 @@ pub fn list(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
     Ok(found)
 }
 
+/// Begins a series in `dir` (checked by [`check_dir`] with `existing`,
+/// and set aside already if it said so): makes the directory if it is new.
+/// Segments found there now are an earlier series': removed only when
+/// `existing` says to replace them (`--force`, and only those files:
+/// others in DIR are never touched), else refused, left as they are
+/// (segments that appeared since the check, or after the set-aside).
+/// `flag` names the output in errors, `program` says on stderr what
+/// `--force` removed. The -o series (custos-seal) and its compressed copy
+/// (`--archive DIR`, custos-store) both begin here.
+pub fn begin(flag: &str, dir: &Path, existing: Existing, program: &str) -> Result<()> {
+    match std::fs::create_dir(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+            return Err(e).with_context(|| format!("{flag} {}: creating it", dir.display()))
+        }
+        _ => {}
+    }
+    let old = list(dir)?;
+    if old.is_empty() {
+        return Ok(());
+    }
+    if existing != Existing::Replace {
+        bail!(
+            "{flag} {}: holds segments of an earlier recording, left as they are (add --force to replace them)",
+            dir.display()
+        );
+    }
+    for (_, path) in &old {
+        std::fs::remove_file(path)
+            .with_context(|| format!("--force: removing {}", path.display()))?;
+    }
+    eprintln!(
+        "{program}: --force: removed the {} segments of an earlier recording in {}",
+        old.len(),
+        dir.display()
+    );
+    Ok(())
+}
+
 /// Opens a segment (or any stream file) for reading, decompressed as its
 /// name says: `.zst`/`.zstd` zstd, `.gz` gzip (every member), else plain.
 pub fn open(path: &Path) -> Result<Box<dyn Read + Send>> {

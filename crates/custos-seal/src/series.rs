@@ -15,7 +15,7 @@
 //! seal, that they were rotated away; a gap it does not announce is a
 //! deletion.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use custos_output::segments::{file_name, list};
 use custos_output::{Existing, Output};
 use serde::{Deserialize, Serialize};
@@ -397,31 +397,7 @@ pub fn create(
     if limit == 0 || keep == 0 {
         bail!("a series needs segments of at least one byte, and at least one kept");
     }
-    match std::fs::create_dir(dir) {
-        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
-            return Err(e).with_context(|| format!("-o/--output {}: creating it", dir.display()))
-        }
-        _ => {}
-    }
-    let old = list(dir)?;
-    if !old.is_empty() {
-        // Set aside already: segments here now appeared since.
-        if matches!(existing, Existing::Refuse | Existing::SetAside) {
-            bail!(
-                "-o/--output {}: holds segments of an earlier recording, left as they are (add --force to replace them)",
-                dir.display()
-            );
-        }
-        for (_, path) in &old {
-            std::fs::remove_file(path)
-                .with_context(|| format!("--force: removing {}", path.display()))?;
-        }
-        eprintln!(
-            "{program}: --force: removed the {} segments of an earlier recording in {}",
-            old.len(),
-            dir.display()
-        );
-    }
+    custos_output::segments::begin("-o/--output", dir, existing, program)?;
     let path = dir.join(file_name(1));
     let file = custos_output::create(&Output::new("-o/--output", &path, Existing::Refuse))?;
     let state = Arc::new(Mutex::new(Rotation {

@@ -105,36 +105,10 @@ impl Recorder {
         })
     }
 
-    /// Creates a rotated archive in `dir` (checked by
-    /// custos_output::segments::check_dir with `existing`, and set aside
-    /// already if it said so): makes the directory if it is new, removes an
-    /// earlier series' segments if `existing` says to replace them, and
-    /// begins segment 1.
+    /// Creates a rotated archive in `dir` (begun as
+    /// custos_output::segments::begin says) and begins segment 1.
     pub fn create_series(dir: &Path, existing: Existing, program: &'static str) -> Result<Self> {
-        match std::fs::create_dir(dir) {
-            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
-                return Err(e).with_context(|| format!("--archive {}: creating it", dir.display()))
-            }
-            _ => {}
-        }
-        let old = custos_output::segments::list(dir)?;
-        if !old.is_empty() {
-            if existing != Existing::Replace {
-                bail!(
-                    "--archive {}: holds segments of an earlier recording, left as they are (add --force to replace them)",
-                    dir.display()
-                );
-            }
-            for (_, path) in &old {
-                std::fs::remove_file(path)
-                    .with_context(|| format!("--force: removing {}", path.display()))?;
-            }
-            eprintln!(
-                "{program}: --force: removed the {} segments of an earlier archive in {}",
-                old.len(),
-                dir.display()
-            );
-        }
+        custos_output::segments::begin("--archive", dir, existing, program)?;
         let path = dir.join(custos_output::segments::zstd_file_name(1));
         let file = custos_output::create(&Output::new("--archive", &path, Existing::Refuse))?;
         Ok(Self {

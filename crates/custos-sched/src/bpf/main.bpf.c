@@ -1339,10 +1339,14 @@ static void hold_see(struct task_ctx *tctx, u64 events, u64 epoch)
  * hold_allowance / light_rate (4) before it and its young children are
  * held.
  */
+static u64 hold_spent(const struct task_ctx *tctx, u64 events)
+{
+	return events - tctx->hold_events_base + (u64)tctx->hold_born * light_rate;
+}
+
 static bool hold_allowance_spent(const struct task_ctx *tctx, u64 events)
 {
-	return events - tctx->hold_events_base + (u64)tctx->hold_born * light_rate >=
-	       hold_allowance;
+	return hold_spent(tctx, events) >= hold_allowance;
 }
 
 static bool parent_spent(const struct task_struct *p, u64 epoch)
@@ -1395,8 +1399,7 @@ static bool holdable(const struct task_struct *p, struct task_ctx *tctx, u64 now
 	 * guard let 93-149 of them through before the shell resuming a
 	 * stopped consumer (learned policy, 2 s stop: the stop lasted 14-20 s
 	 * and what they wrote overflowed the ring). */
-	tctx->hold_order = rate + events - tctx->hold_events_base +
-			   (u64)tctx->hold_born * light_rate;
+	tctx->hold_order = rate + hold_spent(tctx, events);
 	/* Under the floor the light tasks' share is spent: every task that
 	 * made an event lately (its rate shows it, for eight windows) or in
 	 * this hold is held. One that made none runs on: a task that only
