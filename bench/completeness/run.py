@@ -270,6 +270,38 @@ def sittings_of(names):
     return [provenance.sitting_entry(provenance.kept(OUT / name), [name]) for name in names]
 
 
+def cell_label(cell):
+    """A cell as the figure's legend names it."""
+    return f"{cell['cpus']} vCPU{'s' if cell['cpus'] > 1 else ''}, {cell['flood']}" + \
+        (f", stall {cell['pause_ms'] / 1000:g} s" if cell["pause_ms"] else "") + \
+        (f", {cell['policy']}" if cell["policy"] != "static" and len(cell_policies(cell)) == 1 else "") + \
+        (f", policies {', '.join(cell_policies(cell))} run by run" if len(cell_policies(cell)) > 1 else "") + \
+        (f", {cell['files']} files" if cell["files"] != 4000 else "") + \
+        (f", {cell['rounds']} rounds" if cell.get("rounds", ROUNDS) != ROUNDS
+         and FLOODS[cell["flood"]][0] in SHELL_FLOODS else "") + \
+        (f", {cell['ring_kb']} KiB rings" if cell["ring_kb"] != RING_KB else "") + \
+        (", rings for the hold" if cell.get("hold_rings") else "") + \
+        (f", resumer {cell['resumer']}" if cell.get("resumer", "read") != "read" else "")
+
+
+def kept_cells(names):
+    """The cells results.json holds whose runs are not on disk to summarise
+    again (out/ is scratch: a fresh checkout has none), with their sittings:
+    a cell run now joins them instead of erasing them."""
+    f = HERE / "results.json"
+    if not f.exists():
+        return [], []
+    old = json.loads(f.read_text())
+    cells = [c for c in old.get("cells", []) if c["name"] not in names]
+    keep = {c["name"] for c in cells}
+    sittings = []
+    for s in old.get("sittings", []):
+        made = [m for m in s["made"] if m in keep]
+        if made:
+            sittings.append(provenance.sitting_entry(s["provenance"], made))
+    return cells, sittings
+
+
 def report(cells, runs, command):
     summary, groups, present, names = [], {}, [], []
     for cell in cells:
@@ -300,19 +332,13 @@ def report(cells, runs, command):
                 if ratio is not None and s in entry:
                     entry[s][name] = ratio
         summary.append(entry)
-        label = f"{cell['cpus']} vCPU{'s' if cell['cpus'] > 1 else ''}, {cell['flood']}" + \
-            (f", stall {cell['pause_ms'] / 1000:g} s" if cell["pause_ms"] else "") + \
-            (f", {cell['policy']}" if cell["policy"] != "static" and len(cell_policies(cell)) == 1 else "") + \
-            (f", policies {', '.join(cell_policies(cell))} run by run" if len(cell_policies(cell)) > 1 else "") + \
-            (f", {cell['files']} files" if cell["files"] != 4000 else "") + \
-            (f", {cell['rounds']} rounds" if cell.get("rounds", ROUNDS) != ROUNDS
-             and FLOODS[cell["flood"]][0] in SHELL_FLOODS else "") + \
-            (f", {cell['ring_kb']} KiB rings" if cell["ring_kb"] != RING_KB else "") + \
-            (", rings for the hold" if cell.get("hold_rings") else "") + \
-            (f", resumer {cell['resumer']}" if cell.get("resumer", "read") != "read" else "")
-        groups[label] = {s: entry[s]["loss_pct"] for s in SCHEDULERS if s in entry and s != "bare"}
-    if not summary:
+    kept, kept_sittings = kept_cells(names)
+    if not summary and not kept:
         raise SystemExit("no runs on disk: run the cells first")
+    summary = sorted(summary + kept, key=lambda c: c["name"])
+    for entry in summary:
+        groups[cell_label(entry)] = {s: entry[s]["loss_pct"] for s in SCHEDULERS if s in entry and s != "bare"}
+        present += [s for s in SCHEDULERS if s in entry and s not in present]
     default_min = min((min(c["default"]["loss_pct"]) for c in summary if "default" in c), default=None)
     doc = {
         "command": command,
@@ -328,7 +354,7 @@ def report(cells, runs, command):
     doc.update(headlines(summary))
     required = ["command", "runs_per_cell", "vcpus_max"]
     # Stamped with the commits that made the runs, not the one writing the report.
-    results.write_results(HERE / "results.json", doc, required, sittings=sittings_of(names))
+    results.write_results(HERE / "results.json", doc, required, sittings=kept_sittings + sittings_of(names))
     plots.runs_with_intervals(groups, "Loss under the super producer (every run; mean, 95 % interval)",
                               "events lost, % (symlog)", HERE / "loss", order=present, symlog=True)
     rows = []

@@ -172,6 +172,49 @@ def test_the_report_names_the_commits_that_made_the_runs_not_its_own(tmp_path, m
     assert doc["sittings"][1]["provenance"] is None
 
 
+def test_a_cell_run_in_a_fresh_checkout_joins_the_cells_results_json_holds(tmp_path, monkeypatch):
+    """out/ is scratch (a fresh checkout has none): a cell run there joins
+    the cells of results.json, each with its sitting, instead of erasing them."""
+    import json
+    import shutil
+
+    from custos_bench import provenance
+
+    monkeypatch.setattr(completeness, "OUT", tmp_path / "out")
+    monkeypatch.setattr(completeness, "HERE", tmp_path)
+    cells = [dict(cpus=c, flood="find16", pause_ms=0, policy="static", files=4000, ring_kb=64, hold_rings=False)
+             for c in (1, 2)]
+    names = [completeness.cell_name(**c) for c in cells]
+    for name, lost in zip(names, (900, 700)):
+        d = tmp_path / "out" / name
+        d.mkdir(parents=True)
+        rows = [row(lost, 0, scheduler="default"), row(0, 0)]
+        (d / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        provenance.keep(d, made_by("a" * 40))
+    completeness.report(cells, 1, "run.py --cpus 1 2")
+    before = json.loads((tmp_path / "results.json").read_text())
+    # A fresh checkout runs the 2-vCPU cell again, at another commit.
+    shutil.rmtree(tmp_path / "out")
+    d = tmp_path / "out" / names[1]
+    d.mkdir(parents=True)
+    (d / "results.jsonl").write_text(json.dumps(row(0, 0)) + "\n" + json.dumps(row(500, 0, scheduler="default")) + "\n")
+    provenance.keep(d, made_by("b" * 40))
+    completeness.report(cells[1:], 1, "run.py --cpus 2")
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert [c["name"] for c in doc["cells"]] == sorted(names)
+    kept = next(c for c in doc["cells"] if c["name"] == names[0])
+    assert kept == next(c for c in before["cells"] if c["name"] == names[0])
+    again = next(c for c in doc["cells"] if c["name"] == names[1])
+    assert again["default"]["dropped"] == [500]
+    assert {s["made"][0]: s["provenance"]["commit"] for s in doc["sittings"]} == {names[0]: "a" * 40,
+                                                                                 names[1]: "b" * 40}
+    assert doc["made_by"]["commits"] == ["a" * 40, "b" * 40]
+    # With nothing on disk, the report says again what results.json holds.
+    shutil.rmtree(tmp_path / "out")
+    completeness.report(cells, 1, "run.py --cpus 1 2")
+    assert json.loads((tmp_path / "results.json").read_text())["cells"] == doc["cells"]
+
+
 def test_the_limit_is_the_bare_floods_runtime_plus_the_consumers_time_and_the_stop():
     rows = [row(0, 0, runtime_ms=30_000, consumer_cpu_ms=10_000, delivered=100_000),
             row(0, 0, runtime_ms=26_000, consumer_cpu_ms=5_000, delivered=100_000),

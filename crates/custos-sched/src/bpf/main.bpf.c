@@ -1344,9 +1344,69 @@ static u64 hold_spent(const struct task_ctx *tctx, u64 events)
 	return events - tctx->hold_events_base + (u64)tctx->hold_born * light_rate;
 }
 
-static bool hold_allowance_spent(const struct task_ctx *tctx, u64 events)
+/*
+ * A light task's allowance now: hold_allowance while every ring has its
+ * reserve, shrinking with the room left above the floor on the fullest
+ * ring, to none at the floor. One allowance per task alone let the light
+ * tasks overspend their share however many they were: a swarm of 16
+ * shells starting `cat`s (6-9 events a window each, light) took the ring
+ * under its floor in every run, and the floor held the shell resuming a
+ * stopped consumer until the guard (stops of 6-7 s for 2 s). Shrinking,
+ * the heaviest spenders are held first and what is left of the share
+ * stays for the tasks that spent least: N light tasks spending alike are
+ * all held with 1 / (1 + N * hold_allowance * event / room) of the room
+ * left (16 % for N = 32, events of ~120 bytes, 48 KiB of room).
+ */
+static u64 hold_allowance_now(const struct custos_global_features *g)
 {
-	return hold_spent(tctx, events) >= hold_allowance;
+	u64 left = CUSTOS_FEATURE_MAX;
+	int r;
+
+	if (!g || !g->collector_running)
+		return hold_allowance;
+	for (r = 0; r < CUSTOS_NR_RINGS; r++) {
+		u64 free = g->ring_free_bytes[r], floor = g->hold_floor_bytes[r];
+		u64 reserve = g->hold_reserve_bytes[r], a;
+
+		if (!g->ring_size[r] || reserve <= floor)
+			continue;
+		if (free <= floor)
+			a = 0;
+		else if (free >= reserve)
+			a = CUSTOS_FEATURE_MAX;
+		else
+			a = (free - floor) * CUSTOS_FEATURE_MAX / (reserve - floor);
+		if (a < left)
+			left = a;
+	}
+	return hold_allowance * left / CUSTOS_FEATURE_MAX;
+}
+
+/* A task that spent nothing in the hold is not held by its allowance: the
+ * floor holds every task that makes an event. */
+static bool hold_allowance_spent(const struct task_ctx *tctx, u64 events, u64 allowance)
+{
+	u64 spent = hold_spent(tctx, events);
+
+	return spent && spent >= allowance;
+}
+
+/*
+ * A task that made no event for eight windows (its rate decayed to none:
+ * asleep since its last burst) starts its allowance afresh in this hold,
+ * as if first seen now: what it spends is its new burst's. The shell that
+ * resumes a stopped consumer forks /bin/sleep once the hold is on; woken
+ * 2 s later, by what the sleep's exec had spent it was held under the
+ * floor, and the stop lasted until the guard let it through.
+ */
+static void hold_rebase_idle(const struct custos_task_features *tf, struct task_ctx *tctx,
+			     u64 events, u64 now)
+{
+	if (!tf || now < tf->window_start_ns + 8 * CUSTOS_RATE_WINDOW_NS)
+		return;
+	tctx->hold_events_base = events;
+	tctx->hold_born = 0;
+	tctx->hold_spent = false;
 }
 
 static bool parent_spent(const struct task_struct *p, u64 epoch)
@@ -1374,6 +1434,7 @@ static bool parent_spent(const struct task_struct *p, u64 epoch)
 static bool holdable(const struct task_struct *p, struct task_ctx *tctx, u64 now)
 {
 	const struct custos_global_features *g;
+	const struct custos_task_features *tf;
 	u32 zero = 0;
 	u64 events, rate, epoch = hold_epoch;
 
@@ -1388,11 +1449,13 @@ static bool holdable(const struct task_struct *p, struct task_ctx *tctx, u64 now
 	/* This scheduler's own daemon is a task like the others: exempt, its
 	 * stats (a socket round-trip and a log line a second) spent the light
 	 * tasks' share of a 64 KiB ring through a 2 s stall. */
-	rate = task_rate(p, task_features_of(p), tctx, now, &events);
+	tf = task_features_of(p);
+	rate = task_rate(p, tf, tctx, now, &events);
 	/* Let through by the guard: for a slice, and a few events. */
 	if (now < tctx->hold_pass_until && events < tctx->hold_pass_events)
 		return false;
 	hold_see(tctx, events, epoch);
+	hold_rebase_idle(tf, tctx, events, now);
 	/* Lightest first by what it makes now and what it spent of its
 	 * allowance in this hold: a producer a policy slowed before the hold
 	 * looks light by its rate, but spent its allowance. By rate alone the
@@ -1407,7 +1470,7 @@ static bool holdable(const struct task_struct *p, struct task_ctx *tctx, u64 now
 	if (hold_all && (rate || events != tctx->hold_events_base))
 		return true;
 	if (tctx->hold_spent || task_heavy(tctx, rate, events) ||
-	    hold_allowance_spent(tctx, events)) {
+	    hold_allowance_spent(tctx, events, hold_allowance_now(g))) {
 		tctx->hold_spent = true;
 		return true;
 	}
@@ -2200,10 +2263,13 @@ s32 BPF_STRUCT_OPS(custos_init_task, struct task_struct *p, struct scx_init_task
 		/* A child born in a hold costs its parent (hold_allowance_spent). */
 		if (pctx && hold_enabled && hold_is_on()) {
 			u64 epoch = hold_epoch;
+			u32 zero = 0;
 
 			hold_see(pctx, events, epoch);
+			hold_rebase_idle(tf, pctx, events, now);
 			pctx->hold_born++;
-			if (hold_allowance_spent(pctx, events))
+			if (hold_allowance_spent(pctx, events,
+						 hold_allowance_now(bpf_map_lookup_elem(&global_features, &zero))))
 				pctx->hold_spent = true;
 			/* Born spent: no allowance of its own in this hold. */
 			if (pctx->hold_spent) {
