@@ -54,6 +54,35 @@ pub fn number_of(name: &OsStr) -> Option<u64> {
     (n > 0 && file_name(n) == plain).then_some(n)
 }
 
+/// Removes the segments `*oldest` up to (not including) `until` from `dir`,
+/// named by `name` (`file_name` or `zstd_file_name`), moving `*oldest` on
+/// past each one gone (a file already gone counts as removed: a restart
+/// after a crash between two removals goes on). Returns what it removed
+/// for the notice, `"segment-000001.jsonl"` or `"3 segments, … to …"`;
+/// `None` when nothing was due. On an error `*oldest` names the file that
+/// could not be removed.
+pub fn remove_before(
+    dir: &Path,
+    oldest: &mut u64,
+    until: u64,
+    name: fn(u64) -> String,
+) -> std::io::Result<Option<String>> {
+    let first = *oldest;
+    if first >= until {
+        return Ok(None);
+    }
+    while *oldest < until {
+        match std::fs::remove_file(dir.join(name(*oldest))) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => *oldest += 1,
+        }
+    }
+    Ok(Some(match *oldest - first {
+        1 => name(first),
+        n => format!("{n} segments, {} to {}", name(first), name(*oldest - 1)),
+    }))
+}
+
 /// The segments in `dir`, by number (other files are not ours and are
 /// left out). A number there twice (plain and compressed: `zstd` keeps
 /// the file it compressed) is an error that names both: which one is the
@@ -276,5 +305,38 @@ mod tests {
             std::fs::read_to_string(d.join("notes.txt")).unwrap(),
             "kept"
         );
+    }
+
+    /// Removing rotated-away segments: from `oldest` up to `until`, one or
+    /// several named, an already missing one counted as gone, nothing due
+    /// is None, and a failure leaves `oldest` at the file that stayed.
+    #[test]
+    fn rotated_away_segments_are_removed_in_order_and_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        for n in 1..=5 {
+            std::fs::write(d.join(zstd_file_name(n)), "x").unwrap();
+        }
+        let mut oldest = 1;
+        assert_eq!(
+            remove_before(d, &mut oldest, 1, zstd_file_name).unwrap(),
+            None
+        );
+        assert_eq!(
+            remove_before(d, &mut oldest, 2, zstd_file_name).unwrap(),
+            Some("segment-000001.jsonl.zst".into())
+        );
+        std::fs::remove_file(d.join(zstd_file_name(3))).unwrap();
+        assert_eq!(
+            remove_before(d, &mut oldest, 4, zstd_file_name).unwrap(),
+            Some("2 segments, segment-000002.jsonl.zst to segment-000003.jsonl.zst".into())
+        );
+        assert_eq!(oldest, 4);
+        // A directory under segment 4's name cannot be removed as a file.
+        std::fs::remove_file(d.join(zstd_file_name(4))).unwrap();
+        std::fs::create_dir(d.join(zstd_file_name(4))).unwrap();
+        assert!(remove_before(d, &mut oldest, 5, zstd_file_name).is_err());
+        assert_eq!(oldest, 4);
+        assert!(d.join(zstd_file_name(5)).exists());
     }
 }

@@ -16,7 +16,7 @@
 //! deletion.
 
 use anyhow::{bail, Result};
-use custos_output::segments::{file_name, list};
+use custos_output::segments::{file_name, list, remove_before};
 use custos_output::{Existing, Output};
 use serde::{Deserialize, Serialize};
 use std::fs::File;
@@ -424,23 +424,9 @@ impl Rotation {
 
     /// Deletes the segments the last header (sealed by now) rotated away.
     fn delete_rotated(&mut self) -> io::Result<()> {
-        if self.oldest >= self.announced {
+        let Some(gone) = remove_before(&self.dir, &mut self.oldest, self.announced, file_name)?
+        else {
             return Ok(());
-        }
-        let first = self.oldest;
-        while self.oldest < self.announced {
-            match std::fs::remove_file(self.dir.join(file_name(self.oldest))) {
-                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-                _ => self.oldest += 1,
-            }
-        }
-        let gone = match self.oldest - first {
-            1 => file_name(first),
-            n => format!(
-                "{n} segments, {} to {}",
-                file_name(first),
-                file_name(self.oldest - 1)
-            ),
         };
         eprintln!(
             "{}: rotated away {gone} (--rotate-keep {}): the series in {} now starts at {}",

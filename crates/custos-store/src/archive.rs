@@ -174,27 +174,23 @@ impl Recorder {
                 (s.number, s.written) = (h.segment, false);
             }
             s.kept_from = h.kept_from;
-        } else if custos_seal::is_seal(line) && s.oldest < s.kept_from {
-            let first = s.oldest;
-            while s.oldest < s.kept_from {
-                let path = s
-                    .dir
-                    .join(custos_output::segments::zstd_file_name(s.oldest));
-                match std::fs::remove_file(&path) {
-                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                        return Err(e)
-                            .with_context(|| format!("--archive: removing {}", path.display()))
-                    }
-                    _ => s.oldest += 1,
-                }
+        } else if custos_seal::is_seal(line) {
+            use custos_output::segments::{remove_before, zstd_file_name};
+            let gone = remove_before(&s.dir, &mut s.oldest, s.kept_from, zstd_file_name)
+                .with_context(|| {
+                    format!(
+                        "--archive: removing {}",
+                        s.dir.join(zstd_file_name(s.oldest)).display()
+                    )
+                })?;
+            if let Some(gone) = gone {
+                eprintln!(
+                    "{}: rotated away archived {gone} (--rotate-keep): the archive in {} now starts at {}",
+                    s.program,
+                    s.dir.display(),
+                    zstd_file_name(s.oldest)
+                );
             }
-            eprintln!(
-                "{}: rotated away archived segments {first} to {} (--rotate-keep): the archive in {} now starts at {}",
-                s.program,
-                s.oldest - 1,
-                s.dir.display(),
-                custos_output::segments::zstd_file_name(s.oldest)
-            );
         }
         Ok(())
     }
