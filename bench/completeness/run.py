@@ -315,7 +315,6 @@ def report(cells, runs, command):
             mine = [r for r in rows if r["scheduler"] == s]
             if mine:
                 entry[s] = summarise_bare(mine) if s == "bare" else summarise(mine)
-                present += [s] if s not in present else []
         for s in CUSTOS_SCHEDULERS:
             if s in entry:
                 entry[s]["policy_decisions"] = [policy_decisions(OUT / name, r) for r in rows if r["scheduler"] == s]

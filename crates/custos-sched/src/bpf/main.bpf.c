@@ -1355,7 +1355,10 @@ static u64 hold_spent(const struct task_ctx *tctx, u64 events)
  * the heaviest spenders are held first and what is left of the share
  * stays for the tasks that spent least: N light tasks spending alike are
  * all held with 1 / (1 + N * hold_allowance * event / room) of the room
- * left (16 % for N = 32, events of ~120 bytes, 48 KiB of room).
+ * (reserve - floor) left: 22 % for N = 32, events of ~120 bytes and the
+ * 70 KiB of room of the 256 KiB events ring on 2 CPUs (--hold-rings),
+ * where the swarm through a stop left 17-28 % of it (lowest free 13.3-
+ * 16.1 %, floor 8.6 %, reserve 35.9 %).
  */
 static u64 hold_allowance_now(const struct custos_global_features *g)
 {
